@@ -1,0 +1,101 @@
+"""Small workloads for engine tests: real files on disk, tiny model, and ways to fail.
+
+Importable as ``tests.fake_workloads`` (tests/ is a package) so Ray workers can load them by
+import path, exactly as a user's own workload is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from tuner.errors import DataError
+from tuner.knobs import Knobs
+from tuner.workload import Workload, make_trainable
+from workloads._data import write_once
+
+N_FILES = 64
+FEATURES = 16
+
+
+class NpyFiles(Dataset):
+    """Reads one ``.npy`` vector per sample: x (FEATURES,), y () float32."""
+
+    def __init__(self, data_dir: Path, fail_at: int | None = None):
+        self.files = sorted(Path(data_dir).glob("*.npy"))
+        if not self.files:
+            raise DataError(f"data directory {data_dir} holds no .npy files")
+        self.fail_at = fail_at
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        if self.fail_at is not None and i == self.fail_at:
+            raise DataError(f"sample file {self.files[i]} cannot be decoded")
+        v = np.load(self.files[i])
+        return torch.from_numpy(v[:FEATURES]), torch.tensor(v[FEATURES])
+
+
+class Regression(Workload):
+    """An MLP regressing a scalar from 16 features stored as .npy files."""
+
+    name = "fake-regression"
+    description = "MLP on .npy vectors (engine tests)"
+    source = "tests"
+    references = {"baseline": Knobs(batch_size=4), "recommended": Knobs(batch_size=16)}
+    space = "tests-space"
+    learning_rate = 1e-3
+
+    def build_model(self, scale: str) -> nn.Module:
+        width = 32 if scale == "tiny" else 256
+        return nn.Sequential(nn.Linear(FEATURES, width), nn.ReLU(), nn.Linear(width, 1))
+
+    def build_dataset(self, data_dir: Path, scale: str) -> Dataset:
+        return NpyFiles(data_dir)
+
+    def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
+        def write(tmp: Path) -> None:
+            rng = np.random.default_rng(0)
+            for i in range(N_FILES):
+                np.save(tmp / f"{i:04d}.npy", rng.normal(size=FEATURES + 1).astype(np.float32))
+        return write_once(Path(cache_dir) / "fake-regression-v1", write)
+
+    def training_step(self, model: nn.Module, batch) -> torch.Tensor:
+        x, y = batch  # (B, 16), (B,)
+        return nn.functional.mse_loss(model(x).squeeze(-1), y)
+
+    def sample_shape(self, scale: str) -> dict[str, list[int]]:
+        return {"x": [FEATURES], "y": []}
+
+
+class FakeOOM(Regression):
+    """Raises torch.OutOfMemoryError when batch_size > OOM_ABOVE (a device that holds 16)."""
+
+    name = "fake-oom"
+    OOM_ABOVE = 16
+
+    def training_step(self, model, batch):
+        if batch[0].shape[0] > self.OOM_ABOVE:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {batch[0].shape[0]} MiB (fake)")
+        return super().training_step(model, batch)
+
+
+class BrokenData(Regression):
+    """A sample that fails to decode inside a DataLoader worker."""
+
+    name = "fake-broken"
+
+    def build_dataset(self, data_dir, scale):
+        return NpyFiles(data_dir, fail_at=3)
+
+
+regression = Regression()
+oom = FakeOOM()
+broken = BrokenData()
+trainable = make_trainable(regression)

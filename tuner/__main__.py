@@ -1,0 +1,3 @@
+from tuner.cli import main
+
+main()

@@ -1,0 +1,242 @@
+"""Command line: ``python -m tuner run|leaderboard|best|workloads``.
+
+User errors (``TunerError``, bad flags) print one line and exit with code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tuner.errors import TunerError
+from tuner.knobs import Knobs
+
+console = Console()
+err_console = Console(stderr=True)
+
+KNOB_SHORT = {"batch_size": "bs", "grad_accum": "acc", "num_workers": "nw", "prefetch_factor": "pf",
+              "pin_memory": "pin", "persistent_workers": "pw", "non_blocking": "nb", "amp": "amp",
+              "channels_last": "cl", "compile": "compile", "cudnn_benchmark": "cudnn",
+              "tf32": "tf32", "fused_optimizer": "fused"}
+
+
+class TunerGroup(click.Group):
+    """Turns TunerError into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TunerError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            ctx.exit(2)
+
+
+@click.group(cls=TunerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tuner")
+def main() -> None:
+    """tuner: find the fastest way to train a PyTorch model on this hardware."""
+
+
+@main.command()
+@click.option("--workload", "-w", required=True,
+              help="Built-in name (see `tuner workloads`) or import path package.module:attribute.")
+@click.option("--space", "space_file", type=click.Path(dir_okay=False),
+              help="Search-space YAML (default: the workload's built-in space).")
+@click.option("--trials", type=click.IntRange(min=1),
+              help="Trials in all, reference configurations included [default: 12 on CPU, 40 on CUDA].")
+@click.option("--time-budget", "time_budget", type=click.FloatRange(min=0, min_open=True),
+              help="Stop starting trials after this many seconds.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--scale", type=click.Choice(["seed", "tiny"]),
+              help="seed: the report's sizes; tiny: CPU-test sizes [default: seed on CUDA, tiny on CPU].")
+@click.option("--data", type=click.Path(), help="Your dataset (directory, or file for text workloads) "
+              "[default: the workload's embedded data, written once to the cache].")
+@click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False),
+              help="Results directory; the leaderboard is <results>/leaderboard/.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampler and of torch.")
+@click.option("--address", help="Ray cluster address (auto, HOST:PORT or ray://HOST:PORT).")
+@click.option("--windows", type=click.IntRange(min=1), help="Measurement windows per trial.")
+@click.option("--window-s", "window_s", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per measurement window.")
+@click.option("--warmup-steps", "warmup_steps", type=click.IntRange(min=1),
+              help="Optimizer steps before measuring.")
+def run(**kwargs: Any) -> None:
+    """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end."""
+    from tuner.search import Plan, RunOptions, run as run_search
+    from tuner.progress import Progress
+
+    options = RunOptions(workload=kwargs["workload"], space_file=kwargs["space_file"],
+                         trials=kwargs["trials"], time_budget_s=kwargs["time_budget"],
+                         device=kwargs["device"], scale=kwargs["scale"], data=kwargs["data"],
+                         results=kwargs["results"], seed=kwargs["seed"], address=kwargs["address"],
+                         windows=kwargs["windows"], window_s=kwargs["window_s"],
+                         warmup_steps=kwargs["warmup_steps"])
+    with console.status("checking the workload, search space and data…"):
+        plan = Plan(options)
+    progress = Progress(console)
+    summary = run_search(options, plan=plan, on_event=progress.on_event)
+    progress.close()
+    progress.print_summary(summary)
+    if not any(r["status"] == "ok" for r in summary.rows):
+        raise TunerError(f"no trial of run {summary.run_id} succeeded; see the error column in "
+                         f"`python -m tuner leaderboard --workload {summary.workload}`")
+
+
+def _common_filters(f):
+    f = click.option("--hardware", help="Hardware key (default: the only one, or this machine's).")(f)
+    f = click.option("--results", default="tuner-results", show_default=True,
+                     type=click.Path(file_okay=False))(f)
+    return click.option("--workload", "-w", required=True, help="Workload name.")(f)
+
+
+def _load(results: str, workload: str, hardware: str | None):
+    from tuner import leaderboard
+    table = leaderboard.read(results, workload=workload)
+    if table.num_rows == 0:
+        raise TunerError(f"no leaderboard rows for workload {workload!r} in {results}/leaderboard "
+                         f"(run `python -m tuner run --workload {workload} --results {results}`)")
+    keys = sorted(set(table.column("hardware_key").to_pylist()) - {None})
+    if hardware is None:
+        if len(keys) == 1:
+            hardware = keys[0]
+        else:
+            hardware = _this_machine_key(keys)
+    if hardware not in keys:
+        raise TunerError(f"--hardware {hardware!r}: no rows for it; hardware keys in {results}: "
+                         f"{', '.join(keys)}")
+    return leaderboard.read(results, workload=workload, hardware_key=hardware), hardware
+
+
+def _this_machine_key(keys: list[str]) -> str:
+    import torch
+    from tuner.hardware import fingerprint
+    for device in (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]:
+        key = fingerprint(torch.device(device))["hardware_key"]
+        if key in keys:
+            return key
+    raise TunerError(f"rows from several machines; choose one with --hardware: {', '.join(keys)}")
+
+
+@main.command(name="leaderboard")
+@_common_filters
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
+def leaderboard_cmd(workload: str, results: str, hardware: str | None, fmt: str,
+                    limit: int | None) -> None:
+    """Trials ranked by samples/sec (failed trials last, with their error)."""
+    from tuner import leaderboard
+    table, hardware = _load(results, workload, hardware)
+    rows = leaderboard.ranked(table)[:limit]
+    if fmt == "json":
+        click.echo(json.dumps(rows, default=str, indent=1))
+    elif fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=leaderboard.SCHEMA.names)
+        writer.writeheader()
+        writer.writerows(rows)
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        console.print(_rank_table(rows, f"{workload} on {hardware}"))
+
+
+def _rank_table(rows: list[dict], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("#", "status", "ref", "samples/sec", "±IQR", "step ms p50", "warm-up s",
+                "peak dev MB", "peak host MB", "knobs / error"):
+        t.add_column(col, justify="right" if col not in ("status", "ref", "knobs / error") else "left",
+                     overflow="fold")
+    for i, r in enumerate(rows, 1):
+        detail = knob_text(r) if r["status"] in ("ok", "pruned") else f"{knob_text(r)} — {r['error']}"
+        t.add_row(str(i), r["status"], r["reference"] or "", _num(r["samples_per_sec"], 1),
+                  _num(r["samples_per_sec_iqr"], 1), _num(r["step_time_ms_p50"], 1),
+                  _num(r["warmup_s"], 1), _num(r["peak_device_memory_mb"], 0),
+                  _num(r["peak_host_memory_mb"], 0), detail)
+    return t
+
+
+def _num(v: float | None, digits: int) -> str:
+    return "" if v is None else f"{v:,.{digits}f}"
+
+
+def knob_text(row: dict) -> str:
+    """Compact knob summary: 'bs=32 nw=2 pf=2 pw amp=bf16 cl'."""
+    parts = []
+    for name in Knobs.names():
+        v = row.get(name)
+        if v is None or v is False or v == "off" or (name == "grad_accum" and v == 1):
+            continue
+        parts.append(KNOB_SHORT[name] if v is True else f"{KNOB_SHORT[name]}={v}")
+    return " ".join(parts)
+
+
+@main.command()
+@_common_filters
+@click.option("--format", "fmt", type=click.Choice(["json", "yaml", "python"]), default="json",
+              show_default=True)
+def best(workload: str, results: str, hardware: str | None, fmt: str) -> None:
+    """The fastest configuration and its speed-up over the references of its run."""
+    from tuner import leaderboard
+    table, hardware = _load(results, workload, hardware)
+    top = leaderboard.best(table)
+    if top is None:
+        raise TunerError(f"no successful trial for {workload!r} on {hardware} in {results}")
+    knobs = Knobs.from_dict(top, strict=False)
+    doc = {
+        "workload": workload, "hardware_key": hardware, "device": top["device"],
+        "scale": top["scale"], "run_id": top["run_id"], "trial_id": top["trial_id"],
+        "knobs": knobs.to_dict(), "samples_per_sec": top["samples_per_sec"],
+        "tokens_per_sec": top["tokens_per_sec"],
+        "baseline_samples_per_sec": top["baseline_samples_per_sec"],
+        "speedup_vs_baseline": top["speedup_vs_baseline"],
+        "recommended_samples_per_sec": top["recommended_samples_per_sec"],
+        "speedup_vs_recommended": top["speedup_vs_recommended"],
+        "peak_device_memory_mb": top["peak_device_memory_mb"],
+        "peak_host_memory_mb": top["peak_host_memory_mb"],
+        "clamped": top["clamped"],
+    }
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2, default=str))
+    elif fmt == "yaml":
+        import yaml
+        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+    else:
+        speed = f"{top['samples_per_sec']:.1f} samples/sec"
+        if top["speedup_vs_baseline"]:
+            speed += f", {top['speedup_vs_baseline']:.2f}x the baseline"
+        click.echo(f"# tuner best for {workload} on {hardware}: {speed} (run {top['run_id']})")
+        click.echo(knobs.to_python(device=top["device"] or "cuda"), nl=False)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def workloads(fmt: str) -> None:
+    """Known workloads with their source, parameter count (seed scale) and sample shape."""
+    from tuner.workload import available, resolve
+    entries = []
+    for name, where in sorted(available().items()):
+        w = resolve(name)
+        entries.append({"name": name, "description": w.description, "source": w.source,
+                        "parameters_seed": w.parameter_count("seed"),
+                        "sample_shape": w.sample_shape("seed"), "import_path": where})
+    if fmt == "json":
+        click.echo(json.dumps(entries, indent=2))
+        return
+    t = Table(title="workloads", title_justify="left")
+    for col in ("name", "parameters (seed)", "sample shape", "description", "source"):
+        t.add_column(col, overflow="fold")
+    for e in entries:
+        t.add_row(e["name"], f"{e['parameters_seed']:,}", json.dumps(e["sample_shape"]),
+                  e["description"], e["source"])
+    console.print(t)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

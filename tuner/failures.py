@@ -1,0 +1,50 @@
+"""The failure taxonomy of a trial, and the one place that recognises out-of-memory.
+
+A trial ends ``ok``, ``oom``, ``over_limit``, ``pruned`` or ``error``. A failed trial keeps its
+message and traceback; it is never recorded as a throughput of zero.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+
+STATUSES = ("ok", "oom", "over_limit", "pruned", "error")
+
+# Out-of-memory messages that do not arrive as torch.OutOfMemoryError. Each line says where
+# it comes from.
+_OOM_PATTERNS = (
+    "CUDA out of memory",                    # older torch, some caching-allocator paths
+    "CUBLAS_STATUS_ALLOC_FAILED",            # cuBLAS workspace allocation
+    "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",     # cuDNN algorithm workspace
+    "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "DefaultCPUAllocator: can't allocate memory",  # host RAM exhausted on the CPU device
+    "out of memory",                          # generic driver / NCCL message, keep last
+)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True when ``exc`` means the device (or host, for the CPU device) ran out of memory."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    if isinstance(exc, (RuntimeError, MemoryError)):
+        text = str(exc)
+        return isinstance(exc, MemoryError) or any(p in text for p in _OOM_PATTERNS)
+    return False
+
+
+def is_worker_failure(exc: BaseException) -> bool:
+    """True when a DataLoader worker died or timed out (killed, shared memory exhausted)."""
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "DataLoader worker" in text or "dataloader's worker" in text.lower())
+
+
+def free_device_memory() -> None:
+    """Release cached allocator memory after a failure so the next trial in a reused Ray actor
+    starts clean (Ray reuses actors even after a trial caught an OOM)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()

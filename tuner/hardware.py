@@ -1,0 +1,72 @@
+"""Hardware fingerprint: what a measurement is only valid for.
+
+``hardware_key`` groups leaderboard rows: the best configuration is always per workload and
+hardware key (GPU model and memory, or CPU model and core count).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+
+import psutil
+import torch
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return re.sub(r"\s+", " ", line.split(":", 1)[1]).strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(device: torch.device) -> dict:
+    """Fields describing the hardware ``device`` lives on.
+
+    Returns keys: device ('cpu'/'cuda'), hardware_key, gpu_name, gpu_memory_mb, cuda_version,
+    cpu_model, cpu_count, host_memory_mb.
+    """
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    info = {
+        "device": device.type,
+        "gpu_name": None,
+        "gpu_memory_mb": None,
+        "cuda_version": torch.version.cuda,
+        "cpu_model": cpu_model(),
+        "cpu_count": cpus,
+        "host_memory_mb": psutil.virtual_memory().total / 2**20,
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info["gpu_name"] = props.name
+        info["gpu_memory_mb"] = props.total_memory / 2**20
+        info["hardware_key"] = f"cuda:{props.name}:{round(props.total_memory / 2**30)}GiB"
+    else:
+        info["hardware_key"] = f"cpu:{info['cpu_model']}:{cpus}cpu"
+    return info
+
+
+def node_id() -> str | None:
+    """Ray node id of the calling process, or None outside Ray."""
+    try:
+        import ray
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except Exception:  # ray missing or not connected: the row simply has no node id
+        return None
+    return None
+
+
+def node_ip() -> str | None:
+    try:
+        import ray
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:
+        return None
+    return None

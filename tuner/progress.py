@@ -1,0 +1,112 @@
+"""Live progress of a run and its closing summary (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+from rich.table import Table
+
+from tuner import leaderboard
+
+_STATUS_STYLE = {"ok": "green", "oom": "yellow", "over_limit": "yellow", "pruned": "cyan",
+                 "error": "red"}
+
+
+class Progress:
+    """Prints the plan, one line per finished trial, and a bar for the trial budget."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.bar = RichProgress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                transient=True)
+        self.task = None
+        self.best_sps = 0.0
+        self.baseline_sps: float | None = None
+
+    def on_event(self, kind: str, data: dict) -> None:
+        if kind == "start":
+            self._start(data["plan"], data["concurrency"])
+        elif kind == "trial":
+            self._trial(data["row"], data["index"], data["total"])
+
+    def _start(self, plan, concurrency: int) -> None:
+        w = plan.workload
+        why = "" if plan.options.device != "auto" else (
+            " (auto: CUDA found)" if plan.device == "cuda" else " (auto: no CUDA device found)")
+        scale_note = "" if plan.options.scale else (
+            " (default on CPU; --scale seed for the report's sizes)" if plan.device == "cpu"
+            else " (default on CUDA)")
+        c = self.console
+        c.print(f"[bold]tuner run[/] {w.name} — {w.description}")
+        c.print(f"  device: [bold]{plan.device}[/]{why} · scale: [bold]{plan.scale}[/]{scale_note}")
+        c.print(f"  model: {w.parameter_count(plan.scale):,} parameters at {plan.scale} scale "
+                f"({w.parameter_count('seed'):,} at seed)")
+        c.print(f"  data: {plan.data_dir} ({plan.samples:,} samples) · space: {plan.space.source}")
+        budget = f"{plan.trials} trials" if plan.trials else "no trial limit"
+        if plan.options.time_budget_s:
+            budget += f", time budget {plan.options.time_budget_s:.0f} s"
+        s = plan.settings
+        c.print(f"  budget: {budget}, {concurrency} at a time · per trial: {s.warmup_steps} warm-up "
+                f"steps, {s.windows} windows of {s.window_s:g} s · run id {plan.run_id}")
+        c.print(f"  references first: {', '.join(name for name, _ in plan.references)}")
+        self.bar.start()
+        self.task = self.bar.add_task("trials", total=plan.trials)
+
+    def _trial(self, row: dict, index: int, total: int | None) -> None:
+        from tuner.cli import knob_text
+        status = row["status"]
+        style = _STATUS_STYLE.get(status, "white")
+        sps = row["samples_per_sec"]
+        if row["reference"] == "baseline" and status == "ok":
+            self.baseline_sps = sps
+        if status == "ok":
+            self.best_sps = max(self.best_sps, sps)
+        measured = f"{sps:10,.1f} samples/sec" if sps is not None else f"{'':>10} {'':11}"
+        ref = f" [bold]({row['reference']})[/]" if row["reference"] else ""
+        tail = f" — {row['error']}" if row.get("error") else ""
+        n = f"{index}/{total}" if total else str(index)
+        self.console.print(f"  [{n:>5}] [{style}]{status:<6}[/] {measured}  {knob_text(row)}{ref}"
+                           f"{tail}", highlight=False, soft_wrap=True)
+        if self.task is not None:
+            best = f"best {self.best_sps:,.1f} samples/sec" if self.best_sps else "no result yet"
+            self.bar.update(self.task, advance=1, description=f"trials · {best}")
+
+    def close(self) -> None:
+        self.bar.stop()
+
+    def print_summary(self, summary) -> None:
+        rows = summary.rows
+        ok = [r for r in rows if r["status"] == "ok"]
+        counts = ", ".join(f"{n} {s}" for s in leaderboard_statuses(rows)
+                           for n in [sum(r["status"] == s for r in rows)])
+        self.console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s ({counts}); "
+                           f"leaderboard: {summary.results_dir}/leaderboard")
+        if not ok:
+            return
+        best = max(ok, key=lambda r: r["samples_per_sec"])
+        refs = {r["reference"]: r for r in rows if r["reference"]}
+        from tuner.cli import knob_text
+        t = Table(title=f"{summary.workload} on {best['hardware_key']} ({summary.scale} scale)",
+                  title_justify="left")
+        for col in ("configuration", "samples/sec", "best is", "knobs"):
+            t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
+        t.add_row("[bold]best[/]", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
+        for name in ("baseline", "recommended"):
+            r = refs.get(name)
+            if r is None:
+                continue
+            if r["status"] == "ok":
+                t.add_row(name, f"{r['samples_per_sec']:,.1f}",
+                          f"{best['samples_per_sec'] / r['samples_per_sec']:.2f}x faster", knob_text(r))
+            else:
+                t.add_row(name, r["status"], "", knob_text(r))
+        self.console.print(t)
+        self.console.print(f"ready to paste: python -m tuner best --workload {summary.workload} "
+                           f"--results {summary.results_dir} --format python")
+
+
+def leaderboard_statuses(rows: list[dict]) -> list[str]:
+    return [s for s in ("ok", "oom", "over_limit", "pruned", "error")
+            if any(r["status"] == s for r in rows)]

@@ -1,0 +1,280 @@
+"""Search spaces: YAML -> a validated, conditional Optuna define-by-run space.
+
+Format: search_spaces/README.md. A space is validated completely before Ray starts; every error
+names the file, the knob, the bad value and what is accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from tuner.errors import SpaceError
+from tuner.knobs import AMP_MODES, COMPILE_MODES, KNOB_FIELDS, Knobs
+
+# Knobs only meaningful with DataLoader workers.
+WORKER_KNOBS = ("prefetch_factor", "persistent_workers")
+# Knobs (or values) that have no effect on CPU: not sampled there (Knobs.clamp documents why).
+CUDA_ONLY_KNOBS = ("pin_memory", "non_blocking", "cudnn_benchmark", "tf32")
+CUDA_ONLY_VALUES = {"amp": ("fp16",), "compile": ("reduce-overhead",)}
+_STRING_KNOBS = {"amp": AMP_MODES, "compile": COMPILE_MODES}
+DEVICE_TYPES = ("cpu", "cuda")
+_TOP_KEYS = {"knobs", "description", *DEVICE_TYPES}
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """Integer knob range, inclusive; ``log`` samples on a log scale."""
+    low: int
+    high: int
+    log: bool = False
+    step: int = 1
+
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, int) and self.low <= value <= self.high and (
+            self.log or (value - self.low) % self.step == 0)
+
+    def describe(self) -> str:
+        return f"[{self.low}, {self.high}]" + (" log" if self.log else "")
+
+
+@dataclass(frozen=True)
+class Choices:
+    """Categorical knob values."""
+    values: tuple
+
+    def contains(self, value: Any) -> bool:
+        return any(value == v and type(value) is type(v) for v in self.values)
+
+    def describe(self) -> str:
+        return "{" + ", ".join(_fmt(v) for v in self.values) + "}"
+
+
+Domain = IntRange | Choices
+
+
+@dataclass(frozen=True)
+class Space:
+    """A validated search space: sampled knobs (domains) and constant knobs.
+
+    Call ``for_device`` to get the space a run actually samples.
+    """
+    source: str
+    domains: Mapping[str, Domain]
+    constants: Mapping[str, Any]
+    overrides: Mapping[str, tuple[Mapping[str, Domain], Mapping[str, Any]]] = field(
+        default_factory=dict)
+    """Per device type ('cpu'/'cuda'): domains and constants replacing those of ``knobs``."""
+
+    def for_device(self, device_type: str, max_workers: int) -> "Space":
+        """Drop what cannot apply on ``device_type`` and cap ``num_workers`` at ``max_workers``
+        (the node's CPU count: DESIGN 'num_workers 0..#CPUs given to the trial')."""
+        base_domains, base_constants = dict(self.domains), dict(self.constants)
+        over_domains, over_constants = self.overrides.get(device_type, ({}, {}))
+        for name in (*over_domains, *over_constants):
+            base_domains.pop(name, None)
+            base_constants.pop(name, None)
+        base_domains.update(over_domains)
+        base_constants.update(over_constants)
+        domains: dict[str, Domain] = {}
+        for name, dom in base_domains.items():
+            if device_type == "cpu" and name in CUDA_ONLY_KNOBS:
+                continue
+            if device_type == "cpu" and name in CUDA_ONLY_VALUES and isinstance(dom, Choices):
+                kept = tuple(v for v in dom.values if v not in CUDA_ONLY_VALUES[name])
+                if len(kept) <= 1:
+                    continue
+                dom = Choices(kept)
+            if name == "num_workers" and isinstance(dom, IntRange) and dom.high > max_workers:
+                dom = IntRange(dom.low, max(dom.low, max_workers), dom.log, dom.step)
+            domains[name] = dom
+        constants = base_constants
+        if device_type == "cpu":
+            for name in CUDA_ONLY_KNOBS:
+                constants.pop(name, None)
+        return Space(self.source, domains, constants)
+
+    def sampler(self) -> "DefineByRun":
+        return DefineByRun(dict(self.domains), dict(self.constants))
+
+    def project(self, knobs: Knobs) -> dict[str, Any]:
+        """The Optuna parameters that describe ``knobs`` in this space (for enqueueing a
+        reference configuration). Raises SpaceError if a value lies outside its domain."""
+        params = {}
+        values = knobs.to_dict()
+        for name, dom in self.domains.items():
+            if name in WORKER_KNOBS and knobs.num_workers == 0:
+                continue
+            value = values[name]
+            if name == "num_workers" and isinstance(dom, IntRange) and value > dom.high:
+                # A reference may use more workers than this node has CPUs; the trial still
+                # runs it as written, the search just records it at the cap.
+                value = dom.high
+            if not dom.contains(value):
+                raise SpaceError(
+                    f"search space {self.source}: knob {name} {dom.describe()} excludes the "
+                    f"reference value {_fmt(values[name])}; widen the space to include it")
+            params[name] = value
+        return params
+
+
+class DefineByRun:
+    """Optuna define-by-run space (picklable: Ray Tune checkpoints the searcher).
+
+    ``prefetch_factor`` and ``persistent_workers`` are suggested only when ``num_workers > 0``.
+    Returns constants merged over the suggestions.
+    """
+
+    def __init__(self, domains: dict[str, Domain], constants: dict[str, Any]):
+        self.domains = domains
+        self.constants = constants
+
+    def __call__(self, trial) -> dict[str, Any]:
+        chosen: dict[str, Any] = {}
+        for name, dom in self.domains.items():
+            if name in WORKER_KNOBS and _workers(chosen, self.constants) == 0:
+                continue
+            if isinstance(dom, IntRange):
+                step = None if dom.log else dom.step
+                chosen[name] = trial.suggest_int(name, dom.low, dom.high, log=dom.log,
+                                                 **({"step": step} if step else {}))
+            else:
+                chosen[name] = trial.suggest_categorical(name, list(dom.values))
+        out = dict(self.constants)
+        if _workers(chosen, self.constants) == 0:
+            for name in WORKER_KNOBS:
+                out.pop(name, None)
+        return out
+
+
+def _workers(chosen: Mapping[str, Any], constants: Mapping[str, Any]) -> int:
+    return int(chosen.get("num_workers", constants.get("num_workers", 0)))
+
+
+def builtin_path(name: str) -> str:
+    return f"search_spaces/{name}.yaml"
+
+
+def load_space(name_or_path: str | Path, *, is_file: bool = False) -> Space:
+    """Load a space by workload name (package data) or from a file (``is_file``).
+
+    Raises:
+        SpaceError: unreadable file, malformed YAML, unknown keys or knobs, impossible ranges.
+    """
+    if is_file:
+        path = Path(name_or_path)
+        source = str(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise SpaceError(f"search space {source}: cannot read it ({exc.strerror})") from None
+    else:
+        source = builtin_path(str(name_or_path))
+        try:
+            text = resources.files("search_spaces").joinpath(f"{name_or_path}.yaml").read_text()
+        except FileNotFoundError:
+            raise SpaceError(f"no built-in search space {source}; pass one with --space FILE") from None
+    return parse_space(text, source)
+
+
+def parse_space(text: str, source: str) -> Space:
+    """Parse and validate YAML text (see load_space)."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpaceError(f"search space {source}: malformed YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("knobs"), dict) or not doc["knobs"]:
+        raise SpaceError(f"search space {source}: expected a mapping with a non-empty 'knobs:' mapping")
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise SpaceError(f"search space {source}: unknown key(s) {', '.join(unknown)}; "
+                         f"accepted: {', '.join(sorted(_TOP_KEYS))}")
+    domains, constants = _parse_knobs(doc["knobs"], source, "knobs")
+    overrides = {}
+    for device_type in DEVICE_TYPES:
+        if device_type in doc:
+            if not isinstance(doc[device_type], dict):
+                raise SpaceError(f"search space {source}: '{device_type}:' must map knobs to "
+                                 "ranges or values (overrides for that device)")
+            overrides[device_type] = _parse_knobs(doc[device_type], source, device_type)
+    if "batch_size" not in domains and "batch_size" not in constants:
+        raise SpaceError(f"search space {source}: knob batch_size must be given (a range or a value)")
+    return Space(source, domains, constants, overrides)
+
+
+def _parse_knobs(section: dict, source: str, label: str) -> tuple[dict[str, Domain], dict[str, Any]]:
+    domains: dict[str, Domain] = {}
+    constants: dict[str, Any] = {}
+    for name, spec in section.items():
+        if name not in KNOB_FIELDS:
+            raise SpaceError(f"search space {source}: unknown knob {name!r} under '{label}:'; "
+                             f"accepted: {', '.join(Knobs.names())}")
+        where = f"search space {source}: knob {name}"
+        if isinstance(spec, dict):
+            domains[name] = _parse_domain(name, spec, where)
+        else:
+            value = _normalise(name, spec)
+            _check_value(name, value, where)
+            constants[name] = value
+    return domains, constants
+
+
+def _parse_domain(name: str, spec: dict, where: str) -> Domain:
+    if "choices" in spec:
+        if set(spec) != {"choices"}:
+            raise SpaceError(f"{where}: 'choices' cannot be combined with {sorted(set(spec) - {'choices'})}")
+        values = spec["choices"]
+        if not isinstance(values, list) or not values:
+            raise SpaceError(f"{where}: 'choices' must be a non-empty list, got {values!r}")
+        normalised = tuple(_normalise(name, v) for v in values)
+        for v in normalised:
+            _check_value(name, v, where)
+        return Choices(normalised)
+    allowed = {"low", "high", "log", "step"}
+    if not {"low", "high"} <= set(spec) or set(spec) - allowed:
+        raise SpaceError(f"{where}: a range is {{low: N, high: M[, log: true][, step: K]}} or "
+                         f"{{choices: [...]}}, got {spec!r}")
+    low, high, log, step = spec["low"], spec["high"], spec.get("log", False), spec.get("step", 1)
+    field_type = KNOB_FIELDS[name].type
+    if "int" not in str(field_type):
+        raise SpaceError(f"{where}: a low/high range needs an integer knob; use choices for it")
+    for label, v in (("low", low), ("high", high), ("step", step)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise SpaceError(f"{where}: {label}={v!r} must be an integer")
+    if not isinstance(log, bool):
+        raise SpaceError(f"{where}: log={log!r} must be true or false")
+    if low > high:
+        raise SpaceError(f"{where}: impossible range low={low} > high={high}")
+    if step < 1 or (log and step != 1):
+        raise SpaceError(f"{where}: step={step} must be >= 1 (and 1 with log: true)")
+    if log and low < 1:
+        raise SpaceError(f"{where}: log scale needs low >= 1, got low={low}")
+    _check_value(name, low, where)
+    _check_value(name, high, where)
+    return IntRange(low, high, log, step)
+
+
+def _normalise(name: str, value: Any) -> Any:
+    # YAML 1.1 reads a bare `off` as false; for the string knobs it means "off".
+    if name in _STRING_KNOBS and value is False:
+        return "off"
+    return value
+
+
+def _check_value(name: str, value: Any, where: str) -> None:
+    probe = {"batch_size": 1, name: value}
+    if name in WORKER_KNOBS:
+        probe["num_workers"] = 1
+    try:
+        Knobs.from_dict(probe)
+    except (ValueError, TypeError) as exc:
+        raise SpaceError(f"{where}: {exc}") from None
+
+
+def _fmt(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+

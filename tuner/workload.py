@@ -1,0 +1,236 @@
+"""The workload contract (public API) and the registry that finds workloads.
+
+A workload is the thing being tuned: a model, real on-disk data, and a loss. It holds no knob
+logic: the harness applies batch size, DataLoader settings, AMP, channels_last, compile, etc.
+
+Bring your own::
+
+    # mypkg/mod.py
+    from tuner.workload import Workload, make_trainable
+    from tuner.knobs import Knobs
+
+    class MyWorkload(Workload):
+        name = "mymodel"
+        description = "my model on my data"
+        source = "my team's training script"
+        references = {"baseline": Knobs(batch_size=32, num_workers=2)}
+        def build_model(self, scale): ...
+        def build_dataset(self, data_dir, scale): ...
+        def prepare_default_data(self, cache_dir, scale): ...
+        def training_step(self, model, batch): ...
+        def sample_shape(self, scale): ...
+
+    workload = MyWorkload()
+    trainable = make_trainable(workload)
+
+    # python -m tuner run --workload mypkg.mod:workload
+
+Built-ins are found by name (``ddpm``); others by import path (``pkg.module:attribute``) or by
+the entry-point group ``tuner.workloads``.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import os
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from tuner.errors import TunerError
+from tuner.knobs import Knobs
+
+SCALES = ("seed", "tiny")
+"""``seed``: faithful to the source report. ``tiny``: same architecture, small enough for a
+2-core CPU test."""
+
+ENTRY_POINT_GROUP = "tuner.workloads"
+
+BUILTINS: dict[str, str] = {
+    "ddpm": "workloads.ddpm:workload",
+    "classifier": "workloads.classifier:workload",
+    "classifier299": "workloads.classifier:workload299",
+    "segmentation3d": "workloads.segmentation3d:workload",
+    "headpose": "workloads.headpose:workload",
+    "chargpt": "workloads.chargpt:workload",
+}
+"""Built-in workload names and where they live. A name whose module is missing is skipped."""
+
+
+class Workload(abc.ABC):
+    """One model family to tune. Subclass it, fill the class attributes, implement the methods.
+
+    Contract:
+      * ``build_dataset`` reads real files and does the CPU work (decode, augment, crop,
+        tokenise) in ``__getitem__``: that work is what ``num_workers`` exists for.
+      * ``training_step`` returns the scalar loss of one micro-batch already on the device; the
+        harness runs it under autocast, calls backward and steps the optimizer.
+      * Nothing here reads or applies knobs.
+    """
+
+    name: ClassVar[str]
+    """Short name used on the command line and in the leaderboard."""
+    description: ClassVar[str]
+    """One line: the model and the data."""
+    source: ClassVar[str]
+    """The report or paper the architecture and defaults come from."""
+    references: ClassVar[Mapping[str, Knobs]] = {}
+    """Named reference configurations, evaluated first in every run: 'baseline' (the user's
+    starting point, required) and optionally 'recommended' (what the guide said to do)."""
+    space: ClassVar[str | None] = None
+    """Name of the search-space YAML in ``search_spaces/`` (default: ``name``)."""
+    learning_rate: ClassVar[float] = 1e-4
+    """Learning rate of the default optimizer (AdamW)."""
+    data_is_file: ClassVar[bool] = False
+    """True when ``--data`` names one file (a text corpus) rather than a directory."""
+
+    @abc.abstractmethod
+    def build_model(self, scale: str) -> nn.Module:
+        """The model, on CPU, in fp32, for ``scale`` in SCALES."""
+
+    @abc.abstractmethod
+    def build_dataset(self, data_dir: Path, scale: str) -> Dataset:
+        """The training dataset reading files under ``data_dir``.
+
+        Raises:
+            tuner.errors.DataError: the directory is missing, empty, or has no usable file; a
+                file that fails to decode in ``__getitem__`` raises it naming the file.
+        """
+
+    @abc.abstractmethod
+    def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
+        """Write the embedded default dataset under ``cache_dir`` once (deterministically) and
+        return its path (what ``build_dataset`` takes). A second call reuses what is there."""
+
+    @abc.abstractmethod
+    def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """Forward pass and loss for one micro-batch on the device. Returns a scalar tensor."""
+
+    @abc.abstractmethod
+    def sample_shape(self, scale: str) -> dict[str, list[int]]:
+        """Shapes of one sample's tensors, e.g. ``{"image": [3, 40, 40]}``."""
+
+    def samples_in(self, batch: Any) -> int:
+        """Samples in a batch (default: length of the first tensor)."""
+        first = batch[0] if isinstance(batch, (tuple, list)) else batch
+        if isinstance(first, Mapping):
+            first = next(iter(first.values()))
+        return int(first.shape[0])
+
+    def units_per_sample(self, scale: str) -> dict[str, int]:
+        """Other throughput units per sample, e.g. ``{"tokens": 256}`` adds ``tokens_per_sec``."""
+        return {}
+
+    def build_optimizer(self, params, fused: bool) -> torch.optim.Optimizer:
+        """The optimizer; ``fused`` is the fused_optimizer knob. Default: AdamW."""
+        return torch.optim.AdamW(params, lr=self.learning_rate, fused=fused or None)
+
+    def collate_fn(self) -> Callable | None:
+        """DataLoader ``collate_fn`` (None: torch's default)."""
+        return None
+
+    def check_data(self, data_dir: Path, scale: str) -> int:
+        """Validate data before any trial starts; returns the number of samples.
+
+        The default builds the dataset and reads one sample. Raises DataError."""
+        dataset = self.build_dataset(data_dir, scale)
+        n = len(dataset)
+        if n == 0:
+            from tuner.errors import DataError
+            raise DataError(f"data {data_dir}: no samples found")
+        dataset[0]
+        return n
+
+    @property
+    def space_name(self) -> str:
+        return self.space or self.name
+
+    @property
+    def baseline(self) -> Knobs:
+        return self.references["baseline"]
+
+    def parameter_count(self, scale: str) -> int:
+        return sum(p.numel() for p in self.build_model(scale).parameters())
+
+
+def make_trainable(workload: Workload) -> Callable[[dict], None]:
+    """A Ray Tune function trainable for ``workload``.
+
+    The config holds knob values (see ``tuner.knobs.Knobs``) and, under the key ``"tuner"``, the
+    trial settings (``tuner.harness.TrialSettings`` fields: scale, device, data_dir, windows...).
+    Each measurement window is reported with ``ray.tune.report``.
+    """
+
+    def trainable(config: dict) -> None:
+        from tuner.harness import run_tune_trial
+        run_tune_trial(workload, config)
+
+    trainable.__name__ = f"{workload.name}_trainable"
+    trainable.__qualname__ = trainable.__name__
+    return trainable
+
+
+def _load_import_path(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise TunerError(
+            f"workload {spec!r}: an import path looks like 'package.module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TunerError(f"workload {spec!r}: cannot import module {module_name!r} ({exc})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise TunerError(f"workload {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+
+
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available() -> dict[str, str]:
+    """Known workload names -> where they come from (built-in import path or entry point)."""
+    names = {}
+    for name, path in BUILTINS.items():
+        module = path.partition(":")[0]
+        if importlib.util.find_spec(module) is not None:
+            names[name] = path
+    for name, ep in _entry_points().items():
+        names.setdefault(name, ep.value)
+    return names
+
+
+def resolve(spec: str) -> Workload:
+    """Find a workload by built-in name, entry-point name, or import path.
+
+    Raises:
+        TunerError: unknown name (the message lists the known ones), bad import path, or an
+            object that is not a Workload.
+    """
+    known = available()
+    if spec in known:
+        obj = _load_import_path(known[spec]) if spec in BUILTINS else _entry_points()[spec].load()
+    elif ":" in spec:
+        obj = _load_import_path(spec)
+    else:
+        raise TunerError(
+            f"unknown workload {spec!r}; known: {', '.join(sorted(known))} "
+            "(or an import path 'package.module:attribute')")
+    if isinstance(obj, type) and issubclass(obj, Workload):
+        obj = obj()
+    if not isinstance(obj, Workload):
+        raise TunerError(f"workload {spec!r} is a {type(obj).__name__}, not a tuner.workload.Workload")
+    if "baseline" not in obj.references:
+        raise TunerError(f"workload {spec!r} has no 'baseline' reference configuration")
+    return obj
+
+
+def default_cache_dir() -> Path:
+    """Where embedded default datasets are written: ``$TUNER_CACHE`` or ``~/.cache/tuner``."""
+    return Path(os.environ.get("TUNER_CACHE") or Path.home() / ".cache" / "tuner")
