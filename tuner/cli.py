@@ -230,12 +230,13 @@ def workloads(fmt: str) -> None:
         click.echo(json.dumps(entries, indent=2))
         return
     t = Table(title="workloads", title_justify="left")
-    for col in ("name", "parameters (seed)", "sample shape", "description", "source"):
-        t.add_column(col, overflow="fold")
+    for col in ("name", "parameters (seed)", "sample shape (seed)", "description"):
+        t.add_column(col, overflow="fold", justify="right" if col.startswith("param") else "left")
     for e in entries:
-        t.add_row(e["name"], f"{e['parameters_seed']:,}", json.dumps(e["sample_shape"]),
-                  e["description"], e["source"])
+        shape = ", ".join(f"{k} {'x'.join(map(str, v)) or 'scalar'}" for k, v in e["sample_shape"].items())
+        t.add_row(e["name"], f"{e['parameters_seed']:,}", shape, e["description"])
     console.print(t)
+    console.print("sources: `python -m tuner workloads --format json`")
 
 
 if __name__ == "__main__":

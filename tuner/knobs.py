@@ -11,7 +11,7 @@ AMP, ``channels_last``, ``torch.compile``, cuDNN benchmark, TF32, fused AdamW).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 AMP_MODES = ("off", "fp16", "bf16")
@@ -145,47 +145,51 @@ class Knobs:
         return kwargs
 
     def to_python(self, device: str = "cuda") -> str:
-        """The knobs as Python to paste into a training script."""
+        """The knobs as Python to paste into a training script (``dataset``, ``model``,
+        ``loss_fn`` and ``lr`` are the user's)."""
         lines = ["import torch", ""]
-        if self.cudnn_benchmark:
-            lines.append("torch.backends.cudnn.benchmark = True")
-        lines.append(f"torch.backends.cuda.matmul.allow_tf32 = {self.tf32}")
-        lines.append(f"torch.backends.cudnn.allow_tf32 = {self.tf32}")
-        lines.append("")
+        if device == "cuda":
+            lines.append(f"torch.backends.cudnn.benchmark = {self.cudnn_benchmark}")
+            lines.append(f"torch.backends.cuda.matmul.allow_tf32 = {self.tf32}")
+            lines.append(f"torch.backends.cudnn.allow_tf32 = {self.tf32}")
+            lines.append("")
         args = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs().items())
-        lines.append(f"loader = torch.utils.data.DataLoader(dataset, shuffle=True, {args})")
+        lines.append(f"loader = torch.utils.data.DataLoader(dataset, shuffle=True, drop_last=True, {args})")
         fmt = ", memory_format=torch.channels_last" if self.channels_last else ""
         lines.append(f"model = model.to({device!r}{fmt})")
         if self.compile != "off":
-            lines.append(f"model = torch.compile(model, mode={self.compile!r})")
+            mode = "" if self.compile == "default" else f", mode={self.compile!r}"
+            lines.append(f"model = torch.compile(model{mode})")
         fused = ", fused=True" if self.fused_optimizer else ""
         lines.append(f"optimizer = torch.optim.AdamW(model.parameters(), lr=lr{fused})")
-        if self.grad_accum > 1:
-            lines.append(f"grad_accum = {self.grad_accum}  # optimizer step every {self.grad_accum} "
-                         "micro-batches; divide the loss by it")
+        if self.amp == "fp16":
+            lines.append(f"scaler = torch.amp.GradScaler({device!r})")
         lines.append("")
         nb = ", non_blocking=True" if self.non_blocking else ""
-        lines.append("for batch in loader:")
         cl = ", memory_format=torch.channels_last" if self.channels_last else ""
-        lines.append(f"    x = x.to({device!r}{nb}{cl})  # same for every tensor of the batch")
+        accum = self.grad_accum > 1
+        lines.append("for step, (x, y) in enumerate(loader):  # adapt to your batch structure" if accum
+                     else "for x, y in loader:  # adapt to your batch structure")
+        lines.append(f"    x = x.to({device!r}{nb}{cl})")
+        lines.append(f"    y = y.to({device!r}{nb})")
+        body = "loss_fn(model(x), y)" + (f" / {self.grad_accum}" if accum else "")
         if self.amp == "off":
-            lines.append("    loss = loss_fn(model(x), y)")
-            lines.append("    loss.backward()")
-            lines.append("    optimizer.step()")
+            lines.append(f"    loss = {body}")
         else:
             dtype = "torch.float16" if self.amp == "fp16" else "torch.bfloat16"
             lines.append(f"    with torch.autocast({device!r}, dtype={dtype}):")
-            lines.append("        loss = loss_fn(model(x), y)")
-            if self.amp == "fp16":
-                lines.insert(lines.index("for batch in loader:"),
-                             f"scaler = torch.amp.GradScaler({device!r})")
-                lines.append("    scaler.scale(loss).backward()")
-                lines.append("    scaler.step(optimizer)")
-                lines.append("    scaler.update()")
-            else:
-                lines.append("    loss.backward()")
-                lines.append("    optimizer.step()")
-        lines.append("    optimizer.zero_grad(set_to_none=True)")
+            lines.append(f"        loss = {body}")
+        lines.append("    scaler.scale(loss).backward()" if self.amp == "fp16" else "    loss.backward()")
+        indent = "    "
+        if accum:
+            lines.append(f"    if (step + 1) % {self.grad_accum} == 0:  # global batch "
+                         f"{self.batch_size * self.grad_accum}")
+            indent = "        "
+        if self.amp == "fp16":
+            lines += [f"{indent}scaler.step(optimizer)", f"{indent}scaler.update()"]
+        else:
+            lines.append(f"{indent}optimizer.step()")
+        lines.append(f"{indent}optimizer.zero_grad(set_to_none=True)")
         return "\n".join(lines) + "\n"
 
 
