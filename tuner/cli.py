@@ -59,7 +59,7 @@ def main() -> None:
 @click.option("--data", type=click.Path(), help="Your dataset (directory, or file for text workloads) "
               "[default: the workload's embedded data, written once to the cache].")
 @click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False),
-              help="Results directory; the leaderboard is <results>/leaderboard/.")
+              help="Results directory or URI (s3://…, file://…); the leaderboard is <results>/leaderboard/.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampler and of torch.")
 @click.option("--address", help="Ray cluster address (auto, HOST:PORT or ray://HOST:PORT).")
 @click.option("--windows", type=click.IntRange(min=1), help="Measurement windows per trial.")
@@ -67,17 +67,34 @@ def main() -> None:
               help="Seconds per measurement window.")
 @click.option("--warmup-steps", "warmup_steps", type=click.IntRange(min=1),
               help="Optimizer steps before measuring.")
+@click.option("--objective", type=click.Choice(["samples-per-sec", "time-to-train"]),
+              default="samples-per-sec", show_default=True,
+              help="Steady-state throughput, or the predicted wall time of --train-steps steps "
+                   "including setup, warm-up and compile.")
+@click.option("--train-steps", "train_steps", type=click.IntRange(min=1),
+              help="Optimizer steps of your real job (for --objective time-to-train).")
+@click.option("--max-memory", "max_memory",
+              help="Device memory limit: a fraction (0.9) or a size (12GB); a size below the "
+                   "card's is enforced, so a big GPU behaves like the smaller card.")
+@click.option("--max-host-memory", "max_host_memory",
+              help="Host memory limit per trial, process + DataLoader workers (8GB, or a fraction of RAM).")
+@click.option("--global-batch-size", "global_batch_size", type=click.IntRange(min=1),
+              help="Keep batch_size x grad_accum at N: the search varies the micro-batch only.")
+@click.option("--probe", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="Memory probe bounding the batch size before the search (auto: on CUDA or "
+                   "with --max-host-memory).")
+@click.option("--remeasure", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Re-measure the N best configurations with twice the windows; the winner is "
+                   "chosen on these.")
+@click.option("--ceiling/--no-ceiling", default=True, show_default=True,
+              help="Measure the winner's compute-only ceiling (batches already on the device).")
 def run(**kwargs: Any) -> None:
     """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end."""
     from tuner.search import Plan, RunOptions, run as run_search
     from tuner.progress import Progress
 
-    options = RunOptions(workload=kwargs["workload"], space_file=kwargs["space_file"],
-                         trials=kwargs["trials"], time_budget_s=kwargs["time_budget"],
-                         device=kwargs["device"], scale=kwargs["scale"], data=kwargs["data"],
-                         results=kwargs["results"], seed=kwargs["seed"], address=kwargs["address"],
-                         windows=kwargs["windows"], window_s=kwargs["window_s"],
-                         warmup_steps=kwargs["warmup_steps"])
+    kwargs["time_budget_s"] = kwargs.pop("time_budget")
+    options = RunOptions(**kwargs)
     with console.status("checking the workload, search space and data…"):
         plan = Plan(options)
     progress = Progress(console)
@@ -92,7 +109,7 @@ def run(**kwargs: Any) -> None:
 def _common_filters(f):
     f = click.option("--hardware", help="Hardware key (default: the only one, or this machine's).")(f)
     f = click.option("--results", default="tuner-results", show_default=True,
-                     type=click.Path(file_okay=False))(f)
+                     type=click.Path(file_okay=False), help="Results directory or URI.")(f)
     return click.option("--workload", "-w", required=True, help="Workload name.")(f)
 
 
@@ -213,6 +230,34 @@ def best(workload: str, results: str, hardware: str | None, fmt: str) -> None:
             speed += f", {top['speedup_vs_baseline']:.2f}x the baseline"
         click.echo(f"# tuner best for {workload} on {hardware}: {speed} (run {top['run_id']})")
         click.echo(knobs.to_python(device=top["device"] or "cuda"), nl=False)
+
+
+@main.command()
+@_common_filters
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for the PNG figures and report.html.")
+@click.option("--max-memory-mb", "max_memory_mb", type=click.FloatRange(min=0, min_open=True),
+              help="Memory limit to draw on the throughput-vs-memory figure, MB.")
+def report(workload: str, results: str, hardware: str | None, out_dir: str,
+           max_memory_mb: float | None) -> None:
+    """PNG figures and one self-contained HTML page from a workload's leaderboard."""
+    from tuner.report import write_report
+    _, hardware = _load(results, workload, hardware)
+    paths = write_report(results, workload, out_dir, hardware=hardware, max_memory_mb=max_memory_mb)
+    for path in paths:
+        console.print(f"  {path}")
+    console.print(f"open {paths[-1]}")
+
+
+@main.command(name="check-cluster")
+@click.argument("path", type=click.Path(dir_okay=False))
+def check_cluster(path: str) -> None:
+    """Validate a Ray cluster-launcher YAML against the schema shipped with Ray."""
+    from tuner.cluster import validate_cluster_config
+    config = validate_cluster_config(path)
+    types = ", ".join(config.get("available_node_types", {})) or "none"
+    console.print(f"{path}: valid Ray cluster config (cluster {config.get('cluster_name')!r}; "
+                  f"node types: {types})")
 
 
 @main.command()

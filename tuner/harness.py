@@ -25,7 +25,9 @@ from tuner import __version__
 from tuner.failures import free_device_memory, is_oom, is_worker_failure
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
-from tuner.measure import HostMemorySampler, Stopwatch, Window, peak_device_memory_mb, summarise, synchronize
+from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, Stopwatch, Window,
+                           parse_memory, peak_device_memory_mb, release_host_memory, summarise,
+                           synchronize)
 from tuner.workload import SCALES, Workload
 
 Report = Callable[[dict], None]
@@ -49,6 +51,25 @@ class TrialSettings:
     """Minimum wall time of one window, seconds (a window ends on the first step past it)."""
     seed: int = 0
     """Seed for torch (model init, augmentation, shuffling)."""
+    breakdown_steps: int = 3
+    """Synchronised steps, after the windows, timed per phase (data wait, host-to-device,
+    forward, backward, optimizer); 0 turns the breakdown off."""
+    compute_only: bool = False
+    """Compute-only ceiling: cycle a few batches already on the device instead of the
+    DataLoader (the throughput a perfect input pipeline would give)."""
+    max_memory: str | None = None
+    """Device memory limit: a fraction ('0.9') or a size ('12GB'). A size below the card's is
+    enforced with the allocator's per-process fraction, so a big card OOMs where a small one
+    would; a trial whose peak (allocator + CUDA context) exceeds it ends ``over_limit``."""
+    max_host_memory_mb: float | None = None
+    """Host memory limit for the trial process plus its DataLoader workers (peak RSS), MB; a
+    trial over it stops with status ``over_limit``."""
+    train_steps: int | None = None
+    """Steps of the user's real job, to predict ``time_to_train_s`` (setup, warm-up and
+    compile included)."""
+    default_data: bool = False
+    """``data_dir`` is the workload's embedded default: a node that lacks it (a cluster worker)
+    writes it to its own cache first (deterministic, so every node trains on the same data)."""
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -58,6 +79,8 @@ class TrialSettings:
         if self.warmup_steps < 1 or self.windows < 1 or self.window_s <= 0:
             raise ValueError("warmup_steps and windows must be >= 1 and window_s > 0, got "
                              f"{self.warmup_steps}, {self.windows}, {self.window_s}")
+        if self.max_memory is not None:
+            parse_memory(self.max_memory)
 
 
 class TrialFailure(Exception):
@@ -69,7 +92,8 @@ def run_tune_trial(workload: Workload, config: dict) -> None:
     from ray import tune
 
     settings = TrialSettings(**config["tuner"])
-    run_trial(workload, config, settings, report=tune.report)
+    knobs = {**config, **config.get("fixed", {})}  # follow-up phases pass fixed configurations
+    run_trial(workload, knobs, settings, report=tune.report)
 
 
 def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
@@ -111,37 +135,62 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         report({**result, **partial_result, "status": "running"})
 
     restore = _set_global_flags(applied, device)
-    sampler = HostMemorySampler()
+    limit_mb = _apply_device_limit(settings.max_memory, device)
+    result["max_memory_mb"] = limit_mb
+    sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
     try:
         with sampler:
-            measured = _measure(workload, applied, settings, device, on_window)
+            measured = _measure(workload, applied, settings, device, on_window, sampler)
         result.update(measured, status="ok")
         for unit, per_sample in units.items():
             result[f"{unit}_per_sec"] = measured["samples_per_sec"] * per_sample
+        peak = measured["peak_device_memory_mb"]
+        if limit_mb is not None and peak is not None and peak > limit_mb:
+            raise LimitExceeded(f"peak device memory {peak:,.0f} MB (allocator + CUDA context) "
+                                f"is over the limit of {limit_mb:,.0f} MB")
+        if settings.max_host_memory_mb is not None and sampler.peak_mb > settings.max_host_memory_mb:
+            raise LimitExceeded(f"peak host memory {sampler.peak_mb:,.0f} MB (process + workers) "
+                                f"is over the limit of {settings.max_host_memory_mb:,.0f} MB")
     except Exception as exc:  # recorded with its traceback and status; the run goes on
-        result["status"] = "oom" if is_oom(exc) else "error"
+        if isinstance(exc, LimitExceeded):
+            result["status"] = "over_limit"
+        else:
+            result["status"] = "oom" if is_oom(exc) else "error"
         kind = "DataLoader worker failure: " if is_worker_failure(exc) else ""
         result["error"] = f"{kind}{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc(limit=20)
         result["samples_per_sec"] = 0.0
     finally:
+        _release_device_limit(limit_mb, device)
         restore()
         if applied.compile != "off":
             torch._dynamo.reset()
         free_device_memory()
+        release_host_memory()
     result["peak_host_memory_mb"] = sampler.peak_mb
+    if result["status"] != "ok":
+        result["time_to_train_s"] = None
     result["started_at"], result["finished_at"] = started_at, _now()
     report(result)
     return result
 
 
+PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+"""Phases of the per-step breakdown (leaderboard columns ``<phase>_ms`` and ``<phase>_pct``)."""
+
+
 def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
-             on_window: Report) -> dict:
-    """Build everything, warm up, measure windows. Raises on any failure."""
+             on_window: Report, sampler: HostMemorySampler) -> dict:
+    """Build everything, warm up, measure windows, time the phases. Raises on any failure."""
+    setup = Stopwatch()
     torch.manual_seed(settings.seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    dataset = workload.build_dataset(Path(settings.data_dir), settings.scale)
+    data_dir = Path(settings.data_dir)
+    if settings.default_data and not data_dir.exists():
+        from tuner.workload import default_cache_dir
+        data_dir = workload.prepare_default_data(default_cache_dir() / "data", settings.scale)
+    dataset = workload.build_dataset(data_dir, settings.scale)
     if len(dataset) < knobs.batch_size:
         raise TrialFailure(f"batch_size {knobs.batch_size} exceeds the dataset's "
                            f"{len(dataset)} samples (batches drop the incomplete last one)")
@@ -157,18 +206,33 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     autocast = (contextlib.nullcontext if knobs.amp == "off" else partial(
         torch.autocast, device.type, dtype=torch.float16 if knobs.amp == "fp16" else torch.bfloat16))
     model.train()
-    batches = _cycle(loader)
+    if settings.compute_only:
+        # Batches already on the device, cycled: no loading, decoding or copying is measured.
+        resident = [_to_device(b, device, knobs) for b, _ in zip(_cycle(loader), range(4))]
+        batches = _repeat(resident)
+        move = lambda batch: batch  # noqa: E731  (already on the device)
+    else:
+        batches = _cycle(loader)
+        move = partial(_to_device, device=device, knobs=knobs)
+    setup_s = setup.elapsed()
     loss = None
 
-    def train_step() -> int:
-        """One optimizer step over grad_accum micro-batches; returns samples processed."""
+    def train_step(timer: Callable[[str], None] | None = None) -> int:
+        """One optimizer step over grad_accum micro-batches; returns samples processed.
+        With ``timer``, synchronises after each phase and calls timer(phase)."""
         nonlocal loss
+        mark = timer or (lambda phase: None)
         samples = 0
         for _ in range(knobs.grad_accum):
-            batch = _to_device(next(batches), device, knobs)
+            raw = next(batches)
+            mark("data_wait")
+            batch = move(raw)
+            mark("h2d")
             with autocast():
                 loss = workload.training_step(step_model, batch) / knobs.grad_accum
+            mark("forward")
             (scaler.scale(loss) if scaler else loss).backward()
+            mark("backward")
             samples += workload.samples_in(batch)
         if scaler:
             scaler.step(optimizer)
@@ -176,6 +240,10 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        mark("optimizer")
+        if sampler.exceeded.is_set():
+            raise LimitExceeded(f"host memory (process + DataLoader workers) went over the "
+                                f"limit of {sampler.limit_mb:,.0f} MB")
         return samples
 
     try:
@@ -192,27 +260,93 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             raise TrialFailure(f"loss is {loss.item()} after warm-up")
 
         windows: list[Window] = []
-        for index in range(settings.windows):
-            synchronize(device)
-            t0 = time.perf_counter()
-            steps = samples = 0
-            while True:
-                samples += train_step()
-                steps += 1
-                if time.perf_counter() - t0 >= settings.window_s:
-                    break
-            synchronize(device)  # the window ends when the device has finished its work
-            windows.append(Window(steps, samples, time.perf_counter() - t0))
-            on_window({"window": index,
-                       "window_samples_per_sec": windows[-1].samples_per_sec,
-                       "samples_per_sec": statistics.median(w.samples_per_sec for w in windows)})
+        with GpuTelemetry(device) as telemetry:
+            for index in range(settings.windows):
+                synchronize(device)
+                t0 = time.perf_counter()
+                steps = samples = 0
+                while True:
+                    samples += train_step()
+                    steps += 1
+                    if time.perf_counter() - t0 >= settings.window_s:
+                        break
+                synchronize(device)  # the window ends when the device has finished its work
+                windows.append(Window(steps, samples, time.perf_counter() - t0))
+                partial_result = {"window": index,
+                                  "window_samples_per_sec": windows[-1].samples_per_sec,
+                                  "samples_per_sec": statistics.median(w.samples_per_sec for w in windows)}
+                if settings.train_steps is not None:  # Ray Tune wants the objective in every result
+                    partial_result["time_to_train_s"] = _time_to_train(
+                        settings, setup_s, warmup_s, statistics.median(w.step_time_ms for w in windows))
+                on_window(partial_result)
         out = summarise(windows)
-        out.update(warmup_s=warmup_s, first_step_s=first_step_s,
+        out.update(setup_s=setup_s, warmup_s=warmup_s, first_step_s=first_step_s,
                    peak_device_memory_mb=peak_device_memory_mb(device),
+                   gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
                    final_loss=float(loss.detach().float().item()) * knobs.grad_accum)
+        out.update(_breakdown(train_step, device, settings.breakdown_steps))
+        if settings.train_steps is not None:
+            out["time_to_train_s"] = _time_to_train(settings, setup_s, warmup_s, out["step_time_ms_p50"])
         return out
     finally:
         batches.close()  # shuts DataLoader workers down, also after a failure
+
+
+def _time_to_train(settings: TrialSettings, setup_s: float, warmup_s: float,
+                   step_time_ms: float) -> float:
+    """Predicted wall time of the user's ``train_steps``-step job: setup (dataset, model,
+    workers), the warm-up steps as measured (compile included), the rest at steady state."""
+    remaining = max(0, settings.train_steps - settings.warmup_steps)
+    return setup_s + warmup_s + remaining * step_time_ms / 1000
+
+
+def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
+    """Mean ms per optimizer step in each phase over ``steps`` synchronised steps, and each
+    phase's share. Kept apart from the windows: the synchronisations slow the step down."""
+    if steps <= 0:
+        return {}
+    totals = dict.fromkeys(PHASES, 0.0)
+    for _ in range(steps):
+        synchronize(device)
+        last = time.perf_counter()
+
+        def timer(phase: str) -> None:
+            nonlocal last
+            synchronize(device)
+            now = time.perf_counter()
+            totals[phase] += now - last
+            last = now
+
+        train_step(timer)
+    step_ms = sum(totals.values()) * 1000 / steps
+    out = {"breakdown_step_ms": step_ms}
+    for phase in PHASES:
+        ms = totals[phase] * 1000 / steps
+        out[f"{phase}_ms"] = ms
+        out[f"{phase}_pct"] = 100 * ms / step_ms if step_ms > 0 else None
+    return out
+
+
+def _repeat(items: list) -> Iterator:
+    while True:
+        yield from items
+
+
+def _apply_device_limit(max_memory: str | None, device: torch.device) -> float | None:
+    """Resolve the device memory limit to MB and enforce a size below the card's with the
+    allocator's per-process memory fraction. None on CPU or without a limit."""
+    if max_memory is None or device.type != "cuda":
+        return None
+    fraction, mb = parse_memory(max_memory)
+    total_mb = torch.cuda.get_device_properties(device).total_memory / 2**20
+    limit_mb = fraction * total_mb if fraction is not None else min(mb, total_mb)
+    torch.cuda.set_per_process_memory_fraction(limit_mb / total_mb, device)
+    return limit_mb
+
+
+def _release_device_limit(limit_mb: float | None, device: torch.device) -> None:
+    if limit_mb is not None:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
 def _cycle(loader: DataLoader) -> Iterator:

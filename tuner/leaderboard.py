@@ -1,21 +1,35 @@
 """The Parquet leaderboard: one row per trial under ``<results>/leaderboard/``.
 
-Each write is a new file, written under a temporary name (``.tmp-*``, which readers ignore)
-and renamed into place, so a crash never leaves a half-written file where a reader looks and
-two runs never overwrite each other. Readable by pyarrow, pandas and DuckDB as a dataset.
+``results`` is a local directory or a URI that pyarrow's filesystems understand
+(``s3://bucket/path``, ``gs://...``, ``file:///abs/path``, ``hdfs://...``). Each write is a new
+file with a unique name, so two runs (or two drivers) never overwrite each other, and a reader
+never sees a half-written file:
+
+* local path: written as ``.tmp-*`` (readers ignore names starting with ``.``), fsync'ed, then
+  ``os.replace``'d into place; a rename within one directory is atomic.
+* URI on a filesystem with an atomic rename (``file://``: a local rename; ``hdfs://``): written
+  as ``.tmp-*``, then ``fs.move``'d into place.
+* URI on an object store (``s3://``, ``gs://``, ``abfs://``): ``fs.move`` is copy + delete there,
+  not atomic, so the file is serialised in memory and uploaded under its final name in one
+  upload; an object becomes visible only once its upload completes, whole.
+
+Readable by pyarrow, pandas and DuckDB as a dataset.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from tuner.errors import TunerError
 from tuner.knobs import Knobs
 
 SCHEMA_VERSION = 1
@@ -45,6 +59,21 @@ SCHEMA = pa.schema(
         ("peak_device_memory_mb", pa.float64()),
         ("peak_host_memory_mb", pa.float64()),
         ("final_loss", pa.float64()),
+        ("phase", pa.string()),             # search | remeasure | ceiling
+        ("objective", pa.string()),         # samples_per_sec | time_to_train
+        ("time_to_train_s", pa.float64()),  # predicted wall time of train_steps steps
+        ("train_steps", pa.int64()),
+        ("setup_s", pa.float64()),
+        ("breakdown_step_ms", pa.float64()),
+    ]
+    + [(f"{phase}_{unit}", pa.float64()) for phase in
+       ("data_wait", "h2d", "forward", "backward", "optimizer") for unit in ("ms", "pct")]
+    + [
+        ("gpu_util_pct", pa.float64()),
+        ("gpu_power_w", pa.float64()),
+        ("max_memory_mb", pa.float64()),
+        ("max_host_memory_mb", pa.float64()),
+        ("global_batch_size", pa.int64()),
     ]
     + [(name, _KNOB_TYPES.get(name, pa.bool_())) for name in Knobs.names()]
     + [
@@ -75,13 +104,39 @@ SCHEMA = pa.schema(
 
 MEASURED_COLUMNS = ("samples_per_sec", "samples_per_sec_iqr", "samples_per_sec_cv",
                     "tokens_per_sec", "step_time_ms_p50", "step_time_ms_p95", "windows",
-                    "measured_s")
+                    "measured_s", "time_to_train_s")
 """Columns that only mean something for a measured trial: null for oom/error rows (a failed
 trial is never recorded as a throughput of zero)."""
 
 
-def leaderboard_dir(results: str | Path) -> Path:
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+
+_OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
+"""pyarrow filesystem type names where ``move`` is copy + delete and an object appears whole when
+its upload completes: written under the final name directly."""
+
+_HIDDEN_PREFIXES = [".", "_"]
+"""Readers skip files whose names start with these: ``.tmp-*`` files being written."""
+
+
+def is_uri(results: str | Path) -> bool:
+    """True for ``scheme://...`` (``s3://``, ``file://``...); False for a local path."""
+    return isinstance(results, str) and _URI.match(results) is not None
+
+
+def leaderboard_dir(results: str | Path) -> Path | str:
+    """``<results>/leaderboard``: a Path for a local ``results``, a URI string for a URI."""
+    if is_uri(results):
+        base, sep, query = results.partition("?")  # s3://bucket/x?region=... keeps its query
+        return f"{base.rstrip('/')}/leaderboard{sep}{query}"
     return Path(results) / "leaderboard"
+
+
+def check_results(results: str | Path) -> None:
+    """Fail fast, before any trial runs, on a ``results`` URI pyarrow cannot open. Does not
+    check access rights (the first write does). Raises TunerError."""
+    if is_uri(results):
+        _filesystem(str(leaderboard_dir(results)))
 
 
 def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,32 +151,91 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def append(results: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
-    """Write ``rows`` as one new Parquet file, atomically. Returns its path."""
+def append(results: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path | str:
+    """Write ``rows`` as one new Parquet file, atomically. Returns its path (its URI when
+    ``results`` is a URI).
+
+    Raises:
+        TunerError: ``results`` is a URI pyarrow cannot open.
+    """
     table = pa.Table.from_pylist([normalise_row(r) for r in rows], schema=SCHEMA)
     directory = leaderboard_dir(results)
-    directory.mkdir(parents=True, exist_ok=True)
     name = f"part-{uuid.uuid4().hex}.parquet"
+    if isinstance(directory, str):
+        return _append_uri(directory, name, table)
+    directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".tmp-{name}"
     try:
         pq.write_table(table, tmp)
-        with open(tmp, "rb+") as f:  # data on disk before the rename makes it visible
-            os.fsync(f.fileno())
+        _fsync(tmp)  # data on disk before the rename makes it visible
         os.replace(tmp, directory / name)
     finally:
         tmp.unlink(missing_ok=True)
     return directory / name
 
 
+def _append_uri(directory: str, name: str, table: pa.Table) -> str:
+    fs, root = _filesystem(directory)
+    base, sep, query = directory.partition("?")
+    final = f"{root}/{name}"
+    if fs.type_name in _OBJECT_STORES:
+        buffer = pa.BufferOutputStream()  # serialise first: only whole files get uploaded
+        pq.write_table(table, buffer)
+        with fs.open_output_stream(final) as out:
+            out.write(buffer.getvalue())
+        return f"{base}/{name}{sep}{query}"
+    fs.create_dir(root, recursive=True)
+    tmp = f"{root}/.tmp-{name}"
+    try:
+        pq.write_table(table, tmp, filesystem=fs)
+        if fs.type_name == "local":
+            _fsync(tmp)
+        fs.move(tmp, final)
+    finally:
+        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
+            fs.delete_file(tmp)
+    return f"{base}/{name}{sep}{query}"
+
+
+def _fsync(path: str | Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for ``uri`` (a leaderboard directory) and the path within it.
+    Raises TunerError naming the results URI."""
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowException, OSError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        results = uri.partition("?")[0].removesuffix("/leaderboard")
+        raise TunerError(f"results {results}: pyarrow cannot open this URI ({first_line}); "
+                         "expected a local directory or a URI such as s3://bucket/path, "
+                         "gs://bucket/path or file:///abs/path") from None
+    return fs, path.rstrip("/")
+
+
 def read(results: str | Path, *, workload: str | None = None,
          hardware_key: str | None = None) -> pa.Table:
     """All rows (optionally one workload / hardware key), in the current schema; columns
-    added by later schema versions read as null in older files. Empty table if none."""
+    added by later schema versions read as null in older files. Empty table if none.
+
+    Raises:
+        TunerError: ``results`` is a URI pyarrow cannot open.
+    """
     directory = leaderboard_dir(results)
-    if not directory.is_dir():
-        return SCHEMA.empty_table()
-    dataset = pads.dataset(str(directory), format="parquet", schema=SCHEMA,
-                           exclude_invalid_files=False)
+    if isinstance(directory, str):
+        fs, root = _filesystem(directory)
+        if fs.get_file_info(root).type != pafs.FileType.Directory:
+            return SCHEMA.empty_table()
+        source, filesystem = root, fs
+    else:
+        if not directory.is_dir():
+            return SCHEMA.empty_table()
+        source, filesystem = str(directory), None
+    dataset = pads.dataset(source, filesystem=filesystem, format="parquet", schema=SCHEMA,
+                           exclude_invalid_files=False, ignore_prefixes=_HIDDEN_PREFIXES)
     expr = None
     if workload is not None:
         expr = pads.field("workload") == workload
@@ -132,31 +246,60 @@ def read(results: str | Path, *, workload: str | None = None,
 
 
 def ranked(table: pa.Table) -> list[dict]:
-    """Rows as dicts: measured rows by samples/sec (fastest first), then failed rows."""
+    """Rows as dicts: measured rows by samples/sec (fastest first), then compute-only ceiling
+    rows (not reachable in training: no data loading), then failed rows."""
     rows = table.to_pylist()
     measured = [r for r in rows if r["status"] == "ok" and r["samples_per_sec"] is not None]
-    others = [r for r in rows if r not in measured]
+    ceilings = [r for r in measured if r.get("phase") == "ceiling"]
+    measured = [r for r in measured if r.get("phase") != "ceiling"]
+    others = [r for r in rows if r not in measured and r not in ceilings]
     measured.sort(key=lambda r: -r["samples_per_sec"])
     others.sort(key=lambda r: (r["finished_at"] is None, r["finished_at"]))
-    return measured + others
+    return measured + ceilings + others
 
 
 def best(table: pa.Table) -> dict | None:
-    """The fastest ``ok`` row, with the references measured in the same run beside it.
+    """The best ``ok`` row of ``table``; see ``best_row``."""
+    return best_row(table.to_pylist())
 
-    Returns None when no trial succeeded. Keys added: ``speedup_vs_baseline`` and
-    ``speedup_vs_recommended`` (ratios of samples/sec in the best row's run; None where that
-    reference failed or was not run), ``baseline_samples_per_sec``,
-    ``recommended_samples_per_sec``.
+
+def best_row(rows: list[dict]) -> dict | None:
+    """The winning configuration, with the references measured in the same run beside it.
+
+    The objective is that of the most recent run (``samples_per_sec``: highest wins;
+    ``time_to_train_s``: lowest wins). Where a run re-measured its best configurations
+    (phase ``remeasure``), the winner of that run is chosen among the re-measurements, so a
+    single lucky window cannot win. Compute-only ``ceiling`` rows never win.
+
+    Returns None when no trial succeeded. Keys added: ``baseline_samples_per_sec``,
+    ``recommended_samples_per_sec``, ``speedup_vs_baseline``, ``speedup_vs_recommended``
+    (samples/sec ratios within the winner's run; None where that reference failed or did not
+    run), ``ceiling_samples_per_sec`` and ``pipeline_efficiency`` (winner ÷ its compute-only
+    ceiling; None without a ceiling row).
     """
-    rows = ranked(table)
-    if not rows or rows[0]["status"] != "ok":
+    ok = [r for r in rows if r["status"] == "ok" and r.get("phase") != "ceiling"
+          and r["samples_per_sec"] is not None]
+    if not ok:
         return None
-    top = dict(rows[0])
+    latest = max(ok, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
+    metric = latest.get("objective") or "samples_per_sec"
+    remeasured_runs = {r["run_id"] for r in ok if r.get("phase") == "remeasure"}
+    candidates = [r for r in ok if r[metric] is not None and
+                  (r["run_id"] not in remeasured_runs or r.get("phase") == "remeasure")]
+    if not candidates:
+        return None
+    pick = min if metric == "time_to_train_s" else max
+    top = dict(pick(candidates, key=lambda r: r[metric]))
     same_run = [r for r in rows if r["run_id"] == top["run_id"]]
     for ref in ("baseline", "recommended"):
-        match = [r for r in same_run if r["reference"] == ref]
+        match = [r for r in same_run if r.get("reference") == ref]
         sps = match[0]["samples_per_sec"] if match and match[0]["status"] == "ok" else None
         top[f"{ref}_samples_per_sec"] = sps
         top[f"speedup_vs_{ref}"] = (top["samples_per_sec"] / sps) if sps else None
+    knobs = {name: top[name] for name in Knobs.names()}
+    ceiling = [r for r in same_run if r.get("phase") == "ceiling" and r["status"] == "ok"
+               and all(r[name] == v for name, v in knobs.items())]
+    top["ceiling_samples_per_sec"] = ceiling[0]["samples_per_sec"] if ceiling else None
+    top["pipeline_efficiency"] = (top["samples_per_sec"] / ceiling[0]["samples_per_sec"]
+                                  if ceiling else None)
     return top

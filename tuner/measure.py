@@ -71,16 +71,22 @@ def summarise(windows: list[Window]) -> dict[str, float]:
 
 
 class HostMemorySampler:
-    """Peak resident memory (RSS) of this process plus all its descendants (DataLoader
-    workers), sampled on a background thread every ``interval_s`` seconds.
+    """Peak host memory of this process plus all its descendants (DataLoader workers),
+    sampled on a background thread every ``interval_s`` seconds.
 
-    RSS of forked workers counts pages shared with the parent once per process, as ``ps`` and
-    the 3D report's "~7 GB RSS per worker" do; it is an upper bound of the physical memory.
+    Each process counts its proportional set size (PSS, Linux): pages it shares with the
+    parent (forked workers share the parent's model and libraries) are split between the
+    sharers, so the sum is the physical memory the trial holds. RSS, which ``ps`` and the 3D
+    report's "~7 GB RSS per worker" show, counts shared pages once per process; it is used
+    where PSS cannot be read.
     """
 
-    def __init__(self, interval_s: float = 0.1):
+    def __init__(self, interval_s: float = 0.1, limit_mb: float | None = None):
         self.interval_s = interval_s
+        self.limit_mb = limit_mb
         self.peak_bytes = 0
+        self.exceeded = threading.Event()
+        """Set once the sum went over ``limit_mb``; the training loop checks it each step."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc = psutil.Process(os.getpid())
@@ -94,10 +100,12 @@ class HostMemorySampler:
             pass
         for p in procs:
             try:
-                total += p.memory_info().rss
+                total += _pss_or_rss(p)
             except psutil.Error:  # a worker exited between listing and reading
                 continue
         self.peak_bytes = max(self.peak_bytes, total)
+        if self.limit_mb is not None and self.peak_bytes > self.limit_mb * 2**20:
+            self.exceeded.set()
         return total
 
     def _run(self) -> None:
@@ -119,6 +127,23 @@ class HostMemorySampler:
     @property
     def peak_mb(self) -> float:
         return self.peak_bytes / 2**20
+
+
+def _pss_or_rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_full_info().pss
+    except (AttributeError, psutil.AccessDenied):
+        return proc.memory_info().rss
+
+
+def release_host_memory() -> None:
+    """Return freed heap memory to the OS (glibc ``malloc_trim``), so the next trial in a
+    reused process starts from what is really in use."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def cuda_process_memory_mb(device: torch.device) -> float | None:
@@ -172,3 +197,80 @@ class Stopwatch:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+
+def parse_memory(text: str) -> tuple[float | None, float | None]:
+    """Parse a memory limit: a fraction of the device ('0.9') or a size ('12GB', '12GiB',
+    '500MB', '24g'). Returns (fraction, megabytes), one of them None.
+
+    Raises:
+        ValueError: anything else; the message shows accepted forms.
+    """
+    import re
+    s = str(text).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", s)
+    if m:
+        value, unit = float(m.group(1)), m.group(2).lower()
+        if unit == "" and 0 < value <= 1:
+            return value, None
+        scale = {"gb": 1000**3, "g": 1024**3, "gib": 1024**3, "mb": 1000**2, "m": 1024**2,
+                 "mib": 1024**2, "tb": 1000**4, "tib": 1024**4}.get(unit)
+        if scale and value > 0:
+            return None, value * scale / 2**20
+    raise ValueError(f"memory limit {text!r}: give a fraction in (0, 1] such as 0.9, or a size "
+                     "such as 12GB, 12GiB or 500MB")
+
+
+class LimitExceeded(Exception):
+    """A trial went over its memory limit (status ``over_limit``)."""
+
+
+class GpuTelemetry:
+    """Mean GPU utilisation (%) and power (W) sampled by NVML on a background thread.
+
+    Values stay None where NVML is unavailable (CPU trials, no driver)."""
+
+    def __init__(self, device: torch.device, interval_s: float = 0.1):
+        self.device = device
+        self.interval_s = interval_s
+        self.util_pct: float | None = None
+        self.power_w: float | None = None
+        self._samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handle = None
+
+    def __enter__(self) -> "GpuTelemetry":
+        if self.device.type != "cuda":
+            return self
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(index))
+        except Exception:  # no NVML: telemetry columns stay null
+            self._handle = None
+            return self
+        self._thread = threading.Thread(target=self._run, name="gpu-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import pynvml
+        while not self._stop.wait(self.interval_s):
+            try:
+                util = pynvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
+                power = pynvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0  # mW -> W
+            except Exception:  # a transient NVML error drops one sample
+                continue
+            self._samples.append((float(util), power))
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            import pynvml
+            pynvml.nvmlShutdown()
+        if self._samples:
+            self.util_pct = statistics.fmean(s[0] for s in self._samples)
+            self.power_w = statistics.fmean(s[1] for s in self._samples)

@@ -30,6 +30,18 @@ class Progress:
             self._start(data["plan"], data["concurrency"])
         elif kind == "trial":
             self._trial(data["row"], data["index"], data["total"])
+        elif kind == "probe":
+            r = data["result"]
+            steps = ", ".join(f"{bs}:{status}" for bs, status, _ in r.probes)
+            bound = (f"batch_size <= {r.max_batch}" + (f" ({r.first_failure} did not fit)"
+                                                       if r.first_failure else " (all fit)"))
+            self.console.print(f"  memory probe: {bound} · probes {steps}")
+        elif kind == "phase":
+            what = {"remeasure": f"re-measuring the {data['count']} best with twice the windows",
+                    "ceiling": "measuring the winner's compute-only ceiling (batches on the device)"}
+            self.console.print(f"  [bold]{what[data['phase']]}[/]")
+            if self.task is not None and self.bar.tasks[0].total is not None:
+                self.bar.update(self.task, total=self.bar.tasks[0].total + data["count"])
 
     def _start(self, plan, concurrency: int) -> None:
         w = plan.workload
@@ -65,6 +77,8 @@ class Progress:
             self.best_sps = max(self.best_sps, sps)
         measured = f"{sps:10,.1f} samples/sec" if sps is not None else f"{'':>10} {'':11}"
         ref = f" [bold]({row['reference']})[/]" if row["reference"] else ""
+        if row.get("phase") in ("remeasure", "ceiling"):
+            ref += f" [italic]{row['phase']}[/]"
         tail = f" — {row['error']}" if row.get("error") else ""
         n = f"{index}/{total}" if total else str(index)
         self.console.print(f"  [{n:>5}] [{style}]{status:<6}[/] {measured}  {knob_text(row)}{ref}"
@@ -85,14 +99,15 @@ class Progress:
                            f"leaderboard: {summary.results_dir}/leaderboard")
         if not ok:
             return
-        best = max(ok, key=lambda r: r["samples_per_sec"])
-        refs = {r["reference"]: r for r in rows if r["reference"]}
+        best = leaderboard.best_row(rows)
         from tuner.cli import knob_text
         t = Table(title=f"{summary.workload} on {best['hardware_key']} ({summary.scale} scale)",
                   title_justify="left")
         for col in ("configuration", "samples/sec", "best is", "knobs"):
             t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
-        t.add_row("[bold]best[/]", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
+        chosen = "re-measured" if best.get("phase") == "remeasure" else "measured"
+        t.add_row(f"[bold]best[/] ({chosen})", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
+        refs = {r["reference"]: r for r in rows if r["reference"]}
         for name in ("baseline", "recommended"):
             r = refs.get(name)
             if r is None:
@@ -102,7 +117,13 @@ class Progress:
                           f"{best['samples_per_sec'] / r['samples_per_sec']:.2f}x faster", knob_text(r))
             else:
                 t.add_row(name, r["status"], "", knob_text(r))
+        if best["ceiling_samples_per_sec"]:
+            t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
+                      f"{100 * best['pipeline_efficiency']:.0f}% of it", "same knobs, batches on the device")
         self.console.print(t)
+        if best.get("time_to_train_s") is not None:
+            self.console.print(f"predicted time for {best['train_steps']:,} steps: "
+                               f"{best['time_to_train_s']:,.1f} s (setup, warm-up and compile included)")
         self.console.print(f"ready to paste: python -m tuner best --workload {summary.workload} "
                            f"--results {summary.results_dir} --format python")
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import DataError, TunerError
-from tuner.harness import TrialSettings
+from tuner.harness import TrialSettings, run_trial
 from tuner.knobs import Knobs
+from tuner.measure import parse_memory
 from tuner.space import Space, load_space
 from tuner.workload import Workload, default_cache_dir, make_trainable, resolve
 from tuner import leaderboard
@@ -61,6 +62,27 @@ class RunOptions:
     windows: int | None = None
     window_s: float | None = None
     warmup_steps: int | None = None
+    objective: str = "samples-per-sec"
+    """'samples-per-sec' (steady-state throughput, max) or 'time-to-train' (predicted wall time
+    of ``train_steps`` steps including setup, warm-up and compile, min)."""
+    train_steps: int | None = None
+    max_memory: str | None = None
+    """Device memory limit: fraction ('0.9') or size ('12GB'), see TrialSettings.max_memory."""
+    max_host_memory: str | None = None
+    """Host memory limit per trial (process + DataLoader workers): size ('8GB') or fraction of
+    this machine's RAM."""
+    global_batch_size: int | None = None
+    probe: str = "auto"
+    """Memory probe before the search: 'auto' (on CUDA, or with --max-host-memory), 'on', 'off'."""
+    remeasure: int = 3
+    """Re-measure this many of the best configurations with twice the windows; the winner is
+    chosen on the re-measurement (0 turns it off)."""
+    ceiling: bool = True
+    """Measure the winner's compute-only ceiling (batches already on the device)."""
+
+
+OBJECTIVES = {"samples-per-sec": ("samples_per_sec", "max"),
+              "time-to-train": ("time_to_train_s", "min")}
 
 
 @dataclass
@@ -82,31 +104,95 @@ class Plan:
             raise TunerError(f"--trials {options.trials}: must be >= 1")
         if options.time_budget_s is not None and options.time_budget_s <= 0:
             raise TunerError(f"--time-budget {options.time_budget_s}: must be > 0 seconds")
+        if options.objective not in OBJECTIVES:
+            raise TunerError(f"--objective {options.objective!r}: accepted values are "
+                             f"{', '.join(OBJECTIVES)}")
+        if options.objective == "time-to-train" and not options.train_steps:
+            raise TunerError("--objective time-to-train needs --train-steps N (the length of "
+                             "your real training job, in optimizer steps)")
+        if options.train_steps is not None and options.train_steps < 1:
+            raise TunerError(f"--train-steps {options.train_steps}: must be >= 1")
+        if options.probe not in ("auto", "on", "off"):
+            raise TunerError(f"--probe {options.probe!r}: accepted values are auto, on, off")
+        self.metric, self.mode = OBJECTIVES[options.objective]
+        self.max_host_memory_mb = _host_limit_mb(options.max_host_memory)
+        if options.max_memory is not None:
+            try:
+                parse_memory(options.max_memory)
+            except ValueError as exc:
+                raise TunerError(f"--max-memory: {exc}") from None
         self.options = options
         self.workload: Workload = resolve(options.workload)
         self.space: Space = (load_space(options.space_file, is_file=True) if options.space_file
                              else load_space(self.workload.space_name))
-        self.device = resolve_device(options.device)
+        leaderboard.check_results(options.results)
+        self.ray_connected = False
+        if options.address is not None:
+            # The cluster decides the device, the GPUs and the CPUs per node, not the driver's
+            # machine (a CPU head node drives GPU workers).
+            self.ray_connected = _ray_init(options.address, "auto")
+            try:
+                self.device, self.gpus, self.node_cpus = _cluster_resources(options.device)
+            except TunerError:
+                self.close()
+                raise
+        else:
+            self.device = resolve_device(options.device)
+            import torch
+            self.gpus = torch.cuda.device_count() if self.device == "cuda" else 0
+            self.node_cpus = os.cpu_count() or 1
+        try:
+            self._finish(options)
+        except TunerError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Disconnect from a cluster this plan connected to."""
+        if self.ray_connected:
+            import ray
+            ray.shutdown()
+            self.ray_connected = False
+
+    def _finish(self, options: RunOptions) -> None:
         self.scale = options.scale or ("seed" if self.device == "cuda" else "tiny")
-        import torch
-        self.gpus = torch.cuda.device_count() if self.device == "cuda" else 0
-        self.node_cpus = os.cpu_count() or 1
-        self.device_space = self.space.for_device(self.device, max_workers=self.node_cpus)
-        self.references = [(name, knobs.clamp(self.device)[0])
-                           for name, knobs in self.workload.references.items()]
-        self.reference_params = [(name, self.device_space.project(knobs), knobs)
-                                 for name, knobs in self.references]
         self.data_dir = self._data_dir()
         self.samples = self.workload.check_data(self.data_dir, self.scale)
+        self.device_space = self.space.for_device(self.device, max_workers=self.node_cpus,
+                                                  max_batch=self.samples)
+        if options.global_batch_size is not None:
+            if options.global_batch_size < 1:
+                raise TunerError(f"--global-batch-size {options.global_batch_size}: must be >= 1")
+            self.device_space = self.device_space.with_global_batch(options.global_batch_size)
+        self.references = [(name, self.device_space.fit_reference(knobs.clamp(self.device)[0]))
+                           for name, knobs in self.workload.references.items()]
+        self._project_references()
         warmup, windows, window_s = MEASUREMENT_DEFAULTS[self.scale]
         self.settings = TrialSettings(
             scale=self.scale, device=self.device, data_dir=str(self.data_dir),
             warmup_steps=options.warmup_steps or warmup, windows=options.windows or windows,
-            window_s=options.window_s or window_s, seed=options.seed)
+            window_s=options.window_s or window_s, seed=options.seed,
+            max_memory=options.max_memory, max_host_memory_mb=self.max_host_memory_mb,
+            train_steps=options.train_steps, default_data=options.data is None)
         self.trials = options.trials or (None if options.time_budget_s else
                                          (40 if self.device == "cuda" else 12))
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{self.workload.name}-{stamp}-{secrets.token_hex(2)}"
+
+    def _project_references(self) -> None:
+        self.reference_params = [(name, self.device_space.project(knobs), knobs)
+                                 for name, knobs in self.references]
+
+    def cap_batch(self, max_batch: int) -> None:
+        """Bound the searched batch size (after the memory probe)."""
+        self.device_space = self.device_space.for_device(self.device, self.node_cpus, max_batch)
+        self._project_references()
+
+    @property
+    def should_probe(self) -> bool:
+        if self.options.probe != "auto":
+            return self.options.probe == "on"
+        return self.device == "cuda" or self.max_host_memory_mb is not None
 
     def _data_dir(self) -> Path:
         data = self.options.data
@@ -122,6 +208,34 @@ class Plan:
         elif not any(path.iterdir()):
             raise DataError(f"--data {data}: the directory is empty")
         return path
+
+
+def _cluster_resources(device: str) -> tuple[str, int, int]:
+    """(device, GPUs, CPUs of the smallest node that runs trials) of the connected cluster."""
+    import ray
+    if device not in ("auto", "cpu", "cuda"):
+        raise TunerError(f"--device {device!r}: accepted values are auto, cpu, cuda")
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    gpus = int(sum(n.get("GPU", 0) for n in nodes))
+    if device == "cuda" and gpus == 0:
+        raise TunerError("--device cuda: the Ray cluster has no GPU resources")
+    device = device if device != "auto" else ("cuda" if gpus else "cpu")
+    workers = [n for n in nodes if n.get("GPU", 0) > 0] if device == "cuda" else nodes
+    cpus = int(min((n.get("CPU", 1) for n in workers), default=1)) or 1
+    return device, (gpus if device == "cuda" else 0), cpus
+
+
+def _host_limit_mb(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        fraction, mb = parse_memory(text)
+    except ValueError as exc:
+        raise TunerError(f"--max-host-memory: {exc}") from None
+    if fraction is not None:
+        import psutil
+        return fraction * psutil.virtual_memory().total / 2**20
+    return mb
 
 
 def resolve_device(device: str) -> str:
@@ -148,17 +262,26 @@ class TrialResources:
         return {"cpu": cpus, "gpu": self.gpus_per_trial}
 
 
+def _params_key(params: dict) -> tuple:
+    return tuple(sorted(params.items()))
+
+
 def _make_searcher(plan: Plan, trials: int | None):
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
+    worst = 0.0 if plan.mode == "max" else 1e12  # value of an infeasible trial; TPE ranks those by violation
+
     class ConstrainedOptunaSearch(OptunaSearch):
-        """OptunaSearch that evaluates the reference configurations first and passes memory
-        failures to TPE as constraint violations."""
+        """OptunaSearch that evaluates the reference configurations first, passes memory
+        failures to TPE as constraint violations, and does not measure a configuration twice
+        (TPE with few observations re-proposes its best point: that point's measured value is
+        told again instead)."""
 
         def __init__(self, *args, references=(), **kwargs):
             super().__init__(*args, **kwargs)
             self._references = list(references)
+            self._measured: dict[tuple, tuple[float, float]] = {}
 
         def suggest(self, trial_id: str):
             if self._references and trial_id not in self._ot_trials:
@@ -168,19 +291,36 @@ def _make_searcher(plan: Plan, trials: int | None):
                 if config is not None:
                     config.update(knobs.to_dict(), reference=name)
                 return config
-            config = super().suggest(trial_id)
-            if config is not None:
-                config["reference"] = None
+            for _ in range(8):
+                config = super().suggest(trial_id)
+                if config is None:
+                    return None
+                ot_trial = self._ot_trials[trial_id]
+                known = self._measured.get(_params_key(ot_trial.params))
+                if known is None:
+                    break
+                value, violation = known
+                ot_trial.set_constraint("memory", violation)
+                self._ot_study.tell(ot_trial, value)
+                del self._ot_trials[trial_id]
+            config["reference"] = None
             return config
+
+        def on_trial_result(self, trial_id: str, result: dict):
+            if result.get(self.metric) is not None:
+                super().on_trial_result(trial_id, result)
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
             status = (result or {}).get("status")
-            if trial_id in self._ot_trials and status in ("oom", "over_limit"):
-                # Positive = infeasible; TPE ranks infeasible trials by violation.
-                self._ot_trials[trial_id].set_constraint("memory", 1.0)
-            elif status == "ok" and trial_id in self._ot_trials:
-                self._ot_trials[trial_id].set_constraint("memory", 0.0)
-            elif status == "error":
+            ot_trial = self._ot_trials.get(trial_id)
+            if ot_trial is not None and status in ("oom", "over_limit"):
+                result = {**result, self.metric: worst}
+                ot_trial.set_constraint("memory", 1.0)  # > 0: infeasible
+                self._measured[_params_key(ot_trial.params)] = (worst, 1.0)
+            elif ot_trial is not None and status == "ok" and result.get(self.metric) is not None:
+                ot_trial.set_constraint("memory", 0.0)
+                self._measured[_params_key(ot_trial.params)] = (result[self.metric], 0.0)
+            elif status != "ok":
                 result, error = None, True
             super().on_trial_complete(trial_id, result=result, error=error)
 
@@ -189,7 +329,7 @@ def _make_searcher(plan: Plan, trials: int | None):
         seed=plan.options.seed, n_startup_trials=min(10, max(3, n_trials // 3)))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return ConstrainedOptunaSearch(
-        space=plan.device_space.sampler(), metric=METRIC, mode="max", sampler=sampler,
+        space=plan.device_space.sampler(), metric=plan.metric, mode=plan.mode, sampler=sampler,
         references=plan.reference_params)
 
 
@@ -222,60 +362,156 @@ def _ray_init(address: str | None, device: str) -> bool:
 
 def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = None,
         plan: Plan | None = None) -> RunSummary:
-    """Tune one workload. ``on_event(kind, data)`` receives 'start' and 'trial' events.
+    """Tune one workload: memory probe, search, re-measurement of the best, compute-only
+    ceiling. ``on_event(kind, data)`` receives 'start', 'probe', 'phase' and 'trial' events.
 
     Raises:
-        TunerError (and subclasses): bad input, found before Ray starts.
+        TunerError (and subclasses): bad input, found before Ray starts; a memory limit that
+        not even the smallest batch fits.
     """
     import time
     plan = plan or Plan(options)
-    on_event = on_event or (lambda kind, data: None)
+    on_event = on_event or _ignore_event
     started = time.perf_counter()
     started_ray = _ray_init(options.address, plan.device)
     try:
-        rows = _fit(plan, on_event)
+        if plan.should_probe:
+            _probe(plan, on_event)
+        writer = _writer(plan, on_event)
+        on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+        _fit_search(plan, writer)
+        _fit_followups(plan, writer, on_event)
+        rows = writer.rows
     finally:
         if started_ray:
             import ray
             ray.shutdown()
+        plan.close()
     return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale, rows,
                       time.perf_counter() - started, options.results)
 
 
-def _fit(plan: Plan, on_event: Callable[[str, dict], None]) -> list[dict]:
+def _probe_trial(workload: Workload, knobs: Knobs, settings: TrialSettings) -> dict:
+    return run_trial(workload, knobs, settings)
+
+
+def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> None:
+    import ray
+    from tuner.probe import probe_batch_limit
+    # One probe per worker process (max_calls=1): memory a process has held stays in its RSS.
+    task = ray.remote(max_calls=1)(_probe_trial).options(
+        num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0)
+
+    def run_remote(knobs: Knobs, settings: TrialSettings) -> dict:
+        return ray.get(task.remote(plan.workload, knobs, settings))
+
+    base = plan.references[0][1]
+    result = probe_batch_limit(plan.device_space, base, plan.settings, run_remote)
+    on_event("probe", {"result": result})
+    if result.max_batch is None:
+        raise TunerError(f"memory probe: not even batch_size {result.probes[0][0]} fits "
+                         f"({result.probes[0][1]}); raise --max-memory/--max-host-memory or "
+                         "lower the space's batch_size")
+    plan.cap_batch(result.max_batch)
+
+
+def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWriter":
     import optuna
     import ray
-    from ray import tune
-
-    writer = LeaderboardWriter(plan, on_event, versions={
+    return LeaderboardWriter(plan, on_event, versions={
         "ray_version": ray.__version__, "optuna_version": optuna.__version__})
-    trainable = tune.with_resources(  # a fresh function each run (notes section 2)
+
+
+def _concurrency(plan: Plan) -> int:
+    import ray
+    if plan.device == "cuda":
+        return max(1, plan.gpus)
+    if plan.options.address is not None:
+        return max(1, len([n for n in ray.nodes() if n.get("Alive")]))
+    return 1
+
+
+def _reuse_actors(plan: Plan) -> bool:
+    """Reuse trial processes (0.1 s instead of ~1-5 s per trial, notes section 3), except
+    when host memory is a limit: a process keeps memory it once held, which would be charged
+    to the next trial."""
+    return plan.max_host_memory_mb is None
+
+
+def _trainable(plan: Plan):
+    from ray import tune
+    return tune.with_resources(  # a fresh function each time (notes section 2)
         make_trainable(plan.workload),
         resources=TrialResources(1 if plan.device == "cuda" else 0, plan.node_cpus))
-    concurrency = max(1, plan.gpus) if plan.device == "cuda" else 1
-    if plan.options.address is not None and plan.device == "cpu":
-        concurrency = max(1, len([n for n in ray.nodes() if n.get("Alive")]))
-    on_event("start", {"plan": plan, "concurrency": concurrency})
+
+
+def _run_config(plan: Plan, writer: "LeaderboardWriter", name: str):
+    from ray import tune
+    # Trials save no checkpoints, so Ray's run state can stay on the driver; for a remote
+    # results URI it goes to the local cache (workers then need no object-store credentials).
+    storage = (str(default_cache_dir() / "ray") if leaderboard.is_uri(plan.options.results)
+               else str(Path(plan.options.results).resolve() / "ray"))
+    return tune.RunConfig(name=name, storage_path=storage,
+                          callbacks=[writer], verbose=0,
+                          failure_config=tune.FailureConfig(max_failures=0))
+
+
+def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
+    from ray import tune
+    settings = asdict(plan.settings)
     tuner = tune.Tuner(
-        trainable,
-        param_space={"tuner": asdict(plan.settings)},
+        _trainable(plan),
+        param_space={"tuner": settings, "phase": "search"},
         tune_config=tune.TuneConfig(
             search_alg=_make_searcher(plan, plan.trials),
             num_samples=plan.trials if plan.trials else -1,
             time_budget_s=plan.options.time_budget_s,
-            max_concurrent_trials=concurrency,
-            reuse_actors=True,
+            max_concurrent_trials=_concurrency(plan),
+            reuse_actors=_reuse_actors(plan),
         ),
-        run_config=tune.RunConfig(
-            name=plan.run_id,
-            storage_path=str(Path(plan.options.results).resolve() / "ray"),
-            callbacks=[writer],
-            verbose=0,
-            failure_config=tune.FailureConfig(max_failures=0),
-        ),
+        run_config=_run_config(plan, writer, plan.run_id),
     )
     tuner.fit()
-    return writer.rows
+
+
+def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
+    """Re-measure the best configurations with twice the windows (the winner is chosen on
+    these), then measure the winner's compute-only ceiling."""
+    ok = [r for r in writer.rows if r["status"] == "ok" and r[plan.metric] is not None]
+    ok.sort(key=lambda r: r[plan.metric], reverse=plan.mode == "max")
+    top, seen = [], set()
+    for r in ok:
+        knobs = Knobs.from_dict(r, strict=False)
+        if knobs not in seen:
+            seen.add(knobs)
+            top.append(knobs)
+    top = top[:plan.options.remeasure]
+    if len(top) >= 2:
+        on_event("phase", {"phase": "remeasure", "count": len(top)})
+        _fit_fixed(plan, writer, top, "remeasure", windows=plan.settings.windows * 2)
+    if plan.options.ceiling and top:
+        winner = leaderboard.best_row(writer.rows)
+        if winner is not None:
+            on_event("phase", {"phase": "ceiling", "count": 1})
+            _fit_fixed(plan, writer, [Knobs.from_dict(winner, strict=False)], "ceiling",
+                       compute_only=True)
+
+
+def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[Knobs], phase: str,
+               **settings_changes: Any) -> None:
+    from ray import tune
+    if writer.expected is not None:
+        writer.expected += len(configs)
+    settings = {**asdict(plan.settings), **settings_changes}
+    tuner = tune.Tuner(
+        _trainable(plan),
+        param_space={"tuner": settings, "phase": phase, "reference": None,
+                     "fixed": tune.grid_search([k.to_dict() for k in configs])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=_concurrency(plan),
+                                    reuse_actors=_reuse_actors(plan)),
+        run_config=_run_config(plan, writer, f"{plan.run_id}-{phase}"),
+    )
+    tuner.fit()
 
 
 def _ignore_event(kind: str, data: dict) -> None:
@@ -303,6 +539,8 @@ class LeaderboardWriter(Callback):
         self.on_event = on_event
         self.versions = versions
         self.rows: list[dict] = []
+        self.expected = plan.trials
+        """Trials expected in all (None without a trial budget); follow-up phases add theirs."""
         self._done: set[str] = set()
 
     def __getstate__(self) -> dict:
@@ -313,7 +551,7 @@ class LeaderboardWriter(Callback):
         return state
 
     def _row(self, trial, result: dict) -> dict:
-        config = trial.config
+        config = {**trial.config, **trial.config.get("fixed", {})}
         reference = config.get("reference")
         row: dict[str, Any] = {}
         try:
@@ -327,6 +565,10 @@ class LeaderboardWriter(Callback):
         row.update(run_id=self.plan.run_id, trial_id=trial.trial_id,
                    workload=self.plan.workload.name, scale=self.plan.scale,
                    reference=reference, is_baseline=reference == "baseline",
+                   phase=config.get("phase", "search"), objective=self.plan.metric,
+                   train_steps=self.plan.options.train_steps,
+                   max_host_memory_mb=self.plan.max_host_memory_mb,
+                   global_batch_size=self.plan.options.global_batch_size,
                    trial_cpus=resources["cpu"], trial_gpus=resources["gpu"])
         row.setdefault("device", self.plan.device)
         if row.get("error"):
@@ -337,7 +579,7 @@ class LeaderboardWriter(Callback):
         leaderboard.append(self.plan.options.results, [row])
         self.rows.append(leaderboard.normalise_row(row))
         self.on_event("trial", {"row": self.rows[-1], "index": len(self.rows),
-                                "total": self.plan.trials})
+                                "total": self.expected})
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         if trial.trial_id in self._done:

@@ -69,10 +69,14 @@ class Space:
     overrides: Mapping[str, tuple[Mapping[str, Domain], Mapping[str, Any]]] = field(
         default_factory=dict)
     """Per device type ('cpu'/'cuda'): domains and constants replacing those of ``knobs``."""
+    global_batch: int | None = None
+    """When set, grad_accum = global_batch // batch_size in every sampled configuration."""
 
-    def for_device(self, device_type: str, max_workers: int) -> "Space":
-        """Drop what cannot apply on ``device_type`` and cap ``num_workers`` at ``max_workers``
-        (the node's CPU count: DESIGN 'num_workers 0..#CPUs given to the trial')."""
+    def for_device(self, device_type: str, max_workers: int,
+                   max_batch: int | None = None) -> "Space":
+        """Drop what cannot apply on ``device_type``, cap ``num_workers`` at ``max_workers``
+        (the node's CPU count: DESIGN 'num_workers 0..#CPUs given to the trial') and
+        ``batch_size`` at ``max_batch`` (the dataset's sample count: a larger batch never fills)."""
         base_domains, base_constants = dict(self.domains), dict(self.constants)
         over_domains, over_constants = self.overrides.get(device_type, ({}, {}))
         for name in (*over_domains, *over_constants):
@@ -91,15 +95,49 @@ class Space:
                 dom = Choices(kept)
             if name == "num_workers" and isinstance(dom, IntRange) and dom.high > max_workers:
                 dom = IntRange(dom.low, max(dom.low, max_workers), dom.log, dom.step)
+            if name == "batch_size" and max_batch is not None:
+                dom = _cap(dom, max_batch)
             domains[name] = dom
         constants = base_constants
         if device_type == "cpu":
             for name in CUDA_ONLY_KNOBS:
                 constants.pop(name, None)
-        return Space(self.source, domains, constants)
+        return Space(self.source, domains, constants, {}, self.global_batch)
 
     def sampler(self) -> "DefineByRun":
-        return DefineByRun(dict(self.domains), dict(self.constants))
+        return DefineByRun(dict(self.domains), dict(self.constants), self.global_batch)
+
+    def with_global_batch(self, global_batch: int) -> "Space":
+        """Fix the global batch: ``batch_size`` ranges over the divisors of ``global_batch``
+        inside its domain, and ``grad_accum = global_batch // batch_size``, so every trial
+        trains with the same optimizer semantics.
+
+        Raises:
+            SpaceError: no divisor lies inside the batch_size domain.
+        """
+        dom = self.domains.get("batch_size")
+        if dom is None:
+            dom = Choices((self.constants["batch_size"],))
+        divisors = tuple(d for d in range(1, global_batch + 1)
+                         if global_batch % d == 0 and dom.contains(d))
+        if not divisors:
+            raise SpaceError(f"--global-batch-size {global_batch}: no divisor lies in the "
+                             f"batch_size domain {dom.describe()} of {self.source}")
+        domains = dict(self.domains)
+        domains["batch_size"] = Choices(divisors)
+        constants = {k: v for k, v in self.constants.items() if k not in ("batch_size", "grad_accum")}
+        domains.pop("grad_accum", None)
+        return Space(self.source, domains, constants, {}, global_batch)
+
+    def fit_reference(self, knobs: Knobs) -> Knobs:
+        """A reference configuration under a fixed global batch: same micro-batch, grad_accum
+        making up the global batch (SpaceError if the micro-batch does not divide it)."""
+        if self.global_batch is None:
+            return knobs
+        if self.global_batch % knobs.batch_size:
+            raise SpaceError(f"--global-batch-size {self.global_batch} is not a multiple of the "
+                             f"reference batch_size {knobs.batch_size}")
+        return knobs.replace(grad_accum=self.global_batch // knobs.batch_size)
 
     def project(self, knobs: Knobs) -> dict[str, Any]:
         """The Optuna parameters that describe ``knobs`` in this space (for enqueueing a
@@ -110,9 +148,10 @@ class Space:
             if name in WORKER_KNOBS and knobs.num_workers == 0:
                 continue
             value = values[name]
-            if name == "num_workers" and isinstance(dom, IntRange) and value > dom.high:
-                # A reference may use more workers than this node has CPUs; the trial still
-                # runs it as written, the search just records it at the cap.
+            if name in ("num_workers", "batch_size") and isinstance(dom, IntRange) and value > dom.high:
+                # A reference may use more workers than this node has CPUs (or a batch larger
+                # than the dataset); the trial still runs it as written, the search records it
+                # at the cap.
                 value = dom.high
             if not dom.contains(value):
                 raise SpaceError(
@@ -129,9 +168,11 @@ class DefineByRun:
     Returns constants merged over the suggestions.
     """
 
-    def __init__(self, domains: dict[str, Domain], constants: dict[str, Any]):
+    def __init__(self, domains: dict[str, Domain], constants: dict[str, Any],
+                 global_batch: int | None = None):
         self.domains = domains
         self.constants = constants
+        self.global_batch = global_batch
 
     def __call__(self, trial) -> dict[str, Any]:
         chosen: dict[str, Any] = {}
@@ -148,7 +189,16 @@ class DefineByRun:
         if _workers(chosen, self.constants) == 0:
             for name in WORKER_KNOBS:
                 out.pop(name, None)
+        if self.global_batch is not None:
+            out["grad_accum"] = self.global_batch // chosen["batch_size"]
         return out
+
+
+def _cap(dom: Domain, high: int) -> Domain:
+    if isinstance(dom, IntRange):
+        return dom if dom.high <= high else IntRange(dom.low, max(dom.low, high), dom.log, dom.step)
+    kept = tuple(v for v in dom.values if v <= high)
+    return Choices(kept or (min(dom.values),))
 
 
 def _workers(chosen: Mapping[str, Any], constants: Mapping[str, Any]) -> int:

@@ -1,0 +1,39 @@
+"""Shared fixtures of the engine tests: the fake workloads' data, a private data cache, and one
+local Ray session per module that needs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def regression_data(tmp_path_factory) -> Path:
+    """The 64 .npy files of tests.fake_workloads (written once per session)."""
+    from tests.fake_workloads import regression
+    return regression.prepare_default_data(tmp_path_factory.mktemp("fake-data"), "tiny")
+
+
+@pytest.fixture
+def tuner_cache(tmp_path, monkeypatch) -> Path:
+    """$TUNER_CACHE pointed at a temporary directory: default datasets are written there."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TUNER_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray for the module, started by the product's own ``_ray_init`` (so workers get
+    the same PYTHONPATH as a real run); ``tuner.search.run`` reuses it."""
+    import ray
+    from tuner.search import _ray_init
+    started = _ray_init(None, "cpu")
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,137 @@
+"""One measured trial without Ray: warm-up, windows across epochs, reports, and every failure
+caught with its status (the run goes on)."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+import torch
+
+from tests.fake_workloads import N_FILES, broken, oom, regression
+from tuner.failures import is_oom
+from tuner.harness import TrialSettings, run_trial
+from tuner.knobs import Knobs
+
+
+@pytest.fixture
+def settings(regression_data) -> TrialSettings:
+    return TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data), windows=2,
+                         window_s=0.2, warmup_steps=2)
+
+
+def test_ok_trial_measures_and_reports_every_window(settings):
+    reports = []
+    result = run_trial(regression, Knobs(batch_size=32), settings, report=reports.append)
+    assert result["status"] == "ok", result.get("error")
+    assert result["error"] is None
+    assert result["samples_per_sec"] > 0
+    assert result["windows"] == 2
+    assert result["step_time_ms_p50"] > 0
+    assert result["step_time_ms_p95"] >= result["step_time_ms_p50"]
+    assert result["warmup_s"] > 0
+    assert 0 < result["first_step_s"] <= result["warmup_s"]
+    assert result["measured_s"] >= 2 * settings.window_s
+    assert result["peak_host_memory_mb"] > 0
+    assert result["peak_device_memory_mb"] is None          # CPU: no device allocator
+    assert result["batch_size"] == 32 and result["clamped"] is None
+    assert result["device"] == "cpu" and result["hardware_key"].startswith("cpu:")
+    assert result["started_at"] < result["finished_at"]
+    assert [r["status"] for r in reports] == ["running", "running", "ok"]
+    assert [r.get("window") for r in reports[:2]] == [0, 1]
+    assert all(r["window_samples_per_sec"] > 0 for r in reports[:2])
+    assert reports[-1] == result
+
+
+def test_windows_cross_epoch_boundaries(regression_data):
+    """64 samples at batch 32 are 2 steps per epoch; a window runs on across epochs (the
+    DataLoader is started again, as in a training loop) instead of stopping at the first."""
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=2, window_s=0.3, warmup_steps=1)
+    reports = []
+    result = run_trial(regression, Knobs(batch_size=32), settings, report=reports.append)
+    assert result["status"] == "ok", result.get("error")
+    for window in reports[:2]:
+        samples_in_window = window["window_samples_per_sec"] * settings.window_s  # lower bound
+        assert samples_in_window > 2 * N_FILES                    # several epochs per window
+    measured_samples = result["samples_per_sec"] * result["measured_s"]
+    assert measured_samples > 4 * N_FILES
+
+
+def test_workers_with_persistent_workers_run_and_shut_down(settings):
+    knobs = Knobs(batch_size=8, num_workers=1, persistent_workers=True)
+    result = run_trial(regression, knobs, settings)
+    assert result["status"] == "ok", result.get("error")
+    assert result["samples_per_sec"] > 0
+    assert (result["num_workers"], result["persistent_workers"], result["prefetch_factor"]) == (
+        1, True, 2)
+    alive = [p for p in psutil.Process().children(recursive=True)
+             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []                                           # DataLoader workers are gone
+
+
+def test_oom_is_recorded_and_the_next_trial_still_runs(settings):
+    reports = []
+    result = run_trial(oom, Knobs(batch_size=32), settings, report=reports.append)
+    assert result["status"] == "oom"
+    assert result["samples_per_sec"] == 0.0                      # Tune needs the metric
+    assert "OutOfMemoryError" in result["error"]
+    assert "OutOfMemoryError" in result["traceback"]
+    assert reports == [result]                                   # no window was measured
+    after = run_trial(oom, Knobs(batch_size=16), settings)       # same process
+    assert after["status"] == "ok", after.get("error")
+    assert after["samples_per_sec"] > 0
+
+
+def test_sample_failing_in_a_worker_is_an_error_naming_the_file(settings):
+    result = run_trial(broken, Knobs(batch_size=4, num_workers=1), settings)
+    assert result["status"] == "error"
+    assert "0003.npy" in result["error"]
+    assert result["traceback"]
+    assert result["samples_per_sec"] == 0.0
+
+
+def test_batch_larger_than_dataset_is_a_clear_error(settings):
+    result = run_trial(regression, Knobs(batch_size=128), settings)
+    assert result["status"] == "error"
+    assert "batch_size 128" in result["error"]
+    assert f"{N_FILES} samples" in result["error"]
+
+
+def test_invalid_knobs_from_a_config_are_an_error_not_a_crash(settings):
+    reports = []
+    result = run_trial(regression, {"batch_size": 0, "reference": None}, settings,
+                       report=reports.append)
+    assert result["status"] == "error"
+    assert "invalid knobs" in result["error"] and "batch_size" in result["error"]
+    assert reports == [result]
+
+
+def test_clamped_knobs_are_recorded(settings):
+    result = run_trial(regression, Knobs(batch_size=16, pin_memory=True), settings)
+    assert result["status"] == "ok", result.get("error")
+    assert result["pin_memory"] is False                          # what was applied
+    assert result["clamped"] == "pin_memory: true -> false (cpu)"
+
+
+def test_trial_settings_validate():
+    with pytest.raises(ValueError, match="scale 'huge'"):
+        TrialSettings(scale="huge", device="cpu", data_dir=".")
+    with pytest.raises(ValueError, match="device 'tpu'"):
+        TrialSettings(scale="tiny", device="tpu", data_dir=".")
+    with pytest.raises(ValueError, match="warmup_steps"):
+        TrialSettings(scale="tiny", device="cpu", data_dir=".", windows=0)
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+    (RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB"), True),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"), True),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
+                  "memory: you tried to allocate 1000000 bytes"), True),
+    (MemoryError(), True),
+    (ValueError("out of memory"), False),
+    (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False),
+    (KeyError("memory"), False),
+])
+def test_is_oom(exc, expected):
+    assert is_oom(exc) is expected

@@ -1,0 +1,120 @@
+"""The search through Ray Tune + Optuna on CPU with the fake workloads: references first, one
+complete leaderboard row per trial, OOM trials recorded and learnt from, never fatal."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner import leaderboard
+from tuner.search import Plan, RunOptions, _make_searcher, run
+
+pytestmark = pytest.mark.slow
+
+REQUIRED = ("run_id", "trial_id", "workload", "scale", "device", "hardware_key", "node_id",
+            "status", "is_baseline", "peak_host_memory_mb", "started_at", "finished_at",
+            "ray_version", "optuna_version", "torch_version", "tuner_version")
+"""Non-null in every row, whatever the trial's status."""
+MEASURED = ("samples_per_sec", "step_time_ms_p50", "warmup_s")
+"""Non-null in every ok row."""
+
+
+def options(tmp_path, workload: str, trials: int) -> RunOptions:
+    """The search phase only (no re-measurement or ceiling phase): one row per trial."""
+    return RunOptions(workload=workload, trials=trials, results=str(tmp_path / "results"),
+                      device="cpu", windows=2, window_s=0.2, warmup_steps=1, remeasure=0,
+                      ceiling=False)
+
+
+def test_run_records_references_first_and_complete_rows(tmp_path, tuner_cache, ray_session):
+    summary = run(options(tmp_path, "tests.fake_workloads:regression", trials=5))
+    rows = summary.rows
+    assert len(rows) == 5
+    assert (summary.workload, summary.device, summary.scale) == ("fake-regression", "cpu", "tiny")
+    assert [r["reference"] for r in rows[:2]] == ["baseline", "recommended"]
+    assert [r["is_baseline"] for r in rows] == [True, False, False, False, False]
+    assert all(r["reference"] is None for r in rows[2:])
+    assert (rows[0]["batch_size"], rows[1]["batch_size"]) == (4, 16)    # the references' knobs
+    assert len({r["trial_id"] for r in rows}) == 5
+    assert {r["run_id"] for r in rows} == {summary.run_id}
+    for r in rows:
+        assert r["status"] == "ok", r["error"]
+        for name in REQUIRED + MEASURED:
+            assert r[name] is not None, name
+        assert r["workload"] == "fake-regression" and r["device"] == "cpu"
+        assert r["samples_per_sec"] > 0
+        assert r["started_at"] <= r["finished_at"]
+        assert 4 <= r["batch_size"] <= 64
+    # The leaderboard on disk holds the same rows, one file per trial.
+    table = leaderboard.read(summary.results_dir)
+    assert len(list((tmp_path / "results" / "leaderboard").glob("part-*.parquet"))) == 5
+    on_disk = {r["trial_id"]: r for r in table.to_pylist()}
+    assert set(on_disk) == {r["trial_id"] for r in rows}
+    for r in rows:
+        assert on_disk[r["trial_id"]]["samples_per_sec"] == r["samples_per_sec"]
+        assert on_disk[r["trial_id"]]["reference"] == r["reference"]
+        assert on_disk[r["trial_id"]]["batch_size"] == r["batch_size"]
+
+
+def test_oom_trials_are_recorded_and_the_run_goes_on(tmp_path, tuner_cache, ray_session):
+    # Seed 0: after the references (batch 4 and 16) TPE's random start-up trials propose
+    # batches above 16 (17, 13, 18 with optuna 5.0), so OOM and ok trials alternate.
+    trials = 6
+    summary = run(options(tmp_path, "tests.fake_workloads:oom", trials=trials))
+    rows = summary.rows
+    assert len(rows) == trials                                   # every trial ran and was written
+    statuses = [r["status"] for r in rows]
+    assert "oom" in statuses
+    assert set(statuses) <= {"ok", "oom"}
+    first_oom = statuses.index("oom")
+    assert "ok" in statuses[first_oom + 1:]                      # the run went on after it
+    for r in rows:
+        for name in REQUIRED:
+            assert r[name] is not None, name
+        if r["status"] == "oom":
+            assert r["batch_size"] > 16
+            assert r["samples_per_sec"] is None                  # never a throughput of zero
+            assert "OutOfMemoryError" in r["error"]
+        else:
+            assert r["batch_size"] <= 16
+            assert r["samples_per_sec"] > 0
+    top = leaderboard.best(leaderboard.read(summary.results_dir))
+    assert top["status"] == "ok" and top["batch_size"] <= 16
+    assert top["speedup_vs_baseline"] is not None
+
+
+@pytest.fixture
+def searcher(tmp_path, tuner_cache):
+    plan = Plan(options(tmp_path, "tests.fake_workloads:regression", trials=8))
+    return _make_searcher(plan, 8)
+
+
+def test_searcher_suggests_references_first(searcher):
+    baseline, recommended, searched = (searcher.suggest(f"t{i}") for i in range(3))
+    assert baseline["reference"] == "baseline" and baseline["batch_size"] == 4
+    assert recommended["reference"] == "recommended" and recommended["batch_size"] == 16
+    assert searched["reference"] is None
+    assert 4 <= searched["batch_size"] <= 64
+
+
+def test_searcher_passes_failures_to_optuna(searcher):
+    for i in range(5):
+        searcher.suggest(f"t{i}")
+    searcher.on_trial_complete("t0", {"status": "oom", "samples_per_sec": 0.0})
+    searcher.on_trial_complete("t1", {"status": "error", "samples_per_sec": 0.0})
+    searcher.on_trial_complete("t2", {"status": "ok", "samples_per_sec": 1234.5})
+    searcher.on_trial_complete("t3", {"status": "over_limit", "samples_per_sec": 0.0})
+    import optuna
+    states = {t.number: t for t in searcher._ot_study.trials}
+    # OOM: complete but infeasible, so TPE learns to avoid the region (a FAIL is ignored).
+    assert states[0].state == optuna.trial.TrialState.COMPLETE
+    assert list(states[0].constraints.values()) == [1.0]
+    # Any other error: FAIL, with no value.
+    assert states[1].state == optuna.trial.TrialState.FAIL
+    assert states[1].values is None
+    # ok: complete, feasible, valued by samples/sec.
+    assert states[2].state == optuna.trial.TrialState.COMPLETE
+    assert list(states[2].constraints.values()) == [0.0]
+    assert states[2].values == [1234.5]
+    assert states[3].state == optuna.trial.TrialState.COMPLETE
+    assert list(states[3].constraints.values()) == [1.0]
+    assert states[4].state == optuna.trial.TrialState.RUNNING

@@ -1,0 +1,96 @@
+"""Memory probe: bound the batch size before the search spends trials on configurations that
+cannot fit (a power-then-binary search, as Lightning's batch-size finder does).
+
+Each probe is a short trial (two optimizer steps, no measurement windows) at one batch size
+with the lowest-memory settings the space offers (mixed precision if searched, no workers, no
+compile), so the bound is optimistic: the search may still meet out-of-memory trials above it
+with hungrier settings, and learns those as constraint violations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from tuner.harness import TrialSettings
+from tuner.knobs import Knobs
+from tuner.space import Choices, IntRange, Space
+
+
+@dataclass
+class ProbeResult:
+    """Largest batch size that fit (None: not even the smallest did), the first that failed,
+    and every probe as (batch_size, status, peak memory MB)."""
+    max_batch: int | None
+    first_failure: int | None
+    probes: list[tuple[int, str, float | None]]
+
+
+def probe_knobs(space: Space, base: Knobs) -> Knobs:
+    """The lowest-memory configuration of the space around ``base``."""
+    amp = base.amp
+    dom = space.domains.get("amp")
+    if isinstance(dom, Choices):
+        amp = next((a for a in ("bf16", "fp16") if a in dom.values), amp)
+    return base.replace(amp=amp, compile="off", num_workers=0, prefetch_factor=None,
+                        persistent_workers=False, grad_accum=1)
+
+
+def candidates(space: Space) -> list[int]:
+    """Batch sizes the space allows, ascending."""
+    dom = space.domains.get("batch_size")
+    if isinstance(dom, Choices):
+        return sorted(dom.values)
+    if isinstance(dom, IntRange):
+        return list(range(dom.low, dom.high + 1, 1 if dom.log else dom.step))
+    return [space.constants["batch_size"]]
+
+
+def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
+                      run: Callable[[Knobs, TrialSettings], dict]) -> ProbeResult:
+    """Find the largest allowed batch size whose short trial ends ``ok``.
+
+    Args:
+        space: the device space (its batch_size domain is searched).
+        base: a reference configuration; see ``probe_knobs``.
+        settings: the run's trial settings (memory limits included).
+        run: runs one trial and returns its result (``tuner.harness.run_trial`` in a Ray task).
+    """
+    sizes = candidates(space)
+    knobs = probe_knobs(space, base)
+    short = replace(settings, warmup_steps=2, windows=1, window_s=0.01, breakdown_steps=0,
+                    train_steps=None)
+    probes: list[tuple[int, str, float | None]] = []
+    cache: dict[int, bool] = {}
+
+    def fits(i: int) -> bool:
+        if i not in cache:
+            bs = sizes[i]
+            result = run(knobs.replace(batch_size=bs), short)
+            peak = result.get("peak_device_memory_mb") or result.get("peak_host_memory_mb")
+            probes.append((bs, result["status"], peak))
+            if result["status"] not in ("ok", "oom", "over_limit"):
+                raise RuntimeError(f"memory probe at batch_size {bs} failed: {result.get('error')}")
+            cache[i] = result["status"] == "ok"
+        return cache[i]
+
+    # Power phase: double the batch size (the smallest allowed size >= twice the last).
+    lo, hi, i = -1, None, 0
+    while True:
+        if not fits(i):
+            hi = i
+            break
+        lo = i
+        if i == len(sizes) - 1:
+            break
+        i = next((j for j in range(i + 1, len(sizes)) if sizes[j] >= 2 * sizes[i]), len(sizes) - 1)
+    # Binary phase between the last fit and the first failure, to within 25%.
+    if hi is not None and lo >= 0:
+        while hi - lo > 1 and sizes[hi] > 1.25 * sizes[lo]:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+    return ProbeResult(sizes[lo] if lo >= 0 else None, sizes[hi] if hi is not None else None,
+                       sorted(probes))

@@ -1,0 +1,484 @@
+"""A report of one workload's leaderboard: four PNG figures and one self-contained HTML page.
+
+Figures (``<out>/<name>.png``, and embedded as base64 data URIs in ``<out>/report.html``):
+
+* ``throughput_vs_batch``: samples/sec against batch size (log2 axis), one series per
+  num_workers; failed trials as red crosses along the bottom, so the infeasible region shows.
+* ``knob_importance``: which knobs explain the fastest trials (Optuna's PED-ANOVA evaluator on a
+  study rebuilt from the successful rows; needs no scikit-learn).
+* ``throughput_vs_memory``: samples/sec against peak memory (device memory when measured, host
+  memory otherwise), with the memory limit as a dashed line when one is given.
+* ``best_vs_references``: the best trial against the baseline and recommended references of its
+  run, with the speed-ups.
+
+Figures use matplotlib's object-oriented ``Figure`` API (no pyplot, no global backend state).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import logging
+import warnings
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import optuna
+from matplotlib import ticker
+from matplotlib.figure import Figure
+
+from tuner import leaderboard
+from tuner.cli import knob_text
+from tuner.errors import TunerError
+from tuner.knobs import Knobs
+
+FIGURES = ("throughput_vs_batch", "knob_importance", "throughput_vs_memory", "best_vs_references")
+"""Figure names, in page order; each is written as ``<name>.png``."""
+FAILED_STATUSES = ("oom", "over_limit", "error")
+STATUS_ORDER = ("ok", "pruned", "oom", "over_limit", "error")
+MIN_TRIALS_FOR_IMPORTANCE = 3
+"""Fewer successful trials than this: the importance figure says 'not enough trials'."""
+TOP_ROWS = 10
+
+_DPI = 110
+_FIGSIZE_IN = (7.5, 4.6)
+_FAILED_STYLE = dict(linestyle="none", marker="x", color="tab:red", markersize=8, mew=2,
+                     clip_on=False)
+_FAILED_Y_AXES = 0.03  # failed trials sit 3% above the x axis (axes fraction, not data)
+
+
+def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
+                 hardware: str | None = None, max_memory_mb: float | None = None) -> list[Path]:
+    """Write the four PNG figures and ``report.html`` for one workload on one machine.
+
+    Args:
+        results: results directory (the leaderboard is ``<results>/leaderboard/``).
+        workload: workload name, as recorded in the leaderboard's ``workload`` column.
+        out_dir: directory for the files; created if missing, existing files are overwritten.
+        hardware: hardware key to report on; None: the only key in the leaderboard.
+        max_memory_mb: peak-memory limit in MB (the unit of the leaderboard's memory columns),
+            drawn as a dashed line on the memory figure; None draws none.
+
+    Returns:
+        Paths written: ``<out_dir>/<figure>.png`` for each of FIGURES, then
+        ``<out_dir>/report.html`` (one page, figures embedded, no external references).
+
+    Raises:
+        TunerError: no rows for ``workload`` (on ``hardware``) in ``results``; or rows from
+            several hardware keys and ``hardware`` is None (the message lists the keys).
+        ValueError: ``max_memory_mb`` is not > 0.
+    """
+    if max_memory_mb is not None and not max_memory_mb > 0:
+        raise ValueError(f"max_memory_mb={max_memory_mb!r}: expected a number of MB > 0")
+    table, hardware = _load(results, workload, hardware)
+    rows = leaderboard.ranked(table)
+    trials = training_trials(rows)
+    top = leaderboard.best(table)
+    importances, importance_note = knob_importances(trials)
+    figures = {
+        "throughput_vs_batch": plot_throughput_vs_batch(trials),
+        "knob_importance": plot_knob_importance(importances, importance_note),
+        "throughput_vs_memory": plot_throughput_vs_memory(trials, max_memory_mb),
+        "best_vs_references": plot_best_vs_references(top),
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths, pngs = [], {}
+    for name, fig in figures.items():
+        pngs[name] = _png_bytes(fig)
+        path = out / f"{name}.png"
+        path.write_bytes(pngs[name])
+        paths.append(path)
+    page = render_html(workload=workload, hardware=hardware, rows=rows, trials=trials, top=top,
+                       pngs=pngs, importances=importances, importance_note=importance_note)
+    html_path = out / "report.html"
+    html_path.write_text(page, encoding="utf-8")
+    return paths + [html_path]
+
+
+def _load(results: str | Path, workload: str, hardware: str | None):
+    """The rows of ``workload`` on one hardware key, and that key (None if unrecorded)."""
+    where = leaderboard.leaderboard_dir(results)
+    table = leaderboard.read(results, workload=workload, hardware_key=hardware)
+    if table.num_rows == 0:
+        on = f" on hardware {hardware!r}" if hardware is not None else ""
+        others = ""
+        if hardware is not None:
+            keys = _hardware_keys(leaderboard.read(results, workload=workload))
+            others = f"; hardware keys with rows: {', '.join(keys) or 'none'}"
+        raise TunerError(f"no leaderboard rows for workload {workload!r}{on} in {where}{others}")
+    keys = _hardware_keys(table)
+    if hardware is None and len(keys) > 1:
+        raise TunerError(f"rows for workload {workload!r} in {where} come from several machines; "
+                         f"choose one with --hardware: {', '.join(keys)}")
+    return table, hardware if hardware is not None else (keys[0] if keys else None)
+
+
+def _hardware_keys(table) -> list[str]:
+    return sorted(set(table.column("hardware_key").to_pylist()) - {None})
+
+
+def training_trials(rows: Iterable[dict]) -> list[dict]:
+    """The rows that measured a training configuration: compute-only ``ceiling`` rows (phase
+    column, where the leaderboard has one) are left out of the figures and the counts."""
+    return [r for r in rows if r.get("phase") != "ceiling"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Knob importance
+
+
+def knob_importances(rows: Iterable[dict]) -> tuple[dict[str, float] | None, str]:
+    """Importance of each varying knob for samples/sec, from the ``ok`` rows.
+
+    The rows are rebuilt into an in-memory Optuna study (direction maximize) whose
+    distributions are inferred from the values present: integers -> IntDistribution over the
+    observed [min, max] (log scale for batch_size), bools and strings -> CategoricalDistribution
+    over the sorted observed values. A knob that is null in a row (prefetch_factor without
+    workers) is absent from that trial. Knobs with a single observed value are left out.
+    Evaluated with PedAnovaImportanceEvaluator, which needs no scikit-learn.
+
+    Returns:
+        (importances normalised to sum 1, most important first; a one-line note on the data),
+        or (None, the reason) with fewer than MIN_TRIALS_FOR_IMPORTANCE ok rows or no varying
+        knob.
+    """
+    ok = [r for r in rows if r["status"] == "ok" and r.get("samples_per_sec") is not None]
+    if len(ok) < MIN_TRIALS_FOR_IMPORTANCE:
+        return None, (f"not enough trials: {len(ok)} successful "
+                      f"(at least {MIN_TRIALS_FOR_IMPORTANCE} needed)")
+    distributions = _distributions(ok)
+    if not distributions:
+        return None, f"not enough trials: no knob varies across the {len(ok)} successful trials"
+    trials = []
+    for r in ok:
+        params = {k: r[k] for k in distributions if r.get(k) is not None}
+        trials.append(optuna.trial.create_trial(
+            params=params, distributions={k: distributions[k] for k in params},
+            value=float(r["samples_per_sec"])))
+    # Aim for ~5 trials in the top quantile (PED-ANOVA's own advice), 10% at most trials counts.
+    quantile = min(0.5, max(0.1, 5 / len(ok)))
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=quantile)
+    optuna_logger = logging.getLogger("optuna")
+    level = optuna_logger.level
+    optuna_logger.setLevel(logging.WARNING)  # create_study logs 'A new study created' at INFO
+    try:
+        study = optuna.create_study(direction="maximize")
+        study.add_trials(trials)
+        with warnings.catch_warnings():
+            # Small-sample warnings ('regimes with fewer than 2 trials', 'equal importances'):
+            # the figure states how many trials it rests on instead.
+            warnings.simplefilter("ignore")
+            importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    finally:
+        optuna_logger.setLevel(level)
+    note = (f"PED-ANOVA over {len(ok)} successful trials: which knobs set the top "
+            f"{quantile:.0%} apart")
+    return dict(importances), note
+
+
+def _distributions(ok: list[dict]) -> dict[str, optuna.distributions.BaseDistribution]:
+    out: dict[str, optuna.distributions.BaseDistribution] = {}
+    for name in Knobs.names():
+        values = {r[name] for r in ok if r.get(name) is not None}
+        if len(values) < 2:
+            continue
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            low, high = min(values), max(values)
+            out[name] = optuna.distributions.IntDistribution(
+                low, high, log=name == "batch_size" and low >= 1)
+        else:
+            out[name] = optuna.distributions.CategoricalDistribution(sorted(values))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures (each returns a matplotlib Figure; nothing is drawn into global state)
+
+
+def plot_throughput_vs_batch(rows: list[dict]) -> Figure:
+    """Samples/sec against batch size (log2 axis), one colour per num_workers: dots are trials,
+    the line joins the fastest trial at each batch size. Failed trials: red x at the bottom."""
+    fig, ax = _figure("Throughput against batch size")
+    ok = [r for r in rows if r["status"] == "ok" and r["samples_per_sec"] is not None
+          and r["batch_size"] is not None]
+    failed = [r for r in rows if r["status"] in FAILED_STATUSES and r["batch_size"] is not None]
+    pruned = [r for r in rows if r["status"] == "pruned" and r["samples_per_sec"] is not None
+              and r["batch_size"] is not None]
+    if not ok and not failed:
+        return _message(fig, ax, "no trial with a batch size recorded")
+    for workers in sorted({r["num_workers"] for r in ok}, key=lambda w: (w is None, w)):
+        series = [r for r in ok if r["num_workers"] == workers]
+        fastest: dict[int, float] = {}
+        for r in series:
+            fastest[r["batch_size"]] = max(fastest.get(r["batch_size"], 0.0), r["samples_per_sec"])
+        xs = sorted(fastest)
+        line, = ax.plot(xs, [fastest[x] for x in xs], marker="o", linewidth=1.6,
+                        label=f"num_workers={workers}")
+        ax.plot([r["batch_size"] for r in series], [r["samples_per_sec"] for r in series],
+                linestyle="none", marker="o", alpha=0.35, color=line.get_color())
+    if pruned:
+        ax.plot([r["batch_size"] for r in pruned], [r["samples_per_sec"] for r in pruned],
+                linestyle="none", marker="o", markerfacecolor="none", color="grey",
+                label="pruned (partial measurement)")
+    if failed:
+        ax.plot([r["batch_size"] for r in failed], [_FAILED_Y_AXES] * len(failed),
+                transform=ax.get_xaxis_transform(), label="failed (oom / over limit / error)",
+                **_FAILED_STYLE)
+    for r in ok:
+        if r["reference"]:
+            ax.annotate(r["reference"], (r["batch_size"], r["samples_per_sec"]),
+                        xytext=(6, -12), textcoords="offset points", fontsize="x-small",
+                        color="dimgrey")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(ticker.LogLocator(base=2))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("batch size (samples per micro-batch, log2 scale)")
+    ax.set_ylabel("samples/sec")
+    ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def plot_knob_importance(importances: dict[str, float] | None, note: str) -> Figure:
+    """Horizontal bars, most important knob on top; a figure that says why when ``importances``
+    is None ('not enough trials ...')."""
+    fig, ax = _figure("Knob importance for samples/sec", grid="x")
+    if importances is None:
+        return _message(fig, ax, note)
+    names = list(importances)[::-1]  # barh draws bottom-up: most important on top
+    values = [importances[n] for n in names]
+    bars = ax.barh(names, values, color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], padding=3, fontsize="small")
+    ax.set_xlim(0, max(values + [0.0]) * 1.15 or 1.0)
+    ax.set_xlabel("importance (normalised, sums to 1)")
+    ax.text(0.99, 0.02, note, transform=ax.transAxes, ha="right", va="bottom",
+            fontsize="x-small", color="dimgrey")
+    return fig
+
+
+def memory_column(rows: list[dict]) -> str:
+    """'peak_device_memory_mb' when any row recorded it, else 'peak_host_memory_mb'."""
+    if any(r.get("peak_device_memory_mb") is not None for r in rows):
+        return "peak_device_memory_mb"
+    return "peak_host_memory_mb"
+
+
+def plot_throughput_vs_memory(rows: list[dict], max_memory_mb: float | None = None) -> Figure:
+    """Samples/sec against peak memory (MB) of each successful trial; the fastest starred;
+    failed trials with a recorded peak as red x at the bottom; ``max_memory_mb`` as a vertical
+    dashed line."""
+    fig, ax = _figure("Throughput against peak memory")
+    column = memory_column(rows)
+    ok = [r for r in rows if r["status"] == "ok" and r["samples_per_sec"] is not None
+          and r[column] is not None]
+    failed = [r for r in rows if r["status"] in FAILED_STATUSES and r[column] is not None]
+    if not ok and not failed:
+        return _message(fig, ax, "no trial with a peak memory recorded")
+    if ok:
+        ax.plot([r[column] for r in ok], [r["samples_per_sec"] for r in ok], linestyle="none",
+                marker="o", alpha=0.7, label="trial")
+        best = max(ok, key=lambda r: r["samples_per_sec"])
+        ax.plot([best[column]], [best["samples_per_sec"]], linestyle="none", marker="*",
+                markersize=16, color="gold", markeredgecolor="black", label="fastest")
+    if failed:
+        ax.plot([r[column] for r in failed], [_FAILED_Y_AXES] * len(failed),
+                transform=ax.get_xaxis_transform(), label="failed (oom / over limit / error)",
+                **_FAILED_STYLE)
+    if max_memory_mb is not None:
+        ax.axvline(max_memory_mb, linestyle="--", color="tab:red", linewidth=1.5,
+                   label=f"limit {max_memory_mb:,.0f} MB")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    where = "device" if column == "peak_device_memory_mb" else "host (process + workers)"
+    ax.set_xlabel(f"peak {where} memory (MB)")
+    ax.set_ylabel("samples/sec")
+    ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def plot_best_vs_references(top: dict | None) -> Figure:
+    """Bars: samples/sec of the best trial and of the baseline and recommended references of
+    its run (``leaderboard.best``), each reference bar annotated with the best's speed-up."""
+    fig, ax = _figure("Best configuration against the references", grid="y")
+    if top is None:
+        return _message(fig, ax, "no successful trial")
+    labels = ["best", "baseline", "recommended"]
+    values = [top["samples_per_sec"], top["baseline_samples_per_sec"],
+              top["recommended_samples_per_sec"]]
+    speedups = [None, top["speedup_vs_baseline"], top["speedup_vs_recommended"]]
+    colors = ["tab:green", "tab:grey", "tab:grey"]
+    bars = ax.bar(labels, [v or 0.0 for v in values], color=colors)
+    texts = []
+    for value, speedup in zip(values, speedups):
+        if value is None:
+            texts.append("failed or not run")
+        elif speedup is None:
+            texts.append(f"{value:,.1f}")
+        else:
+            texts.append(f"{value:,.1f}\nbest is {speedup:.2f}x")
+    ax.bar_label(bars, labels=texts, padding=3, fontsize="small")
+    ax.set_ylim(0, max(v or 0.0 for v in values) * 1.25 or 1.0)
+    ax.set_ylabel("samples/sec")
+    ax.text(0.01, 0.98, f"best: {knob_text(top)}", transform=ax.transAxes, ha="left", va="top",
+            fontsize="x-small", color="dimgrey", wrap=True)
+    return fig
+
+
+def _figure(title: str, grid: str = "both"):
+    fig = Figure(figsize=_FIGSIZE_IN, layout="constrained")
+    ax = fig.subplots()
+    ax.set_title(title)
+    ax.grid(True, axis=grid, alpha=0.3)
+    return fig, ax
+
+
+def _message(fig: Figure, ax, text: str) -> Figure:
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize="large",
+            color="dimgrey", wrap=True)
+    return fig
+
+
+def _png_bytes(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+figure { display: inline-block; margin: 0.5em; vertical-align: top; }
+figure img { max-width: 100%; }
+figcaption { font-size: 0.85em; color: #555; }
+.meta { color: #555; }
+"""
+
+_CAPTIONS = {
+    "throughput_vs_batch": "Samples/sec against batch size, one colour per num_workers; the line "
+                           "joins the fastest trial at each batch size; red x: failed trials.",
+    "knob_importance": "",  # the importance note
+    "throughput_vs_memory": "Samples/sec against peak memory; red x: failed trials; dashed "
+                            "line: the memory limit (when given).",
+    "best_vs_references": "The best trial against the baseline and recommended configurations "
+                          "measured in the same run.",
+}
+
+
+def render_html(*, workload: str, hardware: str | None, rows: list[dict], trials: list[dict],
+                top: dict | None, pngs: dict[str, bytes], importances: dict[str, float] | None,
+                importance_note: str) -> str:
+    """The report page: every figure inlined as a data URI, no external files, scripts or
+    styles. ``rows`` are ranked (``leaderboard.ranked``; the top-10 table), ``trials`` the
+    training trials among them (``training_trials``; the counts); ``pngs`` maps figure name
+    to PNG bytes."""
+    e = html.escape
+    counts = Counter(r["status"] for r in trials)
+    statuses = [s for s in STATUS_ORDER if counts[s]] + sorted(set(counts) - set(STATUS_ORDER))
+    runs = sorted({r["run_id"] for r in trials if r["run_id"]})
+    scales = sorted({r["scale"] for r in trials if r["scale"]})
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>tuner report: {e(workload)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>tuner report: {e(workload)}</h1>",
+        f'<p class="meta">hardware: <code>{e(hardware or "unrecorded")}</code> · '
+        f"{len(trials)} trials in {len(runs)} run(s) · scale: {e(', '.join(scales) or '?')} · "
+        f"generated {generated}</p>",
+        "<h2>Trials by status</h2>",
+        _table(["status", "trials"], [[e(s), _td(str(counts[s]))] for s in statuses]),
+        "<h2>Best configuration</h2>",
+        _best_section(top),
+        "<h2>Figures</h2>",
+    ]
+    for name in FIGURES:
+        if name not in pngs:
+            continue
+        caption = importance_note if name == "knob_importance" else _CAPTIONS[name]
+        data = base64.b64encode(pngs[name]).decode("ascii")
+        parts.append(f'<figure><img src="data:image/png;base64,{data}" '
+                     f'alt="{e(name.replace("_", " "))}"><figcaption>{e(caption)}'
+                     "</figcaption></figure>")
+    if importances:
+        parts.append("<h3>Knob importance</h3>")
+        parts.append(_table(["knob", "importance"],
+                            [[e(k), _td(f"{v:.3f}")] for k, v in importances.items()]))
+    parts.append(f"<h2>Top {min(TOP_ROWS, len(rows))} trials</h2>")
+    parts.append(_top_table(rows[:TOP_ROWS]))
+    parts += ["</body>", "</html>", ""]
+    return "\n".join(parts)
+
+
+def _best_section(top: dict | None) -> str:
+    e = html.escape
+    if top is None:
+        return "<p>No successful trial.</p>"
+    lines = [f"<p><strong>{_fmt_num(top['samples_per_sec'], 1)} samples/sec</strong> "
+             f"(run <code>{e(str(top['run_id']))}</code>, trial "
+             f"<code>{e(str(top['trial_id']))}</code>)</p>"]
+    speed_rows = []
+    for ref in ("baseline", "recommended"):
+        sps, speedup = top[f"{ref}_samples_per_sec"], top[f"speedup_vs_{ref}"]
+        speed_rows.append([e(ref), _td(_fmt_num(sps, 1) or "failed or not run"),
+                           _td(f"{speedup:.2f}x" if speedup else "")])
+    lines.append(_table(["reference", "samples/sec", "speed-up of best"], speed_rows))
+    knob_rows = [[e(name), e(_fmt_value(top.get(name)))] for name in Knobs.names()]
+    if top.get("clamped"):
+        knob_rows.append([e("clamped"), e(str(top["clamped"]))])
+    lines.append(_table(["knob", "value"], knob_rows))
+    return "\n".join(lines)
+
+
+def _top_table(rows: list[dict]) -> str:
+    e = html.escape
+    body = []
+    for i, r in enumerate(rows, 1):
+        detail = knob_text(r)
+        if r["status"] not in ("ok", "pruned") and r.get("error"):
+            detail += f" — {r['error']}"
+        body.append([_td(str(i)), e(r["status"]), e(r["reference"] or ""),
+                     _td(_fmt_num(r["samples_per_sec"], 1)),
+                     _td(_fmt_num(r["samples_per_sec_iqr"], 1)),
+                     _td(_fmt_num(r["step_time_ms_p50"], 1)),
+                     _td(_fmt_num(r["peak_device_memory_mb"], 0)),
+                     _td(_fmt_num(r["peak_host_memory_mb"], 0)), e(detail)])
+    return _table(["#", "status", "ref", "samples/sec", "±IQR", "step ms p50", "peak dev MB",
+                   "peak host MB", "knobs / error"], body)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """Cells are already-escaped HTML; a cell made by ``_td`` keeps its own <td>."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in row)
+                   + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _td(text: str) -> str:
+    return f'<td class="num">{html.escape(text)}</td>'
+
+
+def _fmt_num(v: float | None, digits: int) -> str:
+    return "" if v is None else f"{v:,.{digits}f}"
+
+
+def _fmt_value(v: Any) -> str:
+    if v is None:
+        return "—"
+    return str(v).lower() if isinstance(v, bool) else str(v)
