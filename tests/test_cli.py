@@ -1,6 +1,8 @@
 """The command line end to end, in subprocesses as a user runs it: one real run on the fake
 workload, the leaderboard and best views of it, the workload list, and bad input (exit code 2,
-one line naming the bad value, no traceback, existing results untouched)."""
+one line naming the bad value, no traceback, existing results untouched). Every bad input also
+goes through click in this process, which costs no interpreter start; three of them, one of
+each kind, run as real processes."""
 
 from __future__ import annotations
 
@@ -244,6 +246,27 @@ def test_bad_input_leaves_existing_results_byte_identical(bad_runs):
     _, before, after = bad_runs
     assert any(name.startswith("leaderboard/part-") for name in before)
     assert after == before
+
+
+# ------------------------------------------------------------------------------ flags
+
+CLI_FLAGS = {
+    "run": ["--workload", "-w", "--space", "--trials", "--time-budget", "--device", "--scale",
+            "--data", "--results", "--seed", "--address", "--windows", "--window-s",
+            "--warmup-steps", "--objective", "--train-steps", "--max-memory", "--max-host-memory",
+            "--global-batch-size", "--probe", "--remeasure", "--ceiling", "--no-ceiling"],
+    "leaderboard": ["--workload", "-w", "--results", "--hardware", "--format", "--limit"],
+    "best": ["--workload", "-w", "--results", "--hardware", "--format"],
+    "workloads": ["--format"],
+}
+"""Frozen on purpose: scripts and the README use these; a rename or removal must be deliberate."""
+
+
+def test_cli_flags_are_pinned():
+    from tuner.cli import main
+    got = {name: [opt for p in main.commands[name].params for opt in (*p.opts, *p.secondary_opts)]
+           for name in CLI_FLAGS}
+    assert got == CLI_FLAGS
 
 
 # --------------------------------------------------------------------------- entry points

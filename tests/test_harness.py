@@ -59,14 +59,24 @@ def test_windows_cross_epoch_boundaries(regression_data):
 
 def test_workers_with_persistent_workers_run_and_shut_down(settings):
     knobs = Knobs(batch_size=8, num_workers=1, persistent_workers=True)
+    before = _alive_children()
     result = run_trial(regression, knobs, settings)
     assert result["status"] == "ok", result.get("error")
     assert result["samples_per_sec"] > 0
     assert (result["num_workers"], result["persistent_workers"], result["prefetch_factor"]) == (
         1, True, 2)
-    alive = [p for p in psutil.Process().children(recursive=True)
-             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert alive == []                                           # DataLoader workers are gone
+    assert _alive_children() - before == set()                  # DataLoader workers are gone
+
+
+def _alive_children() -> set[int]:
+    alive = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 def test_oom_is_recorded_and_the_next_trial_still_runs(settings):

@@ -113,8 +113,17 @@ def _common_filters(f):
     return click.option("--workload", "-w", required=True, help="Workload name.")(f)
 
 
+def _workload_name(spec: str) -> str:
+    """Leaderboard rows carry the workload's name; an import path is resolved to it."""
+    if ":" in spec:
+        from tuner.workload import resolve
+        return resolve(spec).name
+    return spec
+
+
 def _load(results: str, workload: str, hardware: str | None):
     from tuner import leaderboard
+    workload = _workload_name(workload)
     table = leaderboard.read(results, workload=workload)
     if table.num_rows == 0:
         raise TunerError(f"no leaderboard rows for workload {workload!r} in {results}/leaderboard "
@@ -247,6 +256,142 @@ def report(workload: str, results: str, hardware: str | None, out_dir: str,
     for path in paths:
         console.print(f"  {path}")
     console.print(f"open {paths[-1]}")
+
+
+def _pick_row(table, trial_id: str | None) -> dict:
+    from tuner import leaderboard
+    rows = table.to_pylist()
+    if trial_id is None:
+        row = leaderboard.best_row(rows)
+        if row is None:
+            raise TunerError("no successful trial to take the configuration from")
+        return row
+    match = [r for r in rows if r["trial_id"] == trial_id]
+    if not match:
+        raise TunerError(f"--trial {trial_id}: no such trial; trials here: "
+                         f"{', '.join(r['trial_id'] for r in rows[:20])}")
+    return match[0]
+
+
+def _data_for(workload, data: str | None, scale: str):
+    from pathlib import Path
+    from tuner.errors import DataError
+    from tuner.workload import default_cache_dir
+    if data is None:
+        return workload.prepare_default_data(default_cache_dir() / "data", scale)
+    path = Path(data)
+    if not path.exists():
+        raise DataError(f"--data {data}: no such file or directory")
+    return path
+
+
+@main.command()
+@_common_filters
+@click.option("--trial", "trial_id", help="Trial id to validate (default: the best).")
+@click.option("--steps", type=click.IntRange(min=1),
+              help="Optimizer steps (default: one epoch, at least 23 steps).")
+@click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
+def validate(workload: str, results: str, hardware: str | None, trial_id: str | None,
+             steps: int | None, data: str | None) -> None:
+    """Train with the best configuration as a plain loop; measured vs predicted samples/sec."""
+    import torch
+    from tuner.validate import train_loop
+    from tuner.workload import resolve
+    w = resolve(workload)
+    table, hardware = _load(results, workload, hardware)
+    row = _pick_row(table, trial_id)
+    if row["device"] == "cuda" and not torch.cuda.is_available():
+        raise TunerError(f"trial {row['trial_id']} ran on CUDA ({hardware}); no CUDA device here")
+    knobs = Knobs.from_dict(row, strict=False)
+    console.print(f"validating trial {row['trial_id']} ({row['phase'] or 'search'}, run {row['run_id']}): "
+                  f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
+    from tuner.search import MEASUREMENT_DEFAULTS
+    threads = torch.get_num_threads()
+    if row["device"] == "cpu" and row.get("trial_cpus"):
+        # The trial had trial_cpus cores (Ray sets its OMP_NUM_THREADS); train with as many.
+        torch.set_num_threads(max(1, int(row["trial_cpus"])))
+    try:
+        with console.status(f"training on {torch.get_num_threads()} CPU threads…"):
+            v = train_loop(w, knobs, scale=row["scale"], device=row["device"],
+                           data_dir=_data_for(w, data, row["scale"]), steps=steps,
+                           warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0])
+    finally:
+        torch.set_num_threads(threads)
+    predicted = row["samples_per_sec"]
+    t = Table(title=f"{w.name}: plain training loop vs the trial", title_justify="left")
+    for col in ("", "samples/sec"):
+        t.add_column(col, justify="right" if col else "left")
+    t.add_row("predicted (trial median)", f"{predicted:,.1f}")
+    t.add_row(f"measured ({v.steps} steps, {v.epochs:.1f} epochs, first {v.warmup_steps} left out)",
+              f"{v.samples_per_sec:,.1f}")
+    t.add_row("[bold]measured ÷ predicted[/]", f"[bold]{v.samples_per_sec / predicted:.2f}[/]")
+    console.print(t)
+    console.print(f"whole loop, warm-up included: {v.total_s:.1f} s")
+
+
+@main.command()
+@click.option("--workload", "-w", required=True, help="Workload name or import path.")
+@click.option("--knobs", "knobs_json", help='Knobs as JSON, over the workload\'s baseline, e.g. \'{"batch_size": 64}\'.')
+@click.option("--trial", "trial_id", help="Take the knobs of this leaderboard trial.")
+@click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False))
+@click.option("--hardware", help="Hardware key of the leaderboard rows to read.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--scale", type=click.Choice(["seed", "tiny"]), help="[default: seed on CUDA, tiny on CPU]")
+@click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
+@click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Synchronised steps timed per phase.")
+def profile(workload: str, knobs_json: str | None, trial_id: str | None, results: str,
+            hardware: str | None, device: str, scale: str | None, data: str | None, steps: int) -> None:
+    """Per-phase breakdown of one configuration, and its bottleneck in one sentence.
+
+    Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
+    from tuner.diagnose import bottleneck, breakdown_table
+    from tuner.harness import TrialSettings, run_trial
+    from tuner.search import MEASUREMENT_DEFAULTS, resolve_device
+    from tuner.workload import resolve
+    w = resolve(workload)
+    device = resolve_device(device)
+    scale = scale or ("seed" if device == "cuda" else "tiny")
+    source = "the workload's baseline"
+    knobs = w.baseline
+    if knobs_json is not None:
+        try:
+            knobs = Knobs.from_dict({**w.baseline.to_dict(), **json.loads(knobs_json)})
+        except (json.JSONDecodeError, ValueError, TypeError) as exc:
+            raise TunerError(f"--knobs {knobs_json!r}: {exc}") from None
+        source = "--knobs"
+    elif trial_id is not None or _has_rows(results, w.name):
+        table, hardware = _load(results, w.name, hardware)
+        row = _pick_row(table, trial_id)
+        knobs, source = Knobs.from_dict(row, strict=False), f"trial {row['trial_id']}"
+    warmup, _, window_s = MEASUREMENT_DEFAULTS[scale]
+    settings = TrialSettings(scale=scale, device=device, data_dir=str(_data_for(w, data, scale)),
+                             warmup_steps=warmup, windows=2, window_s=window_s, breakdown_steps=steps)
+    console.print(f"profiling {w.name} ({scale} scale on {device}) with {source}: "
+                  f"{knob_text(knobs.to_dict())}")
+    import os
+    import torch
+    threads = torch.get_num_threads()
+    if device == "cpu":  # as many threads as a trial of these knobs gets CPUs (Ray's OMP_NUM_THREADS)
+        torch.set_num_threads(min(knobs.num_workers + 1, os.cpu_count() or 1))
+    try:
+        with console.status("measuring…"):
+            row = run_trial(w, knobs, settings)
+    finally:
+        torch.set_num_threads(threads)
+    if row["status"] != "ok":
+        raise TunerError(f"the configuration failed ({row['status']}): {row['error']}")
+    console.print(f"{row['samples_per_sec']:,.1f} samples/sec, step time p50 "
+                  f"{row['step_time_ms_p50']:.1f} ms (unsynchronised windows)")
+    console.print(breakdown_table(row))
+    if row.get("gpu_util_pct") is not None:
+        console.print(f"GPU utilisation {row['gpu_util_pct']:.0f}%, power {row['gpu_power_w']:.0f} W")
+    console.print(bottleneck(row))
+
+
+def _has_rows(results: str, workload: str) -> bool:
+    from tuner import leaderboard
+    return leaderboard.read(results, workload=workload).num_rows > 0
 
 
 @main.command(name="check-cluster")

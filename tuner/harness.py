@@ -198,7 +198,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                         **knobs.dataloader_kwargs())
     model = workload.build_model(settings.scale).to(device)
     if knobs.channels_last:
-        model._apply(_channels_last)
+        model._apply(to_channels_last)
     optimizer = workload.build_optimizer(model.parameters(), knobs.fused_optimizer)
     step_model = model if knobs.compile == "off" else torch.compile(
         model, mode=None if knobs.compile == "default" else knobs.compile)
@@ -208,12 +208,16 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     model.train()
     if settings.compute_only:
         # Batches already on the device, cycled: no loading, decoding or copying is measured.
-        resident = [_to_device(b, device, knobs) for b, _ in zip(_cycle(loader), range(4))]
+        source = cycle(loader)
+        try:
+            resident = [move_batch(next(source), device, knobs) for _ in range(4)]
+        finally:
+            source.close()  # workers are not needed any more
         batches = _repeat(resident)
         move = lambda batch: batch  # noqa: E731  (already on the device)
     else:
-        batches = _cycle(loader)
-        move = partial(_to_device, device=device, knobs=knobs)
+        batches = cycle(loader)
+        move = partial(move_batch, device=device, knobs=knobs)
     setup_s = setup.elapsed()
     loss = None
 
@@ -349,7 +353,7 @@ def _release_device_limit(limit_mb: float | None, device: torch.device) -> None:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
-def _cycle(loader: DataLoader) -> Iterator:
+def cycle(loader: DataLoader) -> Iterator:
     """Batches forever, epoch after epoch, as a training loop sees them: without persistent
     workers each epoch starts its workers again. Closing the generator shuts workers down."""
     iterator = None
@@ -362,7 +366,7 @@ def _cycle(loader: DataLoader) -> Iterator:
             iterator._shutdown_workers()
 
 
-def _channels_last(t: torch.Tensor) -> torch.Tensor:
+def to_channels_last(t: torch.Tensor) -> torch.Tensor:
     if t.dim() == 4:
         return t.contiguous(memory_format=torch.channels_last)
     if t.dim() == 5:
@@ -370,15 +374,15 @@ def _channels_last(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _to_device(batch: Any, device: torch.device, knobs: Knobs) -> Any:
+def move_batch(batch: Any, device: torch.device, knobs: Knobs) -> Any:
     """Move every tensor of a (nested) batch; 4-D/5-D float inputs get channels_last(_3d)."""
     if isinstance(batch, torch.Tensor):
         t = batch.to(device, non_blocking=knobs.non_blocking)
-        return _channels_last(t) if knobs.channels_last and t.is_floating_point() else t
+        return to_channels_last(t) if knobs.channels_last and t.is_floating_point() else t
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(b, device, knobs) for b in batch)
+        return type(batch)(move_batch(b, device, knobs) for b in batch)
     if isinstance(batch, dict):
-        return {k: _to_device(v, device, knobs) for k, v in batch.items()}
+        return {k: move_batch(v, device, knobs) for k, v in batch.items()}
     return batch
 
 
