@@ -9,6 +9,11 @@ Design:
      ddpm at tiny scale on CPU, 36 configurations) is measured once with
      ``tuner.harness.run_trial`` in this process, in a shuffled order so that load drift on a
      shared machine does not line up with any knob. That table is the truth of this run.
+     Each trial runs on the torch threads the tuner would give it (Ray sets OMP_NUM_THREADS to
+     the trial's CPUs: num_workers + 1, capped at the node's CPUs); ``--threads N`` fixes them
+     for every trial. On a shared 2-core machine, 2 threads while another process held a core
+     ran ~30x slower than 1 thread (threads waiting on each other), so a ``--threads 1`` table
+     is the steadier reading there.
      ``--table FILE`` saves it after every trial; a second run with the same file measures only
      what is missing (resume) and otherwise goes straight to the search part.
   2. Searches, evaluated against the table by lookup (nothing is measured again, so every
@@ -32,7 +37,7 @@ pass/fail.
 
 Usage:
   python bench/search_quality.py [--table FILE] [--seeds 20] [--budget-fraction 0.2]
-      [--windows 2] [--window-s 0.5] [--warmup-steps 2] [--grid-only-measure]
+      [--windows 2] [--window-s 0.5] [--warmup-steps 2] [--threads N] [--grid-only-measure]
 """
 
 from __future__ import annotations
@@ -113,16 +118,34 @@ def _fmt(v) -> str:
 
 # ------------------------------------------------------------------------------ measuring
 
-def measure(workload: Workload, knobs: Knobs, settings: TrialSettings) -> dict:
-    """One trial with run_trial; the fields this benchmark keeps."""
+def trial_threads(knobs: Knobs, threads: int | None) -> int:
+    """torch intra-op threads of a trial: ``threads`` if given, else the CPUs the tuner gives
+    the trial (``TrialResources``: num_workers + 1, capped at the node's CPUs), which Ray
+    passes on as OMP_NUM_THREADS."""
+    from tuner.search import TrialResources
+    if threads is not None:
+        return threads
+    return TrialResources(0, os.cpu_count() or 1)(knobs.to_dict())["cpu"]
+
+
+def measure(workload: Workload, knobs: Knobs, settings: TrialSettings,
+            threads: int | None = None) -> dict:
+    """One trial with run_trial on ``trial_threads`` threads; the fields this benchmark keeps."""
+    import torch
+    saved = torch.get_num_threads()
+    torch.set_num_threads(trial_threads(knobs, threads))
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    result = run_trial(workload, knobs, settings)
+    try:
+        result = run_trial(workload, knobs, settings)
+    finally:
+        torch.set_num_threads(saved)
     return {"status": result["status"],
             METRIC: result[METRIC] if result["status"] == "ok" else None,
             "samples_per_sec_cv": result.get("samples_per_sec_cv"),
             "wall_s": time.perf_counter() - started,
             "load_1min": (load_before + os.getloadavg()[0]) / 2,
+            "threads": trial_threads(knobs, threads),
             "error": result.get("error")}
 
 
@@ -159,13 +182,14 @@ class Table:
 
 
 def measure_missing(table: Table, section: str, jobs: list[tuple[str, dict, Knobs]],
-                    workload: Workload, settings: TrialSettings, label: str) -> None:
+                    workload: Workload, settings: TrialSettings, threads: int | None,
+                    label: str) -> None:
     """Measure each (key, params, knobs) not yet in ``table[section]``, printing progress."""
     todo = [job for job in jobs if job[0] not in table.data[section]]
     if len(todo) < len(jobs):
         print(f"{label}: {len(jobs) - len(todo)} of {len(jobs)} already in the table")
     for i, (key, params, knobs) in enumerate(todo, 1):
-        row = measure(workload, knobs, settings)
+        row = measure(workload, knobs, settings, threads)
         row["params"] = params
         table.data[section][key] = row
         table.save()
@@ -173,10 +197,26 @@ def measure_missing(table: Table, section: str, jobs: list[tuple[str, dict, Knob
         cv = row["samples_per_sec_cv"]
         print(f"{label} {i:>2}/{len(todo)}  {short(params):<38} {value} samples/s  "
               f"cv {cv if cv is None else f'{cv:.2f}'}  {row['wall_s']:5.1f} s  "
-              f"load {row['load_1min']:.1f}", flush=True)
+              f"{row['threads']} thr  load {row['load_1min']:.1f}", flush=True)
 
 
 # ----------------------------------------------------------------------------- searching
+
+def grid_section(n: int) -> str:
+    """Table section of the n-th measurement pass over the grid (the first is 'grid')."""
+    return "grid" if n == 1 else f"grid_pass{n}"
+
+
+def combine(rows: list[dict]) -> dict:
+    """One grid cell from its passes: samples/sec is the median of the passes that ran, the
+    status that of the first pass when none ran; wall time and cv those of the first pass."""
+    values = [r[METRIC] for r in rows if r[METRIC] is not None]
+    out = dict(rows[0])
+    out[METRIC] = statistics.median(values) if values else None
+    out["status"] = "ok" if values else rows[0]["status"]
+    out["passes"] = [r[METRIC] for r in rows]
+    return out
+
 
 def references(workload: Workload, space: Space, device: str) -> list[tuple[str, dict, Knobs]]:
     """(name, grid params, knobs as run), as tuner.search.Plan builds reference_params."""
@@ -193,8 +233,11 @@ def tuner_search(space: Space, refs: list, grid: dict[str, dict], trials: int,
     counts of what happened (duplicates told again, trials the searcher lost)."""
     from tuner.search import _make_searcher
 
-    plan = types.SimpleNamespace(options=types.SimpleNamespace(seed=seed), mode="max",
-                                 metric=METRIC, device_space=space, reference_params=list(refs))
+    # The Plan fields _make_searcher reads, for a fresh run (no resume, no warm start).
+    plan = types.SimpleNamespace(
+        options=types.SimpleNamespace(seed=seed, warm_start=False, remeasure=False),
+        mode="max", metric=METRIC, device_space=space, reference_params=list(refs),
+        prior_rows=[], prior_search_rows=[])
     searcher = _make_searcher(plan, trials)
     values: list[float | None] = []
     seen: set[str] = set()
@@ -253,26 +296,36 @@ def within_reach_probability(n_cells: int, n_good: int, draws: int) -> float:
 
 def print_grid(grid: dict[str, dict], grid_best: float) -> None:
     ranked = sorted(grid.values(), key=lambda r: r[METRIC] or 0.0, reverse=True)
-    print(f"\ngrid ({len(ranked)} configurations), best first:")
-    print(f"{'rank':>4}  {'configuration':<38} {'samples/s':>9} {'of best':>7} {'cv':>5} {'wall s':>6}")
+    passes = len(ranked[0]["passes"])
+    print(f"\ngrid ({len(ranked)} configurations), best first"
+          + (f"; samples/s is the median of {passes} passes" if passes > 1 else "") + ":")
+    print(f"{'rank':>4}  {'configuration':<38} {'samples/s':>9} {'of best':>7} {'cv':>5} "
+          f"{'wall s':>6}" + ("  passes" if passes > 1 else ""))
     for rank, r in enumerate(ranked, 1):
         v = r[METRIC]
         cv = r["samples_per_sec_cv"]
+        each = "  " + " ".join(f"{p:6.1f}" if p is not None else "     -" for p in r["passes"])
         print(f"{rank:>4}  {short(r['params']):<38} "
               f"{(f'{v:9.2f}' if v is not None else r['status']):>9} "
               f"{(f'{v / grid_best:7.3f}' if v is not None else ''):>7} "
-              f"{(f'{cv:5.2f}' if cv is not None else ''):>5} {r['wall_s']:6.1f}")
+              f"{(f'{cv:5.2f}' if cv is not None else ''):>5} {r['wall_s']:6.1f}"
+              + (each if passes > 1 else ""))
+    if passes > 1:
+        spreads = [(max(r["passes"]) - min(r["passes"])) / r[METRIC] for r in ranked
+                   if r[METRIC] and None not in r["passes"]]
+        print(f"pass-to-pass spread (max - min) / median per configuration: median "
+              f"{100 * statistics.median(spreads):.0f}%, largest {100 * max(spreads):.0f}%")
 
 
-def print_noise(table: Table, grid_best: float) -> None:
-    rows = table.data["remeasured"]
+def print_noise(table: Table, grid: dict[str, dict], top: list[str], grid_best: float) -> None:
+    rows = {k: table.data["remeasured"][k] for k in top if k in table.data["remeasured"]}
     if not rows:
         return
-    print("\nordering noise: the top grid configurations measured once more")
+    print("\nordering noise: the top grid configurations measured once more (vs the grid's figure)")
     print(f"{'configuration':<38} {'first':>8} {'again':>8} {'moved':>7} {'again/grid best':>15}")
     moves = []
     for key, again in rows.items():
-        first = table.data["grid"][key][METRIC]
+        first = grid[key][METRIC]
         if first is None or again[METRIC] is None:
             print(f"{short(again['params']):<38} {first} {again['status']}")
             continue
@@ -344,7 +397,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=20, help="searches per strategy")
     parser.add_argument("--budget-fraction", type=float, default=TARGET_TRIAL_FRACTION,
                         help="K = floor(fraction x grid size) trials per search")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="measure the grid this many times (each pass in its own shuffled "
+                             "order); a cell's figure is the median of its passes")
     parser.add_argument("--remeasure-top", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads for every trial (default: the trial's CPUs as the "
+                             "tuner gives them, num_workers + 1 capped at the node's CPUs)")
     parser.add_argument("--table", default=None,
                         help="JSON file: measured cells are saved there; cells in it are reused")
     parser.add_argument("--grid-only-measure", action="store_true",
@@ -364,36 +423,42 @@ def main(argv: list[str] | None = None) -> None:
     meta = {"workload": workload.name, "space_file": str(Path(args.space).resolve()),
             "settings": {"scale": args.scale, "device": args.device,
                          "warmup_steps": args.warmup_steps, "windows": args.windows,
-                         "window_s": args.window_s},
+                         "window_s": args.window_s, "threads": args.threads},
             "cpu_count": os.cpu_count(), "started_at": dt.datetime.now().isoformat()}
     table = Table(Path(args.table) if args.table else None, meta)
 
     print(f"workload {workload.name} scale {args.scale} on {args.device}; space {args.space}: "
           f"{len(cells)} configurations; trial: {args.warmup_steps} warm-up steps, "
-          f"{args.windows} windows of >= {args.window_s} s")
+          f"{args.windows} windows of >= {args.window_s} s; torch threads per trial: "
+          f"{args.threads or 'num_workers + 1, capped at the CPU count (as the tuner)'}")
     print(f"machine: {os.cpu_count()} CPUs, shared with other agents (load average now "
           f"{os.getloadavg()[0]:.1f}); figures are from this run only")
     started = time.perf_counter()
     jobs = [(cell_key(p), p, knobs_of(space, p)) for p in cells]
-    random.Random(0).shuffle(jobs)  # load drift on a shared machine must not follow a knob
-    measure_missing(table, "grid", jobs, workload, settings, "grid")
-    grid = {key: table.data["grid"][key] for key, _, _ in jobs}
+    sections = [grid_section(n) for n in range(1, args.passes + 1)]
+    for n, section in enumerate(sections, 1):
+        random.Random(n - 1).shuffle(jobs)  # load drift must not follow a knob
+        table.data.setdefault(section, {})
+        measure_missing(table, section, jobs, workload, settings, args.threads,
+                        "grid" if args.passes == 1 else f"grid pass {n}")
+    grid = {key: combine([table.data[section][key] for section in sections])
+            for key, _, _ in sorted(jobs)}
     ok = [r[METRIC] for r in grid.values() if r[METRIC] is not None]
     if not ok:
         sys.exit("no grid configuration ran; nothing to compare")
     grid_best = max(ok)
     top = sorted(grid, key=lambda k: grid[k][METRIC] or 0.0, reverse=True)[:args.remeasure_top]
     measure_missing(table, "remeasured", [(k, grid[k]["params"], knobs_of(space, grid[k]["params"]))
-                                          for k in top], workload, settings, "again")
+                                          for k in top], workload, settings, args.threads, "again")
     measure_missing(table, "references", [(name, params, knobs) for name, params, knobs in refs],
-                    workload, settings, "reference")
+                    workload, settings, args.threads, "reference")
     loads = [r["load_1min"] for r in grid.values()]
     print(f"measuring took {time.perf_counter() - started:.0f} s in this invocation; load "
           f"average over the grid trials: min {min(loads):.1f}, median "
           f"{statistics.median(loads):.1f}, max {max(loads):.1f} on {os.cpu_count()} CPUs")
 
     print_grid(grid, grid_best)
-    print_noise(table, grid_best)
+    print_noise(table, grid, top, grid_best)
     print_references(table, grid, refs)
     if args.grid_only_measure:
         return

@@ -48,10 +48,11 @@ def results(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def run_output(env, results) -> subprocess.CompletedProcess:
-    """One run of 4 trials (the references and 2 searched), no follow-up phases."""
+    """One run of 4 trials (the references and 2 searched), no follow-up phases (re-measuring
+    the best, compute-only ceiling): one leaderboard row per trial."""
     return tuner("run", "--workload", REGRESSION, "--device", "cpu", "--trials", "4",
                  "--results", str(results), "--windows", "2", "--window-s", "0.2",
-                 "--warmup-steps", "1", "--remeasure", "0", "--no-ceiling", env=env, timeout=300)
+                 "--warmup-steps", "1", "--confirm", "0", "--no-ceiling", env=env, timeout=300)
 
 
 def test_run_prints_plan_progress_and_speedup(run_output):
@@ -254,7 +255,8 @@ CLI_FLAGS = {
     "run": ["--workload", "-w", "--space", "--trials", "--time-budget", "--device", "--scale",
             "--data", "--results", "--seed", "--address", "--windows", "--window-s",
             "--warmup-steps", "--objective", "--train-steps", "--max-memory", "--max-host-memory",
-            "--global-batch-size", "--probe", "--remeasure", "--ceiling", "--no-ceiling"],
+            "--global-batch-size", "--probe", "--confirm", "--resume", "--warm-start",
+            "--remeasure", "--ceiling", "--no-ceiling"],
     "leaderboard": ["--workload", "-w", "--results", "--hardware", "--format", "--limit"],
     "best": ["--workload", "-w", "--results", "--hardware", "--format"],
     "workloads": ["--format"],

@@ -21,7 +21,7 @@ MEASURED = ("samples_per_sec", "step_time_ms_p50", "warmup_s")
 def options(tmp_path, workload: str, trials: int) -> RunOptions:
     """The search phase only (no re-measurement or ceiling phase): one row per trial."""
     return RunOptions(workload=workload, trials=trials, results=str(tmp_path / "results"),
-                      device="cpu", windows=2, window_s=0.2, warmup_steps=1, remeasure=0,
+                      device="cpu", windows=2, window_s=0.2, warmup_steps=1, confirm=0,
                       ceiling=False)
 
 

@@ -83,9 +83,16 @@ def main() -> None:
 @click.option("--probe", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Memory probe bounding the batch size before the search (auto: on CUDA or "
                    "with --max-host-memory).")
-@click.option("--remeasure", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--confirm", type=click.IntRange(min=0), default=3, show_default=True,
               help="Re-measure the N best configurations with twice the windows; the winner is "
-                   "chosen on these.")
+                   "chosen on these (0: off).")
+@click.option("--resume", "resume", is_flag=False, flag_value="latest", default=None,
+              help="Continue an interrupted run: the newest of this workload in --results, or "
+                   "--resume RUN_ID. Recorded trials are not run again.")
+@click.option("--warm-start", "warm_start", is_flag=True,
+              help="Seed the search with earlier leaderboard rows of this workload and hardware.")
+@click.option("--remeasure", is_flag=True,
+              help="With --warm-start: measure configurations again even when a row has them.")
 @click.option("--ceiling/--no-ceiling", default=True, show_default=True,
               help="Measure the winner's compute-only ceiling (batches already on the device).")
 def run(**kwargs: Any) -> None:
@@ -97,8 +104,16 @@ def run(**kwargs: Any) -> None:
     options = RunOptions(**kwargs)
     with console.status("checking the workload, search space and data…"):
         plan = Plan(options)
+    from tuner.search import RunInterrupted
     progress = Progress(console)
-    summary = run_search(options, plan=plan, on_event=progress.on_event)
+    try:
+        summary = run_search(options, plan=plan, on_event=progress.on_event)
+    except RunInterrupted as exc:
+        progress.close()
+        err_console.print(f"interrupted: {exc.recorded} trials of run {exc.run_id} are in "
+                          f"{options.results}/leaderboard; continue with the same command and "
+                          f"--resume {exc.run_id}")
+        sys.exit(130)
     progress.close()
     progress.print_summary(summary)
     if not any(r["status"] == "ok" for r in summary.rows):

@@ -30,6 +30,8 @@ class Progress:
             self._start(data["plan"], data["concurrency"])
         elif kind == "trial":
             self._trial(data["row"], data["index"], data["total"])
+        elif kind == "complete":
+            self.console.print(f"run {data['run_id']} is already complete; nothing to resume")
         elif kind == "probe":
             r = data["result"]
             steps = ", ".join(f"{bs}:{status}" for bs, status, _ in r.probes)
@@ -62,9 +64,13 @@ class Progress:
         s = plan.settings
         c.print(f"  budget: {budget}, {concurrency} at a time · per trial: {s.warmup_steps} warm-up "
                 f"steps, {s.windows} windows of {s.window_s:g} s · run id {plan.run_id}")
-        c.print(f"  references first: {', '.join(name for name, _ in plan.references)}")
+        if plan.prior_rows:
+            c.print(f"  resuming run {plan.run_id}: {len(plan.prior_search_rows)} search trials "
+                    f"recorded, {plan.remaining_trials if plan.trials else 'more'} to run")
+        todo = [name for name, _, _ in plan.reference_params]
+        c.print(f"  references first: {', '.join(todo) if todo else 'already measured'}")
         self.bar.start()
-        self.task = self.bar.add_task("trials", total=plan.trials)
+        self.task = self.bar.add_task("trials", total=plan.trials, completed=len(plan.prior_search_rows))
 
     def _trial(self, row: dict, index: int, total: int | None) -> None:
         from tuner.cli import knob_text

@@ -35,7 +35,10 @@ METRIC = "samples_per_sec"
 # Quiet Ray: our own progress lines replace its tables (notes section 8).
 _RAY_ENV = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
             "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_DEDUP_LOGS": "0",
-            "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000"}
+            "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000",
+            # Ctrl-C raises KeyboardInterrupt in the driver (RunInterrupted): finished trials
+            # are already in the leaderboard and --resume continues from them.
+            "TUNE_DISABLE_SIGINT_HANDLER": "1"}
 
 MEASUREMENT_DEFAULTS = {
     # scale: (warm-up optimizer steps, windows, seconds per window)
@@ -74,9 +77,17 @@ class RunOptions:
     global_batch_size: int | None = None
     probe: str = "auto"
     """Memory probe before the search: 'auto' (on CUDA, or with --max-host-memory), 'on', 'off'."""
-    remeasure: int = 3
+    confirm: int = 3
     """Re-measure this many of the best configurations with twice the windows; the winner is
     chosen on the re-measurement (0 turns it off)."""
+    resume: str | None = None
+    """Continue a run: 'latest' (the newest run of this workload in --results) or a run id.
+    Its leaderboard rows are the truth: the search state is rebuilt from them, references and
+    trials already recorded are not run again, only the rest of the --trials budget runs."""
+    warm_start: bool = False
+    """Seed the search with earlier leaderboard rows of this workload, scale and hardware."""
+    remeasure: bool = False
+    """With warm_start: measure a configuration again even when an earlier row has it."""
     ceiling: bool = True
     """Measure the winner's compute-only ceiling (batches already on the device)."""
 
@@ -178,10 +189,44 @@ class Plan:
                                          (40 if self.device == "cuda" else 12))
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{self.workload.name}-{stamp}-{secrets.token_hex(2)}"
+        self.prior_rows: list[dict] = []
+        if options.resume is not None:
+            self._resume(options.resume)
+        self.hardware_key: str | None = None  # set once Ray runs (a cluster's GPU node decides)
+
+    def _resume(self, which: str) -> None:
+        rows = [r for r in leaderboard.read(self.options.results, workload=self.workload.name).to_pylist()
+                if r["scale"] == self.scale and r["device"] == self.device]
+        runs = {}
+        for r in rows:
+            runs.setdefault(r["run_id"], []).append(r)
+        if not runs:
+            raise TunerError(f"--resume: no run of {self.workload.name} at {self.scale} scale on "
+                             f"{self.device} in {self.options.results}")
+        if which == "latest":
+            which = max(runs, key=lambda rid: max(r["started_at"] for r in runs[rid]))
+        if which not in runs:
+            raise TunerError(f"--resume {which}: no such run; runs of {self.workload.name} here: "
+                             f"{', '.join(sorted(runs))}")
+        self.run_id = which
+        self.prior_rows = [leaderboard.normalise_row(r) for r in runs[which]]
+        self._project_references()
+
+    @property
+    def prior_search_rows(self) -> list[dict]:
+        return [r for r in self.prior_rows if (r.get("phase") or "search") == "search"]
+
+    @property
+    def remaining_trials(self) -> int | None:
+        """Search trials still to run (None: no trial budget)."""
+        if self.trials is None:
+            return None
+        return max(0, self.trials - len(self.prior_search_rows))
 
     def _project_references(self) -> None:
+        done = {r["reference"] for r in getattr(self, "prior_rows", []) if r.get("reference")}
         self.reference_params = [(name, self.device_space.project(knobs), knobs)
-                                 for name, knobs in self.references]
+                                 for name, knobs in self.references if name not in done]
 
     def cap_batch(self, max_batch: int) -> None:
         """Bound the searched batch size (after the memory probe)."""
@@ -262,6 +307,11 @@ class TrialResources:
         return {"cpu": cpus, "gpu": self.gpus_per_trial}
 
 
+def _worst(plan: "Plan") -> float:
+    """Objective value given to an infeasible trial; TPE ranks those by violation instead."""
+    return 0.0 if plan.mode == "max" else 1e12
+
+
 def _params_key(params: dict) -> tuple:
     return tuple(sorted(params.items()))
 
@@ -270,7 +320,7 @@ def _make_searcher(plan: Plan, trials: int | None):
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
-    worst = 0.0 if plan.mode == "max" else 1e12  # value of an infeasible trial; TPE ranks those by violation
+    worst = _worst(plan)
 
     class ConstrainedOptunaSearch(OptunaSearch):
         """OptunaSearch that evaluates the reference configurations first, passes memory
@@ -325,12 +375,45 @@ def _make_searcher(plan: Plan, trials: int | None):
             super().on_trial_complete(trial_id, result=result, error=error)
 
     n_trials = trials or 40
-    sampler = optuna.samplers.TPESampler(
-        seed=plan.options.seed, n_startup_trials=min(10, max(3, n_trials // 3)))
+    seeds = _seed_rows(plan)
+    sampler = optuna.samplers.TPESampler(  # a resumed run must not replay the first proposals
+        seed=plan.options.seed + len(plan.prior_rows), n_startup_trials=min(10, max(3, n_trials // 3)))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return ConstrainedOptunaSearch(
+    searcher = ConstrainedOptunaSearch(
         space=plan.device_space.sampler(), metric=plan.metric, mode=plan.mode, sampler=sampler,
         references=plan.reference_params)
+    distributions = plan.device_space.distributions()
+    for row, dedupe in seeds:
+        try:
+            params = plan.device_space.project(Knobs.from_dict(row, strict=False))
+        except (TunerError, ValueError):
+            continue  # measured in another space: not a point of this one
+        infeasible = row["status"] in ("oom", "over_limit")
+        value = worst if infeasible else row[plan.metric]
+        if value is None:
+            continue
+        searcher._ot_study.add_trial(optuna.trial.create_trial(
+            params=params, distributions={k: distributions[k] for k in params}, value=value,
+            constraints={"memory": 1.0 if infeasible else 0.0}))
+        if dedupe:
+            searcher._measured[_params_key(params)] = (value, 1.0 if infeasible else 0.0)
+    return searcher
+
+
+def _seed_rows(plan: Plan) -> list[tuple[dict, bool]]:
+    """Rows the search starts from, each with whether a TPE proposal equal to it is answered
+    from it instead of measured: the resumed run's own rows (always), and with --warm-start
+    earlier rows of this workload, scale and hardware (unless --remeasure)."""
+    usable = ("ok", "oom", "over_limit")
+    seeds = [(r, True) for r in plan.prior_search_rows if r["status"] in usable]
+    if plan.options.warm_start:
+        table = leaderboard.read(plan.options.results, workload=plan.workload.name,
+                                 hardware_key=plan.hardware_key)
+        for r in table.to_pylist():
+            if (r["run_id"] != plan.run_id and r["scale"] == plan.scale and r["status"] in usable
+                    and (r["phase"] or "search") in ("search", "remeasure")):
+                seeds.append((r, not plan.options.remeasure))
+    return seeds
 
 
 def _ray_init(address: str | None, device: str) -> bool:
@@ -374,21 +457,53 @@ def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = N
     on_event = on_event or _ignore_event
     started = time.perf_counter()
     started_ray = _ray_init(options.address, plan.device)
+    writer = None
     try:
+        plan.hardware_key = _hardware_key(plan)
         if plan.should_probe:
             _probe(plan, on_event)
         writer = _writer(plan, on_event)
-        on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
-        _fit_search(plan, writer)
-        _fit_followups(plan, writer, on_event)
-        rows = writer.rows
+        if plan.prior_rows and any(r.get("phase") in ("remeasure", "ceiling") for r in plan.prior_rows):
+            on_event("complete", {"run_id": plan.run_id})
+        else:
+            on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+            if plan.remaining_trials != 0:
+                _fit_search(plan, writer)
+            _fit_followups(plan, writer, on_event)
+    except KeyboardInterrupt:
+        recorded = len(writer.rows) if writer else len(plan.prior_rows)
+        raise RunInterrupted(plan.run_id, recorded) from None
     finally:
         if started_ray:
             import ray
             ray.shutdown()
         plan.close()
-    return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale, rows,
+    return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale, writer.rows,
                       time.perf_counter() - started, options.results)
+
+
+class RunInterrupted(Exception):
+    """The run was interrupted (Ctrl-C); its finished trials are in the leaderboard."""
+
+    def __init__(self, run_id: str, recorded: int):
+        super().__init__(f"run {run_id} interrupted with {recorded} trials recorded")
+        self.run_id = run_id
+        self.recorded = recorded
+
+
+def _hardware_key_task(device: str) -> str:
+    import torch
+    from tuner.hardware import fingerprint
+    return fingerprint(torch.device(device))["hardware_key"]
+
+
+def _hardware_key(plan: Plan) -> str:
+    """Hardware key of the machines the trials run on (on a cluster: a GPU worker's)."""
+    if plan.options.address is None:
+        return _hardware_key_task(plan.device)
+    import ray
+    task = ray.remote(_hardware_key_task).options(num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0)
+    return ray.get(task.remote(plan.device))
 
 
 def _probe_trial(workload: Workload, knobs: Knobs, settings: TrialSettings) -> dict:
@@ -464,7 +579,7 @@ def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
         param_space={"tuner": settings, "phase": "search"},
         tune_config=tune.TuneConfig(
             search_alg=_make_searcher(plan, plan.trials),
-            num_samples=plan.trials if plan.trials else -1,
+            num_samples=plan.remaining_trials if plan.trials else -1,
             time_budget_s=plan.options.time_budget_s,
             max_concurrent_trials=_concurrency(plan),
             reuse_actors=_reuse_actors(plan),
@@ -485,7 +600,7 @@ def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[
         if knobs not in seen:
             seen.add(knobs)
             top.append(knobs)
-    top = top[:plan.options.remeasure]
+    top = top[:plan.options.confirm]
     if len(top) >= 2:
         on_event("phase", {"phase": "remeasure", "count": len(top)})
         _fit_fixed(plan, writer, top, "remeasure", windows=plan.settings.windows * 2)
@@ -514,6 +629,16 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[Knobs], ph
     tuner.fit()
 
 
+def _error_file_text(trial) -> str | None:
+    """What Ray Tune wrote to the trial's error.txt (a driver-side failure has no pickled
+    error), or None."""
+    try:
+        path = trial.error_file
+        return Path(path).read_text() if path else None
+    except OSError:
+        return None
+
+
 def _ignore_event(kind: str, data: dict) -> None:
     """on_event of a restored LeaderboardWriter (no console attached)."""
 
@@ -538,7 +663,7 @@ class LeaderboardWriter(Callback):
         self.plan = plan
         self.on_event = on_event
         self.versions = versions
-        self.rows: list[dict] = []
+        self.rows: list[dict] = list(plan.prior_rows)  # a resumed run's rows count as done
         self.expected = plan.trials
         """Trials expected in all (None without a trial budget); follow-up phases add theirs."""
         self._done: set[str] = set()
@@ -597,8 +722,9 @@ class LeaderboardWriter(Callback):
             return
         self._done.add(trial.trial_id)
         error = trial.get_error()
+        text = str(error) if error else _error_file_text(trial)
         result = {k: v for k, v in (trial.last_result or {}).items()
                   if k not in leaderboard.MEASURED_COLUMNS}
-        result.update(status="error",
-                      error=_one_line(str(error)) if error else "the trial process failed")
+        result.update(status="error", error=_one_line(text) if text else "the trial process failed",
+                      traceback=text)
         self._write(self._row(trial, result))

@@ -104,6 +104,18 @@ class Space:
                 constants.pop(name, None)
         return Space(self.source, domains, constants, {}, self.global_batch)
 
+    def distributions(self) -> dict:
+        """Optuna distributions of the sampled knobs (to add measured trials to a study)."""
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+        out = {}
+        for name, dom in self.domains.items():
+            if isinstance(dom, IntRange):
+                out[name] = IntDistribution(dom.low, dom.high, log=dom.log,
+                                            step=1 if dom.log else dom.step)
+            else:
+                out[name] = CategoricalDistribution(list(dom.values))
+        return out
+
     def sampler(self) -> "DefineByRun":
         return DefineByRun(dict(self.domains), dict(self.constants), self.global_batch)
 
