@@ -3,7 +3,9 @@
 For each configuration (default: the workload's references, clamped to the device as a run
 clamps them, e.g. ddpm's 'baseline' and 'recommended'), ``tuner.harness.run_trial`` measures it
 ``--repeats`` times in this process, with the measurement settings a real run uses at that
-scale (``tuner.search.MEASUREMENT_DEFAULTS``, overridable). Repeats are interleaved (A, B, A,
+scale (``tuner.search.MEASUREMENT_DEFAULTS``, overridable) and the torch threads the tuner gives
+the trial (num_workers + 1, capped at the node's CPUs: Ray's OMP_NUM_THREADS; ``--threads N``
+fixes them). Repeats are interleaved (A, B, A,
 B, ...) so that load drift on a shared machine spreads over every configuration alike.
 
 Prints (figures, no pass/fail), per configuration: each repeat's samples/sec, its within-trial
@@ -14,7 +16,7 @@ CV is what a trial can see of it by itself.
 
 Usage: python bench/repeatability.py [--workload ddpm] [--repeats 5]
            [--config baseline --config recommended] [--knobs '{"batch_size": 16}']
-           [--warmup-steps N] [--windows N] [--window-s S]
+           [--threads N] [--warmup-steps N] [--windows N] [--window-s S]
 """
 
 from __future__ import annotations
@@ -70,17 +72,34 @@ def settings_for(workload: Workload, args: argparse.Namespace) -> TrialSettings:
                          window_s=args.window_s or window_s, seed=0, **extra)
 
 
-def measure_once(workload: Workload, knobs: Knobs, settings: TrialSettings) -> dict:
+def trial_threads(knobs: Knobs, threads: int | None) -> int:
+    """torch intra-op threads of a trial: ``threads`` if given, else the CPUs the tuner gives
+    the trial (``TrialResources``: num_workers + 1, capped at the node's CPUs), which Ray
+    passes on as OMP_NUM_THREADS."""
+    from tuner.search import TrialResources
+    if threads is not None:
+        return threads
+    return TrialResources(0, os.cpu_count() or 1)(knobs.to_dict())["cpu"]
+
+
+def measure_once(workload: Workload, knobs: Knobs, settings: TrialSettings,
+                 threads: int | None) -> dict:
+    import torch
+    saved = torch.get_num_threads()
+    torch.set_num_threads(trial_threads(knobs, threads))
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    result = run_trial(workload, knobs, settings)
+    try:
+        result = run_trial(workload, knobs, settings)
+    finally:
+        torch.set_num_threads(saved)
     result["wall_s"] = time.perf_counter() - started
     result["load_1min"] = (load_before + os.getloadavg()[0]) / 2
     return result
 
 
-def print_config(name: str, knobs: Knobs, results: list[dict]) -> None:
-    print(f"\n{name}: {describe(knobs)}")
+def print_config(name: str, knobs: Knobs, results: list[dict], threads: int) -> None:
+    print(f"\n{name}: {describe(knobs)} ({threads} torch thread{'s' if threads > 1 else ''})")
     print(f"{'repeat':>6} {'samples/s':>9} {'within-trial cv':>15} {'wall s':>7} {'load':>5}")
     for i, r in enumerate(results, 1):
         value = f"{r[METRIC]:9.2f}" if r["status"] == "ok" else f"{r['status']:>9}"
@@ -109,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="a reference name (repeatable); default: all references")
     parser.add_argument("--knobs", action="append", default=[],
                         help="a configuration as JSON knobs (repeatable)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads for every trial (default: the trial's CPUs as the "
+                             "tuner gives them, num_workers + 1 capped at the node's CPUs)")
     parser.add_argument("--warmup-steps", type=int, default=None)
     parser.add_argument("--windows", type=int, default=None)
     parser.add_argument("--window-s", type=float, default=None)
@@ -123,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     workload.check_data(Path(settings.data_dir), args.scale)
     print(f"workload {workload.name} scale {args.scale} on {args.device}; {args.repeats} repeats "
           f"of {len(configs)} configuration(s), interleaved; trial: {settings.warmup_steps} "
-          f"warm-up steps, {settings.windows} windows of >= {settings.window_s} s")
+          f"warm-up steps, {settings.windows} windows of >= {settings.window_s} s; torch threads "
+          f"per trial: {args.threads or 'num_workers + 1, capped at the CPU count (as the tuner)'}")
     print(f"machine: {os.cpu_count()} CPUs, shared with other agents (load average now "
           f"{os.getloadavg()[0]:.1f}): the spread includes their load")
 
@@ -131,13 +154,13 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     for repeat in range(1, args.repeats + 1):
         for name, knobs in configs.items():
-            r = measure_once(workload, knobs, settings)
+            r = measure_once(workload, knobs, settings, args.threads)
             results[name].append(r)
             value = f"{r[METRIC]:.2f}" if r["status"] == "ok" else r["status"]
             print(f"repeat {repeat}/{args.repeats} {name}: {value} samples/s "
                   f"({r['wall_s']:.1f} s, load {r['load_1min']:.1f})", flush=True)
     for name, knobs in configs.items():
-        print_config(name, knobs, results[name])
+        print_config(name, knobs, results[name], trial_threads(knobs, args.threads))
     print(f"\nwall time {time.perf_counter() - started:.0f} s")
 
 

@@ -90,6 +90,8 @@ class Space:
                 continue
             if device_type == "cpu" and name in CUDA_ONLY_VALUES and isinstance(dom, Choices):
                 kept = tuple(v for v in dom.values if v not in CUDA_ONLY_VALUES[name])
+                if len(kept) == 1:
+                    base_constants[name] = kept[0]  # the one value the space allows on CPU
                 if len(kept) <= 1:
                     continue
                 dom = Choices(kept)
