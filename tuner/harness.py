@@ -67,6 +67,9 @@ class TrialSettings:
     train_steps: int | None = None
     """Steps of the user's real job, to predict ``time_to_train_s`` (setup, warm-up and
     compile included)."""
+    accelerator_type: str | None = None
+    """Ray accelerator type the trial is pinned to on a heterogeneous cluster; appended to the
+    hardware key ("...@A10G") so each type has its own leaderboard and best."""
     default_data: bool = False
     """``data_dir`` is the workload's embedded default: a node that lacks it (a cluster worker)
     writes it to its own cache first (deterministic, so every node trains on the same data)."""
@@ -118,6 +121,9 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     started_at = _now()
     result: dict[str, Any] = {"status": "error", "error": None, "samples_per_sec": 0.0}
     result.update(_environment(device))
+    if settings.accelerator_type is not None:
+        result["accelerator_type"] = settings.accelerator_type
+        result["hardware_key"] = f"{result['hardware_key']}@{settings.accelerator_type}"
     try:
         if not isinstance(knobs, Knobs):
             knobs = Knobs.from_dict(knobs, strict=False)

@@ -74,6 +74,7 @@ SCHEMA = pa.schema(
         ("max_memory_mb", pa.float64()),
         ("max_host_memory_mb", pa.float64()),
         ("global_batch_size", pa.int64()),
+        ("accelerator_type", pa.string()),  # Ray accelerator type a trial was pinned to
     ]
     + [(name, _KNOB_TYPES.get(name, pa.bool_())) for name in Knobs.names()]
     + [

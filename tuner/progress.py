@@ -103,9 +103,13 @@ class Progress:
                            for n in [sum(r["status"] == s for r in rows)])
         self.console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s ({counts}); "
                            f"leaderboard: {summary.results_dir}/leaderboard")
-        if not ok:
-            return
+        for key in sorted({r["hardware_key"] for r in ok}):
+            self._print_best([r for r in rows if r["hardware_key"] == key], summary)
+
+    def _print_best(self, rows: list[dict], summary) -> None:
         best = leaderboard.best_row(rows)
+        if best is None:
+            return
         from tuner.cli import knob_text
         t = Table(title=f"{summary.workload} on {best['hardware_key']} ({summary.scale} scale)",
                   title_justify="left")

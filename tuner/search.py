@@ -18,7 +18,7 @@ import logging
 import os
 import secrets
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -193,6 +193,9 @@ class Plan:
         if options.resume is not None:
             self._resume(options.resume)
         self.hardware_key: str | None = None  # set once Ray runs (a cluster's GPU node decides)
+        self.accelerator_type: str | None = None
+        """The accelerator type being tuned on a heterogeneous cluster (one search per type)."""
+        self.type_slots = 0
 
     def _resume(self, which: str) -> None:
         rows = [r for r in leaderboard.read(self.options.results, workload=self.workload.name).to_pylist()
@@ -214,7 +217,9 @@ class Plan:
 
     @property
     def prior_search_rows(self) -> list[dict]:
-        return [r for r in self.prior_rows if (r.get("phase") or "search") == "search"]
+        """The resumed run's search rows for the accelerator type being tuned."""
+        return [r for r in self.prior_rows if (r.get("phase") or "search") == "search"
+                and r.get("accelerator_type") == getattr(self, "accelerator_type", None)]
 
     @property
     def remaining_trials(self) -> int | None:
@@ -224,7 +229,8 @@ class Plan:
         return max(0, self.trials - len(self.prior_search_rows))
 
     def _project_references(self) -> None:
-        done = {r["reference"] for r in getattr(self, "prior_rows", []) if r.get("reference")}
+        done = {r["reference"] for r in getattr(self, "prior_rows", []) if r.get("reference")
+                and r.get("accelerator_type") == getattr(self, "accelerator_type", None)}
         self.reference_params = [(name, self.device_space.project(knobs), knobs)
                                  for name, knobs in self.references if name not in done]
 
@@ -296,15 +302,22 @@ def resolve_device(device: str) -> str:
 
 
 class TrialResources:
-    """Per-trial resource request (picklable; Ray Tune may checkpoint it)."""
+    """Per-trial resource request (picklable; Ray Tune may checkpoint it): CPUs =
+    num_workers + 1 capped at ``max_cpus``, ``gpus_per_trial`` GPUs, and a sliver of
+    ``accelerator_type:<T>`` to pin the trial to nodes of that type (notes section 7)."""
 
-    def __init__(self, gpus_per_trial: int, max_cpus: int):
+    def __init__(self, gpus_per_trial: int, max_cpus: int, accelerator_type: str | None = None):
         self.gpus_per_trial = gpus_per_trial
         self.max_cpus = max_cpus
+        self.accelerator_type = accelerator_type
 
     def __call__(self, config: dict) -> dict:
+        config = {**config, **config.get("fixed", {})}
         cpus = min(int(config.get("num_workers", 0)) + 1, self.max_cpus)
-        return {"cpu": cpus, "gpu": self.gpus_per_trial}
+        request = {"cpu": cpus, "gpu": self.gpus_per_trial}
+        if self.accelerator_type is not None:
+            request[f"accelerator_type:{self.accelerator_type}"] = 0.001
+        return request
 
 
 def _worst(plan: "Plan") -> float:
@@ -466,10 +479,14 @@ def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = N
         if plan.prior_rows and any(r.get("phase") in ("remeasure", "ceiling") for r in plan.prior_rows):
             on_event("complete", {"run_id": plan.run_id})
         else:
-            on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
-            if plan.remaining_trials != 0:
-                _fit_search(plan, writer)
-            _fit_followups(plan, writer, on_event)
+            types = _accelerator_types() if options.address is not None else []
+            for accelerator in (types if len(types) > 1 else [None]):
+                # Hardware is part of the answer: each type gets its own search state.
+                _pin(plan, accelerator)
+                on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+                if plan.remaining_trials != 0:
+                    _fit_search(plan, writer)
+                _fit_followups(plan, writer, on_event)
     except KeyboardInterrupt:
         recorded = len(writer.rows) if writer else len(plan.prior_rows)
         raise RunInterrupted(plan.run_id, recorded) from None
@@ -480,6 +497,32 @@ def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = N
         plan.close()
     return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale, writer.rows,
                       time.perf_counter() - started, options.results)
+
+
+def _accelerator_types() -> list[str]:
+    """Accelerator types of the connected cluster's live nodes (Ray's ``accelerator_type:<T>``
+    resources), sorted."""
+    import ray
+    types = {key.split(":", 1)[1] for node in ray.nodes() if node.get("Alive")
+             for key in node["Resources"] if key.startswith("accelerator_type:")}
+    return sorted(types)
+
+
+def _pin(plan: Plan, accelerator: str | None) -> None:
+    """Point the plan at one accelerator type (None: the whole cluster)."""
+    if accelerator == plan.accelerator_type:
+        return
+    import ray
+    plan.accelerator_type = accelerator
+    plan.settings = replace(plan.settings, accelerator_type=accelerator)
+    plan.hardware_key = _hardware_key(plan)
+    if accelerator is not None:
+        key = f"accelerator_type:{accelerator}"
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive") and key in n["Resources"]]
+        plan.type_slots = (int(sum(n.get("GPU", 0) for n in nodes)) if plan.device == "cuda"
+                           else len(nodes))
+        plan.node_cpus = int(min(n.get("CPU", 1) for n in nodes)) or 1
+    plan._project_references()
 
 
 class RunInterrupted(Exception):
@@ -502,8 +545,12 @@ def _hardware_key(plan: Plan) -> str:
     if plan.options.address is None:
         return _hardware_key_task(plan.device)
     import ray
-    task = ray.remote(_hardware_key_task).options(num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0)
-    return ray.get(task.remote(plan.device))
+    resources = ({f"accelerator_type:{plan.accelerator_type}": 0.001}
+                 if plan.accelerator_type else {})
+    task = ray.remote(_hardware_key_task).options(
+        num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0, resources=resources)
+    key = ray.get(task.remote(plan.device))
+    return f"{key}@{plan.accelerator_type}" if plan.accelerator_type else key
 
 
 def _probe_trial(workload: Workload, knobs: Knobs, settings: TrialSettings) -> dict:
@@ -539,6 +586,8 @@ def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWr
 
 def _concurrency(plan: Plan) -> int:
     import ray
+    if plan.accelerator_type is not None:
+        return max(1, plan.type_slots)
     if plan.device == "cuda":
         return max(1, plan.gpus)
     if plan.options.address is not None:
@@ -557,7 +606,8 @@ def _trainable(plan: Plan):
     from ray import tune
     return tune.with_resources(  # a fresh function each time (notes section 2)
         make_trainable(plan.workload),
-        resources=TrialResources(1 if plan.device == "cuda" else 0, plan.node_cpus))
+        resources=TrialResources(1 if plan.device == "cuda" else 0, plan.node_cpus,
+                                 plan.accelerator_type))
 
 
 def _run_config(plan: Plan, writer: "LeaderboardWriter", name: str):
@@ -569,6 +619,16 @@ def _run_config(plan: Plan, writer: "LeaderboardWriter", name: str):
     return tune.RunConfig(name=name, storage_path=storage,
                           callbacks=[writer], verbose=0,
                           failure_config=tune.FailureConfig(max_failures=0))
+
+
+def _experiment_name(plan: Plan, phase: str) -> str:
+    """Ray Tune experiment directory name: one per phase, accelerator type and resume."""
+    parts = [plan.run_id, phase]
+    if plan.accelerator_type:
+        parts.append(plan.accelerator_type)
+    if plan.prior_rows:
+        parts.append(f"resume{len(plan.prior_rows)}")
+    return "-".join(parts)
 
 
 def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
@@ -584,7 +644,7 @@ def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
             max_concurrent_trials=_concurrency(plan),
             reuse_actors=_reuse_actors(plan),
         ),
-        run_config=_run_config(plan, writer, plan.run_id),
+        run_config=_run_config(plan, writer, _experiment_name(plan, "search")),
     )
     tuner.fit()
 
@@ -592,7 +652,8 @@ def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
 def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
     """Re-measure the best configurations with twice the windows (the winner is chosen on
     these), then measure the winner's compute-only ceiling."""
-    ok = [r for r in writer.rows if r["status"] == "ok" and r[plan.metric] is not None]
+    ok = [r for r in writer.rows if r["status"] == "ok" and r[plan.metric] is not None
+          and r.get("accelerator_type") == plan.accelerator_type]
     ok.sort(key=lambda r: r[plan.metric], reverse=plan.mode == "max")
     top, seen = [], set()
     for r in ok:
@@ -605,7 +666,8 @@ def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[
         on_event("phase", {"phase": "remeasure", "count": len(top)})
         _fit_fixed(plan, writer, top, "remeasure", windows=plan.settings.windows * 2)
     if plan.options.ceiling and top:
-        winner = leaderboard.best_row(writer.rows)
+        winner = leaderboard.best_row([r for r in writer.rows
+                                       if r.get("accelerator_type") == plan.accelerator_type])
         if winner is not None:
             on_event("phase", {"phase": "ceiling", "count": 1})
             _fit_fixed(plan, writer, [Knobs.from_dict(winner, strict=False)], "ceiling",
@@ -624,7 +686,7 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[Knobs], ph
                      "fixed": tune.grid_search([k.to_dict() for k in configs])},
         tune_config=tune.TuneConfig(max_concurrent_trials=_concurrency(plan),
                                     reuse_actors=_reuse_actors(plan)),
-        run_config=_run_config(plan, writer, f"{plan.run_id}-{phase}"),
+        run_config=_run_config(plan, writer, _experiment_name(plan, phase)),
     )
     tuner.fit()
 
@@ -685,8 +747,8 @@ class LeaderboardWriter(Callback):
             pass
         row.update(result)
         row.update(self.versions)
-        resources = TrialResources(1 if self.plan.device == "cuda" else 0,
-                                   self.plan.node_cpus)(config)
+        resources = TrialResources(1 if self.plan.device == "cuda" else 0, self.plan.node_cpus,
+                                   self.plan.accelerator_type)(config)
         row.update(run_id=self.plan.run_id, trial_id=trial.trial_id,
                    workload=self.plan.workload.name, scale=self.plan.scale,
                    reference=reference, is_baseline=reference == "baseline",
