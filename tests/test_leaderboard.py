@@ -25,6 +25,7 @@ COLUMNS = [
     "data_wait_ms", "data_wait_pct", "h2d_ms", "h2d_pct", "forward_ms", "forward_pct",
     "backward_ms", "backward_pct", "optimizer_ms", "optimizer_pct",
     "gpu_util_pct", "gpu_power_w", "max_memory_mb", "max_host_memory_mb", "global_batch_size",
+    "accelerator_type",
     "batch_size", "grad_accum", "num_workers", "prefetch_factor", "pin_memory",
     "persistent_workers", "non_blocking", "amp", "channels_last", "compile", "cudnn_benchmark",
     "tf32", "fused_optimizer",

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from tuner.errors import DataError
-from tuner.knobs import Knobs
 from workloads.ddpm import DiffusionModel, workload
 
 REPORT_PARAMETERS = 12_817_859
@@ -122,24 +120,10 @@ def test_seed_parameter_count_matches_report():
     assert workload.parameter_count("tiny") < count / 10
 
 
-def test_references_follow_the_report_and_lie_inside_the_space():
+def test_references_follow_the_report():
     baseline, recommended = workload.references["baseline"], workload.references["recommended"]
     assert (baseline.batch_size, baseline.num_workers, baseline.amp) == (8, 4, "fp16")
     assert baseline.pin_memory is False and baseline.cudnn_benchmark is False
     assert (recommended.batch_size, recommended.num_workers) == (32, 6)
     assert recommended.pin_memory and recommended.persistent_workers
     assert recommended.cudnn_benchmark and recommended.prefetch_factor == 2
-    space_file = Path(__file__).resolve().parents[1] / "search_spaces" / "ddpm.yaml"
-    space = yaml.safe_load(space_file.read_text())["knobs"]
-    assert set(space) <= set(Knobs.names())
-    for ref in workload.references.values():
-        for knob, value in ref.to_dict().items():
-            if knob not in space:
-                continue
-            spec = space[knob]
-            if isinstance(spec, dict) and "choices" in spec:
-                assert value in spec["choices"], knob
-            elif isinstance(spec, dict):
-                assert spec["low"] <= value <= spec["high"], knob
-            else:
-                assert value == spec, knob

@@ -13,7 +13,7 @@ import datetime as dt
 import statistics
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -140,7 +140,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     def on_window(partial_result: dict) -> None:
         report({**result, **partial_result, "status": "running"})
 
-    restore = _set_global_flags(applied, device)
+    restore = set_global_flags(applied, device)
     limit_mb = _apply_device_limit(settings.max_memory, device)
     result["max_memory_mb"] = limit_mb
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
@@ -202,16 +202,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                            f"{len(dataset)} samples (batches drop the incomplete last one)")
     loader = DataLoader(dataset, shuffle=True, drop_last=True, collate_fn=workload.collate_fn(),
                         **knobs.dataloader_kwargs())
-    model = workload.build_model(settings.scale).to(device)
-    if knobs.channels_last:
-        model._apply(to_channels_last)
-    optimizer = workload.build_optimizer(model.parameters(), knobs.fused_optimizer)
-    step_model = model if knobs.compile == "off" else torch.compile(
-        model, mode=None if knobs.compile == "default" else knobs.compile)
-    scaler = torch.amp.GradScaler(device.type) if knobs.amp == "fp16" else None
-    autocast = (contextlib.nullcontext if knobs.amp == "off" else partial(
-        torch.autocast, device.type, dtype=torch.float16 if knobs.amp == "fp16" else torch.bfloat16))
-    model.train()
+    training = build_training(workload, knobs, settings.scale, device)
     if settings.compute_only:
         # Batches already on the device, cycled: no loading, decoding or copying is measured.
         source = cycle(loader)
@@ -238,18 +229,12 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             mark("data_wait")
             batch = move(raw)
             mark("h2d")
-            with autocast():
-                loss = workload.training_step(step_model, batch) / knobs.grad_accum
+            loss = training.forward(batch)
             mark("forward")
-            (scaler.scale(loss) if scaler else loss).backward()
+            training.backward(loss)
             mark("backward")
             samples += workload.samples_in(batch)
-        if scaler:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        training.step()
         mark("optimizer")
         if sampler.exceeded.is_set():
             raise LimitExceeded(f"host memory (process + DataLoader workers) went over the "
@@ -359,6 +344,54 @@ def _release_device_limit(limit_mb: float | None, device: torch.device) -> None:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
+@dataclass
+class Training:
+    """Model, optimizer and precision of one configuration, ready to train: the knobs applied
+    exactly once, for the harness and for ``tuner.validate`` alike."""
+    workload: Workload
+    knobs: Knobs
+    model: torch.nn.Module
+    """The module as built (parameters live here)."""
+    step_model: torch.nn.Module
+    """What the training step calls: ``model``, or ``torch.compile(model)``."""
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    autocast: Callable
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        """Loss of one micro-batch already on the device, scaled for gradient accumulation."""
+        with self.autocast():
+            return self.workload.training_step(self.step_model, batch) / self.knobs.grad_accum
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(self) -> None:
+        """Optimizer step (through the GradScaler with fp16) and gradients reset."""
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def build_training(workload: Workload, knobs: Knobs, scale: str, device: torch.device) -> Training:
+    """Build the model on ``device`` with channels_last, the optimizer (fused or not),
+    torch.compile and AMP as the knobs say. ``knobs`` must already be clamped to the device."""
+    model = workload.build_model(scale).to(device)
+    if knobs.channels_last:
+        model._apply(to_channels_last)
+    optimizer = workload.build_optimizer(model.parameters(), knobs.fused_optimizer)
+    step_model = model if knobs.compile == "off" else torch.compile(
+        model, mode=None if knobs.compile == "default" else knobs.compile)
+    scaler = torch.amp.GradScaler(device.type) if knobs.amp == "fp16" else None
+    autocast = (contextlib.nullcontext if knobs.amp == "off" else partial(
+        torch.autocast, device.type, dtype=torch.float16 if knobs.amp == "fp16" else torch.bfloat16))
+    model.train()
+    return Training(workload, knobs, model, step_model, optimizer, scaler, autocast)
+
+
 def cycle(loader: DataLoader) -> Iterator:
     """Batches forever, epoch after epoch, as a training loop sees them: without persistent
     workers each epoch starts its workers again. Closing the generator shuts workers down."""
@@ -392,7 +425,7 @@ def move_batch(batch: Any, device: torch.device, knobs: Knobs) -> Any:
     return batch
 
 
-def _set_global_flags(knobs: Knobs, device: torch.device) -> Callable[[], None]:
+def set_global_flags(knobs: Knobs, device: torch.device) -> Callable[[], None]:
     """Apply process-wide torch flags for this trial; return a function restoring them (a Ray
     actor may run the next trial in the same process)."""
     saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,

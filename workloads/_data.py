@@ -112,3 +112,13 @@ def verify_images(paths: list[str]) -> None:
     """Decode every file; raise DataError naming the first that fails. Used before a run."""
     for p in paths:
         read_image(p)
+
+
+def check_image_folder(dataset: torchvision.datasets.ImageFolder) -> int:
+    """Decode every image of an ImageFolder before the run starts; returns the image count.
+
+    Raises:
+        DataError: naming the first file that fails to decode.
+    """
+    verify_images([path for path, _ in dataset.samples])
+    return len(dataset)

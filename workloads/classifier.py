@@ -30,7 +30,7 @@ from torchvision.transforms import v2
 from tuner.errors import DataError
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, make_trainable
-from workloads._data import image_folder, verify_images, write_image_folder, write_once
+from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 _REPORT = "shared/reports/dataloader-guide-rtx5070.md"
 _DATA_VERSION = 1
@@ -119,14 +119,8 @@ class _ImageFolderClassifier(Workload):
         return dataset
 
     def check_data(self, data_dir: Path, scale: str) -> int:
-        """Decode every image once before the run; returns the number of samples.
-
-        Raises:
-            DataError: as ``build_dataset``, or naming the first file that fails to decode.
-        """
-        dataset = self.build_dataset(data_dir, scale)
-        verify_images([path for path, _ in dataset.samples])
-        return len(dataset)
+        """Decode every image before the run starts (``check_image_folder``)."""
+        return check_image_folder(self.build_dataset(data_dir, scale))
 
     def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
         """Write ``num_classes`` folders of deterministic synthetic JPEGs (smooth blobs plus

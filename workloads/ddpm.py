@@ -31,7 +31,7 @@ from torchvision.transforms import v2
 from tuner.errors import DataError
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, make_trainable
-from workloads._data import image_folder, verify_images, write_image_folder, write_once
+from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 IMAGE_SIZE = 40
 """Image side in pixels (report: "Image Size: 40x40 pixels")."""
@@ -363,14 +363,8 @@ class DDPMWorkload(Workload):
             tmp, CLASS_COUNTS, (IMAGE_SIZE, IMAGE_SIZE), seed=DATA_SEED, fmt="png"))
 
     def check_data(self, data_dir: Path, scale: str) -> int:
-        """Decode every image before the run starts; returns the image count.
-
-        Raises:
-            DataError: as ``build_dataset``, or naming the first file that fails to decode.
-        """
-        dataset = self.build_dataset(data_dir, scale)
-        verify_images([path for path, _ in dataset.samples])
-        return len(dataset)
+        """Decode every image before the run starts (``check_image_folder``)."""
+        return check_image_folder(self.build_dataset(data_dir, scale))
 
     def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
         """``batch = (images (B, 3, 40, 40), labels (B,))`` on the device -> scalar MSE loss."""
