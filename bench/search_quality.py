@@ -9,6 +9,8 @@ Design:
      ddpm at tiny scale on CPU, 36 configurations) is measured once with
      ``tuner.harness.run_trial`` in this process, in a shuffled order so that load drift on a
      shared machine does not line up with any knob. That table is the truth of this run.
+     ``--passes N`` measures the grid N times (each pass in its own order) and takes each
+     cell's median; the pass-to-pass spread is printed.
      Each trial runs on the torch threads the tuner would give it (Ray sets OMP_NUM_THREADS to
      the trial's CPUs: num_workers + 1, capped at the node's CPUs); ``--threads N`` fixes them
      for every trial. On a shared 2-core machine, 2 threads while another process held a core
@@ -37,7 +39,8 @@ pass/fail.
 
 Usage:
   python bench/search_quality.py [--table FILE] [--seeds 20] [--budget-fraction 0.2]
-      [--windows 2] [--window-s 0.5] [--warmup-steps 2] [--threads N] [--grid-only-measure]
+      [--windows 2] [--window-s 0.5] [--warmup-steps 2] [--threads N] [--passes 1]
+      [--grid-only-measure]
 """
 
 from __future__ import annotations
@@ -200,8 +203,6 @@ def measure_missing(table: Table, section: str, jobs: list[tuple[str, dict, Knob
               f"{row['threads']} thr  load {row['load_1min']:.1f}", flush=True)
 
 
-# ----------------------------------------------------------------------------- searching
-
 def grid_section(n: int) -> str:
     """Table section of the n-th measurement pass over the grid (the first is 'grid')."""
     return "grid" if n == 1 else f"grid_pass{n}"
@@ -217,6 +218,8 @@ def combine(rows: list[dict]) -> dict:
     out["passes"] = [r[METRIC] for r in rows]
     return out
 
+
+# ----------------------------------------------------------------------------- searching
 
 def references(workload: Workload, space: Space, device: str) -> list[tuple[str, dict, Knobs]]:
     """(name, grid params, knobs as run), as tuner.search.Plan builds reference_params."""
@@ -249,8 +252,9 @@ def tuner_search(space: Space, refs: list, grid: dict[str, dict], trials: int,
         if ot_trial is not None:
             params = dict(ot_trial.params)
         else:
-            # The searcher deleted the trial it returned (8 known configurations in a row,
-            # see the report); Ray would fail on the next callback. Measured, not told.
+            # After 8 already-measured proposals in a row, suggest() returns a configuration
+            # whose Optuna trial it has already told and deleted; Ray Tune's next callback for
+            # it raises KeyError. Counted, scored, not told.
             params = {k: config[k] for k in space.domains if k in config}
             notes["lost"] += 1
         row = grid[cell_key(params)]

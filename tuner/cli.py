@@ -36,6 +36,10 @@ class TunerGroup(click.Group):
         except TunerError as exc:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             ctx.exit(2)
+        except click.UsageError as exc:  # a bad flag of a subcommand: one line, not the usage
+            err_console.print(f"[bold red]error:[/] {exc.format_message()}", highlight=False,
+                              soft_wrap=True)
+            ctx.exit(2)
 
 
 @click.group(cls=TunerGroup, context_settings={"help_option_names": ["-h", "--help"]})

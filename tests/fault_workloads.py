@@ -1,0 +1,68 @@
+"""A workload for the fault tests: the fake regression with slow steps that tells the test which
+process (and Ray node) runs each trial.
+
+Importable as ``tests.fault_workloads:slow`` so Ray workers load it by import path. Two
+environment variables, read at each step (local Ray workers inherit the driver's environment):
+
+* ``TUNER_TEST_STEP_SLEEP``: seconds slept in every training step (default 0.05), so a trial
+  lasts long enough to be interrupted while it measures.
+* ``TUNER_TEST_PID_DIR``: where the first step of each trial writes ``<pid>-<n>``, holding
+  ``<pid> <ray node id>`` (written to a temporary name, then renamed: a reader never sees a
+  half-written file).
+"""
+
+from __future__ import annotations
+
+import os
+import itertools
+import time
+import weakref
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tests.fake_workloads import Regression
+
+PID_DIR_ENV = "TUNER_TEST_PID_DIR"
+STEP_SLEEP_ENV = "TUNER_TEST_STEP_SLEEP"
+
+_announced: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+_count = itertools.count(1)
+
+
+def _node_id() -> str:
+    try:
+        import ray
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except Exception:
+        pass
+    return "-"
+
+
+def announce(model: nn.Module) -> None:
+    """Write this process's PID and node once per model (one model per trial)."""
+    directory = os.environ.get(PID_DIR_ENV)
+    if not directory or model in _announced:
+        return
+    _announced.add(model)
+    pid = os.getpid()
+    path = Path(directory) / f"{pid}-{next(_count)}"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"{pid} {_node_id()}\n")
+    os.replace(tmp, path)
+
+
+class SlowRegression(Regression):
+    """The fake regression, ``TUNER_TEST_STEP_SLEEP`` seconds slower per step."""
+
+    name = "fault-slow"
+
+    def training_step(self, model: nn.Module, batch) -> torch.Tensor:
+        announce(model)
+        time.sleep(float(os.environ.get(STEP_SLEEP_ENV, "0.05")))
+        return super().training_step(model, batch)
+
+
+slow = SlowRegression()

@@ -1,0 +1,414 @@
+"""Numbers users can trust: memory limits and out-of-memory trials (the searcher learns the
+infeasible region, the memory probe bounds the batch, host memory is limited per trial), a fixed
+global batch, the per-phase breakdown, the time-to-train objective, re-measurement of the best
+and the compute-only ceiling, and the profile/validate/report commands on a real run."""
+
+from __future__ import annotations
+
+import html.parser
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tuner import leaderboard
+from tuner.errors import TunerError
+from tuner.harness import PHASES, TrialSettings, run_trial
+from tuner.knobs import Knobs
+from tuner.measure import parse_memory
+from tuner.search import Plan, RunOptions, _make_searcher, run
+
+OOM = "tests.fake_workloads:oom"
+REGRESSION = "tests.fake_workloads:regression"
+OOM_ABOVE = 16  # tests.fake_workloads.FakeOOM.OOM_ABOVE
+SHORT = dict(device="cpu", windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False)
+"""Short measurements and the search phase only (one row per trial)."""
+
+
+def short_options(results: Path, workload: str, trials: int, **changes) -> RunOptions:
+    return RunOptions(**{"workload": workload, "trials": trials, "results": str(results),
+                         **SHORT, **changes})
+
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory):
+    """$TUNER_CACHE at a temporary directory for the whole module (before Ray starts, so its
+    workers see it too)."""
+    with pytest.MonkeyPatch.context() as mp:
+        cache = tmp_path_factory.mktemp("limits-cache")
+        mp.setenv("TUNER_CACHE", str(cache))
+        yield cache
+
+
+@pytest.fixture(scope="module")
+def ray_local(module_cache, ray_session):
+    """One local Ray for the module's runs (conftest's ray_session), after $TUNER_CACHE is set."""
+
+
+# --------------------------------------------------------------- the searcher, without Ray
+
+def simulate(seed: int, trials: int, oom_as_failure: bool = False) -> tuple[list[int], object]:
+    """Drive the run's searcher by hand on the OOM workload: batch sizes above 16 run out of
+    memory, below it samples/sec grows with the batch (the optimum sits on the boundary, as
+    on a real device). Returns the proposed batch sizes in order and the Optuna study.
+    ``oom_as_failure``: report out-of-memory as a failed trial instead (what a plain
+    OptunaSearch sees when the trial raises), for comparison."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as results:
+        plan = Plan(RunOptions(workload=OOM, trials=trials, results=results, probe="off",
+                               device="cpu", seed=seed))
+        searcher = _make_searcher(plan, trials)
+        sizes = []
+        for i in range(trials):
+            config = searcher.suggest(f"t{i}")
+            sizes.append(config["batch_size"])
+            if config["batch_size"] > OOM_ABOVE:
+                if oom_as_failure:
+                    searcher.on_trial_complete(f"t{i}", None, error=True)
+                else:
+                    searcher.on_trial_complete(f"t{i}", {"status": "oom", "samples_per_sec": 0.0})
+            else:
+                searcher.on_trial_complete(
+                    f"t{i}", {"status": "ok", "samples_per_sec": 100.0 * config["batch_size"]})
+        return sizes, searcher._ot_study
+
+
+def test_searcher_learns_the_infeasible_region_without_ray(module_cache):
+    """Out-of-memory trials reach TPE as infeasible (constraint violated), not as failures:
+    after the start-up trials it keeps away from the region where a batch surely does not fit
+    (twice the largest that fits and more), and the study's best is a batch that fits. A
+    searcher that sees OOM as a failure (invisible to TPE) spends its trials there."""
+    import optuna
+    trials, seeds = 40, (0, 2)
+    half, far = trials // 2, 2 * OOM_ABOVE
+    first = second = second_infeasible = second_if_failed = 0
+    for seed in seeds:
+        sizes, study = simulate(seed, trials)
+        first += sum(bs >= far for bs in sizes[:half])
+        second += sum(bs >= far for bs in sizes[half:])
+        second_infeasible += sum(bs > OOM_ABOVE for bs in sizes[half:])
+        failed_sizes, _ = simulate(seed, trials, oom_as_failure=True)
+        second_if_failed += sum(bs > OOM_ABOVE for bs in failed_sizes[half:])
+        infeasible = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
+                      and t.params["batch_size"] > OOM_ABOVE]
+        assert infeasible and all(t.constraints["memory"] > 0 for t in infeasible)
+        best = study.best_trial                       # Optuna skips infeasible trials here
+        assert best.params["batch_size"] <= OOM_ABOVE
+        assert best.constraints["memory"] <= 0
+        assert best.value == 100.0 * best.params["batch_size"]
+    assert second < first, (first, second)
+    # In the second half the constrained search proposes far fewer configurations that do not
+    # fit than one that sees OOM as a failure (which then proposes almost nothing else).
+    assert second_infeasible < 0.75 * second_if_failed, (second_infeasible, second_if_failed)
+
+
+def test_searcher_survives_a_space_with_fewer_points_than_trials(tmp_path, module_cache):
+    """Every configuration of a two-point space is measured after the references; the searcher
+    must still give each further trial an Optuna trial to report to (Ray Tune calls
+    on_trial_result / on_trial_complete for every trial it suggested), not crash the run."""
+    space = tmp_path / "two-points.yaml"
+    space.write_text("knobs:\n  batch_size: {choices: [4, 16]}\n  num_workers: 0\n")
+    plan = Plan(RunOptions(workload=REGRESSION, space_file=str(space), trials=4,
+                           results=str(tmp_path / "results"), device="cpu", probe="off"))
+    searcher = _make_searcher(plan, 4)
+    for i in range(4):
+        config = searcher.suggest(f"t{i}")
+        assert config is not None and config["batch_size"] in (4, 16)
+        result = {"status": "ok", "samples_per_sec": 10.0 * config["batch_size"]}
+        searcher.on_trial_result(f"t{i}", {**result, "training_iteration": 1})  # a window
+        # (a KeyError in either call crashes Tuner.fit: the run dies with a traceback)
+        searcher.on_trial_complete(f"t{i}", result)
+    assert searcher._ot_study.best_trial.params["batch_size"] == 16
+
+
+# ----------------------------------------------------------------------- runs through Ray
+
+def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local):
+    summary = run(short_options(tmp_path / "results", OOM, trials=8, probe="off"))
+    rows = leaderboard.read(summary.results_dir).to_pylist()
+    assert len(rows) == 8
+    oom = [r for r in rows if r["status"] == "oom"]
+    assert oom, [(r["batch_size"], r["status"]) for r in rows]
+    for r in oom:
+        assert r["batch_size"] > OOM_ABOVE
+        assert r["samples_per_sec"] is None and r["step_time_ms_p50"] is None
+        assert "OutOfMemoryError" in r["error"]
+    top = leaderboard.best_row(rows)
+    assert top["status"] == "ok" and top["batch_size"] <= OOM_ABOVE
+
+
+def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
+    events = []
+    summary = run(short_options(tmp_path / "results", OOM, trials=4, probe="on"),
+                  on_event=lambda kind, data: events.append((kind, data)))
+    probes = [data["result"] for kind, data in events if kind == "probe"]
+    assert len(probes) == 1
+    result = probes[0]
+    assert result.max_batch == OOM_ABOVE
+    assert result.first_failure is not None and result.first_failure > OOM_ABOVE
+    statuses = {bs: status for bs, status, _ in result.probes}
+    assert statuses[OOM_ABOVE] == "ok"
+    assert all(status == ("ok" if bs <= OOM_ABOVE else "oom") for bs, status in statuses.items())
+    assert len(summary.rows) == 4
+    searched = [r for r in summary.rows if r["reference"] is None]
+    assert searched
+    for r in searched:
+        assert r["batch_size"] <= OOM_ABOVE
+        assert r["status"] == "ok", r["error"]
+
+
+def test_fixed_global_batch_holds_in_every_row(tmp_path, ray_local):
+    summary = run(short_options(tmp_path / "results", REGRESSION, trials=5, global_batch_size=32))
+    rows = leaderboard.read(summary.results_dir).to_pylist()
+    assert len(rows) == 5
+    for r in rows:
+        assert r["status"] == "ok", r["error"]
+        assert r["batch_size"] * r["grad_accum"] == 32
+        assert r["global_batch_size"] == 32
+    # The references keep their micro-batch and accumulate up to the global batch.
+    refs = {r["reference"]: r for r in rows if r["reference"]}
+    assert (refs["baseline"]["batch_size"], refs["baseline"]["grad_accum"]) == (4, 8)
+    assert (refs["recommended"]["batch_size"], refs["recommended"]["grad_accum"]) == (16, 2)
+
+
+@pytest.fixture(scope="module")
+def followup_run(tmp_path_factory, ray_local):
+    """A regression run with its follow-up phases: 4 search trials, the 2 best re-measured,
+    the winner's compute-only ceiling."""
+    results = tmp_path_factory.mktemp("followups") / "results"
+    options = short_options(results, REGRESSION, trials=4, confirm=2, ceiling=True)
+    return run(options)
+
+
+def test_remeasure_and_ceiling_phases(followup_run):
+    rows = leaderboard.read(followup_run.results_dir).to_pylist()
+    phases = [r["phase"] for r in rows]
+    assert phases.count("search") == 4
+    assert phases.count("remeasure") == 2
+    assert phases.count("ceiling") == 1
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    search = [r for r in rows if r["phase"] == "search"]
+    remeasured = [r for r in rows if r["phase"] == "remeasure"]
+    # The two fastest distinct configurations of the search, measured with twice the windows.
+    fastest = sorted(search, key=lambda r: -r["samples_per_sec"])
+    distinct = []
+    for r in fastest:
+        k = Knobs.from_dict(r, strict=False)
+        if k not in distinct:
+            distinct.append(k)
+    assert {Knobs.from_dict(r, strict=False) for r in remeasured} == set(distinct[:2])
+    assert all(r["windows"] == 2 * SHORT["windows"] for r in remeasured)
+    top = leaderboard.best_row(rows)
+    assert top["phase"] == "remeasure"
+    assert top["samples_per_sec"] == max(r["samples_per_sec"] for r in remeasured)
+    ceiling = next(r for r in rows if r["phase"] == "ceiling")
+    assert Knobs.from_dict(ceiling, strict=False) == Knobs.from_dict(top, strict=False)
+    assert top["ceiling_samples_per_sec"] == ceiling["samples_per_sec"]
+    assert top["pipeline_efficiency"] == pytest.approx(top["samples_per_sec"] / ceiling["samples_per_sec"])
+    assert top["pipeline_efficiency"] > 0
+    # The references were measured once, in the search phase.
+    assert sorted(r["reference"] for r in rows if r["reference"]) == ["baseline", "recommended"]
+
+
+# ------------------------------------------------------------------- one trial, in process
+
+def test_host_memory_limit_on_a_real_workload(tmp_path):
+    from workloads.ddpm import workload as ddpm
+    data = ddpm.prepare_default_data(tmp_path / "cache" / "data", "tiny")
+    knobs = Knobs(batch_size=8, num_workers=1)
+
+    def settings(limit_mb: float) -> TrialSettings:
+        return TrialSettings(scale="tiny", device="cpu", data_dir=str(data), warmup_steps=1,
+                             windows=1, window_s=0.05, breakdown_steps=0,
+                             max_host_memory_mb=limit_mb)
+
+    over = run_trial(ddpm, knobs, settings(50))
+    assert over["status"] == "over_limit", over["error"]
+    assert "50 MB" in over["error"]
+    assert over["peak_host_memory_mb"] > 50
+
+    ok = run_trial(ddpm, knobs, settings(100_000))
+    assert ok["status"] == "ok", ok["error"]
+    assert 0 < ok["peak_host_memory_mb"] < 100_000
+    assert ok["samples_per_sec"] > 0
+
+
+@pytest.fixture
+def slow_steps(monkeypatch, tmp_path):
+    """Steps of tests.fault_workloads:slow take >= 20 ms (sleeping): phase times well above
+    timer noise on a loaded machine."""
+    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.02")
+    monkeypatch.delenv("TUNER_TEST_PID_DIR", raising=False)
+    from tests.fault_workloads import slow
+    return slow
+
+
+def test_breakdown_phases_add_up_and_match_the_step_time(regression_data, slow_steps):
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             warmup_steps=1, windows=3, window_s=0.2, breakdown_steps=5)
+    row = run_trial(slow_steps, Knobs(batch_size=8), settings)
+    assert row["status"] == "ok", row["error"]
+    ms = [row[f"{p}_ms"] for p in PHASES]
+    assert [p for p in PHASES] == ["data_wait", "h2d", "forward", "backward", "optimizer"]
+    assert all(v >= 0 for v in ms)
+    assert sum(ms) == pytest.approx(row["breakdown_step_ms"], rel=1e-6)
+    assert sum(row[f"{p}_pct"] for p in PHASES) == pytest.approx(100, rel=1e-6)
+    assert row["forward_ms"] >= 20              # the sleep is in the forward pass (training_step)
+    assert 0.3 <= row["breakdown_step_ms"] / row["step_time_ms_p50"] <= 5
+
+
+def test_compute_only_removes_the_data_wait(regression_data):
+    from tests.fake_workloads import regression
+    knobs = Knobs(batch_size=32)                # 32 .npy reads per step without compute_only
+
+    def measure(compute_only: bool) -> dict:
+        settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                                 warmup_steps=1, windows=2, window_s=0.2, breakdown_steps=20,
+                                 compute_only=compute_only)
+        row = run_trial(regression, knobs, settings)
+        assert row["status"] == "ok", row["error"]
+        assert row["samples_per_sec"] > 0
+        return row
+
+    loading, ceiling = measure(False), measure(True)
+    assert ceiling["data_wait_ms"] < loading["data_wait_ms"]
+    assert ceiling["h2d_ms"] >= 0
+
+
+def test_time_to_train_needs_train_steps(tmp_path, module_cache):
+    with pytest.raises(TunerError, match="--train-steps"):
+        Plan(RunOptions(workload=REGRESSION, objective="time-to-train", device="cpu",
+                        results=str(tmp_path / "results")))
+    with pytest.raises(TunerError, match="--objective 'fastest'"):
+        Plan(RunOptions(workload=REGRESSION, objective="fastest", device="cpu",
+                        results=str(tmp_path / "results")))
+    plan = Plan(RunOptions(workload=REGRESSION, objective="time-to-train", train_steps=1000,
+                           device="cpu", results=str(tmp_path / "results")))
+    assert (plan.metric, plan.mode) == ("time_to_train_s", "min")
+    assert plan.settings.train_steps == 1000
+
+
+def test_time_to_train_prediction(regression_data):
+    from tests.fake_workloads import regression
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             warmup_steps=2, windows=2, window_s=0.2, train_steps=1000)
+    reports = []
+    row = run_trial(regression, Knobs(batch_size=8), settings, report=reports.append)
+    assert row["status"] == "ok", row["error"]
+    expected = row["setup_s"] + row["warmup_s"] + (1000 - 2) * row["step_time_ms_p50"] / 1000
+    assert row["time_to_train_s"] == pytest.approx(expected, rel=1e-9)
+    assert row["time_to_train_s"] > row["setup_s"] + row["warmup_s"] > 0
+    # Ray Tune needs the objective in every intermediate result too.
+    assert all(r["time_to_train_s"] is not None for r in reports)
+    # Without train_steps there is no prediction.
+    plain = run_trial(regression, Knobs(batch_size=8), TrialSettings(
+        scale="tiny", device="cpu", data_dir=str(regression_data), warmup_steps=1, windows=1,
+        window_s=0.05, breakdown_steps=0))
+    assert plain.get("time_to_train_s") is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0.9", (0.9, None)),
+    ("1", (1.0, None)),
+    ("12GB", (None, 12 * 1000**3 / 2**20)),
+    ("12GiB", (None, 12 * 1024.0)),
+    ("12 gib", (None, 12 * 1024.0)),
+    ("24g", (None, 24 * 1024.0)),
+    ("500MB", (None, 500 * 1000**2 / 2**20)),
+    ("512MiB", (None, 512.0)),
+    ("1.5TB", (None, 1.5 * 1000**4 / 2**20)),
+])
+def test_parse_memory(text, expected):
+    fraction, mb = parse_memory(text)
+    assert (fraction is None) == (expected[0] is None) and (mb is None) == (expected[1] is None)
+    if fraction is not None:
+        assert fraction == pytest.approx(expected[0])
+    else:
+        assert mb == pytest.approx(expected[1])
+
+
+@pytest.mark.parametrize("text", ["abc", "", "0", "1.5", "-1GB", "0GB", "12XB", "12 GB extra",
+                                  "GB", "1e9", "0.9.1"])
+def test_parse_memory_rejects(text):
+    with pytest.raises(ValueError, match="fraction in \\(0, 1\\]") as info:
+        parse_memory(text)
+    assert repr(text) in str(info.value)
+
+
+# ----------------------------------------------------------- commands on a run's results
+
+class _Html(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[str] = []
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "img":
+            self.images.append(dict(attrs).get("src", ""))
+
+
+def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_run, tmp_path):
+    results = followup_run.results_dir
+    out = tmp_path / "report"
+    env = {**os.environ, "COLUMNS": "200"}
+
+    def tuner(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=240)
+
+    commands = {
+        "profile": ["profile", "--workload", REGRESSION, "--results", results, "--device", "cpu",
+                    "--steps", "5"],
+        "validate": ["validate", "--workload", REGRESSION, "--results", results],
+        "report": ["report", "--workload", "fake-regression", "--results", results,
+                   "--out", str(out)],
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(tuner, *args) for name, args in commands.items()}
+        procs = {name: f.result() for name, f in futures.items()}
+    for name, proc in procs.items():
+        assert proc.returncode == 0, (name, proc.stdout[-2000:], proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, name
+
+    profile = procs["profile"].stdout
+    winner = leaderboard.best_row(leaderboard.read(results).to_pylist())
+    assert f"trial {winner['trial_id']}" in profile              # the best trial's knobs
+    assert "Per-step breakdown" in profile
+    assert "Bottleneck" in profile
+
+    validate = procs["validate"].stdout
+    assert f"validating trial {winner['trial_id']}" in validate
+    assert "measured ÷ predicted" in validate
+    ratio = float(validate.split("measured ÷ predicted")[1].split()[1])
+    assert ratio > 0
+
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 4
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (out / "report.html").read_text(encoding="utf-8")
+    parser = _Html()
+    parser.feed(page)
+    parser.close()
+    assert "html" in parser.tags and "table" in parser.tags
+    assert len(parser.images) == 4
+    assert all(src.startswith("data:image/png;base64,") for src in parser.images)
+    assert "fake-regression" in page
+
+    # A bad limit is a user error: exit code 2, one line naming the value, before Ray starts.
+    from click.testing import CliRunner
+    from tuner.cli import main
+    before = sorted(p.name for p in Path(results, "leaderboard").iterdir())
+    bad = CliRunner(env={"COLUMNS": "200"}).invoke(main, [
+        "run", "--workload", REGRESSION, "--device", "cpu", "--results", results,
+        "--max-memory", "abc"])
+    assert bad.exit_code == 2, (bad.stdout, bad.stderr, bad.exception)
+    lines = [line for line in bad.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--max-memory" in lines[0] and "'abc'" in lines[0], bad.stderr
+    assert sorted(p.name for p in Path(results, "leaderboard").iterdir()) == before
