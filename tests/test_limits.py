@@ -49,6 +49,15 @@ def ray_local(module_cache, ray_session):
     """One local Ray for the module's runs (conftest's ray_session), after $TUNER_CACHE is set."""
 
 
+@pytest.fixture(scope="module")
+def no_workers_space(tmp_path_factory) -> str:
+    """The test space without DataLoader workers: trials start no worker processes (fast on
+    a loaded 2-core machine); the batch range is the same."""
+    path = tmp_path_factory.mktemp("spaces") / "no-workers.yaml"
+    path.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
+    return str(path)
+
+
 # --------------------------------------------------------------- the searcher, without Ray
 
 def simulate(seed: int, trials: int, oom_as_failure: bool = False) -> tuple[list[int], object]:
@@ -127,8 +136,9 @@ def test_searcher_survives_a_space_with_fewer_points_than_trials(tmp_path, modul
 
 # ----------------------------------------------------------------------- runs through Ray
 
-def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local):
-    summary = run(short_options(tmp_path / "results", OOM, trials=8, probe="off"))
+def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_workers_space):
+    summary = run(short_options(tmp_path / "results", OOM, trials=8, probe="off",
+                                space_file=no_workers_space))
     rows = leaderboard.read(summary.results_dir).to_pylist()
     assert len(rows) == 8
     oom = [r for r in rows if r["status"] == "oom"]
@@ -141,9 +151,10 @@ def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local):
     assert top["status"] == "ok" and top["batch_size"] <= OOM_ABOVE
 
 
-def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
+def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local, no_workers_space):
     events = []
-    summary = run(short_options(tmp_path / "results", OOM, trials=4, probe="on"),
+    summary = run(short_options(tmp_path / "results", OOM, trials=4, probe="on",
+                                space_file=no_workers_space),
                   on_event=lambda kind, data: events.append((kind, data)))
     probes = [data["result"] for kind, data in events if kind == "probe"]
     assert len(probes) == 1

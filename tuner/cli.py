@@ -324,7 +324,7 @@ def validate(workload: str, results: str, hardware: str | None, trial_id: str | 
     knobs = Knobs.from_dict(row, strict=False)
     console.print(f"validating trial {row['trial_id']} ({row['phase'] or 'search'}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
-    from tuner.search import MEASUREMENT_DEFAULTS
+    from tuner.plan import MEASUREMENT_DEFAULTS
     threads = torch.get_num_threads()
     if row["device"] == "cpu" and row.get("trial_cpus"):
         # The trial had trial_cpus cores (Ray sets its OMP_NUM_THREADS); train with as many.
@@ -366,7 +366,7 @@ def profile(workload: str, knobs_json: str | None, trial_id: str | None, results
     Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
     from tuner.diagnose import bottleneck, breakdown_table
     from tuner.harness import TrialSettings, run_trial
-    from tuner.search import MEASUREMENT_DEFAULTS, resolve_device
+    from tuner.plan import MEASUREMENT_DEFAULTS, resolve_device
     from tuner.workload import resolve
     w = resolve(workload)
     device = resolve_device(device)

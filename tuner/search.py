@@ -1,305 +1,34 @@
-"""The search: Ray Tune ``Tuner`` + a constrained ``OptunaSearch`` (TPE).
+"""The search: Ray Tune ``Tuner`` driving the constrained Optuna searcher (``tuner.searcher``)
+over a validated plan (``tuner.plan``).
 
-* The workload's reference configurations (baseline first) are evaluated before anything the
-  sampler proposes, so every run reports its speed-up over them.
-* A trial that ran out of memory (or went over a limit) reaches Optuna as a COMPLETE trial with
-  a positive constraint violation (``Trial.set_constraint``), so TPE learns to avoid that
-  region; Optuna ignores FAIL trials and would keep sampling there
-  (shared/notes/ray-tune-facts.md section 1). Other errors reach it as FAIL.
-* Resources per trial: CPUs = num_workers + 1 (capped at the node's CPUs), one whole GPU on CUDA;
-  one trial per GPU (per node on CPU) at a time, so trials do not steal each other's cores.
+* Phases: optional memory probe, the search, re-measurement of the best configurations, and
+  the winner's compute-only ceiling; on a cluster with several accelerator types, all of it
+  once per type.
+* Resources per trial: CPUs = num_workers + 1 (capped at the node's CPUs), one whole GPU on
+  CUDA; one trial per GPU (per node on CPU) at a time, so trials do not steal each other's cores.
 * The driver writes a leaderboard row as each trial finishes.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
-import os
-import secrets
-import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from tuner.errors import DataError, TunerError
+from tuner import leaderboard
+from tuner.errors import TunerError
 from tuner.harness import TrialSettings, run_trial
 from tuner.knobs import Knobs
-from tuner.measure import parse_memory
-from tuner.space import Space, load_space
-from tuner.workload import Workload, default_cache_dir, make_trainable, resolve
-from tuner import leaderboard
+from tuner.plan import MEASUREMENT_DEFAULTS, Plan, RunOptions, RunSummary, ray_init
+from tuner.searcher import make_searcher
+from tuner.workload import Workload, default_cache_dir, make_trainable
 
-METRIC = "samples_per_sec"
+__all__ = ["MEASUREMENT_DEFAULTS", "Plan", "RunInterrupted", "RunOptions", "RunSummary",
+           "TrialResources", "run"]
 
-# Quiet Ray: our own progress lines replace its tables (notes section 8).
-_RAY_ENV = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
-            "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_DEDUP_LOGS": "0",
-            "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000",
-            # Ctrl-C raises KeyboardInterrupt in the driver (RunInterrupted): finished trials
-            # are already in the leaderboard and --resume continues from them.
-            "TUNE_DISABLE_SIGINT_HANDLER": "1"}
-
-MEASUREMENT_DEFAULTS = {
-    # scale: (warm-up optimizer steps, windows, seconds per window)
-    "tiny": (3, 3, 1.0),
-    "seed": (10, 5, 2.0),
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunOptions:
-    """What ``python -m tuner run`` was asked to do (the CLI's flags)."""
-    workload: str
-    space_file: str | None = None
-    trials: int | None = None
-    """Trials in all, references included; None: 12 on CPU, 40 on CUDA (or until time budget)."""
-    time_budget_s: float | None = None
-    device: str = "auto"
-    scale: str | None = None
-    """None: 'seed' on CUDA, 'tiny' on CPU."""
-    data: str | None = None
-    results: str = "tuner-results"
-    seed: int = 0
-    address: str | None = None
-    windows: int | None = None
-    window_s: float | None = None
-    warmup_steps: int | None = None
-    objective: str = "samples-per-sec"
-    """'samples-per-sec' (steady-state throughput, max) or 'time-to-train' (predicted wall time
-    of ``train_steps`` steps including setup, warm-up and compile, min)."""
-    train_steps: int | None = None
-    max_memory: str | None = None
-    """Device memory limit: fraction ('0.9') or size ('12GB'), see TrialSettings.max_memory."""
-    max_host_memory: str | None = None
-    """Host memory limit per trial (process + DataLoader workers): size ('8GB') or fraction of
-    this machine's RAM."""
-    global_batch_size: int | None = None
-    probe: str = "auto"
-    """Memory probe before the search: 'auto' (on CUDA, or with --max-host-memory), 'on', 'off'."""
-    confirm: int = 3
-    """Re-measure this many of the best configurations with twice the windows; the winner is
-    chosen on the re-measurement (0 turns it off)."""
-    resume: str | None = None
-    """Continue a run: 'latest' (the newest run of this workload in --results) or a run id.
-    Its leaderboard rows are the truth: the search state is rebuilt from them, references and
-    trials already recorded are not run again, only the rest of the --trials budget runs."""
-    warm_start: bool = False
-    """Seed the search with earlier leaderboard rows of this workload, scale and hardware."""
-    remeasure: bool = False
-    """With warm_start: measure a configuration again even when an earlier row has it."""
-    ceiling: bool = True
-    """Measure the winner's compute-only ceiling (batches already on the device)."""
-
-
-OBJECTIVES = {"samples-per-sec": ("samples_per_sec", "max"),
-              "time-to-train": ("time_to_train_s", "min")}
-
-
-@dataclass
-class RunSummary:
-    run_id: str
-    workload: str
-    device: str
-    scale: str
-    rows: list[dict]
-    wall_s: float
-    results_dir: str
-
-
-class Plan:
-    """Everything resolved and validated before Ray starts (bad input fails here)."""
-
-    def __init__(self, options: RunOptions):
-        if options.trials is not None and options.trials < 1:
-            raise TunerError(f"--trials {options.trials}: must be >= 1")
-        if options.time_budget_s is not None and options.time_budget_s <= 0:
-            raise TunerError(f"--time-budget {options.time_budget_s}: must be > 0 seconds")
-        if options.objective not in OBJECTIVES:
-            raise TunerError(f"--objective {options.objective!r}: accepted values are "
-                             f"{', '.join(OBJECTIVES)}")
-        if options.objective == "time-to-train" and not options.train_steps:
-            raise TunerError("--objective time-to-train needs --train-steps N (the length of "
-                             "your real training job, in optimizer steps)")
-        if options.train_steps is not None and options.train_steps < 1:
-            raise TunerError(f"--train-steps {options.train_steps}: must be >= 1")
-        if options.probe not in ("auto", "on", "off"):
-            raise TunerError(f"--probe {options.probe!r}: accepted values are auto, on, off")
-        self.metric, self.mode = OBJECTIVES[options.objective]
-        self.max_host_memory_mb = _host_limit_mb(options.max_host_memory)
-        if options.max_memory is not None:
-            try:
-                parse_memory(options.max_memory)
-            except ValueError as exc:
-                raise TunerError(f"--max-memory: {exc}") from None
-        self.options = options
-        self.workload: Workload = resolve(options.workload)
-        self.space: Space = (load_space(options.space_file, is_file=True) if options.space_file
-                             else load_space(self.workload.space_name))
-        leaderboard.check_results(options.results)
-        self.ray_connected = False
-        if options.address is not None:
-            # The cluster decides the device, the GPUs and the CPUs per node, not the driver's
-            # machine (a CPU head node drives GPU workers).
-            self.ray_connected = _ray_init(options.address, "auto")
-            try:
-                self.device, self.gpus, self.node_cpus = _cluster_resources(options.device)
-            except TunerError:
-                self.close()
-                raise
-        else:
-            self.device = resolve_device(options.device)
-            import torch
-            self.gpus = torch.cuda.device_count() if self.device == "cuda" else 0
-            self.node_cpus = os.cpu_count() or 1
-        try:
-            self._finish(options)
-        except TunerError:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Disconnect from a cluster this plan connected to."""
-        if self.ray_connected:
-            import ray
-            ray.shutdown()
-            self.ray_connected = False
-
-    def _finish(self, options: RunOptions) -> None:
-        self.scale = options.scale or ("seed" if self.device == "cuda" else "tiny")
-        self.data_dir = self._data_dir()
-        self.samples = self.workload.check_data(self.data_dir, self.scale)
-        self.device_space = self.space.for_device(self.device, max_workers=self.node_cpus,
-                                                  max_batch=self.samples)
-        if options.global_batch_size is not None:
-            if options.global_batch_size < 1:
-                raise TunerError(f"--global-batch-size {options.global_batch_size}: must be >= 1")
-            self.device_space = self.device_space.with_global_batch(options.global_batch_size)
-        self.references = [(name, self.device_space.fit_reference(knobs.clamp(self.device)[0]))
-                           for name, knobs in self.workload.references.items()]
-        self._project_references()
-        warmup, windows, window_s = MEASUREMENT_DEFAULTS[self.scale]
-        self.settings = TrialSettings(
-            scale=self.scale, device=self.device, data_dir=str(self.data_dir),
-            warmup_steps=options.warmup_steps or warmup, windows=options.windows or windows,
-            window_s=options.window_s or window_s, seed=options.seed,
-            max_memory=options.max_memory, max_host_memory_mb=self.max_host_memory_mb,
-            train_steps=options.train_steps, default_data=options.data is None)
-        self.trials = options.trials or (None if options.time_budget_s else
-                                         (40 if self.device == "cuda" else 12))
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        self.run_id = f"{self.workload.name}-{stamp}-{secrets.token_hex(2)}"
-        self.prior_rows: list[dict] = []
-        if options.resume is not None:
-            self._resume(options.resume)
-        self.hardware_key: str | None = None  # set once Ray runs (a cluster's GPU node decides)
-        self.accelerator_type: str | None = None
-        """The accelerator type being tuned on a heterogeneous cluster (one search per type)."""
-        self.type_slots = 0
-
-    def _resume(self, which: str) -> None:
-        rows = [r for r in leaderboard.read(self.options.results, workload=self.workload.name).to_pylist()
-                if r["scale"] == self.scale and r["device"] == self.device]
-        runs = {}
-        for r in rows:
-            runs.setdefault(r["run_id"], []).append(r)
-        if not runs:
-            raise TunerError(f"--resume: no run of {self.workload.name} at {self.scale} scale on "
-                             f"{self.device} in {self.options.results}")
-        if which == "latest":
-            which = max(runs, key=lambda rid: max(r["started_at"] for r in runs[rid]))
-        if which not in runs:
-            raise TunerError(f"--resume {which}: no such run; runs of {self.workload.name} here: "
-                             f"{', '.join(sorted(runs))}")
-        self.run_id = which
-        self.prior_rows = [leaderboard.normalise_row(r) for r in runs[which]]
-        self._project_references()
-
-    @property
-    def prior_search_rows(self) -> list[dict]:
-        """The resumed run's search rows for the accelerator type being tuned."""
-        return [r for r in self.prior_rows if (r.get("phase") or "search") == "search"
-                and r.get("accelerator_type") == getattr(self, "accelerator_type", None)]
-
-    @property
-    def remaining_trials(self) -> int | None:
-        """Search trials still to run (None: no trial budget)."""
-        if self.trials is None:
-            return None
-        return max(0, self.trials - len(self.prior_search_rows))
-
-    def _project_references(self) -> None:
-        done = {r["reference"] for r in getattr(self, "prior_rows", []) if r.get("reference")
-                and r.get("accelerator_type") == getattr(self, "accelerator_type", None)}
-        self.reference_params = [(name, self.device_space.project(knobs), knobs)
-                                 for name, knobs in self.references if name not in done]
-
-    def cap_batch(self, max_batch: int) -> None:
-        """Bound the searched batch size (after the memory probe)."""
-        self.device_space = self.device_space.for_device(self.device, self.node_cpus, max_batch)
-        self._project_references()
-
-    @property
-    def should_probe(self) -> bool:
-        if self.options.probe != "auto":
-            return self.options.probe == "on"
-        return self.device == "cuda" or self.max_host_memory_mb is not None
-
-    def _data_dir(self) -> Path:
-        data = self.options.data
-        if data is None:
-            return self.workload.prepare_default_data(default_cache_dir() / "data", self.scale)
-        path = Path(data).expanduser().resolve()
-        if self.workload.data_is_file:
-            if not path.is_file():
-                raise DataError(f"--data {data}: no such file (workload {self.workload.name} "
-                                "takes one text file)")
-        elif not path.is_dir():
-            raise DataError(f"--data {data}: no such directory")
-        elif not any(path.iterdir()):
-            raise DataError(f"--data {data}: the directory is empty")
-        return path
-
-
-def _cluster_resources(device: str) -> tuple[str, int, int]:
-    """(device, GPUs, CPUs of the smallest node that runs trials) of the connected cluster."""
-    import ray
-    if device not in ("auto", "cpu", "cuda"):
-        raise TunerError(f"--device {device!r}: accepted values are auto, cpu, cuda")
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    gpus = int(sum(n.get("GPU", 0) for n in nodes))
-    if device == "cuda" and gpus == 0:
-        raise TunerError("--device cuda: the Ray cluster has no GPU resources")
-    device = device if device != "auto" else ("cuda" if gpus else "cpu")
-    workers = [n for n in nodes if n.get("GPU", 0) > 0] if device == "cuda" else nodes
-    cpus = int(min((n.get("CPU", 1) for n in workers), default=1)) or 1
-    return device, (gpus if device == "cuda" else 0), cpus
-
-
-def _host_limit_mb(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        fraction, mb = parse_memory(text)
-    except ValueError as exc:
-        raise TunerError(f"--max-host-memory: {exc}") from None
-    if fraction is not None:
-        import psutil
-        return fraction * psutil.virtual_memory().total / 2**20
-    return mb
-
-
-def resolve_device(device: str) -> str:
-    """'auto' -> 'cuda' when a CUDA device is visible, else 'cpu'. Raises TunerError."""
-    import torch
-    if device not in ("auto", "cpu", "cuda"):
-        raise TunerError(f"--device {device!r}: accepted values are auto, cpu, cuda")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise TunerError("--device cuda: no CUDA device is visible to torch on this machine")
-    return device
-
+# Older names, kept for tests and tools that start Ray or build a searcher the way a run does.
+_ray_init = ray_init
+_make_searcher = make_searcher
 
 class TrialResources:
     """Per-trial resource request (picklable; Ray Tune may checkpoint it): CPUs =
@@ -320,142 +49,6 @@ class TrialResources:
         return request
 
 
-def _worst(plan: "Plan") -> float:
-    """Objective value given to an infeasible trial; TPE ranks those by violation instead."""
-    return 0.0 if plan.mode == "max" else 1e12
-
-
-def _params_key(params: dict) -> tuple:
-    return tuple(sorted(params.items()))
-
-
-def _make_searcher(plan: Plan, trials: int | None):
-    import optuna
-    from ray.tune.search.optuna import OptunaSearch
-
-    worst = _worst(plan)
-
-    class ConstrainedOptunaSearch(OptunaSearch):
-        """OptunaSearch that evaluates the reference configurations first, passes memory
-        failures to TPE as constraint violations, and does not measure a configuration twice
-        (TPE with few observations re-proposes its best point: that point's measured value is
-        told again instead)."""
-
-        def __init__(self, *args, references=(), **kwargs):
-            super().__init__(*args, **kwargs)
-            self._references = list(references)
-            self._measured: dict[tuple, tuple[float, float]] = {}
-
-        def suggest(self, trial_id: str):
-            if self._references and trial_id not in self._ot_trials:
-                name, params, knobs = self._references.pop(0)
-                self._ot_study.enqueue_trial(params)
-                config = super().suggest(trial_id)
-                if config is not None:
-                    config.update(knobs.to_dict(), reference=name)
-                return config
-            for _ in range(8):
-                config = super().suggest(trial_id)
-                if config is None:
-                    return None
-                ot_trial = self._ot_trials[trial_id]
-                known = self._measured.get(_params_key(ot_trial.params))
-                if known is None:
-                    break
-                value, violation = known
-                ot_trial.set_constraint("memory", violation)
-                self._ot_study.tell(ot_trial, value)
-                del self._ot_trials[trial_id]
-            config["reference"] = None
-            return config
-
-        def on_trial_result(self, trial_id: str, result: dict):
-            if result.get(self.metric) is not None:
-                super().on_trial_result(trial_id, result)
-
-        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-            status = (result or {}).get("status")
-            ot_trial = self._ot_trials.get(trial_id)
-            if ot_trial is not None and status in ("oom", "over_limit"):
-                result = {**result, self.metric: worst}
-                ot_trial.set_constraint("memory", 1.0)  # > 0: infeasible
-                self._measured[_params_key(ot_trial.params)] = (worst, 1.0)
-            elif ot_trial is not None and status == "ok" and result.get(self.metric) is not None:
-                ot_trial.set_constraint("memory", 0.0)
-                self._measured[_params_key(ot_trial.params)] = (result[self.metric], 0.0)
-            elif status != "ok":
-                result, error = None, True
-            super().on_trial_complete(trial_id, result=result, error=error)
-
-    n_trials = trials or 40
-    seeds = _seed_rows(plan)
-    sampler = optuna.samplers.TPESampler(  # a resumed run must not replay the first proposals
-        seed=plan.options.seed + len(plan.prior_rows), n_startup_trials=min(10, max(3, n_trials // 3)))
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    searcher = ConstrainedOptunaSearch(
-        space=plan.device_space.sampler(), metric=plan.metric, mode=plan.mode, sampler=sampler,
-        references=plan.reference_params)
-    distributions = plan.device_space.distributions()
-    for row, dedupe in seeds:
-        try:
-            params = plan.device_space.project(Knobs.from_dict(row, strict=False))
-        except (TunerError, ValueError):
-            continue  # measured in another space: not a point of this one
-        infeasible = row["status"] in ("oom", "over_limit")
-        value = worst if infeasible else row[plan.metric]
-        if value is None:
-            continue
-        searcher._ot_study.add_trial(optuna.trial.create_trial(
-            params=params, distributions={k: distributions[k] for k in params}, value=value,
-            constraints={"memory": 1.0 if infeasible else 0.0}))
-        if dedupe:
-            searcher._measured[_params_key(params)] = (value, 1.0 if infeasible else 0.0)
-    return searcher
-
-
-def _seed_rows(plan: Plan) -> list[tuple[dict, bool]]:
-    """Rows the search starts from, each with whether a TPE proposal equal to it is answered
-    from it instead of measured: the resumed run's own rows (always), and with --warm-start
-    earlier rows of this workload, scale and hardware (unless --remeasure)."""
-    usable = ("ok", "oom", "over_limit")
-    seeds = [(r, True) for r in plan.prior_search_rows if r["status"] in usable]
-    if plan.options.warm_start:
-        table = leaderboard.read(plan.options.results, workload=plan.workload.name,
-                                 hardware_key=plan.hardware_key)
-        for r in table.to_pylist():
-            if (r["run_id"] != plan.run_id and r["scale"] == plan.scale and r["status"] in usable
-                    and (r["phase"] or "search") in ("search", "remeasure")):
-                seeds.append((r, not plan.options.remeasure))
-    return seeds
-
-
-def _ray_init(address: str | None, device: str) -> bool:
-    """Start (or connect to) Ray. Returns True when this call started it (and must stop it)."""
-    import ray
-    if ray.is_initialized():
-        return False
-    for key, value in _RAY_ENV.items():
-        os.environ.setdefault(key, value)
-    # Workers must import the same modules as the driver (a user's workload by import path).
-    paths = [p for p in sys.path if p and os.path.isdir(p)]
-    cwd = os.getcwd()
-    pythonpath = os.pathsep.join(dict.fromkeys([cwd, *paths]))
-    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
-    if address is None:
-        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                 log_to_driver=False, logging_level=logging.WARNING, configure_logging=True,
-                 runtime_env=runtime_env)
-    else:
-        try:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
-                     runtime_env=runtime_env)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise TunerError(f"--address {address}: cannot connect to a Ray cluster ({exc})") from None
-    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
-    logging.getLogger("ray.train").setLevel(logging.CRITICAL)
-    return True
-
-
 def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = None,
         plan: Plan | None = None) -> RunSummary:
     """Tune one workload: memory probe, search, re-measurement of the best, compute-only
@@ -469,7 +62,7 @@ def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = N
     plan = plan or Plan(options)
     on_event = on_event or _ignore_event
     started = time.perf_counter()
-    started_ray = _ray_init(options.address, plan.device)
+    started_ray = ray_init(options.address, plan.device)
     writer = None
     try:
         plan.hardware_key = _hardware_key(plan)
@@ -638,7 +231,7 @@ def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
         _trainable(plan),
         param_space={"tuner": settings, "phase": "search"},
         tune_config=tune.TuneConfig(
-            search_alg=_make_searcher(plan, plan.trials),
+            search_alg=make_searcher(plan, plan.trials),
             num_samples=plan.remaining_trials if plan.trials else -1,
             time_budget_s=plan.options.time_budget_s,
             max_concurrent_trials=_concurrency(plan),

@@ -1,0 +1,286 @@
+"""The run survives faults: two runs writing into one results directory, a trial process
+killed while it measures, the driver interrupted (SIGINT) or killed (SIGKILL) and resumed, and
+a Ray cluster of two local nodes, one of which goes away mid-run.
+
+Trial processes are found through tests/fault_workloads.py, which writes each trial's PID and
+Ray node to a directory the test names; a process is signalled only after checking that it
+belongs to the run this test started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tuner import leaderboard
+
+pytestmark = pytest.mark.slow
+
+REGRESSION = "tests.fake_workloads:regression"
+SLOW = "tests.fault_workloads:slow"
+SHORT = ["--device", "cpu", "--windows", "2", "--window-s", "0.2", "--warmup-steps", "1",
+         "--confirm", "0", "--no-ceiling"]
+
+
+@pytest.fixture
+def space(tmp_path) -> str:
+    """The test space without DataLoader workers (no worker processes to start per trial on
+    a loaded 2-core machine)."""
+    path = tmp_path / "no-workers.yaml"
+    path.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
+    return str(path)
+
+
+@pytest.fixture
+def env(tmp_path) -> dict:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    return {**os.environ, "TUNER_CACHE": str(tmp_path / "cache"), "COLUMNS": "200",
+            "TUNER_TEST_PID_DIR": str(pids), "TUNER_TEST_STEP_SLEEP": "0.05"}
+
+
+def start(args: list[str], env: dict, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tuner", *args], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # only the process this test started
+        out, err = proc.communicate()
+        pytest.fail(f"timed out; stdout: {out[-2000:]} stderr: {err[-2000:]}")
+
+
+def rows_of(results: Path) -> list[dict]:
+    return leaderboard.read(str(results)).to_pylist()
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the run exited ({proc.returncode}) before {what}: {err[-3000:]}")
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def announced(pid_dir: Path) -> list[tuple[int, str]]:
+    """(pid, node id) of each trial that has started a step, in order of appearance."""
+    files = sorted((p for p in pid_dir.iterdir() if not p.name.startswith(".")),
+                   key=lambda p: p.stat().st_mtime_ns)
+    out = []
+    for p in files:
+        pid, node = p.read_text().split()
+        out.append((int(pid), node))
+    return out
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    try:
+        return ancestor in {p.pid for p in psutil.Process(pid).parents()}
+    except psutil.NoSuchProcess:
+        return False
+
+
+# ---------------------------------------------------------------- one results directory
+
+def test_two_runs_at_once_into_one_results_directory(tmp_path, env, space):
+    results = tmp_path / "results"
+    procs = [start(["run", "--workload", REGRESSION, "--space", space, "--trials", "3",
+                    "--results", str(results), "--seed", str(seed), *SHORT], env)
+             for seed in (1, 2)]
+    outputs = [finish(p) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+    rows = rows_of(results)
+    assert len(rows) == 6
+    runs = {}
+    for r in rows:
+        runs.setdefault(r["run_id"], []).append(r)
+    assert len(runs) == 2 and all(len(v) == 3 for v in runs.values())
+    assert len({r["trial_id"] for r in rows}) == 6
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    for run_rows in runs.values():
+        assert sorted(r["reference"] or "" for r in run_rows) == ["", "baseline", "recommended"]
+    # Each run's summary names its own run id.
+    for out, _ in outputs:
+        assert sum(run_id in out for run_id in runs) == 1
+
+
+# ----------------------------------------------------------------- a trial process dies
+
+def test_trial_process_killed_while_measuring(tmp_path, env, space):
+    results, pid_dir = tmp_path / "results", Path(env["TUNER_TEST_PID_DIR"])
+    proc = start(["run", "--workload", SLOW, "--space", space, "--trials", "3",
+                  "--results", str(results), *SHORT, "--window-s", "0.5"], env)
+    try:
+        pid, _ = wait_for(lambda: announced(pid_dir)[:1], 120, "the first trial's step", proc)[0]
+        assert descends_from(pid, proc.pid), "the announced process is not part of this run"
+        assert rows_of(results) == []                 # still measuring the first trial
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        out, err = finish(proc)
+    assert proc.returncode == 0, err[-3000:]
+    rows = rows_of(results)
+    assert len(rows) == 3
+    errors = [r for r in rows if r["status"] == "error"]
+    assert len(errors) == 1, [(r["status"], r["error"]) for r in rows]
+    killed = errors[0]
+    assert killed["reference"] == "baseline"          # the first trial
+    message = killed["error"].lower()
+    assert "died" in message or "actor" in message or "worker" in message, killed["error"]
+    assert killed["samples_per_sec"] is None
+    assert all(r["status"] == "ok" for r in rows if r is not killed)
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------ the driver stops; resume
+
+def _interrupted_then_resumed(tmp_path, env, space, sig: int) -> None:
+    results = tmp_path / "results"
+    args = ["run", "--workload", SLOW, "--space", space, "--trials", "6",
+            "--results", str(results), *SHORT, "--window-s", "0.5"]
+    kwargs = {"start_new_session": True} if sig == signal.SIGKILL else {}
+    proc = start(args, env, **kwargs)
+    try:
+        wait_for(lambda: len(rows_of(results)) >= 2, 180, "two recorded trials", proc)
+        tree = psutil.Process(proc.pid).children(recursive=True)  # Ray started by this run
+        os.kill(proc.pid, sig)
+    finally:
+        out, err = finish(proc)
+    before = {r["trial_id"]: r for r in rows_of(results)}
+    assert 2 <= len(before) < 6
+    (run_id,) = {r["run_id"] for r in before.values()}
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, err[-3000:]
+        assert f"--resume {run_id}" in err, err[-3000:]
+        assert "Traceback" not in err
+    else:
+        assert proc.returncode == -signal.SIGKILL
+        # The killed driver's Ray processes share its fate (they exit when it dies); whatever
+        # of that tree is still there after a while is ended here, by PID.
+        _, alive = psutil.wait_procs(tree, timeout=20)
+        for p in alive:
+            p.kill()
+
+    resumed = start([*args, "--resume", run_id], env)
+    out, err = finish(resumed)
+    assert resumed.returncode == 0, err[-3000:]
+    assert f"resuming run {run_id}" in out
+    rows = [r for r in rows_of(results) if r["run_id"] == run_id]
+    assert len(rows) == len({r["trial_id"] for r in rows})          # no trial recorded twice
+    assert [r["phase"] for r in rows].count("search") == 6
+    assert len(rows) == 6
+    after = {r["trial_id"]: r for r in rows}
+    for trial_id, row in before.items():                             # earlier rows unchanged
+        assert after[trial_id] == row
+    assert sorted(r["reference"] for r in rows if r["reference"]) == ["baseline", "recommended"]
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+
+
+def test_driver_interrupted_then_resumed(tmp_path, env, space):
+    _interrupted_then_resumed(tmp_path, env, space, signal.SIGINT)
+
+
+def test_driver_killed_then_resumed(tmp_path, env, space):
+    _interrupted_then_resumed(tmp_path, env, space, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- two nodes, one machine
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """A Ray cluster of two 1-CPU nodes on this machine (head + worker), not connected."""
+    import ray
+    from ray.cluster_utils import Cluster
+    assert not ray.is_initialized(), "a fixture left Ray initialised: the run would not connect"
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.05")
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("TUNER_TEST_PID_DIR", str(pids))
+    c = Cluster(initialize_head=True,
+                head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1"})
+    try:
+        c.worker = c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
+    from tuner.search import RunOptions, run
+    summary = run(RunOptions(workload=REGRESSION, trials=6, results=str(tmp_path / "results"),
+                             address=cluster.address, space_file=space, device="cpu",
+                             windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False))
+    rows = rows_of(tmp_path / "results")
+    assert len(rows) == 6 and len(summary.rows) == 6
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    nodes = {r["node_id"] for r in rows}
+    assert nodes == {cluster.head_node.node_id, cluster.worker.node_id}
+    assert {r["node_ip"] for r in rows} == {"127.0.0.1"}
+    assert all(r["trial_cpus"] == 1 for r in rows)          # capped at the nodes' CPUs
+
+
+def test_worker_node_removed_mid_run(tmp_path, cluster, space):
+    from tuner.search import RunOptions, run
+    pid_dir = Path(os.environ["TUNER_TEST_PID_DIR"])
+    trials = 6
+    options = RunOptions(workload=SLOW, trials=trials, results=str(tmp_path / "results"),
+                         address=cluster.address, space_file=space, device="cpu", windows=2,
+                         window_s=0.5, warmup_steps=1, confirm=0, ceiling=False)
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["summary"] = run(options)
+        except BaseException as exc:  # reported by the assertions below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    worker_id = cluster.worker.node_id
+
+    def on_worker():
+        return [pid for pid, node in announced(pid_dir) if node == worker_id]
+
+    deadline = time.monotonic() + 180
+    while not on_worker():
+        assert thread.is_alive(), outcome
+        assert time.monotonic() < deadline, "no trial ran on the worker node"
+        time.sleep(0.05)
+    recorded = {r["trial_id"] for r in rows_of(tmp_path / "results")}
+    import datetime as dt
+    removed_at = dt.datetime.now(dt.timezone.utc)
+    cluster.remove_node(cluster.worker)
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the run did not finish after the node went away"
+    assert "error" not in outcome, repr(outcome.get("error"))
+    rows = rows_of(tmp_path / "results")
+    assert len(rows) == trials
+    assert len({r["trial_id"] for r in rows}) == trials
+    errors = [r for r in rows if r["status"] == "error"]
+    assert len(errors) == 1, [(r["status"], r["node_id"], r["error"]) for r in rows]
+    lost = errors[0]                                  # the trial that was on the removed node
+    assert lost["trial_id"] not in recorded
+    assert lost["node_id"] in (worker_id, None)       # None: it died before its first window
+    assert "died" in lost["error"].lower() or "node" in lost["error"].lower(), lost["error"]
+    for r in rows:
+        if r["status"] == "ok" and r["started_at"] > removed_at:
+            assert r["node_id"] == cluster.head_node.node_id
