@@ -3,7 +3,7 @@
 For each configuration (default: the workload's references, clamped to the device as a run
 clamps them, e.g. ddpm's 'baseline' and 'recommended'), ``tuner.harness.run_trial`` measures it
 ``--repeats`` times in this process, with the measurement settings a real run uses at that
-scale (``tuner.search.MEASUREMENT_DEFAULTS``, overridable) and the torch threads the tuner gives
+scale (``tuner.plan.MEASUREMENT_DEFAULTS``, overridable) and the torch threads the tuner gives
 the trial (num_workers + 1, capped at the node's CPUs: Ray's OMP_NUM_THREADS; ``--threads N``
 fixes them). Repeats are interleaved (A, B, A,
 B, ...) so that load drift on a shared machine spreads over every configuration alike.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tuner.harness import TrialSettings, run_trial
 from tuner.knobs import Knobs
-from tuner.search import MEASUREMENT_DEFAULTS
+from tuner.plan import MEASUREMENT_DEFAULTS
 from tuner.workload import Workload, default_cache_dir, resolve
 
 METRIC = "samples_per_sec"

@@ -21,7 +21,7 @@ Design:
   2. Searches, evaluated against the table by lookup (nothing is measured again, so every
      strategy sees the same numbers), K = floor(budget fraction x grid size) trials each,
      repeated over ``--seeds`` seeds:
-       * tuner: the searcher itself, ``tuner.search._make_searcher`` (ConstrainedOptunaSearch:
+       * tuner: the searcher itself, ``tuner.searcher.make_searcher`` (ConstrainedOptunaSearch:
          TPE with the run's seed and n_startup_trials rule, the workload's references enqueued
          first as ``Space.project`` records them, OOM as a constraint violation, a
          configuration already measured told again instead of spending a trial), driven through
@@ -222,7 +222,7 @@ def combine(rows: list[dict]) -> dict:
 # ----------------------------------------------------------------------------- searching
 
 def references(workload: Workload, space: Space, device: str) -> list[tuple[str, dict, Knobs]]:
-    """(name, grid params, knobs as run), as tuner.search.Plan builds reference_params."""
+    """(name, grid params, knobs as run), as tuner.plan.Plan builds reference_params."""
     out = []
     for name, knobs in workload.references.items():
         applied = knobs.clamp(device)[0]
@@ -234,14 +234,14 @@ def tuner_search(space: Space, refs: list, grid: dict[str, dict], trials: int,
                  seed: int) -> tuple[list[float | None], dict]:
     """The tuner's searcher over the table; returns each trial's value (None: failed) and
     counts of what happened (duplicates told again, trials the searcher lost)."""
-    from tuner.search import _make_searcher
+    from tuner.searcher import make_searcher
 
-    # The Plan fields _make_searcher reads, for a fresh run (no resume, no warm start).
+    # The Plan fields make_searcher reads, for a fresh run (no resume, no warm start).
     plan = types.SimpleNamespace(
         options=types.SimpleNamespace(seed=seed, warm_start=False, remeasure=False),
         mode="max", metric=METRIC, device_space=space, reference_params=list(refs),
         prior_rows=[], prior_search_rows=[])
-    searcher = _make_searcher(plan, trials)
+    searcher = make_searcher(plan, trials)
     values: list[float | None] = []
     seen: set[str] = set()
     notes = {"distinct": 0, "lost": 0}

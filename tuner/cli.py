@@ -325,10 +325,12 @@ def validate(workload: str, results: str, hardware: str | None, trial_id: str | 
     console.print(f"validating trial {row['trial_id']} ({row['phase'] or 'search'}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
     from tuner.plan import MEASUREMENT_DEFAULTS
+    from tuner.harness import training_threads
     threads = torch.get_num_threads()
     if row["device"] == "cpu" and row.get("trial_cpus"):
-        # The trial had trial_cpus cores (Ray sets its OMP_NUM_THREADS); train with as many.
-        torch.set_num_threads(max(1, int(row["trial_cpus"])))
+        # Train with the threads the trial's training process had.
+        torch.set_num_threads(row.get("torch_threads") or training_threads(
+            knobs.num_workers, int(row["trial_cpus"])))
     try:
         with console.status(f"training on {torch.get_num_threads()} CPU threads…"):
             v = train_loop(w, knobs, scale=row["scale"], device=row["device"],
@@ -389,15 +391,9 @@ def profile(workload: str, knobs_json: str | None, trial_id: str | None, results
     console.print(f"profiling {w.name} ({scale} scale on {device}) with {source}: "
                   f"{knob_text(knobs.to_dict())}")
     import os
-    import torch
-    threads = torch.get_num_threads()
-    if device == "cpu":  # as many threads as a trial of these knobs gets CPUs (Ray's OMP_NUM_THREADS)
-        torch.set_num_threads(min(knobs.num_workers + 1, os.cpu_count() or 1))
-    try:
-        with console.status("measuring…"):
-            row = run_trial(w, knobs, settings)
-    finally:
-        torch.set_num_threads(threads)
+    cpus = min(knobs.num_workers + 1, os.cpu_count() or 1)  # what a trial of these knobs gets
+    with console.status("measuring…"):
+        row = run_trial(w, knobs, settings, cpus=cpus)
     if row["status"] != "ok":
         raise TunerError(f"the configuration failed ({row['status']}): {row['error']}")
     console.print(f"{row['samples_per_sec']:,.1f} samples/sec, step time p50 "

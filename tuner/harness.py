@@ -94,13 +94,23 @@ def run_tune_trial(workload: Workload, config: dict) -> None:
     """Ray Tune entry point: config = knob values + ``"tuner"`` (TrialSettings fields)."""
     from ray import tune
 
+    import ray
     settings = TrialSettings(**config["tuner"])
     knobs = {**config, **config.get("fixed", {})}  # follow-up phases pass fixed configurations
-    run_trial(workload, knobs, settings, report=tune.report)
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    run_trial(workload, knobs, settings, report=tune.report, cpus=int(cpus) if cpus else None)
+
+
+def training_threads(num_workers: int, cpus: int) -> int:
+    """Intra-op threads of the training process: the trial's CPUs less one per DataLoader
+    worker, at least 1. (Ray sets OMP_NUM_THREADS to all of the trial's CPUs; with workers
+    on the same CPUs that oversubscribes them, and on a busy 2-core machine 2 threads ran
+    10-30x slower than 1.)"""
+    return max(1, cpus - num_workers)
 
 
 def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
-              report: Report | None = None) -> dict:
+              report: Report | None = None, cpus: int | None = None) -> dict:
     """Run one trial and return its final result (also the last thing reported).
 
     Args:
@@ -108,6 +118,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         knobs: the configuration (a Knobs, or a mapping such as a Ray Tune config).
         settings: measurement settings.
         report: called with each window's result and then the final one (``ray.tune.report``).
+        cpus: CPUs given to the trial; on the CPU device the training process then runs
+            ``training_threads(num_workers, cpus)`` torch threads (None: leave torch's setting).
 
     Returns:
         A dict with ``status`` ('ok', 'oom' or 'error'), the knobs applied, ``clamped`` notes,
@@ -141,6 +153,10 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         report({**result, **partial_result, "status": "running"})
 
     restore = set_global_flags(applied, device)
+    threads = torch.get_num_threads()
+    if cpus is not None and device.type == "cpu":
+        torch.set_num_threads(training_threads(applied.num_workers, cpus))
+    result["torch_threads"] = torch.get_num_threads()
     limit_mb = _apply_device_limit(settings.max_memory, device)
     result["max_memory_mb"] = limit_mb
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
@@ -169,6 +185,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     finally:
         _release_device_limit(limit_mb, device)
         restore()
+        torch.set_num_threads(threads)
         if applied.compile != "off":
             torch._dynamo.reset()
         free_device_memory()

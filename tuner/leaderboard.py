@@ -81,6 +81,7 @@ SCHEMA = pa.schema(
         ("clamped", pa.string()),
         ("trial_cpus", pa.float64()),
         ("trial_gpus", pa.float64()),
+        ("torch_threads", pa.int32()),      # intra-op threads of the training process
         ("device", pa.string()),
         ("hardware_key", pa.string()),
         ("gpu_name", pa.string()),
@@ -274,7 +275,8 @@ def best_row(rows: list[dict]) -> dict | None:
 
     Returns None when no trial succeeded. Keys added: ``baseline_samples_per_sec``,
     ``recommended_samples_per_sec``, ``speedup_vs_baseline``, ``speedup_vs_recommended``
-    (samples/sec ratios within the winner's run; None where that reference failed or did not
+    (samples/sec ratios within the winner's run, against the reference measured in the
+    winner's phase where it was re-measured; None where that reference failed or did not
     run), ``ceiling_samples_per_sec`` and ``pipeline_efficiency`` (winner ÷ its compute-only
     ceiling; None without a ceiling row).
     """
@@ -292,8 +294,11 @@ def best_row(rows: list[dict]) -> dict | None:
     pick = min if metric == "time_to_train_s" else max
     top = dict(pick(candidates, key=lambda r: r[metric]))
     same_run = [r for r in rows if r["run_id"] == top["run_id"]]
+    phase = top.get("phase") or "search"
     for ref in ("baseline", "recommended"):
-        match = [r for r in same_run if r.get("reference") == ref]
+        # The reference measured in the winner's phase (side by side), else in the search.
+        match = sorted((r for r in same_run if r.get("reference") == ref),
+                       key=lambda r: (r.get("phase") or "search") != phase)
         sps = match[0]["samples_per_sec"] if match and match[0]["status"] == "ok" else None
         top[f"{ref}_samples_per_sec"] = sps
         top[f"speedup_vs_{ref}"] = (top["samples_per_sec"] / sps) if sps else None

@@ -117,16 +117,16 @@ class Progress:
             t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
         chosen = "re-measured" if best.get("phase") == "remeasure" else "measured"
         t.add_row(f"[bold]best[/] ({chosen})", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
-        refs = {r["reference"]: r for r in rows if r["reference"]}
         for name in ("baseline", "recommended"):
-            r = refs.get(name)
-            if r is None:
+            matches = [r for r in rows if r["reference"] == name]
+            if not matches:
                 continue
-            if r["status"] == "ok":
-                t.add_row(name, f"{r['samples_per_sec']:,.1f}",
-                          f"{best['samples_per_sec'] / r['samples_per_sec']:.2f}x faster", knob_text(r))
+            sps = best[f"{name}_samples_per_sec"]
+            if sps:
+                t.add_row(name, f"{sps:,.1f}", f"{best[f'speedup_vs_{name}']:.2f}x faster",
+                          knob_text(matches[0]))
             else:
-                t.add_row(name, r["status"], "", knob_text(r))
+                t.add_row(name, matches[0]["status"], "", knob_text(matches[0]))
         if best["ceiling_samples_per_sec"]:
             t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
                       f"{100 * best['pipeline_efficiency']:.0f}% of it", "same knobs, batches on the device")

@@ -243,32 +243,40 @@ def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
 
 
 def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
-    """Re-measure the best configurations with twice the windows (the winner is chosen on
-    these), then measure the winner's compute-only ceiling."""
-    ok = [r for r in writer.rows if r["status"] == "ok" and r[plan.metric] is not None
-          and r.get("accelerator_type") == plan.accelerator_type]
+    """Re-measure the best configurations with twice the windows, side by side with the
+    references that succeeded (the winner and its speed-ups are read from these), then measure
+    the winner's compute-only ceiling."""
+    rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+    ok = [r for r in rows if r["status"] == "ok" and r[plan.metric] is not None
+          and (r.get("phase") or "search") == "search"]
     ok.sort(key=lambda r: r[plan.metric], reverse=plan.mode == "max")
-    top, seen = [], set()
+    top: list[Knobs] = []
     for r in ok:
         knobs = Knobs.from_dict(r, strict=False)
-        if knobs not in seen:
-            seen.add(knobs)
+        if knobs not in top:
             top.append(knobs)
     top = top[:plan.options.confirm]
     if len(top) >= 2:
-        on_event("phase", {"phase": "remeasure", "count": len(top)})
-        _fit_fixed(plan, writer, top, "remeasure", windows=plan.settings.windows * 2)
+        refs: dict[Knobs, str] = {}
+        for r in ok:
+            if r["reference"] and r["reference"] not in refs.values():
+                refs.setdefault(Knobs.from_dict(r, strict=False), r["reference"])
+        configs = [(k, refs.get(k)) for k in top] + [(k, name) for k, name in refs.items()
+                                                      if k not in top]
+        on_event("phase", {"phase": "remeasure", "count": len(configs)})
+        _fit_fixed(plan, writer, configs, "remeasure", windows=plan.settings.windows * 2)
     if plan.options.ceiling and top:
         winner = leaderboard.best_row([r for r in writer.rows
                                        if r.get("accelerator_type") == plan.accelerator_type])
         if winner is not None:
             on_event("phase", {"phase": "ceiling", "count": 1})
-            _fit_fixed(plan, writer, [Knobs.from_dict(winner, strict=False)], "ceiling",
+            _fit_fixed(plan, writer, [(Knobs.from_dict(winner, strict=False), None)], "ceiling",
                        compute_only=True)
 
 
-def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[Knobs], phase: str,
-               **settings_changes: Any) -> None:
+def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
+               phase: str, **settings_changes: Any) -> None:
+    """Measure given configurations (knobs, reference name or None) as one Tune experiment."""
     from ray import tune
     if writer.expected is not None:
         writer.expected += len(configs)
@@ -276,7 +284,8 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[Knobs], ph
     tuner = tune.Tuner(
         _trainable(plan),
         param_space={"tuner": settings, "phase": phase, "reference": None,
-                     "fixed": tune.grid_search([k.to_dict() for k in configs])},
+                     "fixed": tune.grid_search([{**k.to_dict(), "reference": ref}
+                                                for k, ref in configs])},
         tune_config=tune.TuneConfig(max_concurrent_trials=_concurrency(plan),
                                     reuse_actors=_reuse_actors(plan)),
         run_config=_run_config(plan, writer, _experiment_name(plan, phase)),

@@ -51,14 +51,14 @@ def make_searcher(plan: Plan, trials: int | None):
                 if config is not None:
                     config.update(knobs.to_dict(), reference=name)
                 return config
-            for _ in range(8):
+            for attempt in range(8):
                 config = super().suggest(trial_id)
                 if config is None:
                     return None
                 ot_trial = self._ot_trials[trial_id]
                 known = self._measured.get(_params_key(ot_trial.params))
-                if known is None:
-                    break
+                if known is None or attempt == 7:
+                    break  # new, or 8 known proposals in a row: measure this one again
                 value, violation = known
                 ot_trial.set_constraint("memory", violation)
                 self._ot_study.tell(ot_trial, value)
