@@ -146,6 +146,13 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
     assert killed["samples_per_sec"] is None
     assert all(r["status"] == "ok" for r in rows if r is not killed)
     assert "Traceback" not in err
+    # The run can still be resumed (it is complete: nothing left to run) ...
+    from tuner.search import Plan, RunOptions
+    plan = Plan(RunOptions(workload=SLOW, space_file=space, trials=3, device="cpu",
+                           results=str(results), resume="latest"))
+    assert plan.run_id == killed["run_id"] and plan.remaining_trials == 0
+    # ... and the failed trial's row says when it ran, like every other row.
+    assert killed["started_at"] is not None and killed["finished_at"] is not None
 
 
 # ------------------------------------------------------------ the driver stops; resume
@@ -153,7 +160,7 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
 def _interrupted_then_resumed(tmp_path, env, space, sig: int) -> None:
     results = tmp_path / "results"
     args = ["run", "--workload", SLOW, "--space", space, "--trials", "6",
-            "--results", str(results), *SHORT, "--window-s", "0.5"]
+            "--results", str(results), *SHORT, "--window-s", "0.3"]
     kwargs = {"start_new_session": True} if sig == signal.SIGKILL else {}
     proc = start(args, env, **kwargs)
     try:
@@ -167,13 +174,14 @@ def _interrupted_then_resumed(tmp_path, env, space, sig: int) -> None:
     (run_id,) = {r["run_id"] for r in before.values()}
     if sig == signal.SIGINT:
         assert proc.returncode == 130, err[-3000:]
-        assert f"--resume {run_id}" in err, err[-3000:]
+        assert f"--resume {run_id}" in " ".join(err.split()), err[-3000:]  # rich wraps lines
         assert "Traceback" not in err
     else:
         assert proc.returncode == -signal.SIGKILL
-        # The killed driver's Ray processes share its fate (they exit when it dies); whatever
-        # of that tree is still there after a while is ended here, by PID.
-        _, alive = psutil.wait_procs(tree, timeout=20)
+        # Most of the killed driver's Ray processes share its fate (GCS, raylet, workers exit
+        # with it); its runtime-env and dashboard agents were seen lingering for 20 s and
+        # more. Whatever of that tree is left after a moment is ended here, by PID.
+        _, alive = psutil.wait_procs(tree, timeout=5)
         for p in alive:
             p.kill()
 
@@ -284,7 +292,6 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
     errors = [r for r in rows if r["status"] == "error"]
     assert len(errors) == 1, [(r["status"], r["node_id"], r["error"]) for r in rows]
     lost = errors[0]                                  # the trial that was on the removed node
-    print("DEBUG", [(r["status"], (r["node_id"] or "-")[:6], r["error"], r["started_at"] and r["started_at"].time()) for r in rows], worker_id[:6], removed_at.time())
     assert lost["trial_id"] not in recorded
     assert lost["node_id"] in (worker_id, None)       # None: it died before its first window
     assert "died" in lost["error"].lower() or "node" in lost["error"].lower(), lost["error"]

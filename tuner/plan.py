@@ -197,7 +197,10 @@ class Plan:
             raise TunerError(f"--resume: no run of {self.workload.name} at {self.scale} scale on "
                              f"{self.device} in {self.options.results}")
         if which == "latest":
-            which = max(runs, key=lambda rid: max(r["started_at"] for r in runs[rid]))
+            earliest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+            which = max(runs, key=lambda rid: max(
+                (r["started_at"] for r in runs[rid] if r["started_at"] is not None),
+                default=earliest))
         if which not in runs:
             raise TunerError(f"--resume {which}: no such run; runs of {self.workload.name} here: "
                              f"{', '.join(sorted(runs))}")

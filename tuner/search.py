@@ -293,6 +293,18 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knob
     tuner.fit()
 
 
+def _stamp(trial, result: dict) -> None:
+    """started_at/finished_at for a trial that never reported its final result (its process
+    died): when Ray Tune started it, and now."""
+    import datetime as dt
+    now = dt.datetime.now(dt.timezone.utc)
+    start = getattr(getattr(trial, "run_metadata", None), "start_time", None)
+    if result.get("started_at") is None:
+        result["started_at"] = dt.datetime.fromtimestamp(start, dt.timezone.utc) if start else now
+    if result.get("finished_at") is None:
+        result["finished_at"] = now
+
+
 def _error_file_text(trial) -> str | None:
     """What Ray Tune wrote to the trial's error.txt (a driver-side failure has no pickled
     error), or None."""
@@ -379,6 +391,7 @@ class LeaderboardWriter(Callback):
             result = {"status": "error", "error": "the trial ended without reporting a result"}
         elif result.get("status") == "running":
             result["status"] = "pruned"  # stopped by the scheduler between windows
+        _stamp(trial, result)
         self._write(self._row(trial, result))
 
     def on_trial_error(self, iteration, trials, trial, **info):
@@ -391,4 +404,5 @@ class LeaderboardWriter(Callback):
                   if k not in leaderboard.MEASURED_COLUMNS}
         result.update(status="error", error=_one_line(text) if text else "the trial process failed",
                       traceback=text)
+        _stamp(trial, result)
         self._write(self._row(trial, result))
