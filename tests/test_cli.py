@@ -138,7 +138,7 @@ def test_workloads_json_lists_builtins_with_sizes(env):
 
 BAD_CASES = ["unknown-workload", "bad-import-path", "missing-attribute", "malformed-yaml",
              "impossible-range", "data-missing", "data-empty", "corrupt-png", "trials-0",
-             "device-tpu"]
+             "device-tpu", "unreachable-cluster"]
 
 
 def _bad_inputs(root: Path) -> dict[str, tuple[list[str], list[str]]]:
@@ -171,6 +171,7 @@ def _bad_inputs(root: Path) -> dict[str, tuple[list[str], list[str]]]:
                         ["bad.png"]),
         "trials-0": ([*reg, "--trials", "0"], ["--trials", "0"]),
         "device-tpu": (["--workload", REGRESSION, "--device", "tpu"], ["--device", "tpu"]),
+        "unreachable-cluster": ([*reg, "--address", "127.0.0.1:1"], ["127.0.0.1:1", "cannot reach"]),
     }
 
 

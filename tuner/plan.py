@@ -294,6 +294,22 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not after Ray's minutes of retries, when nothing listens at a
+    HOST:PORT or ray://HOST:PORT address ('auto' is left to Ray, which fails fast)."""
+    import socket
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise TunerError(f"--address {address}: cannot reach a Ray cluster there "
+                         f"({exc.strerror or exc}); check the address, or start one with "
+                         "`ray start --head`") from None
+
+
 def ray_init(address: str | None, device: str) -> bool:
     """Start (or connect to) Ray. Returns True when this call started it (and must stop it)."""
     import ray
@@ -311,6 +327,7 @@ def ray_init(address: str | None, device: str) -> bool:
                  log_to_driver=False, logging_level=logging.WARNING, configure_logging=True,
                  runtime_env=runtime_env)
     else:
+        _check_reachable(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                      runtime_env=runtime_env)
