@@ -155,7 +155,9 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     restore = set_global_flags(applied, device)
     threads = torch.get_num_threads()
     if cpus is not None and device.type == "cpu":
-        torch.set_num_threads(training_threads(applied.num_workers, cpus))
+        # The compute-only ceiling runs no DataLoader workers: all of the trial's CPUs train.
+        workers = 0 if settings.compute_only else applied.num_workers
+        torch.set_num_threads(training_threads(workers, cpus))
     result["torch_threads"] = torch.get_num_threads()
     limit_mb = _apply_device_limit(settings.max_memory, device)
     result["max_memory_mb"] = limit_mb
