@@ -298,3 +298,45 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
     for r in rows:
         if r["status"] == "ok" and r["started_at"] > removed_at:
             assert r["node_id"] == cluster.head_node.node_id
+
+
+@pytest.fixture
+def typed_cluster(tmp_path, monkeypatch):
+    """Two 1-CPU nodes carrying the fake accelerator types A and B (Ray resources
+    ``accelerator_type:A`` / ``accelerator_type:B``), not connected."""
+    import ray
+    from ray.cluster_utils import Cluster
+    assert not ray.is_initialized(), "a fixture left Ray initialised: the run would not connect"
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
+    import ray._private.ray_constants as ray_constants
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # see `cluster` above
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "node_ip_address": "127.0.0.1", "resources": {"accelerator_type:A": 1}})
+    try:
+        c.worker = c.add_node(num_cpus=1, node_ip_address="127.0.0.1",
+                              resources={"accelerator_type:B": 1})
+        c.wait_for_nodes()
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def test_each_accelerator_type_gets_its_own_search_and_best(tmp_path, typed_cluster, space):
+    from tuner import leaderboard
+    from tuner.search import RunOptions, run
+    run(RunOptions(workload=REGRESSION, trials=3, results=str(tmp_path / "results"),
+                   address=typed_cluster.address, space_file=space, device="cpu",
+                   windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False))
+    rows = rows_of(tmp_path / "results")
+    assert len(rows) == 6
+    node_of = {"A": typed_cluster.head_node.node_id, "B": typed_cluster.worker.node_id}
+    for accel in ("A", "B"):
+        mine = [r for r in rows if r["accelerator_type"] == accel]
+        assert len(mine) == 3                                     # the full budget per type
+        assert {r["node_id"] for r in mine} == {node_of[accel]}   # pinned to that type's node
+        assert {r["hardware_key"][-2:] for r in mine} == {f"@{accel}"}
+        assert sorted(r["reference"] or "" for r in mine) == ["", "baseline", "recommended"]
+        table = leaderboard.read(tmp_path / "results", workload="fake-regression",
+                                 hardware_key=mine[0]["hardware_key"])
+        assert leaderboard.best_row(table.to_pylist())["accelerator_type"] == accel
