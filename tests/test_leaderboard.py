@@ -20,6 +20,7 @@ COLUMNS = [
     "run_id", "trial_id", "workload", "scale", "status", "reference", "is_baseline",
     "samples_per_sec", "samples_per_sec_iqr", "samples_per_sec_cv", "tokens_per_sec",
     "step_time_ms_p50", "step_time_ms_p95", "windows", "measured_s", "warmup_s", "first_step_s",
+    "steady_state", "steady_probes",
     "peak_device_memory_mb", "peak_host_memory_mb", "final_loss",
     "phase", "objective", "time_to_train_s", "train_steps", "setup_s", "breakdown_step_ms",
     "data_wait_ms", "data_wait_pct", "h2d_ms", "h2d_pct", "forward_ms", "forward_pct",

@@ -51,6 +51,12 @@ class TrialSettings:
     """Minimum wall time of one window, seconds (a window ends on the first step past it)."""
     seed: int = 0
     """Seed for torch (model init, augmentation, shuffling)."""
+    steady_tolerance: float = 0.10
+    """Warm-up goes on past ``warmup_steps`` in short synchronised probes (half a window each)
+    until two consecutive probes' samples/sec differ by at most this fraction."""
+    max_steady_probes: int = 6
+    """At most this many probes; a trial that never settles is measured anyway and recorded
+    with ``steady_state`` false."""
     breakdown_steps: int = 3
     """Synchronised steps, after the windows, timed per phase (data wait, host-to-device,
     forward, backward, optimizer); 0 turns the breakdown off."""
@@ -268,6 +274,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         first_step_s = clock.elapsed()
         for _ in range(settings.warmup_steps - 1):
             train_step()
+        steady, probes = _settle(train_step, device, settings)
         synchronize(device)
         warmup_s = clock.elapsed()
         if not torch.isfinite(loss):
@@ -295,6 +302,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                 on_window(partial_result)
         out = summarise(windows)
         out.update(setup_s=setup_s, warmup_s=warmup_s, first_step_s=first_step_s,
+                   steady_state=steady, steady_probes=probes,
                    peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
                    final_loss=float(loss.detach().float().item()) * knobs.grad_accum)
@@ -304,6 +312,24 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         return out
     finally:
         batches.close()  # shuts DataLoader workers down, also after a failure
+
+
+def _settle(train_step: Callable, device: torch.device, settings: TrialSettings) -> tuple[bool, int]:
+    """Warm up until throughput is steady: synchronised probes of half a window each, until two
+    consecutive ones agree within ``steady_tolerance``. Returns (steady, probes run)."""
+    previous = None
+    for probe in range(1, settings.max_steady_probes + 1):
+        synchronize(device)
+        t0 = time.perf_counter()
+        samples = 0
+        while time.perf_counter() - t0 < settings.window_s / 2:
+            samples += train_step()
+        synchronize(device)
+        rate = samples / (time.perf_counter() - t0)
+        if previous is not None and abs(rate - previous) <= settings.steady_tolerance * max(rate, previous):
+            return True, probe
+        previous = rate
+    return False, settings.max_steady_probes
 
 
 def _time_to_train(settings: TrialSettings, setup_s: float, warmup_s: float,

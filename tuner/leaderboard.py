@@ -56,6 +56,8 @@ SCHEMA = pa.schema(
         ("measured_s", pa.float64()),
         ("warmup_s", pa.float64()),
         ("first_step_s", pa.float64()),
+        ("steady_state", pa.bool_()),       # warm-up probes agreed within the tolerance
+        ("steady_probes", pa.int32()),      # warm-up probes run before measuring
         ("peak_device_memory_mb", pa.float64()),
         ("peak_host_memory_mb", pa.float64()),
         ("final_loss", pa.float64()),

@@ -59,7 +59,7 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
     sizes = candidates(space)
     knobs = probe_knobs(space, base)
     short = replace(settings, warmup_steps=2, windows=1, window_s=0.01, breakdown_steps=0,
-                    train_steps=None)
+                    max_steady_probes=0, train_steps=None)
     probes: list[tuple[int, str, float | None]] = []
     cache: dict[int, bool] = {}
 
