@@ -239,10 +239,12 @@ def cluster(tmp_path, monkeypatch):
 
 
 def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
+    # Trials long enough to overlap (slow steps, 1 s windows): with quick trials a reused actor
+    # can take every trial before the other node's first actor has started.
     from tuner.search import RunOptions, run
-    summary = run(RunOptions(workload=REGRESSION, trials=6, results=str(tmp_path / "results"),
+    summary = run(RunOptions(workload=SLOW, trials=6, results=str(tmp_path / "results"),
                              address=cluster.address, space_file=space, device="cpu",
-                             windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False))
+                             windows=2, window_s=1.0, warmup_steps=1, confirm=0, ceiling=False))
     rows = rows_of(tmp_path / "results")
     assert len(rows) == 6 and len(summary.rows) == 6
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
