@@ -34,8 +34,8 @@ Converting the usual datasets (a labels CSV is the only accepted format):
     ``Pose_Para[0][:3]`` is (pitch, yaw, roll) in radians; write
     ``<subdir>/<name>.jpg, degrees(yaw), degrees(pitch), degrees(roll)`` (Hopenet also drops
     samples with any |angle| > 99°).
-  * BIWI: crop the face from each ``frame_XXXXX_rgb.png`` (e.g. around the projected head
-    centre), and turn the 3x3 rotation matrix of ``frame_XXXXX_pose.txt`` into Euler angles
+  * BIWI: crop the face from each ``frame_<n>_rgb.png`` (e.g. around the projected head
+    centre), and turn the 3x3 rotation matrix of ``frame_<n>_pose.txt`` into Euler angles
     (yaw, pitch, roll) in degrees.
 
 Per-sample CPU work (what ``num_workers`` parallelises), in ``__getitem__``: JPEG decode,

@@ -382,7 +382,7 @@ def synthetic_volume(shape: tuple[int, int, int], seed: int) -> tuple[np.ndarray
 
 def write_synthetic_volumes(root: Path, count: int, shape: tuple[int, int, int],
                             seed: int) -> None:
-    """Write ``root/images/case_XXX.npy`` and ``root/labels/case_XXX.npy`` for ``count`` cases."""
+    """Write ``root/images/case_<i>.npy`` and ``root/labels/case_<i>.npy`` for ``count`` cases."""
     for sub in ("images", "labels"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for i in range(count):
