@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.fake_workloads import N_FILES, broken, oom, regression
-from tuner.failures import is_oom
+from tuner.failures import is_oom, oom_memory
 from tuner.harness import TrialSettings, run_trial
 from tuner.knobs import Knobs
 
@@ -86,6 +86,7 @@ def test_oom_is_recorded_and_the_next_trial_still_runs(settings):
     assert result["samples_per_sec"] == 0.0                      # Tune needs the metric
     assert "OutOfMemoryError" in result["error"]
     assert "OutOfMemoryError" in result["traceback"]
+    assert result["memory_exceeded"] == "host"                   # the CPU device's memory
     assert reports == [result]                                   # no window was measured
     after = run_trial(oom, Knobs(batch_size=16), settings)       # same process
     assert after["status"] == "ok", after.get("error")
@@ -145,3 +146,16 @@ def test_trial_settings_validate():
 ])
 def test_is_oom(exc, expected):
     assert is_oom(exc) is expected
+
+
+@pytest.mark.parametrize("exc, device, expected", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "cuda", "device"),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"), "cuda",
+     "device"),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 10 bytes"),
+     "cuda", "host"),
+    (MemoryError(), "cuda", "host"),
+    (torch.OutOfMemoryError("out of memory (fake)"), "cpu", "host"),
+])
+def test_oom_memory_names_what_ran_out(exc, device, expected):
+    assert oom_memory(exc, torch.device(device)) == expected

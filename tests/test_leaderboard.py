@@ -17,7 +17,8 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 # Frozen on purpose: renaming, dropping or adding a column is a schema change (bump
 # SCHEMA_VERSION, keep old files readable) and must show up here.
 COLUMNS = [
-    "run_id", "trial_id", "workload", "scale", "status", "reference", "is_baseline",
+    "run_id", "trial_id", "workload", "scale", "status", "memory_exceeded", "reference",
+    "is_baseline",
     "samples_per_sec", "samples_per_sec_iqr", "samples_per_sec_cv", "tokens_per_sec",
     "step_time_ms_p50", "step_time_ms_p95", "windows", "measured_s", "warmup_s", "first_step_s",
     "steady_state", "steady_probes",
@@ -40,7 +41,7 @@ COLUMNS = [
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 1
+    assert leaderboard.SCHEMA_VERSION == 2
 
 
 def test_schema_has_every_knob_as_a_column():

@@ -34,6 +34,16 @@ def is_oom(exc: BaseException) -> bool:
     return False
 
 
+def oom_memory(exc: BaseException, device: torch.device) -> str:
+    """Which memory an out-of-memory error (``is_oom``) exhausted: 'device' for the CUDA
+    allocator, cuBLAS and cuDNN; 'host' for host RAM (``MemoryError``, the CPU allocator), and
+    always on the CPU device, whose memory is the host's."""
+    if device.type != "cuda" or isinstance(exc, MemoryError) or \
+            "DefaultCPUAllocator" in str(exc):
+        return "host"
+    return "device"
+
+
 def is_worker_failure(exc: BaseException) -> bool:
     """True when a DataLoader worker died or timed out (killed, shared memory exhausted)."""
     text = str(exc)

@@ -22,12 +22,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from tuner import __version__
-from tuner.failures import free_device_memory, is_oom, is_worker_failure
+from tuner.failures import free_device_memory, is_oom, is_worker_failure, oom_memory
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, Stopwatch, Window,
-                           parse_memory, peak_device_memory_mb, release_host_memory, summarise,
-                           synchronize)
+                           device_limit_mb, parse_memory, peak_device_memory_mb,
+                           release_host_memory, summarise, synchronize)
 from tuner.workload import SCALES, Workload
 
 Report = Callable[[dict], None]
@@ -167,6 +167,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     result["torch_threads"] = torch.get_num_threads()
     limit_mb = _apply_device_limit(settings.max_memory, device)
     result["max_memory_mb"] = limit_mb
+    result["max_host_memory_mb"] = settings.max_host_memory_mb
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
     try:
         with sampler:
@@ -177,15 +178,18 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         peak = measured["peak_device_memory_mb"]
         if limit_mb is not None and peak is not None and peak > limit_mb:
             raise LimitExceeded(f"peak device memory {peak:,.0f} MB (allocator + CUDA context) "
-                                f"is over the limit of {limit_mb:,.0f} MB")
+                                f"is over the limit of {limit_mb:,.0f} MB", "device")
         if settings.max_host_memory_mb is not None and sampler.peak_mb > settings.max_host_memory_mb:
             raise LimitExceeded(f"peak host memory {sampler.peak_mb:,.0f} MB (process + workers) "
-                                f"is over the limit of {settings.max_host_memory_mb:,.0f} MB")
+                                f"is over the limit of {settings.max_host_memory_mb:,.0f} MB", "host")
     except Exception as exc:  # recorded with its traceback and status; the run goes on
         if isinstance(exc, LimitExceeded):
             result["status"] = "over_limit"
+            result["memory_exceeded"] = exc.memory
         else:
             result["status"] = "oom" if is_oom(exc) else "error"
+            if result["status"] == "oom":
+                result["memory_exceeded"] = oom_memory(exc, device)
         kind = "DataLoader worker failure: " if is_worker_failure(exc) else ""
         result["error"] = f"{kind}{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc(limit=20)
@@ -263,7 +267,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         mark("optimizer")
         if sampler.exceeded.is_set():
             raise LimitExceeded(f"host memory (process + DataLoader workers) went over the "
-                                f"limit of {sampler.limit_mb:,.0f} MB")
+                                f"limit of {sampler.limit_mb:,.0f} MB", "host")
         return samples
 
     try:
@@ -377,9 +381,8 @@ def _apply_device_limit(max_memory: str | None, device: torch.device) -> float |
     allocator's per-process memory fraction. None on CPU or without a limit."""
     if max_memory is None or device.type != "cuda":
         return None
-    fraction, mb = parse_memory(max_memory)
     total_mb = torch.cuda.get_device_properties(device).total_memory / 2**20
-    limit_mb = fraction * total_mb if fraction is not None else min(mb, total_mb)
+    limit_mb = device_limit_mb(max_memory, total_mb)
     torch.cuda.set_per_process_memory_fraction(limit_mb / total_mb, device)
     return limit_mb
 

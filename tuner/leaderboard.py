@@ -32,7 +32,9 @@ import pyarrow.parquet as pq
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). Files of
+version 1 read with it null."""
 
 _KNOB_TYPES = {"batch_size": pa.int32(), "grad_accum": pa.int32(), "num_workers": pa.int32(),
                "prefetch_factor": pa.int32(), "amp": pa.string(), "compile": pa.string()}
@@ -44,6 +46,7 @@ SCHEMA = pa.schema(
         ("workload", pa.string()),
         ("scale", pa.string()),
         ("status", pa.string()),            # ok | oom | over_limit | pruned | error
+        ("memory_exceeded", pa.string()),   # device | host: what ran out (oom / over_limit)
         ("reference", pa.string()),         # baseline | recommended | null (searched)
         ("is_baseline", pa.bool_()),
         ("samples_per_sec", pa.float64()),  # median over windows; null unless measured

@@ -221,8 +221,29 @@ def parse_memory(text: str) -> tuple[float | None, float | None]:
                      "such as 12GB, 12GiB or 500MB")
 
 
+def device_limit_mb(max_memory: str | None, total_mb: float | None) -> float | None:
+    """The device memory a trial may use, in MB: ``max_memory`` (see ``parse_memory``) resolved
+    against a device of ``total_mb`` MB (a size larger than the device is the device); the whole
+    device without a limit; None without a device (``total_mb`` None).
+
+    Raises:
+        ValueError: ``max_memory`` is malformed.
+    """
+    if total_mb is None:
+        return None
+    if max_memory is None:
+        return total_mb
+    fraction, mb = parse_memory(max_memory)
+    return fraction * total_mb if fraction is not None else min(mb, total_mb)
+
+
 class LimitExceeded(Exception):
-    """A trial went over its memory limit (status ``over_limit``)."""
+    """A trial went over its memory limit (status ``over_limit``); ``memory`` says which:
+    'device' (allocator + CUDA context) or 'host' (process + DataLoader workers)."""
+
+    def __init__(self, message: str, memory: str):
+        super().__init__(message)
+        self.memory = memory
 
 
 class GpuTelemetry:
