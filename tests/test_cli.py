@@ -254,7 +254,7 @@ def test_bad_input_leaves_existing_results_byte_identical(bad_runs):
 
 CLI_FLAGS = {
     "run": ["--workload", "-w", "--space", "--trials", "--time-budget", "--device", "--scale",
-            "--data", "--results", "--seed", "--address", "--windows", "--window-s",
+            "--data", "--results", "--seed", "--sampler", "--address", "--windows", "--window-s",
             "--warmup-steps", "--objective", "--train-steps", "--max-memory", "--max-host-memory",
             "--global-batch-size", "--probe", "--confirm", "--resume", "--warm-start",
             "--remeasure", "--ceiling", "--no-ceiling"],
@@ -270,6 +270,15 @@ def test_cli_flags_are_pinned():
     got = {name: [opt for p in main.commands[name].params for opt in (*p.opts, *p.secondary_opts)]
            for name in CLI_FLAGS}
     assert got == CLI_FLAGS
+
+
+def test_sampler_option_matches_the_plan():
+    # cli.py keeps its imports lazy, so it spells out the choices; they must not drift.
+    from tuner.cli import main
+    from tuner.plan import SAMPLERS, RunOptions
+    option = next(p for p in main.commands["run"].params if p.name == "sampler")
+    assert tuple(option.type.choices) == SAMPLERS
+    assert option.default == RunOptions(workload="ddpm").sampler == "gp"
 
 
 # --------------------------------------------------------------------------- entry points

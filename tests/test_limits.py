@@ -60,48 +60,57 @@ def no_workers_space(tmp_path_factory) -> str:
 
 # --------------------------------------------------------------- the searcher, without Ray
 
-def simulate(seed: int, trials: int, oom_as_failure: bool = False) -> tuple[list[int], object]:
+def simulate(seed: int, trials: int, oom_as_failure: bool = False,
+             sampler: str = "gp") -> tuple[list[dict], object]:
     """Drive the run's searcher by hand on the OOM workload: batch sizes above 16 run out of
     memory, below it samples/sec grows with the batch (the optimum sits on the boundary, as
-    on a real device). Returns the proposed batch sizes in order and the Optuna study.
+    on a real device). Returns the configurations of the trials in order and the searcher.
     ``oom_as_failure``: report out-of-memory as a failed trial instead (what a plain
     OptunaSearch sees when the trial raises), for comparison."""
     import tempfile
     with tempfile.TemporaryDirectory() as results:
         plan = Plan(RunOptions(workload=OOM, trials=trials, results=results, probe="off",
-                               device="cpu", seed=seed))
+                               device="cpu", seed=seed, sampler=sampler))
         searcher = _make_searcher(plan, trials)
-        sizes = []
+        configs = []
         for i in range(trials):
-            config = searcher.suggest(f"t{i}")
-            sizes.append(config["batch_size"])
+            searcher.suggest(f"t{i}")
+            config = dict(searcher._ot_trials[f"t{i}"].params)
+            configs.append(config)
             if config["batch_size"] > OOM_ABOVE:
                 if oom_as_failure:
                     searcher.on_trial_complete(f"t{i}", None, error=True)
                 else:
-                    searcher.on_trial_complete(f"t{i}", {"status": "oom", "samples_per_sec": 0.0})
+                    searcher.on_trial_complete(f"t{i}", {"status": "oom", "memory_exceeded": "host",
+                                                         "samples_per_sec": 0.0})
             else:
                 searcher.on_trial_complete(
                     f"t{i}", {"status": "ok", "samples_per_sec": 100.0 * config["batch_size"]})
-        return sizes, searcher._ot_study
+        return configs, searcher
 
 
-def test_searcher_learns_the_infeasible_region_without_ray(module_cache):
-    """Out-of-memory trials reach TPE as infeasible (constraint violated), not as failures:
-    after the start-up trials it keeps away from the region where a batch surely does not fit
-    (twice the largest that fits and more), and the study's best is a batch that fits. A
-    searcher that sees OOM as a failure (invisible to TPE) spends its trials there."""
+@pytest.mark.parametrize("sampler", ["gp", "tpe"])
+def test_searcher_learns_the_infeasible_region_without_ray(module_cache, sampler):
+    """Out-of-memory trials reach the sampler as infeasible (constraint violated), not as
+    failures: in every seed the second half of the trials runs fewer configurations that do not
+    fit than the first; no trial runs a configuration that an earlier failure implies cannot
+    fit (same knobs, batch at least as large); the study's best is a batch that fits. A
+    searcher that sees OOM as a failure (invisible to the sampler) keeps spending trials there."""
     import optuna
-    trials, seeds = 40, (0, 2)
-    half, far = trials // 2, 2 * OOM_ABOVE
-    first = second = second_infeasible = second_if_failed = 0
-    for seed in seeds:
-        sizes, study = simulate(seed, trials)
-        first += sum(bs >= far for bs in sizes[:half])
-        second += sum(bs >= far for bs in sizes[half:])
-        second_infeasible += sum(bs > OOM_ABOVE for bs in sizes[half:])
-        failed_sizes, _ = simulate(seed, trials, oom_as_failure=True)
-        second_if_failed += sum(bs > OOM_ABOVE for bs in failed_sizes[half:])
+    trials, half = 40, 20
+    second_infeasible = second_if_failed = 0
+    for seed in (0, 1):
+        configs, searcher = simulate(seed, trials, sampler=sampler)
+        over = [c["batch_size"] > OOM_ABOVE for c in configs]
+        assert sum(over[half:]) < sum(over[:half]), (seed, [c["batch_size"] for c in configs])
+        second_infeasible += sum(over[half:])
+        for i, config in enumerate(configs):
+            others = {k: v for k, v in config.items() if k != "batch_size"}
+            implied = [c for c, failed in zip(configs[:i], over[:i]) if failed
+                       and c["batch_size"] <= config["batch_size"]
+                       and {k: v for k, v in c.items() if k != "batch_size"} == others]
+            assert not implied, (i, config, implied)
+        study = searcher._ot_study
         infeasible = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
                       and t.params["batch_size"] > OOM_ABOVE]
         assert infeasible and all(t.constraints["memory"] > 0 for t in infeasible)
@@ -109,10 +118,11 @@ def test_searcher_learns_the_infeasible_region_without_ray(module_cache):
         assert best.params["batch_size"] <= OOM_ABOVE
         assert best.constraints["memory"] <= 0
         assert best.value == 100.0 * best.params["batch_size"]
-    assert second < first, (first, second)
-    # In the second half the constrained search proposes far fewer configurations that do not
-    # fit than one that sees OOM as a failure (which then proposes almost nothing else).
-    assert second_infeasible < 0.75 * second_if_failed, (second_infeasible, second_if_failed)
+        failed_configs, _ = simulate(seed, trials, oom_as_failure=True, sampler=sampler)
+        second_if_failed += sum(c["batch_size"] > OOM_ABOVE for c in failed_configs[half:])
+    # In the second half the constrained search runs far fewer configurations that do not fit
+    # than one that sees OOM as a failure.
+    assert second_infeasible < 0.5 * second_if_failed, (second_infeasible, second_if_failed)
 
 
 def test_searcher_survives_a_space_with_fewer_points_than_trials(tmp_path, module_cache):
@@ -145,6 +155,7 @@ def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_worke
     assert oom, [(r["batch_size"], r["status"]) for r in rows]
     for r in oom:
         assert r["batch_size"] > OOM_ABOVE
+        assert r["memory_exceeded"] == "host"              # the CPU device's memory
         assert r["samples_per_sec"] is None and r["step_time_ms_p50"] is None
         assert "OutOfMemoryError" in r["error"]
     top = leaderboard.best_row(rows)
@@ -254,6 +265,7 @@ def test_host_memory_limit_on_a_real_workload(tmp_path):
 
     over = run_trial(ddpm, knobs, settings(50))
     assert over["status"] == "over_limit", over["error"]
+    assert over["memory_exceeded"] == "host"
     assert "50 MB" in over["error"]
     assert over["peak_host_memory_mb"] > 50
 

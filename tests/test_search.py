@@ -56,8 +56,8 @@ def test_run_records_references_first_and_complete_rows(tmp_path, tuner_cache, r
 
 
 def test_oom_trials_are_recorded_and_the_run_goes_on(tmp_path, tuner_cache, ray_session):
-    # Seed 0: after the references (batch 4 and 16) TPE's random start-up trials propose
-    # batches above 16 (17, 13, 18 with optuna 5.0), so OOM and ok trials alternate.
+    # Seed 0, default sampler (GP): after the references (batch 4 and 16) the start-up and
+    # model-driven proposals include batches above 16, so OOM and ok trials both occur.
     trials = 6
     summary = run(options(tmp_path, "tests.fake_workloads:oom", trials=trials))
     rows = summary.rows
@@ -105,7 +105,7 @@ def test_searcher_passes_failures_to_optuna(searcher):
     searcher.on_trial_complete("t3", {"status": "over_limit", "samples_per_sec": 0.0})
     import optuna
     states = {t.number: t for t in searcher._ot_study.trials}
-    # OOM: complete but infeasible, so TPE learns to avoid the region (a FAIL is ignored).
+    # OOM: complete but infeasible, so the sampler learns to avoid the region (a FAIL is ignored).
     assert states[0].state == optuna.trial.TrialState.COMPLETE
     assert list(states[0].constraints.values()) == [1.0]
     # Any other error: FAIL, with no value.

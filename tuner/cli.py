@@ -65,6 +65,10 @@ def main() -> None:
 @click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False),
               help="Results directory or URI (s3://…, file://…); the leaderboard is <results>/leaderboard/.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampler and of torch.")
+@click.option("--sampler", type=click.Choice(["gp", "tpe", "random"]),  # = tuner.plan.SAMPLERS
+              default="gp", show_default=True,
+              help="Search: gp (Gaussian-process Bayesian optimisation, best at small budgets), "
+                   "tpe (Optuna's TPE) or random.")
 @click.option("--address", help="Ray cluster address (auto, HOST:PORT or ray://HOST:PORT).")
 @click.option("--windows", type=click.IntRange(min=1), help="Measurement windows per trial.")
 @click.option("--window-s", "window_s", type=click.FloatRange(min=0, min_open=True),

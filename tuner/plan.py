@@ -51,6 +51,8 @@ class RunOptions:
     data: str | None = None
     results: str = "tuner-results"
     seed: int = 0
+    sampler: str = "gp"
+    """Search sampler: 'gp' (Optuna's GPSampler), 'tpe' or 'random' (tuner.searcher)."""
     address: str | None = None
     windows: int | None = None
     window_s: float | None = None
@@ -81,6 +83,9 @@ class RunOptions:
     ceiling: bool = True
     """Measure the winner's compute-only ceiling (batches already on the device)."""
 
+
+SAMPLERS = ("gp", "tpe", "random")
+"""Accepted ``--sampler`` values (built by ``tuner.searcher.make_sampler``)."""
 
 OBJECTIVES = {"samples-per-sec": ("samples_per_sec", "max"),
               "time-to-train": ("time_to_train_s", "min")}
@@ -113,6 +118,9 @@ class Plan:
                              "your real training job, in optimizer steps)")
         if options.train_steps is not None and options.train_steps < 1:
             raise TunerError(f"--train-steps {options.train_steps}: must be >= 1")
+        if options.sampler not in SAMPLERS:
+            raise TunerError(f"--sampler {options.sampler!r}: accepted values are "
+                             f"{', '.join(SAMPLERS)}")
         if options.probe not in ("auto", "on", "off"):
             raise TunerError(f"--probe {options.probe!r}: accepted values are auto, on, off")
         self.metric, self.mode = OBJECTIVES[options.objective]

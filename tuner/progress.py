@@ -9,6 +9,9 @@ from rich.table import Table
 
 from tuner import leaderboard
 
+_SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
+                  "random": "random search"}
+
 _STATUS_STYLE = {"ok": "green", "oom": "yellow", "over_limit": "yellow", "pruned": "cyan",
                  "error": "red"}
 
@@ -68,7 +71,8 @@ class Progress:
             c.print(f"  resuming run {plan.run_id}: {len(plan.prior_search_rows)} search trials "
                     f"recorded, {plan.remaining_trials if plan.trials else 'more'} to run")
         todo = [name for name, _, _ in plan.reference_params]
-        c.print(f"  references first: {', '.join(todo) if todo else 'already measured'}")
+        c.print(f"  references first: {', '.join(todo) if todo else 'already measured'} · then "
+                f"{_SAMPLER_NAMES[plan.options.sampler]} (--sampler {plan.options.sampler})")
         self.bar.start()
         self.task = self.bar.add_task("trials", total=plan.trials, completed=len(plan.prior_search_rows))
 

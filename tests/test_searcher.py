@@ -1,0 +1,190 @@
+"""The searcher's pieces without Ray: memory constraints against a run's limits, failures that
+imply others, the sampler choice, the fallback when the sampler proposes only known points,
+and warm start under another memory limit."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import optuna
+import pytest
+
+from tuner import leaderboard
+from tuner.errors import TunerError
+from tuner.knobs import Knobs
+from tuner.plan import SAMPLERS
+from tuner.search import Plan, RunOptions, _hardware_key_task, _make_searcher
+from tuner.searcher import OOM_VIOLATION, KnownInfeasible, MemoryLimits, make_sampler
+
+REGRESSION = "tests.fake_workloads:regression"
+GB = 1000**3 / 2**20  # MB in a GB, as parse_memory reads "12GB"
+H100 = {"gpu_memory_mb": 80 * 1024.0, "host_memory_mb": 64 * 1024.0}
+
+
+# ----------------------------------------------------------------------- memory constraint
+
+def test_a_measured_trial_counts_the_share_of_memory_it_used():
+    limits = MemoryLimits(max_memory="0.5")
+    device = {**H100, "status": "ok", "peak_device_memory_mb": 30 * 1024.0,
+              "peak_host_memory_mb": 3 * 1024.0}
+    # 30 of the 40 GB allowed: -0.25 (the host, 3 of 64 GB, binds less).
+    assert limits.constraint(device) == pytest.approx(30 / 40 - 1)
+    # Without a limit the whole device is the room; on CPU the machine's RAM.
+    assert MemoryLimits().constraint(device) == pytest.approx(30 / 80 - 1)
+    cpu = {"status": "ok", "host_memory_mb": 24_000.0, "peak_host_memory_mb": 6_000.0}
+    assert MemoryLimits().constraint(cpu) == pytest.approx(-0.75)
+    assert MemoryLimits(max_host_memory_mb=8_000.0).constraint(cpu) == pytest.approx(-0.25)
+    # Nothing recorded (a result without memory figures): feasible, 0.
+    assert MemoryLimits().constraint({"status": "ok"}) == 0.0
+
+
+def test_over_limit_and_oom_are_violations_under_the_same_limits():
+    limits = MemoryLimits(max_memory="12GB")
+    over = {**H100, "status": "over_limit", "memory_exceeded": "device",
+            "max_memory_mb": 12 * GB, "peak_device_memory_mb": 15 * GB}
+    assert limits.constraint(over) == pytest.approx(15 / 12 - 1)
+    oom = {**H100, "status": "oom", "memory_exceeded": "device", "max_memory_mb": 12 * GB}
+    assert limits.constraint(oom) == OOM_VIOLATION
+    # Under a tighter limit an old OOM still holds; under a looser one it says nothing, and a
+    # trial stopped over 12 GB at 15 GB would have fit in 24 GB without a measurement.
+    assert MemoryLimits(max_memory="8GB").constraint(oom) == OOM_VIOLATION
+    assert MemoryLimits(max_memory="24GB").constraint(oom) is None
+    assert MemoryLimits(max_memory="24GB").constraint(over) is None
+    # An OOM without a limit ran out of the whole device: it holds under any limit.
+    full = {**H100, "status": "oom", "memory_exceeded": "device", "max_memory_mb": None}
+    assert MemoryLimits(max_memory="12GB").constraint(full) == OOM_VIOLATION
+    assert MemoryLimits().constraint(full) == OOM_VIOLATION
+    # A measured trial that used 15 GB does not fit under 12 GB.
+    used = {**H100, "status": "ok", "peak_device_memory_mb": 15 * GB}
+    assert limits.constraint(used) > 0
+
+
+# ------------------------------------------------------------------ failures imply others
+
+def test_a_device_oom_implies_larger_batches_whatever_the_data_loader_knobs():
+    known = KnownInfeasible()
+    known.add({"batch_size": 64, "num_workers": 4, "amp": "off", "pin_memory": True}, "device")
+    assert known.implies({"batch_size": 64, "num_workers": 0, "amp": "off", "pin_memory": False})
+    assert known.implies({"batch_size": 128, "num_workers": 8, "amp": "off", "pin_memory": True})
+    assert not known.implies({"batch_size": 32, "num_workers": 4, "amp": "off", "pin_memory": True})
+    # Other compute knobs use other memory: no inference.
+    assert not known.implies({"batch_size": 128, "num_workers": 4, "amp": "bf16",
+                              "pin_memory": True})
+
+
+def test_a_host_oom_implies_only_the_same_data_loader_knobs():
+    known = KnownInfeasible()
+    known.add({"batch_size": 32, "num_workers": 4, "prefetch_factor": 8}, "host")
+    assert known.implies({"batch_size": 48, "num_workers": 4, "prefetch_factor": 8})
+    assert not known.implies({"batch_size": 48, "num_workers": 2, "prefetch_factor": 8})
+    assert not known.implies({"batch_size": 48, "num_workers": 4, "prefetch_factor": 2})
+    # Unknown memory (an older row): as host, every knob counts.
+    known.add({"batch_size": 16, "amp": "off"}, None)
+    assert known.implies({"batch_size": 16, "amp": "off"})
+    assert not known.implies({"batch_size": 16, "amp": "bf16"})
+
+
+def test_random_draws_stay_below_the_smallest_failing_batch():
+    known = KnownInfeasible()
+    assert not known.risky({"batch_size": 1024, "amp": "off"})
+    known.add({"batch_size": 64, "amp": "off"}, "device")
+    assert known.risky({"batch_size": 64, "amp": "bf16"})       # not implied, but as large
+    assert not known.risky({"batch_size": 48, "amp": "bf16"})
+    assert known.risky({"batch_size": 96, "amp": "off"})        # implied
+
+
+# ------------------------------------------------------------------------------ samplers
+
+def test_the_gp_is_the_default_sampler_and_each_choice_builds_its_own():
+    assert RunOptions(workload="ddpm").sampler == "gp"
+    assert isinstance(make_sampler("gp", 0, 2, 12), optuna.samplers.GPSampler)
+    assert isinstance(make_sampler("tpe", 0, 2, 12), optuna.samplers.TPESampler)
+    assert isinstance(make_sampler("random", 0, 2, 12), optuna.samplers.RandomSampler)
+    from tuner.cli import main
+    (option,) = [p for p in main.commands["run"].params if p.name == "sampler"]
+    assert tuple(option.type.choices) == SAMPLERS
+
+
+def test_an_unknown_sampler_is_a_user_error(tmp_path, tuner_cache):
+    with pytest.raises(TunerError, match="--sampler 'cmaes': accepted values are gp, tpe, random"):
+        Plan(RunOptions(workload=REGRESSION, sampler="cmaes", device="cpu",
+                        results=str(tmp_path)))
+    with pytest.raises(TunerError, match="accepted values are gp, tpe, random"):
+        make_sampler("cmaes", 0, 2, 12)
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_when_the_space_is_exhausted_trials_measure_the_best_again(tmp_path, tuner_cache,
+                                                                   sampler):
+    """A five-point space: every point is measured once before any is measured twice (a
+    proposal of a measured point is answered, the trial goes to an unmeasured one), and once
+    all are, each trial measures the best one again (not an error, not a random known one)."""
+    space = tmp_path / "five-points.yaml"
+    space.write_text("knobs:\n  batch_size: {choices: [4, 8, 12, 16, 24]}\n  num_workers: 0\n")
+    plan = Plan(RunOptions(workload=REGRESSION, space_file=str(space), trials=10, device="cpu",
+                           results=str(tmp_path / "results"), probe="off", sampler=sampler))
+    searcher = _make_searcher(plan, 10)
+    speed = {4: 100.0, 8: 300.0, 12: 250.0, 16: 200.0, 24: 150.0}
+    sizes = []
+    for i in range(10):
+        searcher.suggest(f"t{i}")
+        bs = searcher._ot_trials[f"t{i}"].params["batch_size"]
+        sizes.append(bs)
+        searcher.on_trial_complete(f"t{i}", {"status": "ok", "samples_per_sec": speed[bs]})
+    assert sizes[:2] == [4, 16]                          # the references
+    assert sorted(sizes[:5]) == [4, 8, 12, 16, 24]
+    assert sizes[5:] == [8] * 5
+    assert searcher.answered > 0
+
+
+# ---------------------------------------------------------------- warm start under limits
+
+def _rows(run_id: str, hardware_key: str) -> list[dict]:
+    """An earlier run under --max-memory 12GB on an 80 GB card: batch 32 used 9 GB, batch 64
+    ran out of its 12 GB."""
+    now = dt.datetime.now(dt.timezone.utc)
+    common = {**H100, "run_id": run_id, "workload": "fake-regression", "scale": "tiny",
+              "device": "cpu", "hardware_key": hardware_key, "phase": "search",
+              "max_memory_mb": 12 * GB, "started_at": now, "finished_at": now}
+    return [{**common, **Knobs(batch_size=32).to_dict(), "trial_id": "t0", "status": "ok",
+             "samples_per_sec": 300.0, "peak_device_memory_mb": 9 * GB},
+            {**common, **Knobs(batch_size=64).to_dict(), "trial_id": "t1", "status": "oom",
+             "memory_exceeded": "device"}]
+
+
+@pytest.fixture
+def run_under_12gb(tmp_path, tuner_cache):
+    leaderboard.append(tmp_path, _rows("earlier", _hardware_key_task("cpu")))
+    return tmp_path
+
+
+def _warm(results, max_memory: str):
+    plan = Plan(RunOptions(workload=REGRESSION, results=str(results), device="cpu", trials=10,
+                           probe="off", warm_start=True, max_memory=max_memory))
+    plan.hardware_key = _hardware_key_task("cpu")
+    return _make_searcher(plan, 10)
+
+
+def test_warm_start_keeps_failures_that_hold_under_this_run_s_limit(run_under_12gb):
+    searcher = _warm(run_under_12gb, "12GB")
+    by_batch = {t.params["batch_size"]: t for t in searcher._ot_study.trials}
+    assert sorted(by_batch) == [32, 64]
+    assert by_batch[64].constraints == {"memory": OOM_VIOLATION}
+    assert by_batch[32].constraints["memory"] == pytest.approx(9 / 12 - 1)
+    assert searcher._infeasible.implies({"batch_size": 64, "num_workers": 0})
+
+
+def test_warm_start_drops_failures_a_looser_limit_would_not_have_had(run_under_12gb):
+    searcher = _warm(run_under_12gb, "24GB")
+    by_batch = {t.params["batch_size"]: t for t in searcher._ot_study.trials}
+    assert sorted(by_batch) == [32]                      # the 12 GB OOM says nothing here
+    assert by_batch[32].constraints["memory"] == pytest.approx(9 / 24 - 1)
+    assert not searcher._infeasible.implies({"batch_size": 64, "num_workers": 0})
+
+
+def test_warm_start_under_a_tighter_limit_marks_what_no_longer_fits(run_under_12gb):
+    searcher = _warm(run_under_12gb, "8GB")
+    by_batch = {t.params["batch_size"]: t for t in searcher._ot_study.trials}
+    assert by_batch[32].constraints["memory"] == pytest.approx(9 / 8 - 1)   # > 0: infeasible
+    assert by_batch[32].value == 0.0
+    assert by_batch[64].constraints == {"memory": OOM_VIOLATION}
