@@ -21,11 +21,13 @@ Design:
   2. Searches, evaluated against the table by lookup (nothing is measured again, so every
      strategy sees the same numbers), K = floor(budget fraction x grid size) trials each,
      repeated over ``--seeds`` seeds:
-       * tuner: the searcher itself, ``tuner.searcher.make_searcher`` (ConstrainedOptunaSearch:
-         TPE with the run's seed and n_startup_trials rule, the workload's references enqueued
-         first as ``Space.project`` records them, OOM as a constraint violation, a
-         configuration already measured told again instead of spending a trial), driven through
-         its ``suggest`` / ``on_trial_complete`` as Ray Tune drives it, without Ray;
+       * tuner: the searcher itself, ``tuner.searcher.make_searcher`` (ConstrainedOptunaSearch
+         with each sampler of ``--samplers``, gp and tpe by default, as ``--sampler`` builds
+         it: the run's seed and start-up rule, the workload's references enqueued first as
+         ``Space.project`` records them, a configuration already measured answered instead of
+         spending a trial, a random unknown one when the sampler proposes only known ones),
+         driven through its ``suggest`` / ``on_trial_complete`` as Ray Tune drives it,
+         without Ray;
        * random: the references' grid cells first (as the tuner), then configurations drawn
          uniformly without replacement from the rest of the grid.
      A reference trial scores the grid cell it projects onto; the real tuner runs the reference
@@ -38,7 +40,8 @@ Prints figures (a table, a per-trial curve and a one-line reading against the ta
 pass/fail.
 
 Usage:
-  python bench/search_quality.py [--table FILE] [--seeds 20] [--budget-fraction 0.2]
+  python bench/search_quality.py [--space bench/ddpm-wide.yaml] [--table FILE] [--seeds 20]
+      [--budget-fraction 0.2] [--samplers gp tpe]
       [--windows 2] [--window-s 0.5] [--warmup-steps 2] [--threads N] [--passes 1]
       [--grid-only-measure]
 """
@@ -231,39 +234,29 @@ def references(workload: Workload, space: Space, device: str) -> list[tuple[str,
 
 
 def tuner_search(space: Space, refs: list, grid: dict[str, dict], trials: int,
-                 seed: int) -> tuple[list[float | None], dict]:
-    """The tuner's searcher over the table; returns each trial's value (None: failed) and
-    counts of what happened (duplicates told again, trials the searcher lost)."""
+                 seed: int, sampler: str) -> tuple[list[float | None], dict]:
+    """The tuner's searcher with ``sampler`` over the table; returns each trial's value (None:
+    failed) and counts: distinct configurations measured, proposals answered without a trial."""
     from tuner.searcher import make_searcher
 
-    # The Plan fields make_searcher reads, for a fresh run (no resume, no warm start).
+    # The Plan fields make_searcher reads, for a fresh run (no resume, no warm start, no limit).
     plan = types.SimpleNamespace(
-        options=types.SimpleNamespace(seed=seed, warm_start=False, remeasure=False),
+        options=types.SimpleNamespace(seed=seed, warm_start=False, remeasure=False,
+                                      sampler=sampler, max_memory=None),
         mode="max", metric=METRIC, device_space=space, reference_params=list(refs),
+        references=[(name, knobs) for name, _, knobs in refs], max_host_memory_mb=None,
         prior_rows=[], prior_search_rows=[])
     searcher = make_searcher(plan, trials)
     values: list[float | None] = []
     seen: set[str] = set()
-    notes = {"distinct": 0, "lost": 0}
     for index in range(trials):
         trial_id = f"trial_{index}"
-        config = searcher.suggest(trial_id)
-        ot_trial = searcher._ot_trials.get(trial_id)
-        if ot_trial is not None:
-            params = dict(ot_trial.params)
-        else:
-            # After 8 already-measured proposals in a row, suggest() returns a configuration
-            # whose Optuna trial it has already told and deleted; Ray Tune's next callback for
-            # it raises KeyError. Counted, scored, not told.
-            params = {k: config[k] for k in space.domains if k in config}
-            notes["lost"] += 1
-        row = grid[cell_key(params)]
-        seen.add(cell_key(params))
+        searcher.suggest(trial_id)
+        row = grid[cell_key(dict(searcher._ot_trials[trial_id].params))]
+        seen.add(cell_key(row["params"]))
         values.append(row[METRIC])
-        if ot_trial is not None:
-            searcher.on_trial_complete(trial_id, {"status": row["status"], METRIC: row[METRIC]})
-    notes["distinct"] = len(seen)
-    return values, notes
+        searcher.on_trial_complete(trial_id, {"status": row["status"], METRIC: row[METRIC]})
+    return values, {"distinct": len(seen), "answered": searcher.answered}
 
 
 def random_search(refs: list, grid: dict[str, dict], trials: int,
@@ -404,6 +397,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--passes", type=int, default=1,
                         help="measure the grid this many times (each pass in its own shuffled "
                              "order); a cell's figure is the median of its passes")
+    parser.add_argument("--samplers", nargs="+", default=["gp", "tpe"],
+                        choices=["gp", "tpe", "random"],
+                        help="the tuner's --sampler values to compare (the first is the one read "
+                             "against the target; the run's default is gp)")
     parser.add_argument("--remeasure-top", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads for every trial (default: the trial's CPUs as the "
@@ -474,31 +471,36 @@ def main(argv: list[str] | None = None) -> None:
     print(f"configurations within 0.95 of the grid best: {good} of {len(grid)}; "
           f"{trials - len(refs)} uniform draws (no references) hit one with probability "
           f"{within_reach_probability(len(grid), good, trials - len(refs)):.2f}")
-    curves, notes = {}, []
+    curves: dict[str, list[list[float]]] = {}
+    notes: dict[str, list[dict]] = {}
     for label, with_refs in (("", refs), (" no refs", [])):
-        tuner_runs = []
-        for seed in range(args.seeds):
-            values, note = tuner_search(space, with_refs, grid, trials, seed)
-            tuner_runs.append(curve(values, grid_best))
-            notes.append(note)
-        curves[f"tuner{label}"] = tuner_runs
+        for sampler in args.samplers:
+            name = f"tuner {sampler}{label}"
+            runs = [tuner_search(space, with_refs, grid, trials, seed, sampler)
+                    for seed in range(args.seeds)]
+            curves[name] = [curve(values, grid_best) for values, _ in runs]
+            notes[name] = [note for _, note in runs]
         curves[f"random{label}"] = [curve(random_search(with_refs, grid, trials, seed), grid_best)
                                     for seed in range(args.seeds)]
     rows = [summarise(name, runs, trials) for name, runs in curves.items()]
     print_summary(rows, len(grid))
     print("(no refs: the same searches without the references enqueued first: the sampler alone)")
-    print(f"tuner: distinct configurations measured per search median "
-          f"{statistics.median(n['distinct'] for n in notes):g} of {trials}; trials the "
-          f"searcher lost (8 known proposals in a row): {sum(n['lost'] for n in notes)}")
+    for name, per_seed in notes.items():
+        print(f"{name}: distinct configurations measured per search median "
+              f"{statistics.median(n['distinct'] for n in per_seed):g} of {trials}; proposals "
+              f"answered without a trial (known outcome) median "
+              f"{statistics.median(n['answered'] for n in per_seed):g}")
     print_curves(curves, trials)
 
     tuner = rows[0]
+    rand = next(r for r in rows if r["name"] == "random")
     meets = tuner["median"] >= REACH and trials <= TARGET_TRIAL_FRACTION * len(grid)
     print(f"\nreading vs target (>= {REACH} of grid best with <= "
-          f"{TARGET_TRIAL_FRACTION:.0%} of its trials): tuner median {tuner['median']:.3f} "
-          f"(min {tuner['min']:.3f}, {tuner['reached']}/{tuner['seeds']} seeds >= {REACH}) "
-          f"with {trials}/{len(grid)} trials -> {'meets' if meets else 'misses'} it on the "
-          f"median; random {rows[1]['median']:.3f} ({rows[1]['reached']}/{rows[1]['seeds']})")
+          f"{TARGET_TRIAL_FRACTION:.0%} of its trials): {tuner['name']} median "
+          f"{tuner['median']:.3f} (min {tuner['min']:.3f}, {tuner['reached']}/{tuner['seeds']} "
+          f"seeds >= {REACH}) with {trials}/{len(grid)} trials -> "
+          f"{'meets' if meets else 'misses'} it on the median; random {rand['median']:.3f} "
+          f"({rand['reached']}/{rand['seeds']})")
 
 
 if __name__ == "__main__":
