@@ -4,8 +4,8 @@ For each configuration (default: the workload's references, clamped to the devic
 clamps them, e.g. ddpm's 'baseline' and 'recommended'), ``tuner.harness.run_trial`` measures it
 ``--repeats`` times in this process, with the measurement settings a real run uses at that
 scale (``tuner.plan.MEASUREMENT_DEFAULTS``, overridable) and the torch threads the tuner gives
-the trial (num_workers + 1, capped at the node's CPUs: Ray's OMP_NUM_THREADS; ``--threads N``
-fixes them). Repeats are interleaved (A, B, A,
+the trial (its CPUs, num_workers + 1 capped at the node's, less one per DataLoader worker:
+``tuner.harness.training_threads``; ``--threads N`` fixes them). Repeats are interleaved (A, B, A,
 B, ...) so that load drift on a shared machine spreads over every configuration alike.
 
 Prints (figures, no pass/fail), per configuration: each repeat's samples/sec, its within-trial
@@ -34,7 +34,7 @@ from tuner.plan import MEASUREMENT_DEFAULTS
 from tuner.workload import Workload, default_cache_dir, resolve
 
 METRIC = "samples_per_sec"
-
+TUNER_THREADS = "the trial's CPUs less one per DataLoader worker (as the tuner)"
 
 def configurations(workload: Workload, names: list[str], knobs_json: list[str],
                    device: str) -> dict[str, Knobs]:
@@ -72,25 +72,26 @@ def settings_for(workload: Workload, args: argparse.Namespace) -> TrialSettings:
                          window_s=args.window_s or window_s, seed=0, **extra)
 
 
-def trial_threads(knobs: Knobs, threads: int | None) -> int:
-    """torch intra-op threads of a trial: ``threads`` if given, else the CPUs the tuner gives
-    the trial (``TrialResources``: num_workers + 1, capped at the node's CPUs), which Ray
-    passes on as OMP_NUM_THREADS."""
+def trial_cpus(knobs: Knobs) -> int:
+    """CPUs the tuner gives a trial (``TrialResources``: num_workers + 1, capped at the node's
+    CPUs); ``run_trial`` trains with those less one per DataLoader worker."""
     from tuner.search import TrialResources
-    if threads is not None:
-        return threads
     return TrialResources(0, os.cpu_count() or 1)(knobs.to_dict())["cpu"]
 
 
 def measure_once(workload: Workload, knobs: Knobs, settings: TrialSettings,
                  threads: int | None) -> dict:
+    """One trial, with ``threads`` torch threads or, when None, the tuner's
+    (``run_trial`` given the trial's CPUs); ``torch_threads`` in the result says which."""
     import torch
     saved = torch.get_num_threads()
-    torch.set_num_threads(trial_threads(knobs, threads))
+    if threads is not None:
+        torch.set_num_threads(threads)
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     try:
-        result = run_trial(workload, knobs, settings)
+        result = run_trial(workload, knobs, settings,
+                           cpus=None if threads is not None else trial_cpus(knobs))
     finally:
         torch.set_num_threads(saved)
     result["wall_s"] = time.perf_counter() - started
@@ -98,7 +99,8 @@ def measure_once(workload: Workload, knobs: Knobs, settings: TrialSettings,
     return result
 
 
-def print_config(name: str, knobs: Knobs, results: list[dict], threads: int) -> None:
+def print_config(name: str, knobs: Knobs, results: list[dict]) -> None:
+    threads = results[0]["torch_threads"]
     print(f"\n{name}: {describe(knobs)} ({threads} torch thread{'s' if threads > 1 else ''})")
     print(f"{'repeat':>6} {'samples/s':>9} {'within-trial cv':>15} {'wall s':>7} {'load':>5}")
     for i, r in enumerate(results, 1):
@@ -129,8 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--knobs", action="append", default=[],
                         help="a configuration as JSON knobs (repeatable)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads for every trial (default: the trial's CPUs as the "
-                             "tuner gives them, num_workers + 1 capped at the node's CPUs)")
+                        help="torch threads for every trial (default: as the tuner, the trial's "
+                             "CPUs less one per DataLoader worker, at least 1)")
     parser.add_argument("--warmup-steps", type=int, default=None)
     parser.add_argument("--windows", type=int, default=None)
     parser.add_argument("--window-s", type=float, default=None)
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"workload {workload.name} scale {args.scale} on {args.device}; {args.repeats} repeats "
           f"of {len(configs)} configuration(s), interleaved; trial: {settings.warmup_steps} "
           f"warm-up steps, {settings.windows} windows of >= {settings.window_s} s; torch threads "
-          f"per trial: {args.threads or 'num_workers + 1, capped at the CPU count (as the tuner)'}")
+          f"per trial: {args.threads or TUNER_THREADS}")
     print(f"machine: {os.cpu_count()} CPUs, shared with other agents (load average now "
           f"{os.getloadavg()[0]:.1f}): the spread includes their load")
 
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"repeat {repeat}/{args.repeats} {name}: {value} samples/s "
                   f"({r['wall_s']:.1f} s, load {r['load_1min']:.1f})", flush=True)
     for name, knobs in configs.items():
-        print_config(name, knobs, results[name], trial_threads(knobs, args.threads))
+        print_config(name, knobs, results[name])
     print(f"\nwall time {time.perf_counter() - started:.0f} s")
 
 

@@ -11,8 +11,8 @@ Design:
      shared machine does not line up with any knob. That table is the truth of this run.
      ``--passes N`` measures the grid N times (each pass in its own order) and takes each
      cell's median; the pass-to-pass spread is printed.
-     Each trial runs on the torch threads the tuner would give it (Ray sets OMP_NUM_THREADS to
-     the trial's CPUs: num_workers + 1, capped at the node's CPUs); ``--threads N`` fixes them
+     Each trial runs on the torch threads the tuner would give it (the trial's CPUs,
+     num_workers + 1 capped at the node's, less one per worker); ``--threads N`` fixes them
      for every trial. On a shared 2-core machine, 2 threads while another process held a core
      ran ~30x slower than 1 thread (threads waiting on each other), so a ``--threads 1`` table
      is the steadier reading there.
@@ -75,6 +75,8 @@ METRIC = "samples_per_sec"
 
 # ----------------------------------------------------------------------------- the grid
 
+TUNER_THREADS = "the trial's CPUs less one per DataLoader worker (as the tuner)"
+
 def cell_key(params: dict) -> str:
     """The table key of a configuration: its sampled knobs as Optuna records them."""
     return json.dumps(params, sort_keys=True)
@@ -124,26 +126,26 @@ def _fmt(v) -> str:
 
 # ------------------------------------------------------------------------------ measuring
 
-def trial_threads(knobs: Knobs, threads: int | None) -> int:
-    """torch intra-op threads of a trial: ``threads`` if given, else the CPUs the tuner gives
-    the trial (``TrialResources``: num_workers + 1, capped at the node's CPUs), which Ray
-    passes on as OMP_NUM_THREADS."""
+def trial_cpus(knobs: Knobs) -> int:
+    """CPUs the tuner gives a trial (``TrialResources``: num_workers + 1, capped at the node's
+    CPUs); ``run_trial`` trains with those less one per DataLoader worker."""
     from tuner.search import TrialResources
-    if threads is not None:
-        return threads
     return TrialResources(0, os.cpu_count() or 1)(knobs.to_dict())["cpu"]
 
 
 def measure(workload: Workload, knobs: Knobs, settings: TrialSettings,
             threads: int | None = None) -> dict:
-    """One trial with run_trial on ``trial_threads`` threads; the fields this benchmark keeps."""
+    """One trial with run_trial on ``threads`` torch threads (None: the tuner's, the trial's
+    CPUs less one per worker); the fields this benchmark keeps."""
     import torch
     saved = torch.get_num_threads()
-    torch.set_num_threads(trial_threads(knobs, threads))
+    if threads is not None:
+        torch.set_num_threads(threads)
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     try:
-        result = run_trial(workload, knobs, settings)
+        result = run_trial(workload, knobs, settings,
+                           cpus=None if threads is not None else trial_cpus(knobs))
     finally:
         torch.set_num_threads(saved)
     return {"status": result["status"],
@@ -151,7 +153,7 @@ def measure(workload: Workload, knobs: Knobs, settings: TrialSettings,
             "samples_per_sec_cv": result.get("samples_per_sec_cv"),
             "wall_s": time.perf_counter() - started,
             "load_1min": (load_before + os.getloadavg()[0]) / 2,
-            "threads": trial_threads(knobs, threads),
+            "threads": result["torch_threads"],
             "error": result.get("error")}
 
 
@@ -403,8 +405,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "against the target; the run's default is gp)")
     parser.add_argument("--remeasure-top", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads for every trial (default: the trial's CPUs as the "
-                             "tuner gives them, num_workers + 1 capped at the node's CPUs)")
+                        help="torch threads for every trial (default: as the tuner, the trial's "
+                             "CPUs less one per DataLoader worker, at least 1)")
     parser.add_argument("--table", default=None,
                         help="JSON file: measured cells are saved there; cells in it are reused")
     parser.add_argument("--grid-only-measure", action="store_true",
@@ -431,7 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"workload {workload.name} scale {args.scale} on {args.device}; space {args.space}: "
           f"{len(cells)} configurations; trial: {args.warmup_steps} warm-up steps, "
           f"{args.windows} windows of >= {args.window_s} s; torch threads per trial: "
-          f"{args.threads or 'num_workers + 1, capped at the CPU count (as the tuner)'}")
+          f"{args.threads or TUNER_THREADS}")
     print(f"machine: {os.cpu_count()} CPUs, shared with other agents (load average now "
           f"{os.getloadavg()[0]:.1f}); figures are from this run only")
     started = time.perf_counter()
