@@ -61,7 +61,8 @@ import time
 import types
 from pathlib import Path
 
-from tuner.harness import TrialSettings, run_trial
+from repeatability import TUNER_THREADS, measure_once  # bench/, this script's directory
+from tuner.harness import TrialSettings
 from tuner.knobs import Knobs
 from tuner.space import WORKER_KNOBS, Choices, IntRange, Space, load_space
 from tuner.workload import Workload, default_cache_dir, resolve
@@ -75,7 +76,6 @@ METRIC = "samples_per_sec"
 
 # ----------------------------------------------------------------------------- the grid
 
-TUNER_THREADS = "the trial's CPUs less one per DataLoader worker (as the tuner)"
 
 def cell_key(params: dict) -> str:
     """The table key of a configuration: its sampled knobs as Optuna records them."""
@@ -126,35 +126,16 @@ def _fmt(v) -> str:
 
 # ------------------------------------------------------------------------------ measuring
 
-def trial_cpus(knobs: Knobs) -> int:
-    """CPUs the tuner gives a trial (``TrialResources``: num_workers + 1, capped at the node's
-    CPUs); ``run_trial`` trains with those less one per DataLoader worker."""
-    from tuner.search import TrialResources
-    return TrialResources(0, os.cpu_count() or 1)(knobs.to_dict())["cpu"]
-
-
 def measure(workload: Workload, knobs: Knobs, settings: TrialSettings,
             threads: int | None = None) -> dict:
-    """One trial with run_trial on ``threads`` torch threads (None: the tuner's, the trial's
-    CPUs less one per worker); the fields this benchmark keeps."""
-    import torch
-    saved = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    try:
-        result = run_trial(workload, knobs, settings,
-                           cpus=None if threads is not None else trial_cpus(knobs))
-    finally:
-        torch.set_num_threads(saved)
+    """One trial (``repeatability.measure_once``: ``threads`` torch threads, None: the
+    tuner's); the fields this benchmark keeps."""
+    result = measure_once(workload, knobs, settings, threads)
     return {"status": result["status"],
             METRIC: result[METRIC] if result["status"] == "ok" else None,
             "samples_per_sec_cv": result.get("samples_per_sec_cv"),
-            "wall_s": time.perf_counter() - started,
-            "load_1min": (load_before + os.getloadavg()[0]) / 2,
-            "threads": result["torch_threads"],
-            "error": result.get("error")}
+            "wall_s": result["wall_s"], "load_1min": result["load_1min"],
+            "threads": result["torch_threads"], "error": result.get("error")}
 
 
 def trial_settings(workload: Workload, args) -> TrialSettings:
@@ -466,7 +447,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.grid_only_measure:
         return
 
-    trials = max(len(refs) + 1, math.floor(args.budget_fraction * len(grid)))
+    # At least the references and one more; at most the grid (random search draws without
+    # replacement, and more trials than configurations measure nothing new).
+    trials = min(len(grid), max(len(refs) + 1, math.floor(args.budget_fraction * len(grid))))
     good = sum(v >= REACH * grid_best for v in ok)
     print(f"\nK = {trials} trials per search ({100 * trials / len(grid):.0f}% of {len(grid)}), "
           f"{args.seeds} seeds; references first ({', '.join(n for n, _, _ in refs)})")
