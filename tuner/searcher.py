@@ -186,7 +186,7 @@ def make_searcher(plan: Plan, trials: int | None):
         known: measured already (the sampler proposes its best point again when few trials
         are in), or implied not to fit by a failure (``KnownInfeasible``)."""
 
-        def __init__(self, *args, references=(), fallback=None, **kwargs):
+        def __init__(self, *args, references=(), fallback, **kwargs):
             super().__init__(*args, **kwargs)
             self._references = list(references)
             self._fallback = fallback
@@ -270,15 +270,12 @@ def make_searcher(plan: Plan, trials: int | None):
                 result, error = None, True
             super().on_trial_complete(trial_id, result=result, error=error)
 
-    n_trials = trials or 40
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = make_sampler(  # a resumed run must not replay the first proposals
-        plan.options.sampler, plan.options.seed + len(plan.prior_rows), len(plan.references),
-        n_trials)
+    seed = plan.options.seed + len(plan.prior_rows)  # a resumed run must not replay proposals
+    sampler = make_sampler(plan.options.sampler, seed, len(plan.references), trials or 40)
     searcher = ConstrainedOptunaSearch(
         space=plan.device_space.sampler(), metric=plan.metric, mode=plan.mode, sampler=sampler,
-        references=plan.reference_params,
-        fallback=optuna.samplers.RandomSampler(seed=plan.options.seed + len(plan.prior_rows)))
+        references=plan.reference_params, fallback=optuna.samplers.RandomSampler(seed=seed))
     _seed(searcher, plan, limits, worst)
     return searcher
 
