@@ -28,9 +28,10 @@ import statistics
 import time
 from pathlib import Path
 
-from tuner.harness import TrialSettings, run_trial
+from tuner.harness import run_trial
+from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
-from tuner.plan import MEASUREMENT_DEFAULTS
+from tuner.settings import MEASUREMENT_DEFAULTS
 from tuner.workload import Workload, default_cache_dir, resolve
 
 METRIC = "samples_per_sec"
@@ -75,7 +76,7 @@ def settings_for(workload: Workload, args: argparse.Namespace) -> TrialSettings:
 def trial_cpus(knobs: Knobs) -> int:
     """CPUs the tuner gives a trial (``TrialResources``: num_workers + 1, capped at the node's
     CPUs); ``run_trial`` trains with those less one per DataLoader worker."""
-    from tuner.search import TrialResources
+    from tuner.ray_runtime import TrialResources
     return TrialResources(0, os.cpu_count() or 1)(knobs.to_dict())["cpu"]
 
 

@@ -62,7 +62,7 @@ import types
 from pathlib import Path
 
 from repeatability import TUNER_THREADS, measure_once  # bench/, this script's directory
-from tuner.harness import TrialSettings
+from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 from tuner.space import WORKER_KNOBS, Choices, IntRange, Space, load_space
 from tuner.workload import Workload, default_cache_dir, resolve

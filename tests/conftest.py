@@ -28,10 +28,10 @@ def tuner_cache(tmp_path, monkeypatch) -> Path:
 @pytest.fixture(scope="module")
 def ray_session():
     """One local Ray for the module, started by the product's own ``_ray_init`` (so workers get
-    the same PYTHONPATH as a real run); ``tuner.search.run`` reuses it."""
+    the same PYTHONPATH as a real run); ``tuner.driver.run`` reuses it."""
     import ray
-    from tuner.search import _ray_init
-    started = _ray_init(None, "cpu")
+    from tuner.ray_runtime import ray_init
+    started = ray_init(None, "cpu")
     try:
         yield
     finally:

@@ -14,8 +14,9 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from tuner.errors import DataError
+from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import Workload, make_trainable
+from tuner.workload import Workload
 from workloads._data import write_once
 
 N_FILES = 64

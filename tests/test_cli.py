@@ -275,7 +275,7 @@ def test_cli_flags_are_pinned():
 def test_sampler_option_matches_the_plan():
     # cli.py keeps its imports lazy, so it spells out the choices; they must not drift.
     from tuner.cli import main
-    from tuner.plan import SAMPLERS, RunOptions
+    from tuner.settings import SAMPLERS, RunOptions
     option = next(p for p in main.commands["run"].params if p.name == "sampler")
     assert tuple(option.type.choices) == SAMPLERS
     assert option.default == RunOptions(workload="ddpm").sampler == "gp"

@@ -147,7 +147,8 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
     assert all(r["status"] == "ok" for r in rows if r is not killed)
     assert "Traceback" not in err
     # The run can still be resumed (it is complete: nothing left to run) ...
-    from tuner.search import Plan, RunOptions
+    from tuner.plan import Plan
+    from tuner.settings import RunOptions
     plan = Plan(RunOptions(workload=SLOW, space_file=space, trials=3, device="cpu",
                            results=str(results), resume="latest"))
     assert plan.run_id == killed["run_id"] and plan.remaining_trials == 0
@@ -241,7 +242,8 @@ def cluster(tmp_path, monkeypatch):
 def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
     # Trials long enough to overlap (slow steps, 1 s windows): with quick trials a reused actor
     # can take every trial before the other node's first actor has started.
-    from tuner.search import RunOptions, run
+    from tuner.driver import run
+    from tuner.settings import RunOptions
     summary = run(RunOptions(workload=SLOW, trials=6, results=str(tmp_path / "results"),
                              address=cluster.address, space_file=space, device="cpu",
                              windows=2, window_s=1.0, warmup_steps=1, confirm=0, ceiling=False))
@@ -255,7 +257,8 @@ def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
 
 
 def test_worker_node_removed_mid_run(tmp_path, cluster, space):
-    from tuner.search import RunOptions, run
+    from tuner.driver import run
+    from tuner.settings import RunOptions
     pid_dir = Path(os.environ["TUNER_TEST_PID_DIR"])
     trials = 6
     options = RunOptions(workload=SLOW, trials=trials, results=str(tmp_path / "results"),
@@ -326,7 +329,8 @@ def typed_cluster(tmp_path, monkeypatch):
 
 def test_each_accelerator_type_gets_its_own_search_and_best(tmp_path, typed_cluster, space):
     from tuner import leaderboard
-    from tuner.search import RunOptions, run
+    from tuner.driver import run
+    from tuner.settings import RunOptions
     run(RunOptions(workload=REGRESSION, trials=3, results=str(tmp_path / "results"),
                    address=typed_cluster.address, space_file=space, device="cpu",
                    windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False))

@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from tuner import harness, measure
+from tuner import apply, measure, settings
 
 MB = 2**20
 H200_MB = 143_771.0          # torch's total_memory of an H200, MB
@@ -68,19 +68,19 @@ def _proc(pid: int, used_mb: float | None):
 
 @pytest.mark.parametrize("max_memory, expected", [
     ("0.5", 0.5 * H200_MB),                 # a fraction of the card
-    ("12GB", measure.parse_memory("12GB")[1]),
+    ("12GB", settings.parse_memory("12GB")[1]),
     ("24GiB", 24 * 1024.0),
     ("500GB", H200_MB),                     # larger than the card: the card
     (None, H200_MB),                        # no limit: the card
 ])
 def test_device_limit_resolves_fraction_and_size_against_the_card(max_memory, expected):
-    assert measure.device_limit_mb(max_memory, H200_MB) == pytest.approx(expected)
+    assert settings.device_limit_mb(max_memory, H200_MB) == pytest.approx(expected)
 
 
 def test_device_limit_is_none_without_a_device_and_rejects_garbage():
-    assert measure.device_limit_mb("12GB", None) is None
+    assert settings.device_limit_mb("12GB", None) is None
     with pytest.raises(ValueError, match="12 parsecs"):
-        measure.device_limit_mb("12 parsecs", H200_MB)
+        settings.device_limit_mb("12 parsecs", H200_MB)
 
 
 def test_a_size_below_the_card_is_enforced_with_the_per_process_fraction(monkeypatch):
@@ -90,12 +90,12 @@ def test_a_size_below_the_card_is_enforced_with_the_per_process_fraction(monkeyp
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
                         lambda fraction, device: calls.append((fraction, device)))
     cuda0 = torch.device("cuda", 0)
-    limit = harness._apply_device_limit("24GiB", cuda0)
+    limit = apply.apply_device_limit("24GiB", cuda0)
     assert limit == pytest.approx(24 * 1024.0)
     assert calls == [(pytest.approx(24 * 1024.0 / H200_MB), cuda0)]   # an H200 acts as 24 GiB
     calls.clear()
-    assert harness._apply_device_limit("12GB", torch.device("cpu")) is None
-    assert harness._apply_device_limit(None, cuda0) is None
+    assert apply.apply_device_limit("12GB", torch.device("cpu")) is None
+    assert apply.apply_device_limit(None, cuda0) is None
     assert calls == []                                                  # nothing enforced
 
 

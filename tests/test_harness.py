@@ -9,7 +9,8 @@ import torch
 
 from tests.fake_workloads import N_FILES, broken, oom, regression
 from tuner.failures import is_oom, oom_memory
-from tuner.harness import TrialSettings, run_trial
+from tuner.harness import run_trial
+from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 
 

@@ -17,10 +17,14 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tuner import leaderboard
 from tuner.errors import TunerError
-from tuner.harness import PHASES, TrialSettings, run_trial
+from tuner.harness import PHASES, run_trial
+from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
-from tuner.measure import parse_memory
-from tuner.search import Plan, RunOptions, _make_searcher, run
+from tuner.settings import parse_memory
+from tuner.driver import run
+from tuner.plan import Plan
+from tuner.searcher import make_searcher as _make_searcher
+from tuner.settings import RunOptions
 
 OOM = "tests.fake_workloads:oom"
 REGRESSION = "tests.fake_workloads:regression"

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tuner import leaderboard
-from tuner.search import Plan, RunOptions, _make_searcher, run
+from tuner.driver import run
+from tuner.plan import Plan
+from tuner.searcher import make_searcher as _make_searcher
+from tuner.settings import RunOptions
 
 pytestmark = pytest.mark.slow
 

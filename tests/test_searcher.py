@@ -12,8 +12,11 @@ import pytest
 from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
-from tuner.plan import SAMPLERS
-from tuner.search import Plan, RunOptions, _hardware_key_task, _make_searcher
+from tuner.settings import SAMPLERS
+from tuner.plan import Plan
+from tuner.ray_runtime import hardware_key_task as _hardware_key_task
+from tuner.searcher import make_searcher as _make_searcher
+from tuner.settings import RunOptions
 from tuner.searcher import OOM_VIOLATION, KnownInfeasible, MemoryLimits, make_sampler
 
 REGRESSION = "tests.fake_workloads:regression"

@@ -8,8 +8,10 @@ import pytest
 
 from tuner import leaderboard
 from tuner.knobs import Knobs
-from tuner.search import Plan, RunOptions, _make_searcher
-from tuner.search import _hardware_key_task
+from tuner.plan import Plan
+from tuner.ray_runtime import hardware_key_task as _hardware_key_task
+from tuner.searcher import make_searcher as _make_searcher
+from tuner.settings import RunOptions
 
 REGRESSION = "tests.fake_workloads:regression"
 

@@ -16,16 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from tuner.errors import TunerError
-from tuner.knobs import Knobs
+from tuner.knobs import Knobs, knob_text
 
 console = Console()
 err_console = Console(stderr=True)
-
-KNOB_SHORT = {"batch_size": "bs", "grad_accum": "acc", "num_workers": "nw", "prefetch_factor": "pf",
-              "pin_memory": "pin", "persistent_workers": "pw", "non_blocking": "nb", "amp": "amp",
-              "channels_last": "cl", "compile": "compile", "cudnn_benchmark": "cudnn",
-              "tf32": "tf32", "fused_optimizer": "fused"}
-
 
 class TunerGroup(click.Group):
     """Turns TunerError into one line on stderr and exit code 2."""
@@ -105,14 +99,15 @@ def main() -> None:
               help="Measure the winner's compute-only ceiling (batches already on the device).")
 def run(**kwargs: Any) -> None:
     """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end."""
-    from tuner.search import Plan, RunOptions, run as run_search
+    from tuner.driver import RunInterrupted, run as run_search
+    from tuner.plan import Plan
     from tuner.progress import Progress
+    from tuner.settings import RunOptions
 
     kwargs["time_budget_s"] = kwargs.pop("time_budget")
     options = RunOptions(**kwargs)
     with console.status("checking the workload, search space and data…"):
         plan = Plan(options)
-    from tuner.search import RunInterrupted
     progress = Progress(console)
     try:
         summary = run_search(options, plan=plan, on_event=progress.on_event)
@@ -213,17 +208,6 @@ def _rank_table(rows: list[dict], title: str) -> Table:
 
 def _num(v: float | None, digits: int) -> str:
     return "" if v is None else f"{v:,.{digits}f}"
-
-
-def knob_text(row: dict) -> str:
-    """Compact knob summary: 'bs=32 nw=2 pf=2 pw amp=bf16 cl'."""
-    parts = []
-    for name in Knobs.names():
-        v = row.get(name)
-        if v is None or v is False or v == "off" or (name == "grad_accum" and v == 1):
-            continue
-        parts.append(KNOB_SHORT[name] if v is True else f"{KNOB_SHORT[name]}={v}")
-    return " ".join(parts)
 
 
 @main.command()
@@ -328,8 +312,8 @@ def validate(workload: str, results: str, hardware: str | None, trial_id: str | 
     knobs = Knobs.from_dict(row, strict=False)
     console.print(f"validating trial {row['trial_id']} ({row['phase'] or 'search'}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
-    from tuner.plan import MEASUREMENT_DEFAULTS
     from tuner.harness import training_threads
+    from tuner.settings import MEASUREMENT_DEFAULTS
     threads = torch.get_num_threads()
     if row["device"] == "cpu" and row.get("trial_cpus"):
         # Train with the threads the trial's training process had.
@@ -371,8 +355,9 @@ def profile(workload: str, knobs_json: str | None, trial_id: str | None, results
 
     Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
     from tuner.diagnose import bottleneck, breakdown_table
-    from tuner.harness import TrialSettings, run_trial
-    from tuner.plan import MEASUREMENT_DEFAULTS, resolve_device
+    from tuner.harness import run_trial
+    from tuner.plan import resolve_device
+    from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings
     from tuner.workload import resolve
     w = resolve(workload)
     device = resolve_device(device)

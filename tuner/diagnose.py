@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from tuner.harness import PHASES
+from tuner.settings import PHASES
 
 _LABELS = {"data_wait": "Data loading (wait)", "h2d": "Host→device copy", "forward": "Forward pass",
            "backward": "Backward pass", "optimizer": "Optimizer step"}

@@ -8,92 +8,49 @@ synchronisations. Windows cross epoch boundaries, so the per-epoch worker restar
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import statistics
 import time
 import traceback
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 from torch.utils.data import DataLoader
 
 from tuner import __version__
 from tuner.failures import free_device_memory, is_oom, is_worker_failure, oom_memory
+from tuner.apply import (apply_device_limit, build_training, cycle, move_batch,
+                         release_device_limit, repeat, set_global_flags)
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, Stopwatch, Window,
-                           device_limit_mb, parse_memory, peak_device_memory_mb,
-                           release_host_memory, summarise, synchronize)
-from tuner.workload import SCALES, Workload
+                           peak_device_memory_mb, release_host_memory, summarise, synchronize)
+from tuner.settings import PHASES, TrialSettings, default_cache_dir
+from tuner.workload import Workload
 
 Report = Callable[[dict], None]
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrialSettings:
-    """How one trial measures (the same for every trial of a run)."""
-
-    scale: str
-    """'seed' (faithful to the source report) or 'tiny' (CPU-test size)."""
-    device: str
-    """'cpu' or 'cuda' (the GPU Ray assigned to the trial)."""
-    data_dir: str
-    """Dataset path given to ``Workload.build_dataset``."""
-    warmup_steps: int = 5
-    """Optimizer steps run before measuring (compile and autotuning happen here), >= 1."""
-    windows: int = 5
-    """Measurement windows, >= 1; samples/sec is their median."""
-    window_s: float = 1.0
-    """Minimum wall time of one window, seconds (a window ends on the first step past it)."""
-    seed: int = 0
-    """Seed for torch (model init, augmentation, shuffling)."""
-    steady_tolerance: float = 0.10
-    """Warm-up goes on past ``warmup_steps`` in short synchronised probes (half a window each)
-    until two consecutive probes' samples/sec differ by at most this fraction."""
-    max_steady_probes: int = 6
-    """At most this many probes; a trial that never settles is measured anyway and recorded
-    with ``steady_state`` false."""
-    breakdown_steps: int = 3
-    """Synchronised steps, after the windows, timed per phase (data wait, host-to-device,
-    forward, backward, optimizer); 0 turns the breakdown off."""
-    compute_only: bool = False
-    """Compute-only ceiling: cycle a few batches already on the device instead of the
-    DataLoader (the throughput a perfect input pipeline would give)."""
-    max_memory: str | None = None
-    """Device memory limit: a fraction ('0.9') or a size ('12GB'). A size below the card's is
-    enforced with the allocator's per-process fraction, so a big card OOMs where a small one
-    would; a trial whose peak (allocator + CUDA context) exceeds it ends ``over_limit``."""
-    max_host_memory_mb: float | None = None
-    """Host memory limit for the trial process plus its DataLoader workers (peak RSS), MB; a
-    trial over it stops with status ``over_limit``."""
-    train_steps: int | None = None
-    """Steps of the user's real job, to predict ``time_to_train_s`` (setup, warm-up and
-    compile included)."""
-    accelerator_type: str | None = None
-    """Ray accelerator type the trial is pinned to on a heterogeneous cluster; appended to the
-    hardware key ("...@A10G") so each type has its own leaderboard and best."""
-    default_data: bool = False
-    """``data_dir`` is the workload's embedded default: a node that lacks it (a cluster worker)
-    writes it to its own cache first (deterministic, so every node trains on the same data)."""
-
-    def __post_init__(self) -> None:
-        if self.scale not in SCALES:
-            raise ValueError(f"scale {self.scale!r}: accepted values are {', '.join(SCALES)}")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device {self.device!r}: accepted values are cpu, cuda")
-        if self.warmup_steps < 1 or self.windows < 1 or self.window_s <= 0:
-            raise ValueError("warmup_steps and windows must be >= 1 and window_s > 0, got "
-                             f"{self.warmup_steps}, {self.windows}, {self.window_s}")
-        if self.max_memory is not None:
-            parse_memory(self.max_memory)
-
-
 class TrialFailure(Exception):
     """A trial cannot run as configured (e.g. batch larger than the dataset)."""
+
+
+def make_trainable(workload: Workload) -> Callable[[dict], None]:
+    """A Ray Tune function trainable for ``workload``.
+
+    The config holds knob values (see ``tuner.knobs.Knobs``) and, under the key ``"tuner"``, the
+    trial settings (``tuner.harness.TrialSettings`` fields: scale, device, data_dir, windows...).
+    Each measurement window is reported with ``ray.tune.report``.
+    """
+
+    def trainable(config: dict) -> None:
+        run_tune_trial(workload, config)
+
+    trainable.__name__ = f"{workload.name}_trainable"
+    trainable.__qualname__ = trainable.__name__
+    return trainable
 
 
 def run_tune_trial(workload: Workload, config: dict) -> None:
@@ -165,7 +122,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         workers = 0 if settings.compute_only else applied.num_workers
         torch.set_num_threads(training_threads(workers, cpus))
     result["torch_threads"] = torch.get_num_threads()
-    limit_mb = _apply_device_limit(settings.max_memory, device)
+    limit_mb = apply_device_limit(settings.max_memory, device)
     result["max_memory_mb"] = limit_mb
     result["max_host_memory_mb"] = settings.max_host_memory_mb
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
@@ -195,7 +152,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         result["traceback"] = traceback.format_exc(limit=20)
         result["samples_per_sec"] = 0.0
     finally:
-        _release_device_limit(limit_mb, device)
+        release_device_limit(limit_mb, device)
         restore()
         torch.set_num_threads(threads)
         if applied.compile != "off":
@@ -210,10 +167,6 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     return result
 
 
-PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
-"""Phases of the per-step breakdown (leaderboard columns ``<phase>_ms`` and ``<phase>_pct``)."""
-
-
 def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
              on_window: Report, sampler: HostMemorySampler) -> dict:
     """Build everything, warm up, measure windows, time the phases. Raises on any failure."""
@@ -223,7 +176,6 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         torch.cuda.reset_peak_memory_stats(device)
     data_dir = Path(settings.data_dir)
     if settings.default_data and not data_dir.exists():
-        from tuner.workload import default_cache_dir
         data_dir = workload.prepare_default_data(default_cache_dir() / "data", settings.scale)
     dataset = workload.build_dataset(data_dir, settings.scale)
     if len(dataset) < knobs.batch_size:
@@ -239,7 +191,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             resident = [move_batch(next(source), device, knobs) for _ in range(4)]
         finally:
             source.close()  # workers are not needed any more
-        batches = _repeat(resident)
+        batches = repeat(resident)
         move = lambda batch: batch  # noqa: E731  (already on the device)
     else:
         batches = cycle(loader)
@@ -369,125 +321,6 @@ def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
         out[f"{phase}_ms"] = ms
         out[f"{phase}_pct"] = 100 * ms / step_ms if step_ms > 0 else None
     return out
-
-
-def _repeat(items: list) -> Iterator:
-    while True:
-        yield from items
-
-
-def _apply_device_limit(max_memory: str | None, device: torch.device) -> float | None:
-    """Resolve the device memory limit to MB and enforce a size below the card's with the
-    allocator's per-process memory fraction. None on CPU or without a limit."""
-    if max_memory is None or device.type != "cuda":
-        return None
-    total_mb = torch.cuda.get_device_properties(device).total_memory / 2**20
-    limit_mb = device_limit_mb(max_memory, total_mb)
-    torch.cuda.set_per_process_memory_fraction(limit_mb / total_mb, device)
-    return limit_mb
-
-
-def _release_device_limit(limit_mb: float | None, device: torch.device) -> None:
-    if limit_mb is not None:
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
-
-
-@dataclass
-class Training:
-    """Model, optimizer and precision of one configuration, ready to train: the knobs applied
-    exactly once, for the harness and for ``tuner.validate`` alike."""
-    workload: Workload
-    knobs: Knobs
-    model: torch.nn.Module
-    """The module as built (parameters live here)."""
-    step_model: torch.nn.Module
-    """What the training step calls: ``model``, or ``torch.compile(model)``."""
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler | None
-    autocast: Callable
-
-    def forward(self, batch: Any) -> torch.Tensor:
-        """Loss of one micro-batch already on the device, scaled for gradient accumulation."""
-        with self.autocast():
-            return self.workload.training_step(self.step_model, batch) / self.knobs.grad_accum
-
-    def backward(self, loss: torch.Tensor) -> None:
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
-
-    def step(self) -> None:
-        """Optimizer step (through the GradScaler with fp16) and gradients reset."""
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-
-def build_training(workload: Workload, knobs: Knobs, scale: str, device: torch.device) -> Training:
-    """Build the model on ``device`` with channels_last, the optimizer (fused or not),
-    torch.compile and AMP as the knobs say. ``knobs`` must already be clamped to the device."""
-    model = workload.build_model(scale).to(device)
-    if knobs.channels_last:
-        model._apply(to_channels_last)
-    optimizer = workload.build_optimizer(model.parameters(), knobs.fused_optimizer)
-    step_model = model if knobs.compile == "off" else torch.compile(
-        model, mode=None if knobs.compile == "default" else knobs.compile)
-    scaler = torch.amp.GradScaler(device.type) if knobs.amp == "fp16" else None
-    autocast = (contextlib.nullcontext if knobs.amp == "off" else partial(
-        torch.autocast, device.type, dtype=torch.float16 if knobs.amp == "fp16" else torch.bfloat16))
-    model.train()
-    return Training(workload, knobs, model, step_model, optimizer, scaler, autocast)
-
-
-def cycle(loader: DataLoader) -> Iterator:
-    """Batches forever, epoch after epoch, as a training loop sees them: without persistent
-    workers each epoch starts its workers again. Closing the generator shuts workers down."""
-    iterator = None
-    try:
-        while True:
-            iterator = iter(loader)  # with persistent_workers, the same iterator reset
-            yield from iterator
-    finally:
-        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
-
-
-def to_channels_last(t: torch.Tensor) -> torch.Tensor:
-    if t.dim() == 4:
-        return t.contiguous(memory_format=torch.channels_last)
-    if t.dim() == 5:
-        return t.contiguous(memory_format=torch.channels_last_3d)
-    return t
-
-
-def move_batch(batch: Any, device: torch.device, knobs: Knobs) -> Any:
-    """Move every tensor of a (nested) batch; 4-D/5-D float inputs get channels_last(_3d)."""
-    if isinstance(batch, torch.Tensor):
-        t = batch.to(device, non_blocking=knobs.non_blocking)
-        return to_channels_last(t) if knobs.channels_last and t.is_floating_point() else t
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(move_batch(b, device, knobs) for b in batch)
-    if isinstance(batch, dict):
-        return {k: move_batch(v, device, knobs) for k, v in batch.items()}
-    return batch
-
-
-def set_global_flags(knobs: Knobs, device: torch.device) -> Callable[[], None]:
-    """Apply process-wide torch flags for this trial; return a function restoring them (a Ray
-    actor may run the next trial in the same process)."""
-    saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-             torch.backends.cudnn.allow_tf32)
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = knobs.cudnn_benchmark
-        torch.backends.cuda.matmul.allow_tf32 = knobs.tf32
-        torch.backends.cudnn.allow_tf32 = knobs.tf32
-
-    def restore() -> None:
-        (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-         torch.backends.cudnn.allow_tf32) = saved
-
-    return restore
 
 
 def _environment(device: torch.device) -> dict:

@@ -193,6 +193,24 @@ class Knobs:
         return "\n".join(lines) + "\n"
 
 
+KNOB_SHORT = {"batch_size": "bs", "grad_accum": "acc", "num_workers": "nw", "prefetch_factor": "pf",
+              "pin_memory": "pin", "persistent_workers": "pw", "non_blocking": "nb", "amp": "amp",
+              "channels_last": "cl", "compile": "compile", "cudnn_benchmark": "cudnn",
+              "tf32": "tf32", "fused_optimizer": "fused"}
+"""Short names used by ``knob_text`` (tables, progress lines)."""
+
+
+def knob_text(row: dict) -> str:
+    """Compact knob summary: 'bs=32 nw=2 pf=2 pw amp=bf16 cl'."""
+    parts = []
+    for name in Knobs.names():
+        v = row.get(name)
+        if v is None or v is False or v == "off" or (name == "grad_accum" and v == 1):
+            continue
+        parts.append(KNOB_SHORT[name] if v is True else f"{KNOB_SHORT[name]}={v}")
+    return " ".join(parts)
+
+
 def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"knob {name}={value!r}: expected an integer")

@@ -199,44 +199,6 @@ class Stopwatch:
         return time.perf_counter() - self.start
 
 
-def parse_memory(text: str) -> tuple[float | None, float | None]:
-    """Parse a memory limit: a fraction of the device ('0.9') or a size ('12GB', '12GiB',
-    '500MB', '24g'). Returns (fraction, megabytes), one of them None.
-
-    Raises:
-        ValueError: anything else; the message shows accepted forms.
-    """
-    import re
-    s = str(text).strip()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", s)
-    if m:
-        value, unit = float(m.group(1)), m.group(2).lower()
-        if unit == "" and 0 < value <= 1:
-            return value, None
-        scale = {"gb": 1000**3, "g": 1024**3, "gib": 1024**3, "mb": 1000**2, "m": 1024**2,
-                 "mib": 1024**2, "tb": 1000**4, "tib": 1024**4}.get(unit)
-        if scale and value > 0:
-            return None, value * scale / 2**20
-    raise ValueError(f"memory limit {text!r}: give a fraction in (0, 1] such as 0.9, or a size "
-                     "such as 12GB, 12GiB or 500MB")
-
-
-def device_limit_mb(max_memory: str | None, total_mb: float | None) -> float | None:
-    """The device memory a trial may use, in MB: ``max_memory`` (see ``parse_memory``) resolved
-    against a device of ``total_mb`` MB (a size larger than the device is the device); the whole
-    device without a limit; None without a device (``total_mb`` None).
-
-    Raises:
-        ValueError: ``max_memory`` is malformed.
-    """
-    if total_mb is None:
-        return None
-    if max_memory is None:
-        return total_mb
-    fraction, mb = parse_memory(max_memory)
-    return fraction * total_mb if fraction is not None else min(mb, total_mb)
-
-
 class LimitExceeded(Exception):
     """A trial went over its memory limit (status ``over_limit``); ``memory`` says which:
     'device' (allocator + CUDA context) or 'host' (process + DataLoader workers)."""

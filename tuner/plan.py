@@ -8,98 +8,17 @@ written before it passes.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import os
 import secrets
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from tuner import leaderboard
 from tuner.errors import DataError, TunerError
-from tuner.harness import TrialSettings
-from tuner.measure import parse_memory
+from tuner.ray_runtime import cluster_resources, ray_init
+from tuner.settings import (MEASUREMENT_DEFAULTS, OBJECTIVES, SAMPLERS, RunOptions, TrialSettings,
+                            default_cache_dir, parse_memory)
 from tuner.space import Space, load_space
-from tuner.workload import Workload, default_cache_dir, resolve
-
-# Quiet Ray: our own progress lines replace its tables (notes section 8).
-_RAY_ENV = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
-            "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_DEDUP_LOGS": "0",
-            "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000",
-            # Ctrl-C raises KeyboardInterrupt in the driver (RunInterrupted): finished trials
-            # are already in the leaderboard and --resume continues from them.
-            "TUNE_DISABLE_SIGINT_HANDLER": "1"}
-
-MEASUREMENT_DEFAULTS = {
-    # scale: (warm-up optimizer steps, windows, seconds per window)
-    "tiny": (3, 3, 1.0),
-    "seed": (10, 5, 2.0),
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunOptions:
-    """What ``python -m tuner run`` was asked to do (the CLI's flags)."""
-    workload: str
-    space_file: str | None = None
-    trials: int | None = None
-    """Trials in all, references included; None: 12 on CPU, 40 on CUDA (or until time budget)."""
-    time_budget_s: float | None = None
-    device: str = "auto"
-    scale: str | None = None
-    """None: 'seed' on CUDA, 'tiny' on CPU."""
-    data: str | None = None
-    results: str = "tuner-results"
-    seed: int = 0
-    sampler: str = "gp"
-    """Search sampler: 'gp' (Optuna's GPSampler), 'tpe' or 'random' (tuner.searcher)."""
-    address: str | None = None
-    windows: int | None = None
-    window_s: float | None = None
-    warmup_steps: int | None = None
-    objective: str = "samples-per-sec"
-    """'samples-per-sec' (steady-state throughput, max) or 'time-to-train' (predicted wall time
-    of ``train_steps`` steps including setup, warm-up and compile, min)."""
-    train_steps: int | None = None
-    max_memory: str | None = None
-    """Device memory limit: fraction ('0.9') or size ('12GB'), see TrialSettings.max_memory."""
-    max_host_memory: str | None = None
-    """Host memory limit per trial (process + DataLoader workers): size ('8GB') or fraction of
-    this machine's RAM."""
-    global_batch_size: int | None = None
-    probe: str = "auto"
-    """Memory probe before the search: 'auto' (on CUDA, or with --max-host-memory), 'on', 'off'."""
-    confirm: int = 3
-    """Re-measure this many of the best configurations with twice the windows; the winner is
-    chosen on the re-measurement (0 turns it off)."""
-    resume: str | None = None
-    """Continue a run: 'latest' (the newest run of this workload in --results) or a run id.
-    Its leaderboard rows are the truth: the search state is rebuilt from them, references and
-    trials already recorded are not run again, only the rest of the --trials budget runs."""
-    warm_start: bool = False
-    """Seed the search with earlier leaderboard rows of this workload, scale and hardware."""
-    remeasure: bool = False
-    """With warm_start: measure a configuration again even when an earlier row has it."""
-    ceiling: bool = True
-    """Measure the winner's compute-only ceiling (batches already on the device)."""
-
-
-SAMPLERS = ("gp", "tpe", "random")
-"""Accepted ``--sampler`` values (built by ``tuner.searcher.make_sampler``)."""
-
-OBJECTIVES = {"samples-per-sec": ("samples_per_sec", "max"),
-              "time-to-train": ("time_to_train_s", "min")}
-
-
-@dataclass
-class RunSummary:
-    run_id: str
-    workload: str
-    device: str
-    scale: str
-    rows: list[dict]
-    wall_s: float
-    results_dir: str
+from tuner.workload import Workload, resolve
 
 
 class Plan:
@@ -141,7 +60,7 @@ class Plan:
             # machine (a CPU head node drives GPU workers).
             self.ray_connected = ray_init(options.address, "auto")
             try:
-                self.device, self.gpus, self.node_cpus = _cluster_resources(options.device)
+                self.device, self.gpus, self.node_cpus = cluster_resources(options.device)
             except TunerError:
                 self.close()
                 raise
@@ -262,21 +181,6 @@ class Plan:
         return path
 
 
-def _cluster_resources(device: str) -> tuple[str, int, int]:
-    """(device, GPUs, CPUs of the smallest node that runs trials) of the connected cluster."""
-    import ray
-    if device not in ("auto", "cpu", "cuda"):
-        raise TunerError(f"--device {device!r}: accepted values are auto, cpu, cuda")
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    gpus = int(sum(n.get("GPU", 0) for n in nodes))
-    if device == "cuda" and gpus == 0:
-        raise TunerError("--device cuda: the Ray cluster has no GPU resources")
-    device = device if device != "auto" else ("cuda" if gpus else "cpu")
-    workers = [n for n in nodes if n.get("GPU", 0) > 0] if device == "cuda" else nodes
-    cpus = int(min((n.get("CPU", 1) for n in workers), default=1)) or 1
-    return device, (gpus if device == "cuda" else 0), cpus
-
-
 def _host_limit_mb(text: str | None) -> float | None:
     if text is None:
         return None
@@ -300,49 +204,3 @@ def resolve_device(device: str) -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise TunerError("--device cuda: no CUDA device is visible to torch on this machine")
     return device
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in seconds, not after Ray's minutes of retries, when nothing listens at a
-    HOST:PORT or ray://HOST:PORT address ('auto' is left to Ray, which fails fast)."""
-    import socket
-    target = address.removeprefix("ray://")
-    host, sep, port = target.rpartition(":")
-    if address == "auto" or not sep or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise TunerError(f"--address {address}: cannot reach a Ray cluster there "
-                         f"({exc.strerror or exc}); check the address, or start one with "
-                         "`ray start --head`") from None
-
-
-def ray_init(address: str | None, device: str) -> bool:
-    """Start (or connect to) Ray. Returns True when this call started it (and must stop it)."""
-    import ray
-    if ray.is_initialized():
-        return False
-    for key, value in _RAY_ENV.items():
-        os.environ.setdefault(key, value)
-    # Workers must import the same modules as the driver (a user's workload by import path).
-    paths = [p for p in sys.path if p and os.path.isdir(p)]
-    cwd = os.getcwd()
-    pythonpath = os.pathsep.join(dict.fromkeys([cwd, *paths]))
-    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
-    if address is None:
-        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                 log_to_driver=False, logging_level=logging.WARNING, configure_logging=True,
-                 runtime_env=runtime_env)
-    else:
-        _check_reachable(address)
-        try:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
-                     runtime_env=runtime_env)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise TunerError(f"--address {address}: cannot connect to a Ray cluster ({exc})") from None
-    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
-    logging.getLogger("ray.train").setLevel(logging.CRITICAL)
-    return True
-
-

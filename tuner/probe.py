@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from tuner.harness import TrialSettings
 from tuner.knobs import Knobs
+from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space
 
 

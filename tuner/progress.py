@@ -77,7 +77,7 @@ class Progress:
         self.task = self.bar.add_task("trials", total=plan.trials, completed=len(plan.prior_search_rows))
 
     def _trial(self, row: dict, index: int, total: int | None) -> None:
-        from tuner.cli import knob_text
+        from tuner.knobs import knob_text
         status = row["status"]
         style = _STATUS_STYLE.get(status, "white")
         sps = row["samples_per_sec"]
@@ -114,7 +114,7 @@ class Progress:
         best = leaderboard.best_row(rows)
         if best is None:
             return
-        from tuner.cli import knob_text
+        from tuner.knobs import knob_text
         t = Table(title=f"{summary.workload} on {best['hardware_key']} ({summary.scale} scale)",
                   title_justify="left")
         for col in ("configuration", "samples/sec", "best is", "knobs"):

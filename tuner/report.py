@@ -31,7 +31,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from tuner import leaderboard
-from tuner.cli import knob_text
+from tuner.knobs import knob_text
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
 

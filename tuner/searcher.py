@@ -33,8 +33,8 @@ from typing import Any, Mapping
 from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
-from tuner.measure import device_limit_mb
-from tuner.plan import SAMPLERS, Plan
+from tuner.plan import Plan
+from tuner.settings import SAMPLERS, device_limit_mb
 
 OOM_VIOLATION = 1.0
 """Constraint value of an out-of-memory trial: over by an unknown amount."""

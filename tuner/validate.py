@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from tuner.harness import build_training, move_batch, set_global_flags
+from tuner.apply import build_training, move_batch, set_global_flags
 from tuner.knobs import Knobs
 from tuner.measure import synchronize
 from tuner.workload import Workload

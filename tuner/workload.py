@@ -6,7 +6,8 @@ logic: the harness applies batch size, DataLoader settings, AMP, channels_last, 
 Bring your own::
 
     # mypkg/mod.py
-    from tuner.workload import Workload, make_trainable
+    from tuner.harness import make_trainable
+    from tuner.workload import Workload
     from tuner.knobs import Knobs
 
     class MyWorkload(Workload):
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import abc
 import importlib
-import os
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
@@ -44,10 +44,7 @@ from torch.utils.data import Dataset
 
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
-
-SCALES = ("seed", "tiny")
-"""``seed``: faithful to the source report. ``tiny``: same architecture, small enough for a
-2-core CPU test."""
+from tuner.settings import SCALES, default_cache_dir  # noqa: F401  (public: workloads import them here)
 
 ENTRY_POINT_GROUP = "tuner.workloads"
 
@@ -158,23 +155,6 @@ class Workload(abc.ABC):
         return sum(p.numel() for p in self.build_model(scale).parameters())
 
 
-def make_trainable(workload: Workload) -> Callable[[dict], None]:
-    """A Ray Tune function trainable for ``workload``.
-
-    The config holds knob values (see ``tuner.knobs.Knobs``) and, under the key ``"tuner"``, the
-    trial settings (``tuner.harness.TrialSettings`` fields: scale, device, data_dir, windows...).
-    Each measurement window is reported with ``ray.tune.report``.
-    """
-
-    def trainable(config: dict) -> None:
-        from tuner.harness import run_tune_trial
-        run_tune_trial(workload, config)
-
-    trainable.__name__ = f"{workload.name}_trainable"
-    trainable.__qualname__ = trainable.__name__
-    return trainable
-
-
 def _load_import_path(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -231,6 +211,11 @@ def resolve(spec: str) -> Workload:
     return obj
 
 
-def default_cache_dir() -> Path:
-    """Where embedded default datasets are written: ``$TUNER_CACHE`` or ``~/.cache/tuner``."""
-    return Path(os.environ.get("TUNER_CACHE") or Path.home() / ".cache" / "tuner")
+def __getattr__(name: str) -> Any:
+    """The old home of ``make_trainable`` answers with its new one: it moved to
+    ``tuner.harness`` in 0.2 so that this contract no longer imports the harness (the harness
+    builds on the contract, not the other way round)."""
+    if name == "make_trainable":
+        raise ImportError("tuner.workload.make_trainable moved in tuner 0.2: use "
+                          "`from tuner.harness import make_trainable`")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,8 +33,9 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from tuner.errors import DataError
+from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload, make_trainable
+from tuner.workload import SCALES, Workload
 from workloads._data import write_once
 
 VOCAB_SIZE = 256

@@ -28,8 +28,9 @@ from torchvision.models.resnet import BasicBlock, ResNet
 from torchvision.transforms import v2
 
 from tuner.errors import DataError
+from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload, make_trainable
+from tuner.workload import SCALES, Workload
 from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 _REPORT = "shared/reports/dataloader-guide-rtx5070.md"

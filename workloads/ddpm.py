@@ -29,8 +29,9 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from tuner.errors import DataError
+from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload, make_trainable
+from tuner.workload import SCALES, Workload
 from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 IMAGE_SIZE = 40

@@ -68,8 +68,9 @@ from torchvision.models.resnet import Bottleneck, ResNet
 from torchvision.transforms import v2
 
 from tuner.errors import DataError
+from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload, make_trainable
+from tuner.workload import SCALES, Workload
 from workloads._data import read_image, write_once
 
 LABELS_FILE = "labels.csv"

@@ -50,8 +50,9 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from tuner.errors import DataError
+from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload, default_cache_dir, make_trainable
+from tuner.workload import SCALES, Workload, default_cache_dir
 from workloads._data import write_once
 
 NUM_CLASSES = 3

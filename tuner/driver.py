@@ -1,5 +1,5 @@
-"""The search: Ray Tune ``Tuner`` driving the constrained Optuna searcher (``tuner.searcher``)
-over a validated plan (``tuner.plan``).
+"""The run's phases in the driver: Ray Tune ``Tuner`` driving the constrained Optuna searcher
+(``tuner.searcher``) over a validated plan (``tuner.plan``).
 
 * Phases: optional memory probe, the search, re-measurement of the best configurations, and
   the winner's compute-only ceiling; on a cluster with several accelerator types, all of it
@@ -11,42 +11,31 @@ over a validated plan (``tuner.plan``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from tuner import leaderboard
 from tuner.errors import TunerError
-from tuner.harness import TrialSettings, run_trial
+from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
-from tuner.plan import MEASUREMENT_DEFAULTS, Plan, RunOptions, RunSummary, ray_init
+from tuner.plan import Plan
+from tuner.ray_runtime import TrialResources, accelerator_types, hardware_key, ray_init
+from tuner.recorder import LeaderboardWriter, ignore_event
 from tuner.searcher import make_searcher
-from tuner.workload import Workload, default_cache_dir, make_trainable
+from tuner.settings import RunOptions, TrialSettings, default_cache_dir
+from tuner.workload import Workload
 
-__all__ = ["MEASUREMENT_DEFAULTS", "Plan", "RunInterrupted", "RunOptions", "RunSummary",
-           "TrialResources", "run"]
 
-# Older names, kept for tests and tools that start Ray or build a searcher the way a run does.
-_ray_init = ray_init
-_make_searcher = make_searcher
-
-class TrialResources:
-    """Per-trial resource request (picklable; Ray Tune may checkpoint it): CPUs =
-    num_workers + 1 capped at ``max_cpus``, ``gpus_per_trial`` GPUs, and a sliver of
-    ``accelerator_type:<T>`` to pin the trial to nodes of that type (notes section 7)."""
-
-    def __init__(self, gpus_per_trial: int, max_cpus: int, accelerator_type: str | None = None):
-        self.gpus_per_trial = gpus_per_trial
-        self.max_cpus = max_cpus
-        self.accelerator_type = accelerator_type
-
-    def __call__(self, config: dict) -> dict:
-        config = {**config, **config.get("fixed", {})}
-        cpus = min(int(config.get("num_workers", 0)) + 1, self.max_cpus)
-        request = {"cpu": cpus, "gpu": self.gpus_per_trial}
-        if self.accelerator_type is not None:
-            request[f"accelerator_type:{self.accelerator_type}"] = 0.001
-        return request
+@dataclass
+class RunSummary:
+    run_id: str
+    workload: str
+    device: str
+    scale: str
+    rows: list[dict]
+    wall_s: float
+    results_dir: str
 
 
 def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = None,
@@ -60,19 +49,19 @@ def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = N
     """
     import time
     plan = plan or Plan(options)
-    on_event = on_event or _ignore_event
+    on_event = on_event or ignore_event
     started = time.perf_counter()
     started_ray = ray_init(options.address, plan.device)
     writer = None
     try:
-        plan.hardware_key = _hardware_key(plan)
+        plan.hardware_key = hardware_key(plan)
         if plan.should_probe:
             _probe(plan, on_event)
         writer = _writer(plan, on_event)
         if plan.prior_rows and any(r.get("phase") in ("remeasure", "ceiling") for r in plan.prior_rows):
             on_event("complete", {"run_id": plan.run_id})
         else:
-            types = _accelerator_types() if options.address is not None else []
+            types = accelerator_types() if options.address is not None else []
             for accelerator in (types if len(types) > 1 else [None]):
                 # Hardware is part of the answer: each type gets its own search state.
                 _pin(plan, accelerator)
@@ -92,15 +81,6 @@ def run(options: RunOptions, *, on_event: Callable[[str, dict], None] | None = N
                       time.perf_counter() - started, options.results)
 
 
-def _accelerator_types() -> list[str]:
-    """Accelerator types of the connected cluster's live nodes (Ray's ``accelerator_type:<T>``
-    resources), sorted."""
-    import ray
-    types = {key.split(":", 1)[1] for node in ray.nodes() if node.get("Alive")
-             for key in node["Resources"] if key.startswith("accelerator_type:")}
-    return sorted(types)
-
-
 def _pin(plan: Plan, accelerator: str | None) -> None:
     """Point the plan at one accelerator type (None: the whole cluster)."""
     if accelerator == plan.accelerator_type:
@@ -108,7 +88,7 @@ def _pin(plan: Plan, accelerator: str | None) -> None:
     import ray
     plan.accelerator_type = accelerator
     plan.settings = replace(plan.settings, accelerator_type=accelerator)
-    plan.hardware_key = _hardware_key(plan)
+    plan.hardware_key = hardware_key(plan)
     if accelerator is not None:
         key = f"accelerator_type:{accelerator}"
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive") and key in n["Resources"]]
@@ -125,25 +105,6 @@ class RunInterrupted(Exception):
         super().__init__(f"run {run_id} interrupted with {recorded} trials recorded")
         self.run_id = run_id
         self.recorded = recorded
-
-
-def _hardware_key_task(device: str) -> str:
-    import torch
-    from tuner.hardware import fingerprint
-    return fingerprint(torch.device(device))["hardware_key"]
-
-
-def _hardware_key(plan: Plan) -> str:
-    """Hardware key of the machines the trials run on (on a cluster: a GPU worker's)."""
-    if plan.options.address is None:
-        return _hardware_key_task(plan.device)
-    import ray
-    resources = ({f"accelerator_type:{plan.accelerator_type}": 0.001}
-                 if plan.accelerator_type else {})
-    task = ray.remote(_hardware_key_task).options(
-        num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0, resources=resources)
-    key = ray.get(task.remote(plan.device))
-    return f"{key}@{plan.accelerator_type}" if plan.accelerator_type else key
 
 
 def _probe_trial(workload: Workload, knobs: Knobs, settings: TrialSettings) -> dict:
@@ -293,116 +254,3 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knob
     tuner.fit()
 
 
-def _stamp(trial, result: dict) -> None:
-    """started_at/finished_at for a trial that never reported its final result (its process
-    died): when Ray Tune started it, and now."""
-    import datetime as dt
-    now = dt.datetime.now(dt.timezone.utc)
-    start = getattr(getattr(trial, "run_metadata", None), "start_time", None)
-    if result.get("started_at") is None:
-        result["started_at"] = dt.datetime.fromtimestamp(start, dt.timezone.utc) if start else now
-    if result.get("finished_at") is None:
-        result["finished_at"] = now
-
-
-def _error_file_text(trial) -> str | None:
-    """What Ray Tune wrote to the trial's error.txt (a driver-side failure has no pickled
-    error), or None."""
-    try:
-        path = trial.error_file
-        return Path(path).read_text() if path else None
-    except OSError:
-        return None
-
-
-def _ignore_event(kind: str, data: dict) -> None:
-    """on_event of a restored LeaderboardWriter (no console attached)."""
-
-
-def _one_line(text: str) -> str:
-    """A multi-line error (a DataLoader worker's wrapped traceback) as one line: the first
-    line and the final cause."""
-    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
-    if len(lines) <= 1:
-        return lines[0] if lines else ""
-    return f"{lines[0]} -> {lines[-1]}"
-
-
-from ray.tune import Callback  # noqa: E402  (after the env setup above is defined)
-
-
-class LeaderboardWriter(Callback):
-    """Writes one leaderboard row per finished trial, from the driver (workers on other nodes
-    share no disk with it)."""
-
-    def __init__(self, plan: Plan, on_event: Callable[[str, dict], None], versions: dict):
-        self.plan = plan
-        self.on_event = on_event
-        self.versions = versions
-        self.rows: list[dict] = list(plan.prior_rows)  # a resumed run's rows count as done
-        self.expected = plan.trials
-        """Trials expected in all (None without a trial budget); follow-up phases add theirs."""
-        self._done: set[str] = set()
-
-    def __getstate__(self) -> dict:
-        # Ray Tune pickles its run config (callbacks included) for restore; the live console
-        # behind on_event holds locks and is not part of the run's state.
-        state = self.__dict__.copy()
-        state["on_event"] = _ignore_event
-        return state
-
-    def _row(self, trial, result: dict) -> dict:
-        config = {**trial.config, **trial.config.get("fixed", {})}
-        reference = config.get("reference")
-        row: dict[str, Any] = {}
-        try:
-            row.update(Knobs.from_dict(config, strict=False).to_dict())
-        except ValueError:
-            pass
-        row.update(result)
-        row.update(self.versions)
-        resources = TrialResources(1 if self.plan.device == "cuda" else 0, self.plan.node_cpus,
-                                   self.plan.accelerator_type)(config)
-        row.update(run_id=self.plan.run_id, trial_id=trial.trial_id,
-                   workload=self.plan.workload.name, scale=self.plan.scale,
-                   reference=reference, is_baseline=reference == "baseline",
-                   phase=config.get("phase", "search"), objective=self.plan.metric,
-                   train_steps=self.plan.options.train_steps,
-                   max_host_memory_mb=self.plan.max_host_memory_mb,
-                   global_batch_size=self.plan.options.global_batch_size,
-                   trial_cpus=resources["cpu"], trial_gpus=resources["gpu"])
-        row.setdefault("device", self.plan.device)
-        if row.get("error"):
-            row["error"] = _one_line(row["error"])
-        return row
-
-    def _write(self, row: dict) -> None:
-        leaderboard.append(self.plan.options.results, [row])
-        self.rows.append(leaderboard.normalise_row(row))
-        self.on_event("trial", {"row": self.rows[-1], "index": len(self.rows),
-                                "total": self.expected})
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        if trial.trial_id in self._done:
-            return
-        self._done.add(trial.trial_id)
-        result = dict(trial.last_result or {})
-        if not result:
-            result = {"status": "error", "error": "the trial ended without reporting a result"}
-        elif result.get("status") == "running":
-            result["status"] = "pruned"  # stopped by the scheduler between windows
-        _stamp(trial, result)
-        self._write(self._row(trial, result))
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        if trial.trial_id in self._done:
-            return
-        self._done.add(trial.trial_id)
-        error = trial.get_error()
-        text = str(error) if error else _error_file_text(trial)
-        result = {k: v for k, v in (trial.last_result or {}).items()
-                  if k not in leaderboard.MEASURED_COLUMNS}
-        result.update(status="error", error=_one_line(text) if text else "the trial process failed",
-                      traceback=text)
-        _stamp(trial, result)
-        self._write(self._row(trial, result))

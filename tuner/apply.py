@@ -1,0 +1,140 @@
+"""Knob application: what each knob does to torch, in one place.
+
+``Knobs.to_python`` (``tuner.knobs``) is the textual twin of this module: the same knobs as
+code a user pastes into a training script. A knob added to ``Knobs`` is applied here.
+Used by the trial harness and by ``tuner.validate`` alike, so both train the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader
+
+from tuner.knobs import Knobs
+from tuner.settings import device_limit_mb
+from tuner.workload import Workload
+
+
+def repeat(items: list) -> Iterator:
+    """The items, in order, forever (the compute-only ceiling's resident batches)."""
+    while True:
+        yield from items
+
+
+def apply_device_limit(max_memory: str | None, device: torch.device) -> float | None:
+    """Resolve the device memory limit to MB and enforce a size below the card's with the
+    allocator's per-process memory fraction. None on CPU or without a limit."""
+    if max_memory is None or device.type != "cuda":
+        return None
+    total_mb = torch.cuda.get_device_properties(device).total_memory / 2**20
+    limit_mb = device_limit_mb(max_memory, total_mb)
+    torch.cuda.set_per_process_memory_fraction(limit_mb / total_mb, device)
+    return limit_mb
+
+
+def release_device_limit(limit_mb: float | None, device: torch.device) -> None:
+    if limit_mb is not None:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+
+
+@dataclass
+class Training:
+    """Model, optimizer and precision of one configuration, ready to train: the knobs applied
+    exactly once, for the harness and for ``tuner.validate`` alike."""
+    workload: Workload
+    knobs: Knobs
+    model: torch.nn.Module
+    """The module as built (parameters live here)."""
+    step_model: torch.nn.Module
+    """What the training step calls: ``model``, or ``torch.compile(model)``."""
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    autocast: Callable
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        """Loss of one micro-batch already on the device, scaled for gradient accumulation."""
+        with self.autocast():
+            return self.workload.training_step(self.step_model, batch) / self.knobs.grad_accum
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(self) -> None:
+        """Optimizer step (through the GradScaler with fp16) and gradients reset."""
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def build_training(workload: Workload, knobs: Knobs, scale: str, device: torch.device) -> Training:
+    """Build the model on ``device`` with channels_last, the optimizer (fused or not),
+    torch.compile and AMP as the knobs say. ``knobs`` must already be clamped to the device."""
+    model = workload.build_model(scale).to(device)
+    if knobs.channels_last:
+        model._apply(to_channels_last)
+    optimizer = workload.build_optimizer(model.parameters(), knobs.fused_optimizer)
+    step_model = model if knobs.compile == "off" else torch.compile(
+        model, mode=None if knobs.compile == "default" else knobs.compile)
+    scaler = torch.amp.GradScaler(device.type) if knobs.amp == "fp16" else None
+    autocast = (contextlib.nullcontext if knobs.amp == "off" else partial(
+        torch.autocast, device.type, dtype=torch.float16 if knobs.amp == "fp16" else torch.bfloat16))
+    model.train()
+    return Training(workload, knobs, model, step_model, optimizer, scaler, autocast)
+
+
+def cycle(loader: DataLoader) -> Iterator:
+    """Batches forever, epoch after epoch, as a training loop sees them: without persistent
+    workers each epoch starts its workers again. Closing the generator shuts workers down."""
+    iterator = None
+    try:
+        while True:
+            iterator = iter(loader)  # with persistent_workers, the same iterator reset
+            yield from iterator
+    finally:
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+
+
+def to_channels_last(t: torch.Tensor) -> torch.Tensor:
+    if t.dim() == 4:
+        return t.contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.contiguous(memory_format=torch.channels_last_3d)
+    return t
+
+
+def move_batch(batch: Any, device: torch.device, knobs: Knobs) -> Any:
+    """Move every tensor of a (nested) batch; 4-D/5-D float inputs get channels_last(_3d)."""
+    if isinstance(batch, torch.Tensor):
+        t = batch.to(device, non_blocking=knobs.non_blocking)
+        return to_channels_last(t) if knobs.channels_last and t.is_floating_point() else t
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_batch(b, device, knobs) for b in batch)
+    if isinstance(batch, dict):
+        return {k: move_batch(v, device, knobs) for k, v in batch.items()}
+    return batch
+
+
+def set_global_flags(knobs: Knobs, device: torch.device) -> Callable[[], None]:
+    """Apply process-wide torch flags for this trial; return a function restoring them (a Ray
+    actor may run the next trial in the same process)."""
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.allow_tf32)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = knobs.cudnn_benchmark
+        torch.backends.cuda.matmul.allow_tf32 = knobs.tf32
+        torch.backends.cudnn.allow_tf32 = knobs.tf32
+
+    def restore() -> None:
+        (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+         torch.backends.cudnn.allow_tf32) = saved
+
+    return restore

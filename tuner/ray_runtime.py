@@ -1,0 +1,125 @@
+"""Ray in the driver: start or connect, the resources a trial asks for, and facts about the
+cluster (its device, CPUs per node, accelerator types, the hardware key of its workers)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from tuner.errors import TunerError
+from tuner.settings import DEVICES
+
+# Quiet Ray: our own progress lines replace its tables (notes section 8).
+_RAY_ENV = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
+            "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_DEDUP_LOGS": "0",
+            "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000",
+            # Ctrl-C raises KeyboardInterrupt in the driver (RunInterrupted): finished trials
+            # are already in the leaderboard and --resume continues from them.
+            "TUNE_DISABLE_SIGINT_HANDLER": "1"}
+
+
+class TrialResources:
+    """Per-trial resource request (picklable; Ray Tune may checkpoint it): CPUs =
+    num_workers + 1 capped at ``max_cpus``, ``gpus_per_trial`` GPUs, and a sliver of
+    ``accelerator_type:<T>`` to pin the trial to nodes of that type (notes section 7)."""
+
+    def __init__(self, gpus_per_trial: int, max_cpus: int, accelerator_type: str | None = None):
+        self.gpus_per_trial = gpus_per_trial
+        self.max_cpus = max_cpus
+        self.accelerator_type = accelerator_type
+
+    def __call__(self, config: dict) -> dict:
+        config = {**config, **config.get("fixed", {})}
+        cpus = min(int(config.get("num_workers", 0)) + 1, self.max_cpus)
+        request = {"cpu": cpus, "gpu": self.gpus_per_trial}
+        if self.accelerator_type is not None:
+            request[f"accelerator_type:{self.accelerator_type}"] = 0.001
+        return request
+
+
+def accelerator_types() -> list[str]:
+    """Accelerator types of the connected cluster's live nodes (Ray's ``accelerator_type:<T>``
+    resources), sorted."""
+    import ray
+    types = {key.split(":", 1)[1] for node in ray.nodes() if node.get("Alive")
+             for key in node["Resources"] if key.startswith("accelerator_type:")}
+    return sorted(types)
+
+
+def hardware_key_task(device: str) -> str:
+    import torch
+    from tuner.hardware import fingerprint
+    return fingerprint(torch.device(device))["hardware_key"]
+
+
+def hardware_key(plan) -> str:
+    """Hardware key of the machines the trials run on (on a cluster: a GPU worker's)."""
+    if plan.options.address is None:
+        return hardware_key_task(plan.device)
+    import ray
+    resources = ({f"accelerator_type:{plan.accelerator_type}": 0.001}
+                 if plan.accelerator_type else {})
+    task = ray.remote(hardware_key_task).options(
+        num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0, resources=resources)
+    key = ray.get(task.remote(plan.device))
+    return f"{key}@{plan.accelerator_type}" if plan.accelerator_type else key
+
+
+def cluster_resources(device: str) -> tuple[str, int, int]:
+    """(device, GPUs, CPUs of the smallest node that runs trials) of the connected cluster."""
+    import ray
+    if device not in DEVICES:
+        raise TunerError(f"--device {device!r}: accepted values are {', '.join(DEVICES)}")
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    gpus = int(sum(n.get("GPU", 0) for n in nodes))
+    if device == "cuda" and gpus == 0:
+        raise TunerError("--device cuda: the Ray cluster has no GPU resources")
+    device = device if device != "auto" else ("cuda" if gpus else "cpu")
+    workers = [n for n in nodes if n.get("GPU", 0) > 0] if device == "cuda" else nodes
+    cpus = int(min((n.get("CPU", 1) for n in workers), default=1)) or 1
+    return device, (gpus if device == "cuda" else 0), cpus
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not after Ray's minutes of retries, when nothing listens at a
+    HOST:PORT or ray://HOST:PORT address ('auto' is left to Ray, which fails fast)."""
+    import socket
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise TunerError(f"--address {address}: cannot reach a Ray cluster there "
+                         f"({exc.strerror or exc}); check the address, or start one with "
+                         "`ray start --head`") from None
+
+
+def ray_init(address: str | None, device: str) -> bool:
+    """Start (or connect to) Ray. Returns True when this call started it (and must stop it)."""
+    import ray
+    if ray.is_initialized():
+        return False
+    for key, value in _RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    # Workers must import the same modules as the driver (a user's workload by import path).
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    cwd = os.getcwd()
+    pythonpath = os.pathsep.join(dict.fromkeys([cwd, *paths]))
+    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
+    if address is None:
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.WARNING, configure_logging=True,
+                 runtime_env=runtime_env)
+    else:
+        _check_reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
+                     runtime_env=runtime_env)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise TunerError(f"--address {address}: cannot connect to a Ray cluster ({exc})") from None
+    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
+    logging.getLogger("ray.train").setLevel(logging.CRITICAL)
+    return True
