@@ -63,8 +63,8 @@ from pathlib import Path
 
 from repeatability import TUNER_THREADS, measure_once  # bench/, this script's directory
 from tuner.settings import TrialSettings
-from tuner.knobs import Knobs
-from tuner.space import WORKER_KNOBS, Choices, IntRange, Space, load_space
+from tuner.knobs import WORKER_KNOBS, Knobs
+from tuner.space import Choices, IntRange, Space, load_space
 from tuner.workload import Workload, default_cache_dir, resolve
 
 DEFAULT_SPACE = Path(__file__).with_name("ddpm-reduced.yaml")

@@ -158,3 +158,37 @@ def test_to_python_compiles_and_carries_the_dataloader_kwargs(knobs, device):
         assert "torch.compile" in src
     if knobs.fused_optimizer:
         assert "fused=True" in src
+
+
+def test_every_knob_carries_its_facts_and_every_table_is_derived_from_them():
+    import pyarrow as pa
+    from dataclasses import fields
+    from tuner import knobs as k, leaderboard
+    arrow = {"int": pa.int32(), "bool": pa.bool_(), "choice": pa.string()}
+    for f in fields(Knobs):
+        info = f.metadata.get("knob")
+        assert isinstance(info, k.KnobInfo), f"Knobs.{f.name} has no KnobInfo metadata"
+        assert leaderboard.SCHEMA.field(f.name).type == arrow[info.kind]
+    assert set(k.WORKER_KNOBS) == {n for n, i in k.KNOB_INFO.items() if i.needs_workers}
+    assert "amp" in k.CHOICE_KNOBS and k.CHOICE_KNOBS["amp"] == k.AMP_MODES
+    shorts = [i.short for i in k.KNOB_INFO.values()]
+    assert len(set(shorts)) == len(shorts), "two knobs share a short name in knob_text"
+
+
+def test_knob_text_names_every_knob_set_away_from_its_default():
+    from tuner.knobs import knob_text
+    every = Knobs(batch_size=32, grad_accum=2, num_workers=2, prefetch_factor=4, pin_memory=True,
+                  persistent_workers=True, non_blocking=True, amp="bf16", channels_last=True,
+                  compile="default", cudnn_benchmark=True, tf32=True, fused_optimizer=True)
+    assert knob_text(every.to_dict()) == ("bs=32 acc=2 nw=2 pf=4 pin pw nb amp=bf16 cl "
+                                          "compile=default cudnn tf32 fused")
+    assert knob_text(Knobs(batch_size=8).to_dict()) == "bs=8 nw=0"  # workers are always shown
+
+
+def test_cpu_clamp_follows_the_knob_table():
+    every = Knobs(batch_size=8, num_workers=1, pin_memory=True, non_blocking=True, amp="fp16",
+                  compile="reduce-overhead", cudnn_benchmark=True, tf32=True)
+    applied, notes = every.clamp("cpu")
+    assert applied == Knobs(batch_size=8, num_workers=1, amp="off", compile="default")
+    assert len(notes) == 6 and "amp: fp16 -> off (cpu)" in notes
+    assert Knobs(batch_size=8, amp="bf16").clamp("cpu") == (Knobs(batch_size=8, amp="bf16"), [])

@@ -1,8 +1,9 @@
 """Knobs: the performance settings one trial applies.
 
 A knob changes how fast a training job runs, never what it learns (with the exception of
-``batch_size`` without ``grad_accum``, which the user opts into). Knobs are applied by the
-harness (``tuner.harness``), never by a workload.
+``batch_size`` without ``grad_accum``, which the user opts into). Knobs are applied by
+``tuner.apply``, never by a workload. Every fact about a knob is the ``KnobInfo`` metadata of
+its ``Knobs`` field; the tables other modules use are derived from it at the end of this file.
 
 Sources for the knob list: the five tuning reports in ``shared/reports`` (DataLoader settings,
 AMP, ``channels_last``, ``torch.compile``, cuDNN benchmark, TF32, fused AdamW).
@@ -11,11 +12,45 @@ AMP, ``channels_last``, ``torch.compile``, cuDNN benchmark, TF32, fused AdamW).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 AMP_MODES = ("off", "fp16", "bf16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+
+MEMORY_KINDS = ("device", "host", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnobInfo:
+    """Everything the rest of tuner needs to know about one knob, kept as the metadata of its
+    ``Knobs`` field: the search space, the searcher, the leaderboard and ``knob_text`` derive
+    their tables from it, so adding a knob is a change here and in ``tuner.apply``."""
+
+    short: str
+    """Abbreviation in ``knob_text`` ('bs=32 nw=2 pw')."""
+    kind: str
+    """'int', 'bool' or 'choice' (a string from ``choices``); decides the leaderboard's Arrow
+    type and how a search-space YAML may give it (a low/high range needs 'int')."""
+    memory: str
+    """What a larger or different value changes: 'device' memory (activations, weights,
+    optimizer state), 'host' memory (DataLoader workers and their buffers), or 'none'."""
+    choices: tuple = ()
+    """Accepted values of a 'choice' knob."""
+    cuda_only: bool = False
+    """The knob does nothing off CUDA: False on CPU (clamped, and not sampled there)."""
+    cpu_values: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Values only CUDA honours, and what each becomes on CPU."""
+    needs_workers: bool = False
+    """Only meaningful with ``num_workers > 0`` (not sampled, and None/false, without)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("int", "bool", "choice") or self.memory not in MEMORY_KINDS:
+            raise ValueError(f"KnobInfo kind={self.kind!r} memory={self.memory!r}")
+
+
+def _knob(**info: Any) -> dict:
+    return {"knob": KnobInfo(**info)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,46 +63,57 @@ class Knobs:
             names the knob, the value and what is accepted.
     """
 
-    batch_size: int
+    batch_size: int = field(metadata=_knob(short="bs", kind="int", memory="device"))
     """Micro-batch size: samples per forward/backward pass (DataLoader ``batch_size``), >= 1."""
-    grad_accum: int = 1
-    """Micro-batches accumulated per optimizer step; global batch = batch_size x grad_accum."""
-    num_workers: int = 0
+    grad_accum: int = field(default=1, metadata=_knob(short="acc", kind="int", memory="none"))
+    """Micro-batches accumulated per optimizer step; global batch = batch_size x grad_accum.
+    Micro-batches run one after the other, so it changes no memory."""
+    num_workers: int = field(default=0, metadata=_knob(short="nw", kind="int", memory="host"))
     """DataLoader worker processes, >= 0 (0 loads in the training process)."""
-    prefetch_factor: int | None = None
+    prefetch_factor: int | None = field(default=None, metadata=_knob(
+        short="pf", kind="int", memory="host", needs_workers=True))
     """Batches each worker loads ahead, 1..64; only with num_workers > 0 (None -> torch's 2)."""
-    pin_memory: bool = False
+    pin_memory: bool = field(default=False, metadata=_knob(
+        short="pin", kind="bool", memory="host", cuda_only=True))
     """DataLoader pins host batches in page-locked memory (CUDA only)."""
-    persistent_workers: bool = False
+    persistent_workers: bool = field(default=False, metadata=_knob(
+        short="pw", kind="bool", memory="host", needs_workers=True))
     """Keep workers alive across epochs; only with num_workers > 0."""
-    non_blocking: bool = False
+    non_blocking: bool = field(default=False, metadata=_knob(
+        short="nb", kind="bool", memory="host", cuda_only=True))
     """Host-to-device copies with ``non_blocking=True`` (CUDA only; pairs with pin_memory)."""
-    amp: str = "off"
+    amp: str = field(default="off", metadata=_knob(
+        short="amp", kind="choice", memory="device", choices=AMP_MODES,
+        cpu_values={"fp16": "off"}))  # fp16 autocast on CPU is emulated, slower than fp32
     """Automatic mixed precision: 'off', 'fp16' (autocast + GradScaler) or 'bf16' (autocast)."""
-    channels_last: bool = False
+    channels_last: bool = field(default=False, metadata=_knob(
+        short="cl", kind="bool", memory="device"))
     """Model and 4-D/5-D inputs in channels_last / channels_last_3d memory format."""
-    compile: str = "off"
+    compile: str = field(default="off", metadata=_knob(
+        short="compile", kind="choice", memory="device", choices=COMPILE_MODES,
+        cpu_values={"reduce-overhead": "default"}))  # reduce-overhead means CUDA graphs
     """torch.compile mode: 'off', 'default', 'reduce-overhead' or 'max-autotune'."""
-    cudnn_benchmark: bool = False
+    cudnn_benchmark: bool = field(default=False, metadata=_knob(
+        short="cudnn", kind="bool", memory="device", cuda_only=True))
     """``torch.backends.cudnn.benchmark`` (cuDNN autotuning of convolution algorithms)."""
-    tf32: bool = False
+    tf32: bool = field(default=False, metadata=_knob(
+        short="tf32", kind="bool", memory="none", cuda_only=True))
     """TF32 for matmuls and cuDNN convolutions (Ampere or newer GPUs)."""
-    fused_optimizer: bool = False
+    fused_optimizer: bool = field(default=False, metadata=_knob(
+        short="fused", kind="bool", memory="device"))
     """AdamW/Adam with ``fused=True``."""
 
     def __post_init__(self) -> None:
         _check_int("batch_size", self.batch_size, 1)
         _check_int("grad_accum", self.grad_accum, 1)
         _check_int("num_workers", self.num_workers, 0)
-        for name in ("pin_memory", "persistent_workers", "non_blocking", "channels_last",
-                     "cudnn_benchmark", "tf32", "fused_optimizer"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"knob {name}={getattr(self, name)!r}: expected true or false")
-        if self.amp not in AMP_MODES:
-            raise ValueError(f"knob amp={self.amp!r}: accepted values are {', '.join(AMP_MODES)}")
-        if self.compile not in COMPILE_MODES:
-            raise ValueError(
-                f"knob compile={self.compile!r}: accepted values are {', '.join(COMPILE_MODES)}")
+        for name, info in KNOB_INFO.items():
+            value = getattr(self, name)
+            if info.kind == "bool" and not isinstance(value, bool):
+                raise ValueError(f"knob {name}={value!r}: expected true or false")
+            if info.kind == "choice" and value not in info.choices:
+                raise ValueError(f"knob {name}={value!r}: accepted values are "
+                                 f"{', '.join(info.choices)}")
         if self.num_workers == 0:
             if self.prefetch_factor is not None:
                 raise ValueError(
@@ -118,14 +164,12 @@ class Knobs:
         """
         changes: dict[str, Any] = {}
         if device_type == "cpu":
-            # CUDA-only mechanisms: pinned memory, async copies, cuDNN, TF32, CUDA graphs.
-            for name in ("pin_memory", "non_blocking", "cudnn_benchmark", "tf32"):
-                if getattr(self, name):
+            for name, info in KNOB_INFO.items():  # KnobInfo.cuda_only / cpu_values say what
+                value = getattr(self, name)
+                if info.cuda_only and value:
                     changes[name] = False
-            if self.amp == "fp16":
-                changes["amp"] = "off"  # fp16 autocast on CPU is emulated and slower than fp32
-            if self.compile == "reduce-overhead":
-                changes["compile"] = "default"  # reduce-overhead means CUDA graphs
+                elif isinstance(value, str) and value in info.cpu_values:
+                    changes[name] = info.cpu_values[value]
         elif device_type == "cuda":
             if self.amp == "bf16" and not bf16_supported:
                 changes["amp"] = "fp16"
@@ -193,11 +237,6 @@ class Knobs:
         return "\n".join(lines) + "\n"
 
 
-KNOB_SHORT = {"batch_size": "bs", "grad_accum": "acc", "num_workers": "nw", "prefetch_factor": "pf",
-              "pin_memory": "pin", "persistent_workers": "pw", "non_blocking": "nb", "amp": "amp",
-              "channels_last": "cl", "compile": "compile", "cudnn_benchmark": "cudnn",
-              "tf32": "tf32", "fused_optimizer": "fused"}
-"""Short names used by ``knob_text`` (tables, progress lines)."""
 
 
 def knob_text(row: dict) -> str:
@@ -207,7 +246,8 @@ def knob_text(row: dict) -> str:
         v = row.get(name)
         if v is None or v is False or v == "off" or (name == "grad_accum" and v == 1):
             continue
-        parts.append(KNOB_SHORT[name] if v is True else f"{KNOB_SHORT[name]}={v}")
+        short = KNOB_INFO[name].short
+        parts.append(short if v is True else f"{short}={v}")
     return " ".join(parts)
 
 
@@ -223,4 +263,18 @@ def _fmt(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-KNOB_FIELDS = {f.name: f for f in fields(Knobs)}
+KNOB_INFO: dict[str, KnobInfo] = {f.name: f.metadata["knob"] for f in fields(Knobs)}
+"""Each knob's ``KnobInfo``, in declaration order."""
+
+WORKER_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.needs_workers)
+"""Knobs only meaningful with DataLoader workers."""
+CUDA_ONLY_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.cuda_only)
+"""Knobs that do nothing off CUDA: not sampled on CPU (``Knobs.clamp`` turns them off)."""
+CUDA_ONLY_VALUES = {n: tuple(i.cpu_values) for n, i in KNOB_INFO.items() if i.cpu_values}
+"""Values only CUDA honours, per knob: not sampled on CPU."""
+CHOICE_KNOBS = {n: i.choices for n, i in KNOB_INFO.items() if i.kind == "choice"}
+"""String knobs and their accepted values."""
+HOST_MEMORY_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.memory == "host")
+"""Knobs that change host memory (the DataLoader's workers and buffers), not device memory."""
+NO_MEMORY_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.memory == "none")
+"""Knobs that change no memory."""

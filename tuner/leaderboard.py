@@ -30,14 +30,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tuner.errors import TunerError
-from tuner.knobs import Knobs
+from tuner.knobs import KNOB_INFO, Knobs
 
 SCHEMA_VERSION = 2
 """2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). Files of
 version 1 read with it null."""
 
-_KNOB_TYPES = {"batch_size": pa.int32(), "grad_accum": pa.int32(), "num_workers": pa.int32(),
-               "prefetch_factor": pa.int32(), "amp": pa.string(), "compile": pa.string()}
+_KNOB_ARROW_TYPES = {"int": pa.int32(), "bool": pa.bool_(), "choice": pa.string()}
+"""Arrow type of a knob column, by ``KnobInfo.kind``."""
 
 SCHEMA = pa.schema(
     [
@@ -81,7 +81,7 @@ SCHEMA = pa.schema(
         ("global_batch_size", pa.int64()),
         ("accelerator_type", pa.string()),  # Ray accelerator type a trial was pinned to
     ]
-    + [(name, _KNOB_TYPES.get(name, pa.bool_())) for name in Knobs.names()]
+    + [(name, _KNOB_ARROW_TYPES[info.kind]) for name, info in KNOB_INFO.items()]
     + [
         ("clamped", pa.string()),
         ("trial_cpus", pa.float64()),

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 from tuner import leaderboard
 from tuner.errors import TunerError
-from tuner.knobs import Knobs
+from tuner.knobs import HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
 from tuner.plan import Plan
 from tuner.settings import SAMPLERS, device_limit_mb
 
@@ -46,12 +46,6 @@ RANDOM_ATTEMPTS = 32
 """Random draws looking for an unknown configuration (``KnownInfeasible.risky`` ones not taken)
 before the best configuration is measured again instead."""
 
-DATALOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
-                    "non_blocking")
-"""Knobs that change host memory (the DataLoader's workers and buffers), not device memory."""
-
-NO_MEMORY_KNOBS = ("tf32", "grad_accum")
-"""Knobs that change no memory (grad_accum: micro-batches run one after the other)."""
 
 
 def _worst(plan: "Plan") -> float:
@@ -111,7 +105,7 @@ class KnownInfeasible:
     """Configurations known not to fit, from trials that did not: memory grows with the
     micro-batch, so a trial out of memory at batch B implies the same at every batch >= B whose
     memory-relevant knobs are equal. Device memory does not depend on the DataLoader's knobs
-    (``DATALOADER_KNOBS``); host memory does, and on the CPU device (whose memory is the host's)
+    (``HOST_MEMORY_KNOBS``); host memory does, and on the CPU device (whose memory is the host's)
     every knob counts. Knobs are compared as the sampler records them (Optuna params)."""
 
     def __init__(self) -> None:
@@ -121,7 +115,7 @@ class KnownInfeasible:
     def _key(params: Mapping[str, Any], memory: str) -> tuple:
         ignored = {"batch_size", *NO_MEMORY_KNOBS}
         if memory == "device":
-            ignored.update(DATALOADER_KNOBS)
+            ignored.update(HOST_MEMORY_KNOBS)
         return memory, _params_key({k: v for k, v in params.items() if k not in ignored})
 
     def add(self, params: Mapping[str, Any], memory: str | None) -> None:

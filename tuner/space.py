@@ -14,15 +14,9 @@ from typing import Any, Mapping
 import yaml
 
 from tuner.errors import SpaceError
-from tuner.knobs import AMP_MODES, COMPILE_MODES, KNOB_FIELDS, Knobs
-
-# Knobs only meaningful with DataLoader workers.
-WORKER_KNOBS = ("prefetch_factor", "persistent_workers")
-# Knobs (or values) that have no effect on CPU: not sampled there (Knobs.clamp documents why).
-CUDA_ONLY_KNOBS = ("pin_memory", "non_blocking", "cudnn_benchmark", "tf32")
-CUDA_ONLY_VALUES = {"amp": ("fp16",), "compile": ("reduce-overhead",)}
-_STRING_KNOBS = {"amp": AMP_MODES, "compile": COMPILE_MODES}
-DEVICE_TYPES = ("cpu", "cuda")
+from tuner.knobs import (CHOICE_KNOBS, CUDA_ONLY_KNOBS, CUDA_ONLY_VALUES, KNOB_INFO, WORKER_KNOBS,
+                         Knobs)
+from tuner.settings import DEVICE_TYPES
 _TOP_KEYS = {"knobs", "description", *DEVICE_TYPES}
 
 
@@ -274,7 +268,7 @@ def _parse_knobs(section: dict, source: str, label: str) -> tuple[dict[str, Doma
     domains: dict[str, Domain] = {}
     constants: dict[str, Any] = {}
     for name, spec in section.items():
-        if name not in KNOB_FIELDS:
+        if name not in KNOB_INFO:
             raise SpaceError(f"search space {source}: unknown knob {name!r} under '{label}:'; "
                              f"accepted: {', '.join(Knobs.names())}")
         where = f"search space {source}: knob {name}"
@@ -303,8 +297,7 @@ def _parse_domain(name: str, spec: dict, where: str) -> Domain:
         raise SpaceError(f"{where}: a range is {{low: N, high: M[, log: true][, step: K]}} or "
                          f"{{choices: [...]}}, got {spec!r}")
     low, high, log, step = spec["low"], spec["high"], spec.get("log", False), spec.get("step", 1)
-    field_type = KNOB_FIELDS[name].type
-    if "int" not in str(field_type):
+    if KNOB_INFO[name].kind != "int":
         raise SpaceError(f"{where}: a low/high range needs an integer knob; use choices for it")
     for label, v in (("low", low), ("high", high), ("step", step)):
         if isinstance(v, bool) or not isinstance(v, int):
@@ -324,7 +317,7 @@ def _parse_domain(name: str, spec: dict, where: str) -> Domain:
 
 def _normalise(name: str, value: Any) -> Any:
     # YAML 1.1 reads a bare `off` as false; for the string knobs it means "off".
-    if name in _STRING_KNOBS and value is False:
+    if name in CHOICE_KNOBS and value is False:
         return "off"
     return value
 
