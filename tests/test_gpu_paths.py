@@ -74,13 +74,14 @@ def _proc(pid: int, used_mb: float | None):
     (None, H200_MB),                        # no limit: the card
 ])
 def test_device_limit_resolves_fraction_and_size_against_the_card(max_memory, expected):
-    assert settings.device_limit_mb(max_memory, H200_MB) == pytest.approx(expected)
+    limit = settings.MemoryLimit.parse(max_memory) if max_memory else None
+    assert settings.device_limit_mb(limit, H200_MB) == pytest.approx(expected)
 
 
 def test_device_limit_is_none_without_a_device_and_rejects_garbage():
-    assert settings.device_limit_mb("12GB", None) is None
+    assert settings.device_limit_mb(settings.MemoryLimit.parse("12GB"), None) is None
     with pytest.raises(ValueError, match="12 parsecs"):
-        settings.device_limit_mb("12 parsecs", H200_MB)
+        settings.MemoryLimit.parse("12 parsecs")
 
 
 def test_a_size_below_the_card_is_enforced_with_the_per_process_fraction(monkeypatch):
@@ -90,11 +91,11 @@ def test_a_size_below_the_card_is_enforced_with_the_per_process_fraction(monkeyp
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
                         lambda fraction, device: calls.append((fraction, device)))
     cuda0 = torch.device("cuda", 0)
-    limit = apply.apply_device_limit("24GiB", cuda0)
+    limit = apply.apply_device_limit(settings.MemoryLimit.parse("24GiB"), cuda0)
     assert limit == pytest.approx(24 * 1024.0)
     assert calls == [(pytest.approx(24 * 1024.0 / H200_MB), cuda0)]   # an H200 acts as 24 GiB
     calls.clear()
-    assert apply.apply_device_limit("12GB", torch.device("cpu")) is None
+    assert apply.apply_device_limit(settings.MemoryLimit.parse("12GB"), torch.device("cpu")) is None
     assert apply.apply_device_limit(None, cuda0) is None
     assert calls == []                                                  # nothing enforced
 

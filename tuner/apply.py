@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tuner.knobs import Knobs
-from tuner.settings import device_limit_mb
+from tuner.settings import MemoryLimit, device_limit_mb
 from tuner.workload import Workload
 
 
@@ -26,7 +26,7 @@ def repeat(items: list) -> Iterator:
         yield from items
 
 
-def apply_device_limit(max_memory: str | None, device: torch.device) -> float | None:
+def apply_device_limit(max_memory: MemoryLimit | None, device: torch.device) -> float | None:
     """Resolve the device memory limit to MB and enforce a size below the card's with the
     allocator's per-process memory fraction. None on CPU or without a limit."""
     if max_memory is None or device.type != "cuda":

@@ -15,8 +15,8 @@ from pathlib import Path
 from tuner import leaderboard
 from tuner.errors import DataError, TunerError
 from tuner.ray_runtime import cluster_resources, ray_init
-from tuner.settings import (MEASUREMENT_DEFAULTS, OBJECTIVES, SAMPLERS, RunOptions, TrialSettings,
-                            default_cache_dir, parse_memory)
+from tuner.settings import (MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
+                            default_cache_dir)
 from tuner.space import Space, load_space
 from tuner.workload import Workload, resolve
 
@@ -25,30 +25,8 @@ class Plan:
     """Everything resolved and validated before Ray starts (bad input fails here)."""
 
     def __init__(self, options: RunOptions):
-        if options.trials is not None and options.trials < 1:
-            raise TunerError(f"--trials {options.trials}: must be >= 1")
-        if options.time_budget_s is not None and options.time_budget_s <= 0:
-            raise TunerError(f"--time-budget {options.time_budget_s}: must be > 0 seconds")
-        if options.objective not in OBJECTIVES:
-            raise TunerError(f"--objective {options.objective!r}: accepted values are "
-                             f"{', '.join(OBJECTIVES)}")
-        if options.objective == "time-to-train" and not options.train_steps:
-            raise TunerError("--objective time-to-train needs --train-steps N (the length of "
-                             "your real training job, in optimizer steps)")
-        if options.train_steps is not None and options.train_steps < 1:
-            raise TunerError(f"--train-steps {options.train_steps}: must be >= 1")
-        if options.sampler not in SAMPLERS:
-            raise TunerError(f"--sampler {options.sampler!r}: accepted values are "
-                             f"{', '.join(SAMPLERS)}")
-        if options.probe not in ("auto", "on", "off"):
-            raise TunerError(f"--probe {options.probe!r}: accepted values are auto, on, off")
-        self.metric, self.mode = OBJECTIVES[options.objective]
+        self.metric, self.mode = options.metric, options.mode
         self.max_host_memory_mb = _host_limit_mb(options.max_host_memory)
-        if options.max_memory is not None:
-            try:
-                parse_memory(options.max_memory)
-            except ValueError as exc:
-                raise TunerError(f"--max-memory: {exc}") from None
         self.options = options
         self.workload: Workload = resolve(options.workload)
         self.space: Space = (load_space(options.space_file, is_file=True) if options.space_file
@@ -89,8 +67,6 @@ class Plan:
         self.device_space = self.space.for_device(self.device, max_workers=self.node_cpus,
                                                   max_batch=self.samples)
         if options.global_batch_size is not None:
-            if options.global_batch_size < 1:
-                raise TunerError(f"--global-batch-size {options.global_batch_size}: must be >= 1")
             self.device_space = self.device_space.with_global_batch(options.global_batch_size)
         self.references = [(name, self.device_space.fit_reference(knobs.clamp(self.device)[0]))
                            for name, knobs in self.workload.references.items()]
@@ -181,17 +157,12 @@ class Plan:
         return path
 
 
-def _host_limit_mb(text: str | None) -> float | None:
-    if text is None:
+def _host_limit_mb(limit: MemoryLimit | None) -> float | None:
+    """The host memory limit in MiB, a fraction resolved against this machine's RAM."""
+    if limit is None:
         return None
-    try:
-        fraction, mb = parse_memory(text)
-    except ValueError as exc:
-        raise TunerError(f"--max-host-memory: {exc}") from None
-    if fraction is not None:
-        import psutil
-        return fraction * psutil.virtual_memory().total / 2**20
-    return mb
+    import psutil
+    return limit.resolve_mib(psutil.virtual_memory().total / 2**20)
 
 
 def resolve_device(device: str) -> str:

@@ -34,7 +34,7 @@ from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
 from tuner.plan import Plan
-from tuner.settings import SAMPLERS, device_limit_mb
+from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
 
 OOM_VIOLATION = 1.0
 """Constraint value of an out-of-memory trial: over by an unknown amount."""
@@ -59,10 +59,13 @@ def _params_key(params: Mapping[str, Any]) -> tuple:
 
 @dataclass(frozen=True)
 class MemoryLimits:
-    """The memory a run's trials may use: ``max_memory`` as given (fraction or size, None: the
-    whole device) and the host limit in MB (None: the machine's RAM)."""
-    max_memory: str | None = None
+    """The memory a run's trials may use: ``max_memory`` (a fraction or a size, None: the whole
+    device; text is parsed once, here) and the host limit in MiB (None: the machine's RAM)."""
+    max_memory: MemoryLimit | None = None
     max_host_memory_mb: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_memory", MemoryLimit.coerce(self.max_memory))
 
     def device_mb(self, record: Mapping[str, Any]) -> float | None:
         """The device limit on the hardware ``record`` (a trial result or leaderboard row) ran

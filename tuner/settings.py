@@ -10,25 +10,37 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal, Mapping, get_args
 
-SCALES = ("seed", "tiny")
+from tuner.errors import TunerError
+
+Scale = Literal["seed", "tiny"]
+Device = Literal["auto", "cpu", "cuda"]
+DeviceType = Literal["cpu", "cuda"]
+Sampler = Literal["gp", "tpe", "random"]
+Objective = Literal["samples-per-sec", "time-to-train"]
+ProbeMode = Literal["auto", "on", "off"]
+
+SCALES: tuple[str, ...] = get_args(Scale)
 """``seed``: faithful to the source report. ``tiny``: same architecture, small enough for a
 2-core CPU test."""
 
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES: tuple[str, ...] = get_args(Device)
 """Accepted ``--device`` values; 'auto' is CUDA when torch sees a device, else CPU."""
 
-DEVICE_TYPES = ("cpu", "cuda")
+DEVICE_TYPES: tuple[str, ...] = get_args(DeviceType)
 """Device types a trial runs on (``TrialSettings.device``)."""
 
-PROBE_MODES = ("auto", "on", "off")
+PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
 """Accepted ``--probe`` values."""
 
-SAMPLERS = ("gp", "tpe", "random")
+SAMPLERS: tuple[str, ...] = get_args(Sampler)
 """Accepted ``--sampler`` values (built by ``tuner.searcher.make_sampler``)."""
 
 OBJECTIVES = {"samples-per-sec": ("samples_per_sec", "max"),
               "time-to-train": ("time_to_train_s", "min")}
+"""``--objective`` -> (leaderboard column, direction)."""
+assert tuple(OBJECTIVES) == get_args(Objective)
 
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
@@ -41,38 +53,80 @@ MEASUREMENT_DEFAULTS = {
 }
 
 
+@dataclass(frozen=True)
+class MemoryLimit:
+    """A memory limit as the user gave it, parsed once: a fraction of the memory there is, or
+    a size in MiB (2**20 bytes). Resolve it against a device or machine with ``resolve_mib``."""
+
+    fraction: float | None = None
+    """Fraction in (0, 1] of the device's (or machine's) memory; None when a size was given."""
+    mib: float | None = None
+    """Size in MiB; None when a fraction was given."""
+
+    @classmethod
+    def parse(cls, text: str) -> "MemoryLimit":
+        """'0.9' (a fraction) or a size: '12GB' (10**9 bytes), '12GiB' or '12g' (2**30),
+        '500MB', '500MiB'. Raises ValueError naming the text and the accepted forms."""
+        fraction, mib = parse_memory(text)
+        return cls(fraction=fraction, mib=mib)
+
+    @classmethod
+    def coerce(cls, value: "MemoryLimit | str | Mapping | None") -> "MemoryLimit | None":
+        """A limit from what a caller holds: itself, None, the text a user typed, or the dict
+        ``dataclasses.asdict`` made of it (Ray Tune configs carry settings as dicts)."""
+        if value is None or isinstance(value, MemoryLimit):
+            return value
+        if isinstance(value, Mapping):
+            return cls(**value)
+        return cls.parse(value)
+
+    def resolve_mib(self, total_mib: float) -> float:
+        """The limit in MiB on a device (or machine) of ``total_mib`` MiB; a size larger than
+        the total is the total."""
+        return self.fraction * total_mib if self.fraction is not None else min(self.mib, total_mib)
+
+    def __str__(self) -> str:
+        return f"{self.fraction:g}" if self.fraction is not None else f"{self.mib:,.0f} MiB"
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """What ``python -m tuner run`` was asked to do (the CLI's flags)."""
+    """What ``python -m tuner run`` was asked to do (the CLI's flags), validated on
+    construction.
+
+    Raises:
+        TunerError: a value out of range or not accepted; the message names the flag, the
+            value and what is accepted.
+    """
     workload: str
     space_file: str | None = None
     trials: int | None = None
     """Trials in all, references included; None: 12 on CPU, 40 on CUDA (or until time budget)."""
     time_budget_s: float | None = None
-    device: str = "auto"
-    scale: str | None = None
+    device: Device = "auto"
+    scale: Scale | None = None
     """None: 'seed' on CUDA, 'tiny' on CPU."""
     data: str | None = None
     results: str = "tuner-results"
     seed: int = 0
-    sampler: str = "gp"
+    sampler: Sampler = "gp"
     """Search sampler: 'gp' (Optuna's GPSampler), 'tpe' or 'random' (tuner.searcher)."""
     address: str | None = None
     windows: int | None = None
     window_s: float | None = None
     warmup_steps: int | None = None
-    objective: str = "samples-per-sec"
+    objective: Objective = "samples-per-sec"
     """'samples-per-sec' (steady-state throughput, max) or 'time-to-train' (predicted wall time
     of ``train_steps`` steps including setup, warm-up and compile, min)."""
     train_steps: int | None = None
-    max_memory: str | None = None
-    """Device memory limit: fraction ('0.9') or size ('12GB'), see TrialSettings.max_memory."""
-    max_host_memory: str | None = None
+    max_memory: MemoryLimit | None = None
+    """Device memory limit: fraction ('0.9') or size ('12GB'), see TrialSettings.max_memory.
+    Given as text or a MemoryLimit; held as a MemoryLimit."""
+    max_host_memory: MemoryLimit | None = None
     """Host memory limit per trial (process + DataLoader workers): size ('8GB') or fraction of
     this machine's RAM."""
     global_batch_size: int | None = None
-    probe: str = "auto"
+    probe: ProbeMode = "auto"
     """Memory probe before the search: 'auto' (on CUDA, or with --max-host-memory), 'on', 'off'."""
     confirm: int = 3
     """Re-measure this many of the best configurations with twice the windows; the winner is
@@ -88,15 +142,55 @@ class RunOptions:
     ceiling: bool = True
     """Measure the winner's compute-only ceiling (batches already on the device)."""
 
+    def __post_init__(self) -> None:
+        _check_choice("--device", self.device, DEVICES)
+        if self.scale is not None:
+            _check_choice("--scale", self.scale, SCALES)
+        _check_choice("--sampler", self.sampler, SAMPLERS)
+        _check_choice("--objective", self.objective, tuple(OBJECTIVES))
+        _check_choice("--probe", self.probe, PROBE_MODES)
+        for flag, value, low in (("--trials", self.trials, 1), ("--train-steps", self.train_steps, 1),
+                                 ("--global-batch-size", self.global_batch_size, 1),
+                                 ("--windows", self.windows, 1), ("--warmup-steps", self.warmup_steps, 1),
+                                 ("--confirm", self.confirm, 0)):
+            if value is not None and value < low:
+                raise TunerError(f"{flag} {value}: must be >= {low}")
+        for flag, value in (("--time-budget", self.time_budget_s), ("--window-s", self.window_s)):
+            if value is not None and value <= 0:
+                raise TunerError(f"{flag} {value}: must be > 0 seconds")
+        if self.objective == "time-to-train" and not self.train_steps:
+            raise TunerError("--objective time-to-train needs --train-steps N (the length of "
+                             "your real training job, in optimizer steps)")
+        for flag, name in (("--max-memory", "max_memory"), ("--max-host-memory", "max_host_memory")):
+            try:
+                object.__setattr__(self, name, MemoryLimit.coerce(getattr(self, name)))
+            except (ValueError, TypeError) as exc:
+                raise TunerError(f"{flag}: {exc}") from None
+
+    @property
+    def metric(self) -> str:
+        """The leaderboard column the objective reads ('samples_per_sec', 'time_to_train_s')."""
+        return OBJECTIVES[self.objective][0]
+
+    @property
+    def mode(self) -> str:
+        """'max' or 'min'."""
+        return OBJECTIVES[self.objective][1]
+
+
+def _check_choice(flag: str, value: Any, accepted: tuple) -> None:
+    if value not in accepted:
+        raise TunerError(f"{flag} {value!r}: accepted values are {', '.join(accepted)}")
+
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrialSettings:
     """How one trial measures (the same for every trial of a run)."""
 
-    scale: str
+    scale: Scale
     """'seed' (faithful to the source report) or 'tiny' (CPU-test size)."""
-    device: str
+    device: DeviceType
     """'cpu' or 'cuda' (the GPU Ray assigned to the trial)."""
     data_dir: str
     """Dataset path given to ``Workload.build_dataset``."""
@@ -120,12 +214,12 @@ class TrialSettings:
     compute_only: bool = False
     """Compute-only ceiling: cycle a few batches already on the device instead of the
     DataLoader (the throughput a perfect input pipeline would give)."""
-    max_memory: str | None = None
+    max_memory: MemoryLimit | None = None
     """Device memory limit: a fraction ('0.9') or a size ('12GB'). A size below the card's is
     enforced with the allocator's per-process fraction, so a big card OOMs where a small one
     would; a trial whose peak (allocator + CUDA context) exceeds it ends ``over_limit``."""
     max_host_memory_mb: float | None = None
-    """Host memory limit for the trial process plus its DataLoader workers (peak RSS), MB; a
+    """Host memory limit for the trial process plus its DataLoader workers (peak PSS), MiB; a
     trial over it stops with status ``over_limit``."""
     train_steps: int | None = None
     """Steps of the user's real job, to predict ``time_to_train_s`` (setup, warm-up and
@@ -140,19 +234,19 @@ class TrialSettings:
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
             raise ValueError(f"scale {self.scale!r}: accepted values are {', '.join(SCALES)}")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device {self.device!r}: accepted values are cpu, cuda")
+        if self.device not in DEVICE_TYPES:
+            raise ValueError(f"device {self.device!r}: accepted values are {', '.join(DEVICE_TYPES)}")
         if self.warmup_steps < 1 or self.windows < 1 or self.window_s <= 0:
             raise ValueError("warmup_steps and windows must be >= 1 and window_s > 0, got "
                              f"{self.warmup_steps}, {self.windows}, {self.window_s}")
-        if self.max_memory is not None:
-            parse_memory(self.max_memory)
+        object.__setattr__(self, "max_memory", MemoryLimit.coerce(self.max_memory))
 
 
 
 def parse_memory(text: str) -> tuple[float | None, float | None]:
     """Parse a memory limit: a fraction of the device ('0.9') or a size ('12GB', '12GiB',
-    '500MB', '24g'). Returns (fraction, megabytes), one of them None.
+    '500MB', '24g'). Returns (fraction, MiB), one of them None. 'GB' and 'MB' are decimal
+    (10**9, 10**6 bytes); 'GiB', 'g', 'MiB' and 'm' binary (2**30, 2**20).
 
     Raises:
         ValueError: anything else; the message shows accepted forms.
@@ -171,20 +265,15 @@ def parse_memory(text: str) -> tuple[float | None, float | None]:
                      "such as 12GB, 12GiB or 500MB")
 
 
-def device_limit_mb(max_memory: str | None, total_mb: float | None) -> float | None:
-    """The device memory a trial may use, in MB: ``max_memory`` (see ``parse_memory``) resolved
-    against a device of ``total_mb`` MB (a size larger than the device is the device); the whole
-    device without a limit; None without a device (``total_mb`` None).
-
-    Raises:
-        ValueError: ``max_memory`` is malformed.
-    """
+def device_limit_mb(max_memory: MemoryLimit | None, total_mb: float | None) -> float | None:
+    """The device memory a trial may use, in MiB: ``max_memory`` resolved against a device of
+    ``total_mb`` MiB (a size larger than the device is the device); the whole device without a
+    limit; None without a device (``total_mb`` None)."""
     if total_mb is None:
         return None
     if max_memory is None:
         return total_mb
-    fraction, mb = parse_memory(max_memory)
-    return fraction * total_mb if fraction is not None else min(mb, total_mb)
+    return max_memory.resolve_mib(total_mb)
 
 
 def default_cache_dir() -> Path:
