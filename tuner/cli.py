@@ -17,6 +17,7 @@ from rich.table import Table
 
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
+from tuner.settings import DEVICES, OBJECTIVES, PROBE_MODES, SAMPLERS, SCALES
 
 console = Console()
 err_console = Console(stderr=True)
@@ -51,15 +52,15 @@ def main() -> None:
               help="Trials in all, reference configurations included [default: 12 on CPU, 40 on CUDA].")
 @click.option("--time-budget", "time_budget", type=click.FloatRange(min=0, min_open=True),
               help="Stop starting trials after this many seconds.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--scale", type=click.Choice(["seed", "tiny"]),
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.option("--scale", type=click.Choice(SCALES),
               help="seed: the report's sizes; tiny: CPU-test sizes [default: seed on CUDA, tiny on CPU].")
 @click.option("--data", type=click.Path(), help="Your dataset (directory, or file for text workloads) "
               "[default: the workload's embedded data, written once to the cache].")
 @click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False),
               help="Results directory or URI (s3://…, file://…); the leaderboard is <results>/leaderboard/.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampler and of torch.")
-@click.option("--sampler", type=click.Choice(["gp", "tpe", "random"]),  # = tuner.plan.SAMPLERS
+@click.option("--sampler", type=click.Choice(SAMPLERS),
               default="gp", show_default=True,
               help="Search: gp (Gaussian-process Bayesian optimisation, best at small budgets), "
                    "tpe (Optuna's TPE) or random.")
@@ -69,7 +70,7 @@ def main() -> None:
               help="Seconds per measurement window.")
 @click.option("--warmup-steps", "warmup_steps", type=click.IntRange(min=1),
               help="Optimizer steps before measuring.")
-@click.option("--objective", type=click.Choice(["samples-per-sec", "time-to-train"]),
+@click.option("--objective", type=click.Choice(tuple(OBJECTIVES)),
               default="samples-per-sec", show_default=True,
               help="Steady-state throughput, or the predicted wall time of --train-steps steps "
                    "including setup, warm-up and compile.")
@@ -82,7 +83,7 @@ def main() -> None:
               help="Host memory limit per trial, process + DataLoader workers (8GB, or a fraction of RAM).")
 @click.option("--global-batch-size", "global_batch_size", type=click.IntRange(min=1),
               help="Keep batch_size x grad_accum at N: the search varies the micro-batch only.")
-@click.option("--probe", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+@click.option("--probe", type=click.Choice(PROBE_MODES), default="auto", show_default=True,
               help="Memory probe bounding the batch size before the search (auto: on CUDA or "
                    "with --max-host-memory).")
 @click.option("--confirm", type=click.IntRange(min=0), default=3, show_default=True,
@@ -344,8 +345,8 @@ def validate(workload: str, results: str, hardware: str | None, trial_id: str | 
 @click.option("--trial", "trial_id", help="Take the knobs of this leaderboard trial.")
 @click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False))
 @click.option("--hardware", help="Hardware key of the leaderboard rows to read.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--scale", type=click.Choice(["seed", "tiny"]), help="[default: seed on CUDA, tiny on CPU]")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.option("--scale", type=click.Choice(SCALES), help="[default: seed on CUDA, tiny on CPU]")
 @click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
               help="Synchronised steps timed per phase.")
