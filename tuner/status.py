@@ -1,0 +1,62 @@
+"""The vocabulary of results: how a trial ended (``Status``) and which phase of a run measured
+it (``Phase``). Torch-free: the driver, the leaderboard and the report share it.
+
+Both are ``str`` enums, so a member equals its text ('ok' == Status.OK) and is written to the
+leaderboard as that text.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _Text(str, Enum):
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Status(_Text):
+    """How a trial ended (Optuna's taxonomy: a failure keeps its message, never a zero)."""
+    OK = "ok"
+    """Measured: every window ran."""
+    OOM = "oom"
+    """Out of memory (``memory_exceeded`` says which: device or host)."""
+    OVER_LIMIT = "over_limit"
+    """Ran, but its peak memory went over ``--max-memory`` / ``--max-host-memory``."""
+    PRUNED = "pruned"
+    """Stopped early between windows; its partial measurement is kept."""
+    ERROR = "error"
+    """Anything else; the error and traceback are kept."""
+    RUNNING = "running"
+    """A window's interim report; never a leaderboard row's final status."""
+
+
+STATUSES = (Status.OK, Status.OOM, Status.OVER_LIMIT, Status.PRUNED, Status.ERROR)
+"""Final statuses, in the order tables list them."""
+
+MEASURED = (Status.OK, Status.PRUNED)
+"""Statuses whose row carries a throughput."""
+
+FAILED = (Status.OOM, Status.OVER_LIMIT, Status.ERROR)
+"""Statuses of a trial that did not measure."""
+
+TELLS_MEMORY = (Status.OK, Status.OOM, Status.OVER_LIMIT)
+"""Statuses that say whether a configuration fits (they seed the searcher's constraint)."""
+
+
+class Phase(_Text):
+    """Which phase of a run measured a row."""
+    SEARCH = "search"
+    """The search proper (references first, then the sampler)."""
+    REMEASURE = "remeasure"
+    """The best configurations and the references measured again, side by side."""
+    CEILING = "ceiling"
+    """The winner's compute-only ceiling (batches already on the device)."""
+
+
+def phase_of(row: dict) -> Phase:
+    """The phase of a leaderboard row; rows written before the column existed are search rows."""
+    return Phase(row.get("phase") or Phase.SEARCH)
