@@ -94,6 +94,22 @@ def test_oom_is_recorded_and_the_next_trial_still_runs(settings):
     assert after["samples_per_sec"] > 0
 
 
+def test_trial_threads_come_from_its_cpus_and_are_restored_also_after_a_failure(settings):
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        result = run_trial(regression, Knobs(batch_size=16), settings, cpus=2)
+        assert result["status"] == "ok", result.get("error")
+        assert result["torch_threads"] == 2                          # no workers: both CPUs
+        assert torch.get_num_threads() == 3
+        failed = run_trial(oom, Knobs(batch_size=32), settings, cpus=1)
+        assert (failed["status"], failed["torch_threads"]) == ("oom", 1)
+        assert failed["time_to_train_s"] is None
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_sample_failing_in_a_worker_is_an_error_naming_the_file(settings):
     result = run_trial(broken, Knobs(batch_size=4, num_workers=1), settings)
     assert result["status"] == "error"

@@ -15,7 +15,9 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader
 
+from tuner.failures import free_device_memory
 from tuner.knobs import Knobs
+from tuner.measure import release_host_memory
 from tuner.settings import MemoryLimit, device_limit_mb
 from tuner.workload import Workload
 
@@ -138,3 +140,41 @@ def set_global_flags(knobs: Knobs, device: torch.device) -> Callable[[], None]:
          torch.backends.cudnn.allow_tf32) = saved
 
     return restore
+
+
+@dataclass(frozen=True)
+class TrialState:
+    """What ``trial_state`` put in effect."""
+    limit_mb: float | None
+    """The device memory limit in MiB (None: no limit, or the CPU device)."""
+    threads: int
+    """Torch intra-op threads of this process."""
+
+
+@contextlib.contextmanager
+def trial_state(knobs: Knobs, device: torch.device, *, threads: int | None = None,
+                max_memory: MemoryLimit | None = None) -> Iterator[TrialState]:
+    """The process-wide state of one training run, set on enter and put back on exit (also
+    after an exception: a Ray actor may run the next trial in the same process).
+
+    Sets the knobs' global torch flags, ``threads`` intra-op threads on the CPU device (None:
+    leave torch's setting) and the device memory limit. On exit it releases the limit,
+    restores the flags and threads, resets the compiler caches when the knobs compiled, and
+    frees cached device memory and host heap memory. ``knobs`` must be clamped to the device.
+    """
+    restore_flags = set_global_flags(knobs, device)
+    saved_threads = torch.get_num_threads()
+    limit_mb = None
+    try:
+        if threads is not None and device.type == "cpu":
+            torch.set_num_threads(threads)
+        limit_mb = apply_device_limit(max_memory, device)
+        yield TrialState(limit_mb=limit_mb, threads=torch.get_num_threads())
+    finally:
+        release_device_limit(limit_mb, device)
+        restore_flags()
+        torch.set_num_threads(saved_threads)
+        if knobs.compile != "off":
+            torch.compiler.reset()
+        free_device_memory()
+        release_host_memory()

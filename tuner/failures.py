@@ -1,7 +1,7 @@
 """The failure taxonomy of a trial, and the one place that recognises out-of-memory.
 
-A trial ends ``ok``, ``oom``, ``over_limit``, ``pruned`` or ``error``. A failed trial keeps its
-message and traceback; it is never recorded as a throughput of zero.
+A trial ends as one of ``tuner.status.Status``; ``classify`` says which for a trial that raised.
+A failed trial keeps its message and traceback; it is never recorded as a throughput of zero.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import gc
 
 import torch
 
-STATUSES = ("ok", "oom", "over_limit", "pruned", "error")
+from tuner.measure import LimitExceeded
+from tuner.status import Status
 
 # Out-of-memory messages that do not arrive as torch.OutOfMemoryError. Each line says where
 # it comes from.
@@ -49,6 +50,24 @@ def is_worker_failure(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, RuntimeError) and (
         "DataLoader worker" in text or "dataloader's worker" in text.lower())
+
+
+def classify(exc: BaseException, device: torch.device) -> tuple[Status, str | None, str]:
+    """How a trial that raised ``exc`` on ``device`` ended: (status, memory_exceeded, error).
+
+    ``LimitExceeded`` is ``over_limit`` with the memory it names; an out-of-memory error
+    (``is_oom``) is ``oom`` with the memory ``oom_memory`` names; anything else is ``error``,
+    with memory None. The error text is ``Type: message``, prefixed with
+    "DataLoader worker failure: " when a DataLoader worker died (``is_worker_failure``).
+    """
+    if isinstance(exc, LimitExceeded):
+        status, memory = Status.OVER_LIMIT, exc.memory
+    elif is_oom(exc):
+        status, memory = Status.OOM, oom_memory(exc, device)
+    else:
+        status, memory = Status.ERROR, None
+    kind = "DataLoader worker failure: " if is_worker_failure(exc) else ""
+    return status, memory, f"{kind}{type(exc).__name__}: {exc}"
 
 
 def free_device_memory() -> None:

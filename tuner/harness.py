@@ -12,22 +12,23 @@ import datetime as dt
 import statistics
 import time
 import traceback
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils.data import DataLoader
 
 from tuner import __version__
-from tuner.failures import free_device_memory, is_oom, is_worker_failure, oom_memory
-from tuner.apply import (apply_device_limit, build_training, cycle, move_batch,
-                         release_device_limit, repeat, set_global_flags)
+from tuner.apply import Training, build_training, cycle, move_batch, repeat, trial_state
+from tuner.failures import classify
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, Stopwatch, Window,
-                           peak_device_memory_mb, release_host_memory, summarise, synchronize)
+                           peak_device_memory_mb, summarise, synchronize)
 from tuner.settings import PHASES, TrialSettings, default_cache_dir
+from tuner.status import Status
 from tuner.workload import Workload
 
 Report = Callable[[dict], None]
@@ -85,91 +86,113 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
             ``training_threads(num_workers, cpus)`` torch threads (None: leave torch's setting).
 
     Returns:
-        A dict with ``status`` ('ok', 'oom' or 'error'), the knobs applied, ``clamped`` notes,
-        ``samples_per_sec`` (median over windows; 0.0 unless ok, because Ray Tune requires the
-        metric: the status says what it means), spread, step time p50/p95 (ms), ``warmup_s``,
-        ``first_step_s``, peak device/host memory (MB), hardware and versions.
+        A dict with ``status`` ('ok', 'oom', 'over_limit' or 'error'), the knobs applied,
+        ``clamped`` notes, ``samples_per_sec`` (median over windows; 0.0 unless ok, because Ray
+        Tune requires the metric: the status says what it means), spread, step time p50/p95
+        (ms), ``warmup_s``, ``first_step_s``, peak device/host memory (MB), hardware and versions.
         Failures are caught and returned, never raised: the run goes on.
     """
     report = report or (lambda result: None)
     device = torch.device(settings.device)
     started_at = _now()
-    result: dict[str, Any] = {"status": "error", "error": None, "samples_per_sec": 0.0}
-    result.update(_environment(device))
-    if settings.accelerator_type is not None:
-        result["accelerator_type"] = settings.accelerator_type
-        result["hardware_key"] = f"{result['hardware_key']}@{settings.accelerator_type}"
+    result: dict[str, Any] = {"status": Status.ERROR, "error": None, "samples_per_sec": 0.0}
+    result.update(_environment(device, settings.accelerator_type))
     try:
-        if not isinstance(knobs, Knobs):
-            knobs = Knobs.from_dict(knobs, strict=False)
-        bf16 = device.type != "cuda" or torch.cuda.is_bf16_supported()
-        applied, clamped = knobs.clamp(device.type, bf16_supported=bf16)
+        applied, clamped = _clamp(knobs, device)
     except ValueError as exc:
         result.update(error=f"invalid knobs: {exc}", started_at=started_at, finished_at=_now())
         report(result)
         return result
-    result.update(applied.to_dict())
-    result["clamped"] = "; ".join(clamped) or None
+    result.update(applied.to_dict(), clamped="; ".join(clamped) or None)
     units = workload.units_per_sample(settings.scale)
+    # The compute-only ceiling runs no DataLoader workers: all of the trial's CPUs train.
+    workers = 0 if settings.compute_only else applied.num_workers
+    threads = None if cpus is None else training_threads(workers, cpus)
 
-    def on_window(partial_result: dict) -> None:
-        report({**result, **partial_result, "status": "running"})
+    def on_window(window: dict) -> None:
+        report({**result, **window, "status": Status.RUNNING})
 
-    restore = set_global_flags(applied, device)
-    threads = torch.get_num_threads()
-    if cpus is not None and device.type == "cpu":
-        # The compute-only ceiling runs no DataLoader workers: all of the trial's CPUs train.
-        workers = 0 if settings.compute_only else applied.num_workers
-        torch.set_num_threads(training_threads(workers, cpus))
-    result["torch_threads"] = torch.get_num_threads()
-    limit_mb = apply_device_limit(settings.max_memory, device)
-    result["max_memory_mb"] = limit_mb
-    result["max_host_memory_mb"] = settings.max_host_memory_mb
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
-    try:
-        with sampler:
-            measured = _measure(workload, applied, settings, device, on_window, sampler)
-        result.update(measured, status="ok")
-        for unit, per_sample in units.items():
-            result[f"{unit}_per_sec"] = measured["samples_per_sec"] * per_sample
-        peak = measured["peak_device_memory_mb"]
-        if limit_mb is not None and peak is not None and peak > limit_mb:
-            raise LimitExceeded(f"peak device memory {peak:,.0f} MB (allocator + CUDA context) "
-                                f"is over the limit of {limit_mb:,.0f} MB", "device")
-        if settings.max_host_memory_mb is not None and sampler.peak_mb > settings.max_host_memory_mb:
-            raise LimitExceeded(f"peak host memory {sampler.peak_mb:,.0f} MB (process + workers) "
-                                f"is over the limit of {settings.max_host_memory_mb:,.0f} MB", "host")
-    except Exception as exc:  # recorded with its traceback and status; the run goes on
-        if isinstance(exc, LimitExceeded):
-            result["status"] = "over_limit"
-            result["memory_exceeded"] = exc.memory
-        else:
-            result["status"] = "oom" if is_oom(exc) else "error"
-            if result["status"] == "oom":
-                result["memory_exceeded"] = oom_memory(exc, device)
-        kind = "DataLoader worker failure: " if is_worker_failure(exc) else ""
-        result["error"] = f"{kind}{type(exc).__name__}: {exc}"
-        result["traceback"] = traceback.format_exc(limit=20)
-        result["samples_per_sec"] = 0.0
-    finally:
-        release_device_limit(limit_mb, device)
-        restore()
-        torch.set_num_threads(threads)
-        if applied.compile != "off":
-            torch._dynamo.reset()
-        free_device_memory()
-        release_host_memory()
-    result["peak_host_memory_mb"] = sampler.peak_mb
-    if result["status"] != "ok":
-        result["time_to_train_s"] = None
-    result["started_at"], result["finished_at"] = started_at, _now()
+    with trial_state(applied, device, threads=threads, max_memory=settings.max_memory) as state:
+        result.update(torch_threads=state.threads, max_memory_mb=state.limit_mb,
+                      max_host_memory_mb=settings.max_host_memory_mb)
+        try:  # caught inside trial_state, so that the failure's frames are freed on its exit
+            with sampler:
+                measured = _measure(workload, applied, settings, device, sampler, on_window)
+            result.update(measured, status=Status.OK)
+            result.update({f"{unit}_per_sec": measured["samples_per_sec"] * per_sample
+                           for unit, per_sample in units.items()})
+            _check_limits(measured["peak_device_memory_mb"], state.limit_mb, sampler)
+        except Exception as exc:  # recorded with its traceback and status; the run goes on
+            status, memory, error = classify(exc, device)
+            result.update(status=status, error=error, traceback=traceback.format_exc(limit=20),
+                          samples_per_sec=0.0, time_to_train_s=None)
+            if memory is not None:  # oom and over_limit say which memory ran out
+                result["memory_exceeded"] = memory
+    result.update(peak_host_memory_mb=sampler.peak_mb, started_at=started_at, finished_at=_now())
     report(result)
     return result
 
 
+def _clamp(knobs: Knobs | dict, device: torch.device) -> tuple[Knobs, list[str]]:
+    """The knobs as applied on ``device`` and the clamping notes. Raises ValueError."""
+    if not isinstance(knobs, Knobs):
+        knobs = Knobs.from_dict(knobs, strict=False)
+    bf16 = device.type != "cuda" or torch.cuda.is_bf16_supported()
+    return knobs.clamp(device.type, bf16_supported=bf16)
+
+
+def _check_limits(peak_device_mb: float | None, limit_mb: float | None,
+                  sampler: HostMemorySampler) -> None:
+    """Raise LimitExceeded when the trial's peak device or host memory went over its limit."""
+    if limit_mb is not None and peak_device_mb is not None and peak_device_mb > limit_mb:
+        raise LimitExceeded(f"peak device memory {peak_device_mb:,.0f} MB (allocator + CUDA "
+                            f"context) is over the limit of {limit_mb:,.0f} MB", "device")
+    if sampler.limit_mb is not None and sampler.peak_mb > sampler.limit_mb:
+        raise LimitExceeded(f"peak host memory {sampler.peak_mb:,.0f} MB (process + workers) "
+                            f"is over the limit of {sampler.limit_mb:,.0f} MB", "host")
+
+
 def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
-             on_window: Report, sampler: HostMemorySampler) -> dict:
-    """Build everything, warm up, measure windows, time the phases. Raises on any failure."""
+             sampler: HostMemorySampler, on_window: Report) -> dict:
+    """Build, warm up, measure windows, time the phases. Raises on any failure."""
+    stepper, setup_s = _build(workload, knobs, settings, device, sampler)
+    try:
+        # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
+        clock = Stopwatch()
+        stepper.step()
+        synchronize(device)
+        first_step_s = clock.elapsed()
+        for _ in range(settings.warmup_steps - 1):
+            stepper.step()
+        steady, probes = _settle(stepper.step, device, settings)
+        synchronize(device)
+        warmup_s = clock.elapsed()
+        if not torch.isfinite(stepper.loss):
+            raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
+
+        time_to_train = partial(_time_to_train, settings, setup_s, warmup_s)
+        with GpuTelemetry(device) as telemetry:
+            windows = _windows(stepper.step, device, settings, on_window, time_to_train)
+        out = summarise(windows)
+        out.update(setup_s=setup_s, warmup_s=warmup_s, first_step_s=first_step_s,
+                   steady_state=steady, steady_probes=probes,
+                   peak_device_memory_mb=peak_device_memory_mb(device),
+                   gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
+                   final_loss=float(stepper.loss.detach().float().item()) * knobs.grad_accum)
+        out.update(_breakdown(stepper.step, device, settings.breakdown_steps))
+        if settings.train_steps is not None:
+            out["time_to_train_s"] = time_to_train(out["step_time_ms_p50"])
+        return out
+    finally:
+        stepper.batches.close()  # shuts DataLoader workers down, also after a failure
+
+
+def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
+           sampler: HostMemorySampler) -> tuple[Stepper, float]:
+    """Seed, dataset, DataLoader, model and optimizer, and the batch source: the DataLoader
+    cycled across epochs, or for the compute-only ceiling batches already on the device.
+    Returns the stepper and the set-up time, s."""
     setup = Stopwatch()
     torch.manual_seed(settings.seed)
     if device.type == "cuda":
@@ -185,89 +208,94 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                         **knobs.dataloader_kwargs())
     training = build_training(workload, knobs, settings.scale, device)
     if settings.compute_only:
-        # Batches already on the device, cycled: no loading, decoding or copying is measured.
-        source = cycle(loader)
-        try:
-            resident = [move_batch(next(source), device, knobs) for _ in range(4)]
-        finally:
-            source.close()  # workers are not needed any more
-        batches = repeat(resident)
-        move = lambda batch: batch  # noqa: E731  (already on the device)
+        batches, move = _resident(loader, device, knobs), _on_device
     else:
-        batches = cycle(loader)
-        move = partial(move_batch, device=device, knobs=knobs)
-    setup_s = setup.elapsed()
-    loss = None
+        batches, move = cycle(loader), partial(move_batch, device=device, knobs=knobs)
+    return Stepper(training, batches, move, sampler), setup.elapsed()
 
-    def train_step(timer: Callable[[str], None] | None = None) -> int:
-        """One optimizer step over grad_accum micro-batches; returns samples processed.
-        With ``timer``, synchronises after each phase and calls timer(phase)."""
-        nonlocal loss
-        mark = timer or (lambda phase: None)
+
+def _resident(loader: DataLoader, device: torch.device, knobs: Knobs) -> Iterator:
+    """Four batches moved to the device once, cycled: no loading, decoding or copying is
+    measured (the compute-only ceiling)."""
+    source = cycle(loader)
+    try:
+        resident = [move_batch(next(source), device, knobs) for _ in range(4)]
+    finally:
+        source.close()  # workers are not needed any more
+    return repeat(resident)
+
+
+def _on_device(batch: Any) -> Any:
+    """The move of resident batches: they are on the device already."""
+    return batch
+
+
+@dataclass
+class Stepper:
+    """Optimizer steps over a batch source: each step runs ``grad_accum`` micro-batches (next
+    batch, move it to the device, forward, backward), then the optimizer step."""
+    training: Training
+    batches: Iterator
+    """Batches forever: the DataLoader cycled across epochs, or resident batches."""
+    move: Callable[[Any], Any]
+    """Puts a batch from ``batches`` on the device."""
+    sampler: HostMemorySampler
+    """Checked after each step: a host memory limit ends the trial as soon as it is crossed."""
+    loss: torch.Tensor | None = None
+    """The last micro-batch's loss (scaled for gradient accumulation)."""
+
+    def step(self, timer: Callable[[str], None] | None = None) -> int:
+        """One optimizer step; returns the samples processed. With ``timer``, calls
+        timer(phase) at the end of each phase (``tuner.settings.PHASES``)."""
+        mark = timer or _no_timer
         samples = 0
-        for _ in range(knobs.grad_accum):
-            raw = next(batches)
+        for _ in range(self.training.knobs.grad_accum):
+            raw = next(self.batches)
             mark("data_wait")
-            batch = move(raw)
+            batch = self.move(raw)
             mark("h2d")
-            loss = training.forward(batch)
+            self.loss = self.training.forward(batch)
             mark("forward")
-            training.backward(loss)
+            self.training.backward(self.loss)
             mark("backward")
-            samples += workload.samples_in(batch)
-        training.step()
+            samples += self.training.workload.samples_in(batch)
+        self.training.step()
         mark("optimizer")
-        if sampler.exceeded.is_set():
+        if self.sampler.exceeded.is_set():
             raise LimitExceeded(f"host memory (process + DataLoader workers) went over the "
-                                f"limit of {sampler.limit_mb:,.0f} MB", "host")
+                                f"limit of {self.sampler.limit_mb:,.0f} MB", "host")
         return samples
 
-    try:
-        # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
-        clock = Stopwatch()
-        train_step()
-        synchronize(device)
-        first_step_s = clock.elapsed()
-        for _ in range(settings.warmup_steps - 1):
-            train_step()
-        steady, probes = _settle(train_step, device, settings)
-        synchronize(device)
-        warmup_s = clock.elapsed()
-        if not torch.isfinite(loss):
-            raise TrialFailure(f"loss is {loss.item()} after warm-up")
 
-        windows: list[Window] = []
-        with GpuTelemetry(device) as telemetry:
-            for index in range(settings.windows):
-                synchronize(device)
-                t0 = time.perf_counter()
-                steps = samples = 0
-                while True:
-                    samples += train_step()
-                    steps += 1
-                    if time.perf_counter() - t0 >= settings.window_s:
-                        break
-                synchronize(device)  # the window ends when the device has finished its work
-                windows.append(Window(steps, samples, time.perf_counter() - t0))
-                partial_result = {"window": index,
-                                  "window_samples_per_sec": windows[-1].samples_per_sec,
-                                  "samples_per_sec": statistics.median(w.samples_per_sec for w in windows)}
-                if settings.train_steps is not None:  # Ray Tune wants the objective in every result
-                    partial_result["time_to_train_s"] = _time_to_train(
-                        settings, setup_s, warmup_s, statistics.median(w.step_time_ms for w in windows))
-                on_window(partial_result)
-        out = summarise(windows)
-        out.update(setup_s=setup_s, warmup_s=warmup_s, first_step_s=first_step_s,
-                   steady_state=steady, steady_probes=probes,
-                   peak_device_memory_mb=peak_device_memory_mb(device),
-                   gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
-                   final_loss=float(loss.detach().float().item()) * knobs.grad_accum)
-        out.update(_breakdown(train_step, device, settings.breakdown_steps))
-        if settings.train_steps is not None:
-            out["time_to_train_s"] = _time_to_train(settings, setup_s, warmup_s, out["step_time_ms_p50"])
-        return out
-    finally:
-        batches.close()  # shuts DataLoader workers down, also after a failure
+def _no_timer(phase: str) -> None:
+    pass
+
+
+def _windows(step: Callable[[], int], device: torch.device, settings: TrialSettings,
+             on_window: Report, time_to_train: Callable[[float], float]) -> list[Window]:
+    """``settings.windows`` timed windows of at least ``window_s`` each, between device
+    synchronisations (nothing synchronises inside one). Each window's result goes to
+    ``on_window``, with the median so far (and ``time_to_train_s`` when ``train_steps`` is set)."""
+    windows: list[Window] = []
+    for index in range(settings.windows):
+        synchronize(device)
+        t0 = time.perf_counter()
+        steps = samples = 0
+        while True:
+            samples += step()
+            steps += 1
+            if time.perf_counter() - t0 >= settings.window_s:
+                break
+        synchronize(device)  # the window ends when the device has finished its work
+        windows.append(Window(steps, samples, time.perf_counter() - t0))
+        partial_result = {"window": index,
+                          "window_samples_per_sec": windows[-1].samples_per_sec,
+                          "samples_per_sec": statistics.median(w.samples_per_sec for w in windows)}
+        if settings.train_steps is not None:  # Ray Tune wants the objective in every result
+            partial_result["time_to_train_s"] = time_to_train(
+                statistics.median(w.step_time_ms for w in windows))
+        on_window(partial_result)
+    return windows
 
 
 def _settle(train_step: Callable, device: torch.device, settings: TrialSettings) -> tuple[bool, int]:
@@ -323,10 +351,14 @@ def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
     return out
 
 
-def _environment(device: torch.device) -> dict:
+def _environment(device: torch.device, accelerator_type: str | None) -> dict:
+    """Hardware and versions; the hardware key names the accelerator type when Ray gave one."""
     info = fingerprint(device)
     info.update(node_id=node_id(), node_ip=node_ip(), tuner_version=__version__,
                 torch_version=torch.__version__)
+    if accelerator_type is not None:
+        info["accelerator_type"] = accelerator_type
+        info["hardware_key"] = f"{info['hardware_key']}@{accelerator_type}"
     return info
 
 

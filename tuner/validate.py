@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from tuner.apply import build_training, move_batch, set_global_flags
+from tuner.apply import build_training, move_batch, trial_state
 from tuner.knobs import Knobs
 from tuner.measure import synchronize
 from tuner.workload import Workload
@@ -36,14 +36,16 @@ class Validation:
 
 
 def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, data_dir: Path,
-               steps: int | None = None, warmup_steps: int = 3, seed: int = 0) -> Validation:
+               steps: int | None = None, warmup_steps: int = 3, seed: int = 0,
+               threads: int | None = None) -> Validation:
     """Train ``steps`` optimizer steps (default: one epoch, at least warm-up + 20 steps) as a
-    plain loop and time it. Raises whatever training raises (OOM included)."""
+    plain loop and time it, in the process-wide state a trial runs in (``trial_state``), with
+    ``threads`` torch threads on the CPU device (None: leave torch's setting). Raises whatever
+    training raises (OOM included)."""
     torch.manual_seed(seed)
     dev = torch.device(device)
     applied, _ = knobs.clamp(dev.type)
-    restore = set_global_flags(applied, dev)
-    try:
+    with trial_state(applied, dev, threads=threads):
         dataset = workload.build_dataset(Path(data_dir), scale)
         loader = DataLoader(dataset, shuffle=True, drop_last=True, collate_fn=workload.collate_fn(),
                             **applied.dataloader_kwargs())
@@ -71,10 +73,6 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
                     break
         synchronize(dev)
         end = time.perf_counter()
-    finally:
-        restore()
-        if applied.compile != "off":
-            torch._dynamo.reset()
     return Validation(steps=total, warmup_steps=warmup_steps,
                       samples_per_sec=steady_samples / (end - steady_start),
                       total_s=end - start, epochs=total / max(per_epoch, 1))

@@ -1,0 +1,155 @@
+"""The process-wide state of a trial (``apply.trial_state``) is put back after it, also after a
+failure, and ``failures.classify`` names how a failed trial ended."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.fake_workloads import Regression, oom
+from tuner import apply
+from tuner.apply import trial_state
+from tuner.failures import classify
+from tuner.knobs import Knobs
+from tuner.measure import LimitExceeded
+from tuner.status import Status
+from tuner.validate import train_loop
+
+
+@pytest.fixture
+def saved_state():
+    """torch threads and cuDNN/TF32 flags as they were before the test, put back after it."""
+    threads = torch.get_num_threads()
+    flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.allow_tf32)
+    yield
+    torch.set_num_threads(threads)
+    (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+     torch.backends.cudnn.allow_tf32) = flags
+
+
+def test_flags_are_set_inside_and_restored_after_a_trial_that_raises(saved_state):
+    """On a CUDA device the knobs set the flags (nothing here needs a GPU: no memory limit)."""
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    knobs = Knobs(batch_size=8, cudnn_benchmark=True, tf32=True)
+    with pytest.raises(RuntimeError, match="trial failed"):
+        with trial_state(knobs, torch.device("cuda")) as state:
+            assert torch.backends.cudnn.benchmark is True
+            assert torch.backends.cuda.matmul.allow_tf32 is True
+            assert state.limit_mb is None
+            raise RuntimeError("trial failed")
+    assert torch.backends.cudnn.benchmark is False
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_cpu_flags_changed_by_the_trial_are_restored(saved_state):
+    torch.backends.cudnn.benchmark = True
+    with pytest.raises(ValueError):
+        with trial_state(Knobs(batch_size=8), torch.device("cpu")):
+            torch.backends.cudnn.benchmark = False                 # e.g. by the workload
+            raise ValueError("boom")
+    assert torch.backends.cudnn.benchmark is True
+
+
+def test_threads_are_set_on_cpu_and_restored_after_a_trial_that_raises(saved_state):
+    torch.set_num_threads(3)
+    with pytest.raises(ValueError):
+        with trial_state(Knobs(batch_size=8), torch.device("cpu"), threads=1) as state:
+            assert torch.get_num_threads() == 1
+            assert state.threads == 1
+            raise ValueError("boom")
+    assert torch.get_num_threads() == 3
+
+
+def test_threads_are_left_alone_without_a_count_or_off_cpu(saved_state):
+    torch.set_num_threads(3)
+    with trial_state(Knobs(batch_size=8), torch.device("cpu")) as state:
+        assert torch.get_num_threads() == 3 and state.threads == 3
+    with trial_state(Knobs(batch_size=8), torch.device("cuda"), threads=1) as state:
+        assert torch.get_num_threads() == 3 and state.threads == 3
+    assert torch.get_num_threads() == 3
+
+
+@pytest.mark.parametrize("mode, resets", [("off", 0), ("default", 1)])
+def test_compiler_caches_are_reset_only_after_compiling(monkeypatch, mode, resets):
+    calls = []
+    monkeypatch.setattr(torch.compiler, "reset", lambda: calls.append(1))
+    with pytest.raises(ValueError):
+        with trial_state(Knobs(batch_size=8, compile=mode), torch.device("cpu")):
+            raise ValueError("boom")
+    assert len(calls) == resets
+
+
+def test_memory_is_freed_on_exit(monkeypatch):
+    freed = []
+    monkeypatch.setattr(apply, "free_device_memory", lambda: freed.append("device"))
+    monkeypatch.setattr(apply, "release_host_memory", lambda: freed.append("host"))
+    with pytest.raises(ValueError):
+        with trial_state(Knobs(batch_size=8), torch.device("cpu")):
+            raise ValueError("boom")
+    assert freed == ["device", "host"]
+
+
+@pytest.mark.parametrize("exc, device, expected", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "cuda",
+     (Status.OOM, "device", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")),
+    (torch.OutOfMemoryError("out of memory (fake)"), "cpu",
+     (Status.OOM, "host", "OutOfMemoryError: out of memory (fake)")),
+    (MemoryError("no room"), "cuda", (Status.OOM, "host", "MemoryError: no room")),
+    (LimitExceeded("peak host memory 900 MB is over the limit of 800 MB", "host"), "cpu",
+     (Status.OVER_LIMIT, "host",
+      "LimitExceeded: peak host memory 900 MB is over the limit of 800 MB")),
+    (LimitExceeded("peak device memory over", "device"), "cuda",
+     (Status.OVER_LIMIT, "device", "LimitExceeded: peak device memory over")),
+    (RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed."), "cpu",
+     (Status.ERROR, None,
+      "DataLoader worker failure: RuntimeError: DataLoader worker (pid 1) is killed by signal: "
+      "Killed.")),
+    (ValueError("mat1 and mat2 shapes cannot be multiplied"), "cpu",
+     (Status.ERROR, None, "ValueError: mat1 and mat2 shapes cannot be multiplied")),
+])
+def test_classify(exc, device, expected):
+    status, memory, error = classify(exc, torch.device(device))
+    assert (status, memory, error) == expected
+    assert isinstance(status, Status)
+
+
+class ThreadsSeen(Regression):
+    """Records torch's thread count at each training step."""
+
+    name = "fake-threads-seen"
+
+    def __init__(self):
+        self.seen: list[int] = []
+
+    def training_step(self, model, batch):
+        self.seen.append(torch.get_num_threads())
+        return super().training_step(model, batch)
+
+
+def test_train_loop_runs_with_the_threads_asked_and_restores_them(regression_data, saved_state):
+    workload = ThreadsSeen()
+    torch.set_num_threads(3)
+    v = train_loop(workload, Knobs(batch_size=16), scale="tiny", device="cpu",
+                   data_dir=regression_data, steps=5, warmup_steps=2, threads=1)
+    assert v.steps == 5 and v.samples_per_sec > 0
+    assert workload.seen and set(workload.seen) == {1}
+    assert torch.get_num_threads() == 3
+
+
+def test_train_loop_leaves_threads_alone_by_default(regression_data, saved_state):
+    workload = ThreadsSeen()
+    torch.set_num_threads(3)
+    train_loop(workload, Knobs(batch_size=16), scale="tiny", device="cpu",
+               data_dir=regression_data, steps=3, warmup_steps=1)
+    assert set(workload.seen) == {3}
+    assert torch.get_num_threads() == 3
+
+
+def test_train_loop_restores_threads_after_it_raises(regression_data, saved_state):
+    torch.set_num_threads(3)
+    with pytest.raises(torch.OutOfMemoryError):                    # fake: batch over 16
+        train_loop(oom, Knobs(batch_size=32), scale="tiny", device="cpu",
+                   data_dir=regression_data, steps=3, threads=1)
+    assert torch.get_num_threads() == 3
