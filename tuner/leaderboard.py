@@ -22,15 +22,17 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tuner.errors import TunerError
 from tuner.knobs import KNOB_INFO, Knobs
+from tuner.status import MEASURED, Phase, Status, phase_of
 
 SCHEMA_VERSION = 2
 """2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). Files of
@@ -61,8 +63,10 @@ SCHEMA = pa.schema(
         ("first_step_s", pa.float64()),
         ("steady_state", pa.bool_()),       # warm-up probes agreed within the tolerance
         ("steady_probes", pa.int32()),      # warm-up probes run before measuring
-        ("peak_device_memory_mb", pa.float64()),
-        ("peak_host_memory_mb", pa.float64()),
+        # Every *_mb column holds MiB (2**20 bytes), as torch's allocator statistics do; a
+        # --max-memory of 12GB means 12 * 10**9 bytes, i.e. 11,444 MiB.
+        ("peak_device_memory_mb", pa.float64()),   # MiB: peak reserved + CUDA context
+        ("peak_host_memory_mb", pa.float64()),     # MiB: peak PSS of the process + workers
         ("final_loss", pa.float64()),
         ("phase", pa.string()),             # search | remeasure | ceiling
         ("objective", pa.string()),         # samples_per_sec | time_to_train
@@ -76,8 +80,8 @@ SCHEMA = pa.schema(
     + [
         ("gpu_util_pct", pa.float64()),
         ("gpu_power_w", pa.float64()),
-        ("max_memory_mb", pa.float64()),
-        ("max_host_memory_mb", pa.float64()),
+        ("max_memory_mb", pa.float64()),        # MiB: the device limit in force
+        ("max_host_memory_mb", pa.float64()),   # MiB: the host limit in force
         ("global_batch_size", pa.int64()),
         ("accelerator_type", pa.string()),  # Ray accelerator type a trial was pinned to
     ]
@@ -90,11 +94,11 @@ SCHEMA = pa.schema(
         ("device", pa.string()),
         ("hardware_key", pa.string()),
         ("gpu_name", pa.string()),
-        ("gpu_memory_mb", pa.float64()),
+        ("gpu_memory_mb", pa.float64()),        # MiB: the card's total
         ("cuda_version", pa.string()),
         ("cpu_model", pa.string()),
         ("cpu_count", pa.int32()),
-        ("host_memory_mb", pa.float64()),
+        ("host_memory_mb", pa.float64()),       # MiB: the machine's RAM
         ("node_id", pa.string()),
         ("node_ip", pa.string()),
         ("error", pa.string()),
@@ -150,7 +154,7 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """Keep the schema's columns, null out measurements of unmeasured trials."""
     out = {name: row.get(name) for name in SCHEMA.names}
     out["schema_version"] = SCHEMA_VERSION
-    if out["status"] not in ("ok", "pruned"):
+    if out["status"] not in MEASURED:
         for name in MEASURED_COLUMNS:
             out[name] = None
     if out.get("windows") is not None:
@@ -249,16 +253,52 @@ def read(results: str | Path, *, workload: str | None = None,
     if hardware_key is not None:
         cond = pads.field("hardware_key") == hardware_key
         expr = cond if expr is None else expr & cond
-    return dataset.to_table(filter=expr)
+    table = dataset.to_table(filter=expr)
+    # Rows written before the phase column existed are search rows: said once, here.
+    phase = pc.fill_null(table.column("phase"), Phase.SEARCH.value)
+    return table.set_column(table.schema.get_field_index("phase"), "phase", phase)
+
+
+def hardware_keys(table: pa.Table) -> list[str]:
+    """The hardware keys with rows in ``table``, sorted."""
+    return sorted(set(table.column("hardware_key").to_pylist()) - {None})
+
+
+def select(results: str | Path, workload: str, hardware: str | None = None, *,
+           this_machine: Callable[[list[str]], str | None] | None = None) -> tuple[pa.Table, str]:
+    """The rows every read command shows: one workload's, on one hardware key. The key is
+    ``hardware``, else the only one with rows, else the one ``this_machine(keys)`` picks.
+
+    Returns:
+        (rows of that workload and key, the key).
+
+    Raises:
+        TunerError: no rows for the workload; ``hardware`` has no rows (the message lists the
+            keys that have); several keys and none chosen.
+    """
+    table = read(results, workload=workload)
+    if table.num_rows == 0:
+        raise TunerError(f"no leaderboard rows for workload {workload!r} in {results}/leaderboard "
+                         f"(run `python -m tuner run --workload {workload} --results {results}`)")
+    keys = hardware_keys(table)
+    if hardware is None:
+        hardware = keys[0] if len(keys) == 1 else (this_machine(keys) if this_machine else None)
+        if hardware is None:
+            raise TunerError(f"rows for workload {workload!r} in {results} come from several "
+                             f"machines; choose one with --hardware: {', '.join(keys)}")
+    if hardware not in keys:
+        raise TunerError(f"--hardware {hardware!r}: no rows for it; hardware keys in {results}: "
+                         f"{', '.join(keys)}")
+    return table.filter(pc.field("hardware_key") == hardware), hardware
 
 
 def ranked(table: pa.Table) -> list[dict]:
     """Rows as dicts: measured rows by samples/sec (fastest first), then compute-only ceiling
     rows (not reachable in training: no data loading), then failed rows."""
     rows = table.to_pylist()
-    measured = [r for r in rows if r["status"] == "ok" and r["samples_per_sec"] is not None]
-    ceilings = [r for r in measured if r.get("phase") == "ceiling"]
-    measured = [r for r in measured if r.get("phase") != "ceiling"]
+    measured = [r for r in rows if r["status"] == Status.OK and r["samples_per_sec"] is not None]
+    ceilings = [r for r in measured if phase_of(r) == Phase.CEILING]
+    measured = [r for r in measured if phase_of(r) != Phase.CEILING]
     others = [r for r in rows if r not in measured and r not in ceilings]
     measured.sort(key=lambda r: -r["samples_per_sec"])
     others.sort(key=lambda r: (r["finished_at"] is None, r["finished_at"]))
@@ -285,30 +325,30 @@ def best_row(rows: list[dict]) -> dict | None:
     run), ``ceiling_samples_per_sec`` and ``pipeline_efficiency`` (winner ÷ its compute-only
     ceiling; None without a ceiling row).
     """
-    ok = [r for r in rows if r["status"] == "ok" and r.get("phase") != "ceiling"
+    ok = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
           and r["samples_per_sec"] is not None]
     if not ok:
         return None
     latest = max(ok, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
     metric = latest.get("objective") or "samples_per_sec"
-    remeasured_runs = {r["run_id"] for r in ok if r.get("phase") == "remeasure"}
+    remeasured_runs = {r["run_id"] for r in ok if phase_of(r) == Phase.REMEASURE}
     candidates = [r for r in ok if r[metric] is not None and
-                  (r["run_id"] not in remeasured_runs or r.get("phase") == "remeasure")]
+                  (r["run_id"] not in remeasured_runs or phase_of(r) == Phase.REMEASURE)]
     if not candidates:
         return None
     pick = min if metric == "time_to_train_s" else max
     top = dict(pick(candidates, key=lambda r: r[metric]))
     same_run = [r for r in rows if r["run_id"] == top["run_id"]]
-    phase = top.get("phase") or "search"
+    phase = phase_of(top)
     for ref in ("baseline", "recommended"):
         # The reference measured in the winner's phase (side by side), else in the search.
         match = sorted((r for r in same_run if r.get("reference") == ref),
-                       key=lambda r: (r.get("phase") or "search") != phase)
-        sps = match[0]["samples_per_sec"] if match and match[0]["status"] == "ok" else None
+                       key=lambda r: phase_of(r) != phase)
+        sps = match[0]["samples_per_sec"] if match and match[0]["status"] == Status.OK else None
         top[f"{ref}_samples_per_sec"] = sps
         top[f"speedup_vs_{ref}"] = (top["samples_per_sec"] / sps) if sps else None
     knobs = {name: top[name] for name in Knobs.names()}
-    ceiling = [r for r in same_run if r.get("phase") == "ceiling" and r["status"] == "ok"
+    ceiling = [r for r in same_run if phase_of(r) == Phase.CEILING and r["status"] == Status.OK
                and all(r[name] == v for name, v in knobs.items())]
     top["ceiling_samples_per_sec"] = ceiling[0]["samples_per_sec"] if ceiling else None
     top["pipeline_efficiency"] = (top["samples_per_sec"] / ceiling[0]["samples_per_sec"]

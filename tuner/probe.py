@@ -15,12 +15,13 @@ from typing import Callable
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space
+from tuner.status import TELLS_MEMORY, Status
 
 
 @dataclass
 class ProbeResult:
     """Largest batch size that fit (None: not even the smallest did), the first that failed,
-    and every probe as (batch_size, status, peak memory MB)."""
+    and every probe as (batch_size, status, peak memory MiB)."""
     max_batch: int | None
     first_failure: int | None
     probes: list[tuple[int, str, float | None]]
@@ -69,9 +70,9 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
             result = run(knobs.replace(batch_size=bs), short)
             peak = result.get("peak_device_memory_mb") or result.get("peak_host_memory_mb")
             probes.append((bs, result["status"], peak))
-            if result["status"] not in ("ok", "oom", "over_limit"):
+            if result["status"] not in TELLS_MEMORY:
                 raise RuntimeError(f"memory probe at batch_size {bs} failed: {result.get('error')}")
-            cache[i] = result["status"] == "ok"
+            cache[i] = result["status"] == Status.OK
         return cache[i]
 
     # Power phase: double the batch size (the smallest allowed size >= twice the last).

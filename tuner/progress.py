@@ -8,12 +8,14 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from tuner import leaderboard
+from tuner.knobs import knob_text
+from tuner.status import STATUSES, Phase, Status, phase_of
 
 _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
                   "random": "random search"}
 
-_STATUS_STYLE = {"ok": "green", "oom": "yellow", "over_limit": "yellow", "pruned": "cyan",
-                 "error": "red"}
+_STATUS_STYLE = {Status.OK: "green", Status.OOM: "yellow", Status.OVER_LIMIT: "yellow",
+                 Status.PRUNED: "cyan", Status.ERROR: "red"}
 
 
 class Progress:
@@ -42,8 +44,8 @@ class Progress:
                                                        if r.first_failure else " (all fit)"))
             self.console.print(f"  memory probe: {bound} · probes {steps}")
         elif kind == "phase":
-            what = {"remeasure": f"re-measuring the {data['count']} best with twice the windows",
-                    "ceiling": "measuring the winner's compute-only ceiling (batches on the device)"}
+            what = {Phase.REMEASURE: f"re-measuring the {data['count']} best with twice the windows",
+                    Phase.CEILING: "measuring the winner's compute-only ceiling (batches on the device)"}
             self.console.print(f"  [bold]{what[data['phase']]}[/]")
             if self.task is not None and self.bar.tasks[0].total is not None:
                 self.bar.update(self.task, total=self.bar.tasks[0].total + data["count"])
@@ -77,17 +79,16 @@ class Progress:
         self.task = self.bar.add_task("trials", total=plan.trials, completed=len(plan.prior_search_rows))
 
     def _trial(self, row: dict, index: int, total: int | None) -> None:
-        from tuner.knobs import knob_text
         status = row["status"]
         style = _STATUS_STYLE.get(status, "white")
         sps = row["samples_per_sec"]
-        if row["reference"] == "baseline" and status == "ok":
+        if row["reference"] == "baseline" and status == Status.OK:
             self.baseline_sps = sps
-        if status == "ok":
+        if status == Status.OK:
             self.best_sps = max(self.best_sps, sps)
         measured = f"{sps:10,.1f} samples/sec" if sps is not None else f"{'':>10} {'':11}"
         ref = f" [bold]({row['reference']})[/]" if row["reference"] else ""
-        if row.get("phase") in ("remeasure", "ceiling"):
+        if phase_of(row) != Phase.SEARCH:
             ref += f" [italic]{row['phase']}[/]"
         tail = f" — {row['error']}" if row.get("error") else ""
         n = f"{index}/{total}" if total else str(index)
@@ -102,7 +103,7 @@ class Progress:
 
     def print_summary(self, summary) -> None:
         rows = summary.rows
-        ok = [r for r in rows if r["status"] == "ok"]
+        ok = [r for r in rows if r["status"] == Status.OK]
         counts = ", ".join(f"{n} {s}" for s in leaderboard_statuses(rows)
                            for n in [sum(r["status"] == s for r in rows)])
         self.console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s ({counts}); "
@@ -114,12 +115,11 @@ class Progress:
         best = leaderboard.best_row(rows)
         if best is None:
             return
-        from tuner.knobs import knob_text
         t = Table(title=f"{summary.workload} on {best['hardware_key']} ({summary.scale} scale)",
                   title_justify="left")
         for col in ("configuration", "samples/sec", "best is", "knobs"):
             t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
-        chosen = "re-measured" if best.get("phase") == "remeasure" else "measured"
+        chosen = "re-measured" if phase_of(best) == Phase.REMEASURE else "measured"
         t.add_row(f"[bold]best[/] ({chosen})", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
         for name in ("baseline", "recommended"):
             matches = [r for r in rows if r["reference"] == name]
@@ -143,5 +143,5 @@ class Progress:
 
 
 def leaderboard_statuses(rows: list[dict]) -> list[str]:
-    return [s for s in ("ok", "oom", "over_limit", "pruned", "error")
-            if any(r["status"] == s for r in rows)]
+    """The final statuses that occur in ``rows``, in ``tuner.status.STATUSES`` order."""
+    return [s for s in STATUSES if any(r["status"] == s for r in rows)]

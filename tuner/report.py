@@ -31,14 +31,14 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from tuner import leaderboard
-from tuner.knobs import knob_text
 from tuner.errors import TunerError
-from tuner.knobs import Knobs
+from tuner.knobs import Knobs, knob_text
+from tuner.status import FAILED, MEASURED, STATUSES, Phase, Status, phase_of
 
 FIGURES = ("throughput_vs_batch", "knob_importance", "throughput_vs_memory", "best_vs_references")
 """Figure names, in page order; each is written as ``<name>.png``."""
-FAILED_STATUSES = ("oom", "over_limit", "error")
-STATUS_ORDER = ("ok", "pruned", "oom", "over_limit", "error")
+STATUS_ORDER = (Status.OK, Status.PRUNED, Status.OOM, Status.OVER_LIMIT, Status.ERROR)
+"""Statuses in the order the report lists them: measured first."""
 MIN_TRIALS_FOR_IMPORTANCE = 3
 """Fewer successful trials than this: the importance figure says 'not enough trials'."""
 TOP_ROWS = 10
@@ -59,7 +59,7 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
         workload: workload name, as recorded in the leaderboard's ``workload`` column.
         out_dir: directory for the files; created if missing, existing files are overwritten.
         hardware: hardware key to report on; None: the only key in the leaderboard.
-        max_memory_mb: peak-memory limit in MB (the unit of the leaderboard's memory columns),
+        max_memory_mb: peak-memory limit in MiB (the unit of the leaderboard's memory columns),
             drawn as a dashed line on the memory figure; None draws none.
 
     Returns:
@@ -72,8 +72,8 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
         ValueError: ``max_memory_mb`` is not > 0.
     """
     if max_memory_mb is not None and not max_memory_mb > 0:
-        raise ValueError(f"max_memory_mb={max_memory_mb!r}: expected a number of MB > 0")
-    table, hardware = _load(results, workload, hardware)
+        raise ValueError(f"max_memory_mb={max_memory_mb!r}: expected a number of MiB > 0")
+    table, hardware = leaderboard.select(results, workload, hardware)
     rows = leaderboard.ranked(table)
     trials = training_trials(rows)
     top = leaderboard.best(table)
@@ -99,32 +99,10 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
     return paths + [html_path]
 
 
-def _load(results: str | Path, workload: str, hardware: str | None):
-    """The rows of ``workload`` on one hardware key, and that key (None if unrecorded)."""
-    where = leaderboard.leaderboard_dir(results)
-    table = leaderboard.read(results, workload=workload, hardware_key=hardware)
-    if table.num_rows == 0:
-        on = f" on hardware {hardware!r}" if hardware is not None else ""
-        others = ""
-        if hardware is not None:
-            keys = _hardware_keys(leaderboard.read(results, workload=workload))
-            others = f"; hardware keys with rows: {', '.join(keys) or 'none'}"
-        raise TunerError(f"no leaderboard rows for workload {workload!r}{on} in {where}{others}")
-    keys = _hardware_keys(table)
-    if hardware is None and len(keys) > 1:
-        raise TunerError(f"rows for workload {workload!r} in {where} come from several machines; "
-                         f"choose one with --hardware: {', '.join(keys)}")
-    return table, hardware if hardware is not None else (keys[0] if keys else None)
-
-
-def _hardware_keys(table) -> list[str]:
-    return sorted(set(table.column("hardware_key").to_pylist()) - {None})
-
-
 def training_trials(rows: Iterable[dict]) -> list[dict]:
     """The rows that measured a training configuration: compute-only ``ceiling`` rows (phase
     column, where the leaderboard has one) are left out of the figures and the counts."""
-    return [r for r in rows if r.get("phase") != "ceiling"]
+    return [r for r in rows if phase_of(r) != Phase.CEILING]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,7 +124,7 @@ def knob_importances(rows: Iterable[dict]) -> tuple[dict[str, float] | None, str
         or (None, the reason) with fewer than MIN_TRIALS_FOR_IMPORTANCE ok rows or no varying
         knob.
     """
-    ok = [r for r in rows if r["status"] == "ok" and r.get("samples_per_sec") is not None]
+    ok = [r for r in rows if r["status"] == Status.OK and r.get("samples_per_sec") is not None]
     if len(ok) < MIN_TRIALS_FOR_IMPORTANCE:
         return None, (f"not enough trials: {len(ok)} successful "
                       f"(at least {MIN_TRIALS_FOR_IMPORTANCE} needed)")
@@ -203,10 +181,10 @@ def plot_throughput_vs_batch(rows: list[dict]) -> Figure:
     """Samples/sec against batch size (log2 axis), one colour per num_workers: dots are trials,
     the line joins the fastest trial at each batch size. Failed trials: red x at the bottom."""
     fig, ax = _figure("Throughput against batch size")
-    ok = [r for r in rows if r["status"] == "ok" and r["samples_per_sec"] is not None
+    ok = [r for r in rows if r["status"] == Status.OK and r["samples_per_sec"] is not None
           and r["batch_size"] is not None]
-    failed = [r for r in rows if r["status"] in FAILED_STATUSES and r["batch_size"] is not None]
-    pruned = [r for r in rows if r["status"] == "pruned" and r["samples_per_sec"] is not None
+    failed = [r for r in rows if r["status"] in FAILED and r["batch_size"] is not None]
+    pruned = [r for r in rows if r["status"] == Status.PRUNED and r["samples_per_sec"] is not None
               and r["batch_size"] is not None]
     if not ok and not failed:
         return _message(fig, ax, "no trial with a batch size recorded")
@@ -269,14 +247,14 @@ def memory_column(rows: list[dict]) -> str:
 
 
 def plot_throughput_vs_memory(rows: list[dict], max_memory_mb: float | None = None) -> Figure:
-    """Samples/sec against peak memory (MB) of each successful trial; the fastest starred;
+    """Samples/sec against peak memory (MiB) of each successful trial; the fastest starred;
     failed trials with a recorded peak as red x at the bottom; ``max_memory_mb`` as a vertical
     dashed line."""
     fig, ax = _figure("Throughput against peak memory")
     column = memory_column(rows)
-    ok = [r for r in rows if r["status"] == "ok" and r["samples_per_sec"] is not None
+    ok = [r for r in rows if r["status"] == Status.OK and r["samples_per_sec"] is not None
           and r[column] is not None]
-    failed = [r for r in rows if r["status"] in FAILED_STATUSES and r[column] is not None]
+    failed = [r for r in rows if r["status"] in FAILED and r[column] is not None]
     if not ok and not failed:
         return _message(fig, ax, "no trial with a peak memory recorded")
     if ok:
@@ -291,11 +269,11 @@ def plot_throughput_vs_memory(rows: list[dict], max_memory_mb: float | None = No
                 **_FAILED_STYLE)
     if max_memory_mb is not None:
         ax.axvline(max_memory_mb, linestyle="--", color="tab:red", linewidth=1.5,
-                   label=f"limit {max_memory_mb:,.0f} MB")
+                   label=f"limit {max_memory_mb:,.0f} MiB")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     where = "device" if column == "peak_device_memory_mb" else "host (process + workers)"
-    ax.set_xlabel(f"peak {where} memory (MB)")
+    ax.set_xlabel(f"peak {where} memory (MiB)")
     ax.set_ylabel("samples/sec")
     ax.legend(loc="best", fontsize="small")
     return fig
@@ -450,7 +428,7 @@ def _top_table(rows: list[dict]) -> str:
     body = []
     for i, r in enumerate(rows, 1):
         detail = knob_text(r)
-        if r["status"] not in ("ok", "pruned") and r.get("error"):
+        if r["status"] not in MEASURED and r.get("error"):
             detail += f" — {r['error']}"
         body.append([_td(str(i)), e(r["status"]), e(r["reference"] or ""),
                      _td(_fmt_num(r["samples_per_sec"], 1)),
@@ -458,8 +436,8 @@ def _top_table(rows: list[dict]) -> str:
                      _td(_fmt_num(r["step_time_ms_p50"], 1)),
                      _td(_fmt_num(r["peak_device_memory_mb"], 0)),
                      _td(_fmt_num(r["peak_host_memory_mb"], 0)), e(detail)])
-    return _table(["#", "status", "ref", "samples/sec", "±IQR", "step ms p50", "peak dev MB",
-                   "peak host MB", "knobs / error"], body)
+    return _table(["#", "status", "ref", "samples/sec", "±IQR", "step ms p50", "peak dev MiB",
+                   "peak host MiB", "knobs / error"], body)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
