@@ -58,7 +58,6 @@ import random
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 
 from repeatability import TUNER_THREADS, measure_once  # bench/, this script's directory
@@ -220,22 +219,18 @@ def tuner_search(space: Space, refs: list, grid: dict[str, dict], trials: int,
                  seed: int, sampler: str) -> tuple[list[float | None], dict]:
     """The tuner's searcher with ``sampler`` over the table; returns each trial's value (None:
     failed) and counts: distinct configurations measured, proposals answered without a trial."""
-    from tuner.searcher import make_searcher
+    from tuner.searcher import SearchSpec, make_searcher
 
-    # The Plan fields make_searcher reads, for a fresh run (no resume, no warm start, no limit).
-    plan = types.SimpleNamespace(
-        options=types.SimpleNamespace(seed=seed, warm_start=False, remeasure=False,
-                                      sampler=sampler, max_memory=None),
-        mode="max", metric=METRIC, device_space=space, reference_params=list(refs),
-        references=[(name, knobs) for name, _, knobs in refs], max_host_memory_mb=None,
-        prior_rows=[], prior_search_rows=[])
-    searcher = make_searcher(plan, trials)
+    # A fresh run's searcher: no resume, no warm start, no memory limit.
+    searcher = make_searcher(SearchSpec(
+        space=space, metric=METRIC, mode="max", sampler=sampler, seed=seed, trials=trials,
+        references=tuple(refs), reference_count=len(refs)))
     values: list[float | None] = []
     seen: set[str] = set()
     for index in range(trials):
         trial_id = f"trial_{index}"
         searcher.suggest(trial_id)
-        row = grid[cell_key(dict(searcher._ot_trials[trial_id].params))]
+        row = grid[cell_key(searcher.params(trial_id))]
         seen.add(cell_key(row["params"]))
         values.append(row[METRIC])
         searcher.on_trial_complete(trial_id, {"status": row["status"], METRIC: row[METRIC]})

@@ -31,7 +31,7 @@ def ray_session():
     the same PYTHONPATH as a real run); ``tuner.driver.run`` reuses it."""
     import ray
     from tuner.ray_runtime import ray_init
-    started = ray_init(None, "cpu")
+    started = ray_init(None)
     try:
         yield
     finally:

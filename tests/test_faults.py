@@ -147,9 +147,9 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
     assert all(r["status"] == "ok" for r in rows if r is not killed)
     assert "Traceback" not in err
     # The run can still be resumed (it is complete: nothing left to run) ...
-    from tuner.plan import Plan
+    from tuner.plan import make_plan
     from tuner.settings import RunOptions
-    plan = Plan(RunOptions(workload=SLOW, space_file=space, trials=3, device="cpu",
+    plan = make_plan(RunOptions(workload=SLOW, space_file=space, trials=3, device="cpu",
                            results=str(results), resume="latest"))
     assert plan.run_id == killed["run_id"] and plan.remaining_trials == 0
     # ... and the failed trial's row says when it ran, like every other row.

@@ -22,8 +22,8 @@ from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 from tuner.settings import parse_memory
 from tuner.driver import run
-from tuner.plan import Plan
-from tuner.searcher import make_searcher as _make_searcher
+from tuner.plan import make_plan
+from tuner.searcher import make_searcher
 from tuner.settings import RunOptions
 
 OOM = "tests.fake_workloads:oom"
@@ -73,13 +73,13 @@ def simulate(seed: int, trials: int, oom_as_failure: bool = False,
     OptunaSearch sees when the trial raises), for comparison."""
     import tempfile
     with tempfile.TemporaryDirectory() as results:
-        plan = Plan(RunOptions(workload=OOM, trials=trials, results=results, probe="off",
+        plan = make_plan(RunOptions(workload=OOM, trials=trials, results=results, probe="off",
                                device="cpu", seed=seed, sampler=sampler))
-        searcher = _make_searcher(plan, trials)
+        searcher = make_searcher(plan.search_spec())
         configs = []
         for i in range(trials):
             searcher.suggest(f"t{i}")
-            config = dict(searcher._ot_trials[f"t{i}"].params)
+            config = dict(searcher.params(f"t{i}"))
             configs.append(config)
             if config["batch_size"] > OOM_ABOVE:
                 if oom_as_failure:
@@ -114,7 +114,7 @@ def test_searcher_learns_the_infeasible_region_without_ray(module_cache, sampler
                        and c["batch_size"] <= config["batch_size"]
                        and {k: v for k, v in c.items() if k != "batch_size"} == others]
             assert not implied, (i, config, implied)
-        study = searcher._ot_study
+        study = searcher.study
         infeasible = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
                       and t.params["batch_size"] > OOM_ABOVE]
         assert infeasible and all(t.constraints["memory"] > 0 for t in infeasible)
@@ -135,9 +135,9 @@ def test_searcher_survives_a_space_with_fewer_points_than_trials(tmp_path, modul
     on_trial_result / on_trial_complete for every trial it suggested), not crash the run."""
     space = tmp_path / "two-points.yaml"
     space.write_text("knobs:\n  batch_size: {choices: [4, 16]}\n  num_workers: 0\n")
-    plan = Plan(RunOptions(workload=REGRESSION, space_file=str(space), trials=4,
+    plan = make_plan(RunOptions(workload=REGRESSION, space_file=str(space), trials=4,
                            results=str(tmp_path / "results"), device="cpu", probe="off"))
-    searcher = _make_searcher(plan, 4)
+    searcher = make_searcher(plan.search_spec())
     for i in range(4):
         config = searcher.suggest(f"t{i}")
         assert config is not None and config["batch_size"] in (4, 16)
@@ -145,7 +145,7 @@ def test_searcher_survives_a_space_with_fewer_points_than_trials(tmp_path, modul
         searcher.on_trial_result(f"t{i}", {**result, "training_iteration": 1})  # a window
         # (a KeyError in either call crashes Tuner.fit: the run dies with a traceback)
         searcher.on_trial_complete(f"t{i}", result)
-    assert searcher._ot_study.best_trial.params["batch_size"] == 16
+    assert searcher.study.best_trial.params["batch_size"] == 16
 
 
 # ----------------------------------------------------------------------- runs through Ray
@@ -323,12 +323,12 @@ def test_compute_only_removes_the_data_wait(regression_data):
 
 def test_time_to_train_needs_train_steps(tmp_path, module_cache):
     with pytest.raises(TunerError, match="--train-steps"):
-        Plan(RunOptions(workload=REGRESSION, objective="time-to-train", device="cpu",
+        make_plan(RunOptions(workload=REGRESSION, objective="time-to-train", device="cpu",
                         results=str(tmp_path / "results")))
     with pytest.raises(TunerError, match="--objective 'fastest'"):
-        Plan(RunOptions(workload=REGRESSION, objective="fastest", device="cpu",
+        make_plan(RunOptions(workload=REGRESSION, objective="fastest", device="cpu",
                         results=str(tmp_path / "results")))
-    plan = Plan(RunOptions(workload=REGRESSION, objective="time-to-train", train_steps=1000,
+    plan = make_plan(RunOptions(workload=REGRESSION, objective="time-to-train", train_steps=1000,
                            device="cpu", results=str(tmp_path / "results")))
     assert (plan.metric, plan.mode) == ("time_to_train_s", "min")
     assert plan.settings.train_steps == 1000

@@ -7,8 +7,8 @@ import pytest
 
 from tuner import leaderboard
 from tuner.driver import run
-from tuner.plan import Plan
-from tuner.searcher import make_searcher as _make_searcher
+from tuner.plan import make_plan
+from tuner.searcher import make_searcher
 from tuner.settings import RunOptions
 
 pytestmark = pytest.mark.slow
@@ -87,8 +87,8 @@ def test_oom_trials_are_recorded_and_the_run_goes_on(tmp_path, tuner_cache, ray_
 
 @pytest.fixture
 def searcher(tmp_path, tuner_cache):
-    plan = Plan(options(tmp_path, "tests.fake_workloads:regression", trials=8))
-    return _make_searcher(plan, 8)
+    plan = make_plan(options(tmp_path, "tests.fake_workloads:regression", trials=8))
+    return make_searcher(plan.search_spec())
 
 
 def test_searcher_suggests_references_first(searcher):
@@ -107,7 +107,7 @@ def test_searcher_passes_failures_to_optuna(searcher):
     searcher.on_trial_complete("t2", {"status": "ok", "samples_per_sec": 1234.5})
     searcher.on_trial_complete("t3", {"status": "over_limit", "samples_per_sec": 0.0})
     import optuna
-    states = {t.number: t for t in searcher._ot_study.trials}
+    states = {t.number: t for t in searcher.study.trials}
     # OOM: complete but infeasible, so the sampler learns to avoid the region (a FAIL is ignored).
     assert states[0].state == optuna.trial.TrialState.COMPLETE
     assert list(states[0].constraints.values()) == [1.0]

@@ -13,9 +13,9 @@ from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
 from tuner.settings import SAMPLERS
-from tuner.plan import Plan
+from tuner.plan import make_plan
 from tuner.ray_runtime import hardware_key_task as _hardware_key_task
-from tuner.searcher import make_searcher as _make_searcher
+from tuner.searcher import make_searcher
 from tuner.settings import RunOptions
 from tuner.searcher import OOM_VIOLATION, KnownInfeasible, MemoryLimits, make_sampler
 
@@ -110,7 +110,7 @@ def test_the_gp_is_the_default_sampler_and_each_choice_builds_its_own():
 
 def test_an_unknown_sampler_is_a_user_error(tmp_path, tuner_cache):
     with pytest.raises(TunerError, match="--sampler 'cmaes': accepted values are gp, tpe, random"):
-        Plan(RunOptions(workload=REGRESSION, sampler="cmaes", device="cpu",
+        make_plan(RunOptions(workload=REGRESSION, sampler="cmaes", device="cpu",
                         results=str(tmp_path)))
     with pytest.raises(TunerError, match="accepted values are gp, tpe, random"):
         make_sampler("cmaes", 0, 2, 12)
@@ -124,14 +124,14 @@ def test_when_the_space_is_exhausted_trials_measure_the_best_again(tmp_path, tun
     all are, each trial measures the best one again (not an error, not a random known one)."""
     space = tmp_path / "five-points.yaml"
     space.write_text("knobs:\n  batch_size: {choices: [4, 8, 12, 16, 24]}\n  num_workers: 0\n")
-    plan = Plan(RunOptions(workload=REGRESSION, space_file=str(space), trials=10, device="cpu",
+    plan = make_plan(RunOptions(workload=REGRESSION, space_file=str(space), trials=10, device="cpu",
                            results=str(tmp_path / "results"), probe="off", sampler=sampler))
-    searcher = _make_searcher(plan, 10)
+    searcher = make_searcher(plan.search_spec())
     speed = {4: 100.0, 8: 300.0, 12: 250.0, 16: 200.0, 24: 150.0}
     sizes = []
     for i in range(10):
         searcher.suggest(f"t{i}")
-        bs = searcher._ot_trials[f"t{i}"].params["batch_size"]
+        bs = searcher.params(f"t{i}")["batch_size"]
         sizes.append(bs)
         searcher.on_trial_complete(f"t{i}", {"status": "ok", "samples_per_sec": speed[bs]})
     assert sizes[:2] == [4, 16]                          # the references
@@ -162,32 +162,32 @@ def run_under_12gb(tmp_path, tuner_cache):
 
 
 def _warm(results, max_memory: str):
-    plan = Plan(RunOptions(workload=REGRESSION, results=str(results), device="cpu", trials=10,
+    plan = make_plan(RunOptions(workload=REGRESSION, results=str(results), device="cpu", trials=10,
                            probe="off", warm_start=True, max_memory=max_memory))
-    plan.hardware_key = _hardware_key_task("cpu")
-    return _make_searcher(plan, 10)
+    plan = plan.with_hardware_key(_hardware_key_task("cpu"))
+    return make_searcher(plan.search_spec())
 
 
 def test_warm_start_keeps_failures_that_hold_under_this_run_s_limit(run_under_12gb):
     searcher = _warm(run_under_12gb, "12GB")
-    by_batch = {t.params["batch_size"]: t for t in searcher._ot_study.trials}
+    by_batch = {t.params["batch_size"]: t for t in searcher.study.trials}
     assert sorted(by_batch) == [32, 64]
     assert by_batch[64].constraints == {"memory": OOM_VIOLATION}
     assert by_batch[32].constraints["memory"] == pytest.approx(9 / 12 - 1)
-    assert searcher._infeasible.implies({"batch_size": 64, "num_workers": 0})
+    assert searcher.infeasible.implies({"batch_size": 64, "num_workers": 0})
 
 
 def test_warm_start_drops_failures_a_looser_limit_would_not_have_had(run_under_12gb):
     searcher = _warm(run_under_12gb, "24GB")
-    by_batch = {t.params["batch_size"]: t for t in searcher._ot_study.trials}
+    by_batch = {t.params["batch_size"]: t for t in searcher.study.trials}
     assert sorted(by_batch) == [32]                      # the 12 GB OOM says nothing here
     assert by_batch[32].constraints["memory"] == pytest.approx(9 / 24 - 1)
-    assert not searcher._infeasible.implies({"batch_size": 64, "num_workers": 0})
+    assert not searcher.infeasible.implies({"batch_size": 64, "num_workers": 0})
 
 
 def test_warm_start_under_a_tighter_limit_marks_what_no_longer_fits(run_under_12gb):
     searcher = _warm(run_under_12gb, "8GB")
-    by_batch = {t.params["batch_size"]: t for t in searcher._ot_study.trials}
+    by_batch = {t.params["batch_size"]: t for t in searcher.study.trials}
     assert by_batch[32].constraints["memory"] == pytest.approx(9 / 8 - 1)   # > 0: infeasible
     assert by_batch[32].value == 0.0
     assert by_batch[64].constraints == {"memory": OOM_VIOLATION}

@@ -8,9 +8,9 @@ import pytest
 
 from tuner import leaderboard
 from tuner.knobs import Knobs
-from tuner.plan import Plan
+from tuner.plan import make_plan
 from tuner.ray_runtime import hardware_key_task as _hardware_key_task
-from tuner.searcher import make_searcher as _make_searcher
+from tuner.searcher import make_searcher
 from tuner.settings import RunOptions
 
 REGRESSION = "tests.fake_workloads:regression"
@@ -37,15 +37,15 @@ def earlier_run(tmp_path, tuner_cache):
 
 
 def _searcher(results, **options):
-    plan = Plan(RunOptions(workload=REGRESSION, results=str(results), device="cpu", trials=10,
+    plan = make_plan(RunOptions(workload=REGRESSION, results=str(results), device="cpu", trials=10,
                            probe="off", **options))
-    plan.hardware_key = _hardware_key_task("cpu")
-    return plan, _make_searcher(plan, 10)
+    plan = plan.with_hardware_key(_hardware_key_task("cpu"))
+    return plan, make_searcher(plan.search_spec())
 
 
 def test_warm_start_seeds_the_study_with_this_hardware_s_usable_rows(earlier_run):
     _, searcher = _searcher(earlier_run, warm_start=True)
-    trials = searcher._ot_study.trials
+    trials = searcher.study.trials
     # ok, ok and oom rows of this machine; the error row and the other machine's rows are not.
     assert sorted(t.params["batch_size"] for t in trials) == [8, 32, 64]
     oom = next(t for t in trials if t.params["batch_size"] == 64)
@@ -55,21 +55,21 @@ def test_warm_start_seeds_the_study_with_this_hardware_s_usable_rows(earlier_run
 
 def test_warm_start_answers_identical_configs_from_rows_unless_remeasure(earlier_run):
     _, searcher = _searcher(earlier_run, warm_start=True)
-    assert (("batch_size", 32), ("num_workers", 0)) in searcher._measured
-    assert len(searcher._measured) == 3
+    assert (("batch_size", 32), ("num_workers", 0)) in searcher.measured
+    assert len(searcher.measured) == 3
     _, searcher = _searcher(earlier_run, warm_start=True, remeasure=True)
-    assert searcher._measured == {} and len(searcher._ot_study.trials) == 3
+    assert searcher.measured == {} and len(searcher.study.trials) == 3
 
 
 def test_without_warm_start_the_study_starts_empty(earlier_run):
     _, searcher = _searcher(earlier_run)
-    assert searcher._ot_study.trials == [] and searcher._measured == {}
+    assert searcher.study.trials == [] and searcher.measured == {}
 
 
 def test_resume_continues_the_run_with_the_rest_of_the_budget(earlier_run):
     plan, searcher = _searcher(earlier_run, resume="earlier-run")
     assert plan.run_id == "earlier-run"
     assert plan.remaining_trials == 10 - 4            # four search rows are recorded
-    assert len(searcher._ot_study.trials) == 3        # the error row is not a point
+    assert len(searcher.study.trials) == 3        # the error row is not a point
     with pytest.raises(Exception, match="no such run"):
         _searcher(earlier_run, resume="nope")

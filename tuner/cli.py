@@ -1,4 +1,4 @@
-"""Command line: ``python -m tuner run|leaderboard|best|workloads``.
+"""Command line: ``python -m tuner run|leaderboard|best|report|profile|validate|workloads|check-cluster``.
 
 User errors (``TunerError``, bad flags) print one line and exit with code 2, no traceback.
 """
@@ -18,6 +18,7 @@ from rich.table import Table
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
 from tuner.settings import DEVICES, OBJECTIVES, PROBE_MODES, SAMPLERS, SCALES
+from tuner.status import MEASURED, Status
 
 console = Console()
 err_console = Console(stderr=True)
@@ -100,27 +101,30 @@ def main() -> None:
               help="Measure the winner's compute-only ceiling (batches already on the device).")
 def run(**kwargs: Any) -> None:
     """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end."""
-    from tuner.driver import RunInterrupted, run as run_search
-    from tuner.plan import Plan
+    import contextlib
+    from tuner.driver import RunInterrupted, plan_run, run as run_search
     from tuner.progress import Progress
+    from tuner.ray_runtime import ray_session
     from tuner.settings import RunOptions
 
     kwargs["time_budget_s"] = kwargs.pop("time_budget")
     options = RunOptions(**kwargs)
-    with console.status("checking the workload, search space and data…"):
-        plan = Plan(options)
-    progress = Progress(console)
-    try:
-        summary = run_search(options, plan=plan, on_event=progress.on_event)
-    except RunInterrupted as exc:
-        progress.close()
-        err_console.print(f"interrupted: {exc.recorded} trials of run {exc.run_id} are in "
-                          f"{options.results}/leaderboard; continue with the same command and "
-                          f"--resume {exc.run_id}")
-        sys.exit(130)
+    # With --address, connect first: the cluster decides the device, GPUs and CPUs per node.
+    with ray_session(options.address) if options.address else contextlib.nullcontext():
+        with console.status("checking the workload, search space and data…"):
+            plan = plan_run(options)
+        progress = Progress(console)
+        try:
+            summary = run_search(plan, on_event=progress.on_event)
+        except RunInterrupted as exc:
+            progress.close()
+            err_console.print(f"interrupted: {exc.recorded} trials of run {exc.run_id} are in "
+                              f"{options.results}/leaderboard; continue with the same command and "
+                              f"--resume {exc.run_id}")
+            sys.exit(130)
     progress.close()
     progress.print_summary(summary)
-    if not any(r["status"] == "ok" for r in summary.rows):
+    if not any(r["status"] == Status.OK for r in summary.rows):
         raise TunerError(f"no trial of run {summary.run_id} succeeded; see the error column in "
                          f"`python -m tuner leaderboard --workload {summary.workload}`")
 
@@ -141,32 +145,21 @@ def _workload_name(spec: str) -> str:
 
 
 def _load(results: str, workload: str, hardware: str | None):
+    """``leaderboard.select`` for a read command: an import path is resolved to its name, and
+    with rows from several machines this machine's key is taken."""
     from tuner import leaderboard
-    workload = _workload_name(workload)
-    table = leaderboard.read(results, workload=workload)
-    if table.num_rows == 0:
-        raise TunerError(f"no leaderboard rows for workload {workload!r} in {results}/leaderboard "
-                         f"(run `python -m tuner run --workload {workload} --results {results}`)")
-    keys = sorted(set(table.column("hardware_key").to_pylist()) - {None})
-    if hardware is None:
-        if len(keys) == 1:
-            hardware = keys[0]
-        else:
-            hardware = _this_machine_key(keys)
-    if hardware not in keys:
-        raise TunerError(f"--hardware {hardware!r}: no rows for it; hardware keys in {results}: "
-                         f"{', '.join(keys)}")
-    return leaderboard.read(results, workload=workload, hardware_key=hardware), hardware
+    return leaderboard.select(results, _workload_name(workload), hardware,
+                              this_machine=_this_machine_key)
 
 
-def _this_machine_key(keys: list[str]) -> str:
+def _this_machine_key(keys: list[str]) -> str | None:
     import torch
     from tuner.hardware import fingerprint
     for device in (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]:
         key = fingerprint(torch.device(device))["hardware_key"]
         if key in keys:
             return key
-    raise TunerError(f"rows from several machines; choose one with --hardware: {', '.join(keys)}")
+    return None
 
 
 @main.command(name="leaderboard")
@@ -195,11 +188,11 @@ def leaderboard_cmd(workload: str, results: str, hardware: str | None, fmt: str,
 def _rank_table(rows: list[dict], title: str) -> Table:
     t = Table(title=title, title_justify="left")
     for col in ("#", "status", "ref", "samples/sec", "±IQR", "step ms p50", "warm-up s",
-                "peak dev MB", "peak host MB", "knobs / error"):
+                "peak dev MiB", "peak host MiB", "knobs / error"):
         t.add_column(col, justify="right" if col not in ("status", "ref", "knobs / error") else "left",
                      overflow="fold")
     for i, r in enumerate(rows, 1):
-        detail = knob_text(r) if r["status"] in ("ok", "pruned") else f"{knob_text(r)} — {r['error']}"
+        detail = knob_text(r) if r["status"] in MEASURED else f"{knob_text(r)} — {r['error']}"
         t.add_row(str(i), r["status"], r["reference"] or "", _num(r["samples_per_sec"], 1),
                   _num(r["samples_per_sec_iqr"], 1), _num(r["step_time_ms_p50"], 1),
                   _num(r["warmup_s"], 1), _num(r["peak_device_memory_mb"], 0),
@@ -254,7 +247,7 @@ def best(workload: str, results: str, hardware: str | None, fmt: str) -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the PNG figures and report.html.")
 @click.option("--max-memory-mb", "max_memory_mb", type=click.FloatRange(min=0, min_open=True),
-              help="Memory limit to draw on the throughput-vs-memory figure, MB.")
+              help="Memory limit to draw on the throughput-vs-memory figure, MiB.")
 def report(workload: str, results: str, hardware: str | None, out_dir: str,
            max_memory_mb: float | None) -> None:
     """PNG figures and one self-contained HTML page from a workload's leaderboard."""
@@ -311,22 +304,20 @@ def validate(workload: str, results: str, hardware: str | None, trial_id: str | 
     if row["device"] == "cuda" and not torch.cuda.is_available():
         raise TunerError(f"trial {row['trial_id']} ran on CUDA ({hardware}); no CUDA device here")
     knobs = Knobs.from_dict(row, strict=False)
-    console.print(f"validating trial {row['trial_id']} ({row['phase'] or 'search'}, run {row['run_id']}): "
+    console.print(f"validating trial {row['trial_id']} ({row['phase']}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
     from tuner.harness import training_threads
     from tuner.settings import MEASUREMENT_DEFAULTS
-    threads = torch.get_num_threads()
+    threads = None
     if row["device"] == "cpu" and row.get("trial_cpus"):
         # Train with the threads the trial's training process had.
-        torch.set_num_threads(row.get("torch_threads") or training_threads(
-            knobs.num_workers, int(row["trial_cpus"])))
-    try:
-        with console.status(f"training on {torch.get_num_threads()} CPU threads…"):
-            v = train_loop(w, knobs, scale=row["scale"], device=row["device"],
-                           data_dir=_data_for(w, data, row["scale"]), steps=steps,
-                           warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0])
-    finally:
-        torch.set_num_threads(threads)
+        threads = row.get("torch_threads") or training_threads(knobs.num_workers,
+                                                               int(row["trial_cpus"]))
+    where = f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
+    with console.status(f"training on {where}…"):
+        v = train_loop(w, knobs, scale=row["scale"], device=row["device"],
+                       data_dir=_data_for(w, data, row["scale"]), steps=steps,
+                       warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0], threads=threads)
     predicted = row["samples_per_sec"]
     t = Table(title=f"{w.name}: plain training loop vs the trial", title_justify="left")
     for col in ("", "samples/sec"):
@@ -384,7 +375,7 @@ def profile(workload: str, knobs_json: str | None, trial_id: str | None, results
     cpus = min(knobs.num_workers + 1, os.cpu_count() or 1)  # what a trial of these knobs gets
     with console.status("measuring…"):
         row = run_trial(w, knobs, settings, cpus=cpus)
-    if row["status"] != "ok":
+    if row["status"] != Status.OK:
         raise TunerError(f"the configuration failed ({row['status']}): {row['error']}")
     console.print(f"{row['samples_per_sec']:,.1f} samples/sec, step time p50 "
                   f"{row['step_time_ms_p50']:.1f} ms (unsynchronised windows)")

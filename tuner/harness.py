@@ -55,14 +55,17 @@ def make_trainable(workload: Workload) -> Callable[[dict], None]:
 
 
 def run_tune_trial(workload: Workload, config: dict) -> None:
-    """Ray Tune entry point: config = knob values + ``"tuner"`` (TrialSettings fields)."""
+    """Ray Tune entry point: config = knob values + ``"tuner"`` (TrialSettings fields). Every
+    report carries the CPUs and GPUs Ray gave the trial (``trial_cpus``, ``trial_gpus``)."""
+    import ray
     from ray import tune
 
-    import ray
     settings = TrialSettings(**config["tuner"])
-    knobs = {**config, **config.get("fixed", {})}  # follow-up phases pass fixed configurations
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    run_trial(workload, knobs, settings, report=tune.report, cpus=int(cpus) if cpus else None)
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    given = {"trial_cpus": assigned.get("CPU"), "trial_gpus": assigned.get("GPU", 0.0)}
+    cpus = int(given["trial_cpus"]) if given["trial_cpus"] else None
+    run_trial(workload, config, settings, report=lambda result: tune.report({**result, **given}),
+              cpus=cpus)
 
 
 def training_threads(num_workers: int, cpus: int) -> int:

@@ -12,7 +12,7 @@ from ray.tune import Callback
 from tuner import leaderboard
 from tuner.knobs import Knobs
 from tuner.plan import Plan
-from tuner.ray_runtime import TrialResources
+from tuner.status import Phase, Status
 
 
 def _stamp(trial, result: dict) -> None:
@@ -70,7 +70,7 @@ class LeaderboardWriter(Callback):
         return state
 
     def _row(self, trial, result: dict) -> dict:
-        config = {**trial.config, **trial.config.get("fixed", {})}
+        config = trial.config
         reference = config.get("reference")
         row: dict[str, Any] = {}
         try:
@@ -79,16 +79,16 @@ class LeaderboardWriter(Callback):
             pass
         row.update(result)
         row.update(self.versions)
-        resources = TrialResources(1 if self.plan.device == "cuda" else 0, self.plan.node_cpus,
-                                   self.plan.accelerator_type)(config)
         row.update(run_id=self.plan.run_id, trial_id=trial.trial_id,
                    workload=self.plan.workload.name, scale=self.plan.scale,
                    reference=reference, is_baseline=reference == "baseline",
-                   phase=config.get("phase", "search"), objective=self.plan.metric,
+                   phase=Phase(config.get("phase", Phase.SEARCH)).value, objective=self.plan.metric,
                    train_steps=self.plan.options.train_steps,
                    max_host_memory_mb=self.plan.max_host_memory_mb,
-                   global_batch_size=self.plan.options.global_batch_size,
-                   trial_cpus=resources["cpu"], trial_gpus=resources["gpu"])
+                   global_batch_size=self.plan.options.global_batch_size)
+        if row.get("trial_cpus") is None:  # died before its first report: Ray's record of it
+            given = trial.placement_group_factory.required_resources
+            row.update(trial_cpus=given.get("CPU"), trial_gpus=given.get("GPU", 0.0))
         row.setdefault("device", self.plan.device)
         if row.get("error"):
             row["error"] = _one_line(row["error"])
@@ -106,9 +106,9 @@ class LeaderboardWriter(Callback):
         self._done.add(trial.trial_id)
         result = dict(trial.last_result or {})
         if not result:
-            result = {"status": "error", "error": "the trial ended without reporting a result"}
-        elif result.get("status") == "running":
-            result["status"] = "pruned"  # stopped by the scheduler between windows
+            result = {"status": Status.ERROR.value, "error": "the trial ended without reporting a result"}
+        elif result.get("status") == Status.RUNNING:
+            result["status"] = Status.PRUNED.value  # stopped by the scheduler between windows
         _stamp(trial, result)
         self._write(self._row(trial, result))
 
@@ -120,7 +120,7 @@ class LeaderboardWriter(Callback):
         text = str(error) if error else _error_file_text(trial)
         result = {k: v for k, v in (trial.last_result or {}).items()
                   if k not in leaderboard.MEASURED_COLUMNS}
-        result.update(status="error", error=_one_line(text) if text else "the trial process failed",
+        result.update(status=Status.ERROR.value, error=_one_line(text) if text else "the trial process failed",
                       traceback=text)
         _stamp(trial, result)
         self._write(self._row(trial, result))

@@ -6,10 +6,10 @@
   by default, TPE or random search on request. On the reduced spaces of
   ``bench/search_quality.py`` the GP found configurations within 0.95 of the grid's best in
   fewer trials than TPE, which at a budget of 20% of the grid did no better than random search
-  (docs/benchmarks.md).
+  (docs/benchmarks.md, "Search quality").
 * Memory is a constraint (``Trial.set_constraint``; <= 0 is feasible), so the sampler learns
   where configurations stop fitting instead of scoring them 0; Optuna ignores FAIL trials and
-  would keep sampling there (shared/notes/ray-tune-facts.md section 1). A measured trial's value
+  would keep sampling there (Optuna's samplers skip FAIL trials). A measured trial's value
   is its peak memory / the memory this run allows - 1 (the larger of device and host), so the
   GP's constraint model learns memory against the knobs from every trial, not only from
   failures; an out-of-memory trial counts 1.0 (how far over is unknown).
@@ -27,14 +27,17 @@
 from __future__ import annotations
 
 import math
+import pickle
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from tuner import leaderboard
+from ray.tune.search import Searcher
+
 from tuner.errors import TunerError
 from tuner.knobs import HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
-from tuner.plan import Plan
 from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
+from tuner.space import Space
+from tuner.status import Status
 
 OOM_VIOLATION = 1.0
 """Constraint value of an out-of-memory trial: over by an unknown amount."""
@@ -46,11 +49,6 @@ RANDOM_ATTEMPTS = 32
 """Random draws looking for an unknown configuration (``KnownInfeasible.risky`` ones not taken)
 before the best configuration is measured again instead."""
 
-
-
-def _worst(plan: "Plan") -> float:
-    """Objective value given to an infeasible trial; the sampler ranks those by violation."""
-    return 0.0 if plan.mode == "max" else 1e12
 
 
 def _params_key(params: Mapping[str, Any]) -> tuple:
@@ -69,7 +67,7 @@ class MemoryLimits:
 
     def device_mb(self, record: Mapping[str, Any]) -> float | None:
         """The device limit on the hardware ``record`` (a trial result or leaderboard row) ran
-        on, in MB; None on CPU."""
+        on, in MiB; None on CPU."""
         return device_limit_mb(self.max_memory, record.get("gpu_memory_mb"))
 
     def host_mb(self, record: Mapping[str, Any]) -> float | None:
@@ -86,7 +84,7 @@ class MemoryLimits:
         * oom: ``OOM_VIOLATION`` when the memory that ran out had at most as much room then.
         """
         status = record.get("status")
-        if status == "oom":
+        if status == Status.OOM:
             memory = record.get("memory_exceeded") or "host"
             then = record.get("max_memory_mb" if memory == "device" else "max_host_memory_mb")
             now = self.device_mb(record) if memory == "device" else self.host_mb(record)
@@ -99,7 +97,7 @@ class MemoryLimits:
             (record.get("peak_device_memory_mb"), self.device_mb(record)),
             (record.get("peak_host_memory_mb"), self.host_mb(record))) if peak and limit]
         value = max(fractions, default=0.0)
-        if status == "over_limit":
+        if status == Status.OVER_LIMIT:
             return value if value > 0 else None
         return value
 
@@ -170,150 +168,224 @@ def make_sampler(name: str, seed: int, references: int, trials: int):
     raise TunerError(f"--sampler {name!r}: accepted values are {', '.join(SAMPLERS)}")
 
 
-def make_searcher(plan: Plan, trials: int | None):
-    import optuna
-    from ray.tune.search.optuna import OptunaSearch
+@dataclass(frozen=True, kw_only=True)
+class SearchSpec:
+    """What the searcher needs from a run, and nothing more (``Plan.search_spec`` builds it)."""
 
-    worst = _worst(plan)
-    limits = MemoryLimits(plan.options.max_memory, plan.max_host_memory_mb)
+    space: Space
+    """The space sampled (the run's device space)."""
+    metric: str
+    """Leaderboard column to optimise ('samples_per_sec' or 'time_to_train_s')."""
+    mode: str
+    """'max' or 'min'."""
+    sampler: str = "gp"
+    """'gp', 'tpe' or 'random' (``make_sampler``)."""
+    seed: int = 0
+    """Seed of the sampler and of the random fallback (a resumed run passes a new one: it must
+    not replay the proposals it already ran)."""
+    trials: int | None = None
+    """The run's trial budget (None: none; the TPE start-up is sized as for 40)."""
+    references: tuple[tuple[str, dict, Knobs], ...] = ()
+    """References still to measure, first: (name, parameters in ``space``, knobs as run)."""
+    reference_count: int = 0
+    """All of the workload's references (the GP's start-up counts them, measured or not)."""
+    limits: MemoryLimits = MemoryLimits()
+    seed_rows: tuple[tuple[dict, bool], ...] = ()
+    """Rows the study starts from (a resumed run's, with warm start earlier runs'), each with
+    whether a proposal equal to it is answered from it instead of measured again."""
 
-    class ConstrainedOptunaSearch(OptunaSearch):
-        """OptunaSearch that evaluates the reference configurations first, passes memory to
-        the sampler as a constraint, and spends no trial on a configuration whose outcome is
-        known: measured already (the sampler proposes its best point again when few trials
-        are in), or implied not to fit by a failure (``KnownInfeasible``)."""
+    @property
+    def worst(self) -> float:
+        """Objective value given to an infeasible trial; the sampler ranks those by violation."""
+        return 0.0 if self.mode == "max" else 1e12
 
-        def __init__(self, *args, references=(), fallback, **kwargs):
-            super().__init__(*args, **kwargs)
-            self._references = list(references)
-            self._fallback = fallback
-            self._measured: dict[tuple, tuple[float, float]] = {}
-            self._infeasible = KnownInfeasible()
-            self.answered = 0
-            """Proposals answered without a trial (known outcome)."""
 
-        def _known(self, params: Mapping[str, Any]) -> tuple[float, float] | None:
-            known = self._measured.get(_params_key(params))
-            if known is None and self._infeasible.implies(params):
-                known = (worst, OOM_VIOLATION)
-            return known
+class ConstrainedSearch(Searcher):
+    """The tuner's Ray Tune searcher: an ``optuna.Study`` driven through ask/tell (see the
+    module docstring for what it adds to a plain Optuna search).
 
-        def suggest(self, trial_id: str):
-            if self._references and trial_id not in self._ot_trials:
-                name, params, knobs = self._references.pop(0)
-                self._ot_study.enqueue_trial(params)
-                config = super().suggest(trial_id)
-                if config is not None:
-                    config.update(knobs.to_dict(), reference=name)
-                return config
-            sampler = self._ot_study.sampler
-            try:
-                for attempt in range(SAMPLER_ATTEMPTS + RANDOM_ATTEMPTS):
-                    drawn = attempt >= SAMPLER_ATTEMPTS
-                    if attempt == SAMPLER_ATTEMPTS:
-                        # The sampler keeps proposing what is known (it has converged, or the
-                        # space is small): spend the trial on a configuration drawn at random.
-                        self._ot_study.sampler = self._fallback
-                    config = super().suggest(trial_id)
-                    if config is None:
-                        return None
-                    ot_trial = self._ot_trials[trial_id]
-                    known = self._known(ot_trial.params)
-                    if known is None and not (drawn and self._infeasible.risky(ot_trial.params)):
-                        break
-                    if drawn:  # a draw not taken: invisible to the sampler
-                        self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.FAIL)
-                    else:      # the sampler's proposal: told its known outcome again
-                        value, violation = known
-                        ot_trial.set_constraint("memory", violation)
-                        self._ot_study.tell(ot_trial, value)
-                    del self._ot_trials[trial_id]
-                    self.answered += 1
-                else:
-                    # Nothing new turned up: measure the best configuration again.
-                    self._ot_study.enqueue_trial(self._best_params())
-                    config = super().suggest(trial_id)
-            finally:
-                self._ot_study.sampler = sampler
+    Public state, for benchmarks and tests: ``study`` (the Optuna study), ``infeasible``
+    (``KnownInfeasible``), ``measured`` (parameters -> (value, constraint) answered without a
+    trial), ``answered`` (proposals answered that way) and ``params(trial_id)``.
+    """
+
+    def __init__(self, spec: SearchSpec):
+        import optuna
+        super().__init__(metric=spec.metric, mode=spec.mode)
+        self.spec = spec
+        self.study = optuna.create_study(
+            direction="maximize" if spec.mode == "max" else "minimize",
+            sampler=make_sampler(spec.sampler, spec.seed, spec.reference_count,
+                                 spec.trials or 40))
+        self._fallback = optuna.samplers.RandomSampler(seed=spec.seed)
+        self._define_by_run = spec.space.sampler()
+        self._references = list(spec.references)
+        self._live: dict[str, Any] = {}
+        """Ray trial id -> its running Optuna trial."""
+        self._params: dict[str, dict] = {}
+        self.measured: dict[tuple, tuple[float, float]] = {}
+        self.infeasible = KnownInfeasible()
+        self.answered = 0
+        """Proposals answered without a trial (known outcome)."""
+        self._seed(spec.seed_rows)
+
+    def params(self, trial_id: str) -> dict:
+        """The Optuna parameters suggested for a Ray trial (knobs the space samples)."""
+        return dict(self._params[trial_id])
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if self._references:
+            name, params, knobs = self._references.pop(0)
+            self.study.enqueue_trial(params)
+            trial = self.study.ask()
+            config = {**self._config(trial), **knobs.to_dict(), "reference": name}
+        else:
+            trial, config = self._propose()
             config["reference"] = None
-            return config
+        self._live[trial_id] = trial
+        self._params[trial_id] = dict(trial.params)
+        return config
 
-        def _best_params(self) -> dict:
-            """Parameters of the best feasible trial (Optuna's best_trial skips infeasible
-            ones), or of the first reference when none is feasible yet."""
-            try:
-                return dict(self._ot_study.best_trial.params)
-            except ValueError:
-                return dict(self._ot_study.trials[0].params)
+    def _config(self, trial) -> dict:
+        """The trial's knob values: the sampled parameters and the space's constants."""
+        constants = self._define_by_run(trial)
+        return {**trial.params, **constants}
 
-        def on_trial_result(self, trial_id: str, result: dict):
-            if result.get(self.metric) is not None:
-                super().on_trial_result(trial_id, result)
-
-        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-            status = (result or {}).get("status")
-            ot_trial = self._ot_trials.get(trial_id)
-            violation = limits.constraint(result) if status in ("ok", "oom", "over_limit") else None
-            if ot_trial is not None and status in ("oom", "over_limit"):
-                violation = OOM_VIOLATION if violation is None else violation
-                result = {**result, self.metric: worst}
-                ot_trial.set_constraint("memory", violation)
-                self._measured[_params_key(ot_trial.params)] = (worst, violation)
-                self._infeasible.add(ot_trial.params, result.get("memory_exceeded"))
-            elif ot_trial is not None and status == "ok" and result.get(self.metric) is not None:
-                ot_trial.set_constraint("memory", violation)
-                self._measured[_params_key(ot_trial.params)] = (result[self.metric], violation)
-            elif status != "ok":
-                result, error = None, True
-            super().on_trial_complete(trial_id, result=result, error=error)
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    seed = plan.options.seed + len(plan.prior_rows)  # a resumed run must not replay proposals
-    sampler = make_sampler(plan.options.sampler, seed, len(plan.references), trials or 40)
-    searcher = ConstrainedOptunaSearch(
-        space=plan.device_space.sampler(), metric=plan.metric, mode=plan.mode, sampler=sampler,
-        references=plan.reference_params, fallback=optuna.samplers.RandomSampler(seed=seed))
-    _seed(searcher, plan, limits, worst)
-    return searcher
-
-
-def _seed(searcher, plan: Plan, limits: MemoryLimits, worst: float) -> None:
-    """Add the rows of ``_seed_rows`` to the study as finished trials, their constraint worked
-    out against this run's ``limits`` (a row that says nothing under them is left out)."""
-    import optuna
-    distributions = plan.device_space.distributions()
-    for row, dedupe in _seed_rows(plan):
+    def _propose(self) -> tuple[Any, dict]:
+        """The sampler's proposal, unless its outcome is known; then (``SAMPLER_ATTEMPTS``
+        times) it is told that outcome and asked again, and after that configurations are drawn
+        at random (a draw is not told); when nothing new turns up, the best is measured again."""
+        import optuna
+        sampler = self.study.sampler
         try:
-            params = plan.device_space.project(Knobs.from_dict(row, strict=False))
-        except (TunerError, ValueError):
-            continue  # measured in another space: not a point of this one
-        violation = limits.constraint(row)
-        if violation is None:
-            continue
-        infeasible = violation > 0
-        value = worst if infeasible else row[plan.metric]
-        if value is None:
-            continue
-        searcher._ot_study.add_trial(optuna.trial.create_trial(
-            params=params, distributions={k: distributions[k] for k in params}, value=value,
-            constraints={"memory": violation}))
-        if infeasible and row["status"] != "ok":
-            searcher._infeasible.add(params, row.get("memory_exceeded"))
-        if dedupe:
-            searcher._measured[_params_key(params)] = (value, violation)
+            for attempt in range(SAMPLER_ATTEMPTS + RANDOM_ATTEMPTS):
+                drawn = attempt >= SAMPLER_ATTEMPTS
+                if attempt == SAMPLER_ATTEMPTS:
+                    # The sampler keeps proposing what is known (it has converged, or the
+                    # space is small): spend the trial on a configuration drawn at random.
+                    self.study.sampler = self._fallback
+                trial = self.study.ask()
+                config = self._config(trial)
+                known = self._known(trial.params)
+                if known is None and not (drawn and self.infeasible.risky(trial.params)):
+                    return trial, config
+                if drawn:  # a draw not taken: invisible to the sampler
+                    self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                else:      # the sampler's proposal: told its known outcome again
+                    value, violation = known
+                    trial.set_constraint("memory", violation)
+                    self.study.tell(trial, value)
+                self.answered += 1
+            # Nothing new turned up: measure the best configuration again.
+            self.study.enqueue_trial(self._best_params())
+            trial = self.study.ask()
+            return trial, self._config(trial)
+        finally:
+            self.study.sampler = sampler
+
+    def _known(self, params: Mapping[str, Any]) -> tuple[float, float] | None:
+        known = self.measured.get(_params_key(params))
+        if known is None and self.infeasible.implies(params):
+            known = (self.spec.worst, OOM_VIOLATION)
+        return known
+
+    def _best_params(self) -> dict:
+        """Parameters of the best feasible trial (Optuna's best_trial skips infeasible ones),
+        or of the first trial when none is feasible yet."""
+        try:
+            return dict(self.study.best_trial.params)
+        except ValueError:
+            return dict(self.study.trials[0].params)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """A window's interim result, reported to the trial (for pruning)."""
+        trial = self._live.get(trial_id)
+        if trial is not None and result.get(self.metric) is not None:
+            trial.report(result[self.metric], result.get("training_iteration", 0))
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+                          error: bool = False) -> None:
+        """Tell the study how the trial ended: measured (value and memory constraint), out of
+        memory or over a limit (infeasible: the worst value and the violation), or failed."""
+        import optuna
+        trial = self._live.pop(trial_id, None)
+        if trial is None:  # completed already, or not ours
+            return
+        result = result or {}
+        status, value = result.get("status"), result.get(self.metric)
+        key = _params_key(trial.params)
+        if status in (Status.OOM, Status.OVER_LIMIT):
+            violation = self.spec.limits.constraint(result)
+            violation = OOM_VIOLATION if violation is None else violation
+            trial.set_constraint("memory", violation)
+            self.measured[key] = (self.spec.worst, violation)
+            self.infeasible.add(trial.params, result.get("memory_exceeded"))
+            self.study.tell(trial, self.spec.worst)
+        elif status == Status.OK and value is not None:
+            violation = self.spec.limits.constraint(result)
+            trial.set_constraint("memory", violation)
+            self.measured[key] = (value, violation)
+            self.study.tell(trial, value)
+        else:  # failed (or an ok trial without its metric): nothing for the sampler to learn
+            state = (optuna.trial.TrialState.PRUNED if status == Status.OK and not error
+                     else optuna.trial.TrialState.FAIL)
+            self.study.tell(trial, state=state)
+
+    def _seed(self, rows: Sequence[tuple[dict, bool]]) -> None:
+        """Add earlier rows to the study as finished trials, their constraint worked out against
+        this run's limits (a row that says nothing under them, or was measured in another
+        space, is left out)."""
+        import optuna
+        distributions = self.spec.space.distributions()
+        for row, dedupe in rows:
+            try:
+                params = self.spec.space.project(Knobs.from_dict(row, strict=False))
+            except (TunerError, ValueError):
+                continue  # measured in another space: not a point of this one
+            violation = self.spec.limits.constraint(row)
+            if violation is None:
+                continue
+            infeasible = violation > 0
+            value = self.spec.worst if infeasible else row[self.spec.metric]
+            if value is None:
+                continue
+            self.study.add_trial(optuna.trial.create_trial(
+                params=params, distributions={k: distributions[k] for k in params}, value=value,
+                constraints={"memory": violation}))
+            if infeasible and row["status"] != Status.OK:
+                self.infeasible.add(params, row.get("memory_exceeded"))
+            if dedupe:
+                self.measured[_params_key(params)] = (value, violation)
+
+    def save(self, checkpoint_path: str) -> None:
+        """Ray Tune checkpoints a searcher with its experiment (tuner resumes from its own
+        leaderboard instead, but a searcher that cannot save makes Tune warn)."""
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.__dict__, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
 
 
-def _seed_rows(plan: Plan) -> list[tuple[dict, bool]]:
-    """Rows the search starts from, each with whether a proposal equal to it is answered from
-    it instead of measured: the resumed run's own rows (always), and with --warm-start earlier
-    rows of this workload, scale and hardware (unless --remeasure)."""
-    usable = ("ok", "oom", "over_limit")
-    seeds = [(r, True) for r in plan.prior_search_rows if r["status"] in usable]
-    if plan.options.warm_start:
-        table = leaderboard.read(plan.options.results, workload=plan.workload.name,
-                                 hardware_key=plan.hardware_key)
-        for r in table.to_pylist():
-            if (r["run_id"] != plan.run_id and r["scale"] == plan.scale and r["status"] in usable
-                    and (r["phase"] or "search") in ("search", "remeasure")):
-                seeds.append((r, not plan.options.remeasure))
-    return seeds
+class FixedConfigs(Searcher):
+    """Hands Ray Tune the given configurations, whole and in order, then says it is finished:
+    the re-measurement and ceiling phases measure chosen configurations, not a search."""
+
+    def __init__(self, configs: Sequence[dict]):
+        super().__init__()
+        self._configs = list(configs)
+
+    def suggest(self, trial_id: str) -> dict | str:
+        return self._configs.pop(0) if self._configs else Searcher.FINISHED
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+                          error: bool = False) -> None:
+        """Nothing to learn: the configurations are fixed."""
+
+
+def make_searcher(spec: SearchSpec) -> ConstrainedSearch:
+    """The run's searcher (Optuna's logging quietened to warnings)."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return ConstrainedSearch(spec)
