@@ -10,7 +10,7 @@ path of the bad value and what was expected:
 3. Ray's ``prepare_config`` + ``validate_config`` (what ``ray up`` runs after filling in the
    provider's defaults). Private API: skipped when it cannot be imported.
 
-Not caught offline (shared/notes/ray-tune-facts.md section 6): typos inside a provider's
+Not caught offline (checked against Ray 2.60's schema): typos inside a provider's
 ``node_config`` (the schema leaves it open), and anything that needs the cloud (AMI, quotas,
 credentials). Node types must list their ``resources``: ``ray up`` looks them up on AWS.
 """

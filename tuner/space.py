@@ -69,7 +69,7 @@ class Space:
     def for_device(self, device_type: str, max_workers: int,
                    max_batch: int | None = None) -> "Space":
         """Drop what cannot apply on ``device_type``, cap ``num_workers`` at ``max_workers``
-        (the node's CPU count: DESIGN 'num_workers 0..#CPUs given to the trial') and
+        (the node's CPU count: a trial never gets more CPUs than that) and
         ``batch_size`` at ``max_batch`` (the dataset's sample count: a larger batch never fills)."""
         base_domains, base_constants = dict(self.domains), dict(self.constants)
         over_domains, over_constants = self.overrides.get(device_type, ({}, {}))

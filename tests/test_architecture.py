@@ -1,0 +1,139 @@
+"""The import graph keeps its floors: read with ``ast`` (every import, function-local ones
+included), it has no cycle, and no module imports one on a higher floor.
+
+Floors, top to bottom (docs: README "Code map"):
+
+* ``cli`` — the command line;
+* driver — what runs in the Ray driver: the run's phases, plan, searcher, probe, Ray runtime,
+  the leaderboard recorder;
+* results and the built-in workloads — reading and showing rows; the workloads build on the
+  trial's ``make_trainable``;
+* trial — what runs in a Ray worker and uses torch: harness, knob application, measurement,
+  failures, hardware, the plain-loop validation;
+* contract — the workload contract, search spaces, cluster configs;
+* base — knobs, settings, status vocabulary, errors (no torch, no Ray).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FLOORS = {
+    5: {"tuner.cli", "tuner.__main__"},
+    4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.probe", "tuner.ray_runtime",
+        "tuner.recorder"},
+    3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "workloads",
+        "workloads._data", "workloads.ddpm", "workloads.classifier", "workloads.headpose",
+        "workloads.chargpt", "workloads.segmentation3d"},
+    2: {"tuner.harness", "tuner.apply", "tuner.measure", "tuner.failures", "tuner.hardware",
+        "tuner.validate"},
+    1: {"tuner.workload", "tuner.space", "tuner.cluster"},
+    0: {"tuner", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors"},
+}
+FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
+
+TORCH_FREE = {"tuner.cli", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
+              "tuner.leaderboard", "tuner.progress"}
+"""Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in ("tuner", "workloads"):
+        for path in (ROOT / package).glob("*.py"):
+            name = f"{package}.{path.stem}".removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def imports(path: Path, known: set[str], *, top_level_only: bool = False) -> set[str]:
+    """Project modules ``path`` imports (``from tuner import x`` counts as ``tuner.x``)."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    out = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known and "." in target:
+                target = target.rpartition(".")[0]
+            if target in known or target.split(".")[0] in ("torch", "ray"):
+                out.add(target)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(path, set(mods)) - {name} for name, path in mods.items()}
+
+
+def test_every_module_has_a_floor():
+    missing = sorted(set(modules()) - set(FLOOR))
+    assert not missing, f"give these modules a floor in tests/test_architecture.py: {missing}"
+
+
+def upward_imports(edges: dict[str, set[str]], floor: dict[str, int]) -> list[str]:
+    return sorted(f"{a} (floor {floor[a]}) imports {b} (floor {floor[b]})"
+                  for a, targets in edges.items() for b in targets
+                  if b in floor and a in floor and floor[b] > floor[a])
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path (first module repeated at the end), or None."""
+    state: dict[str, int] = {}   # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                trail = path + [node]
+                return trail[trail.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt, path + [node])):
+                return cycle
+        state[node] = 2
+        return None
+
+    for start in sorted(edges):
+        if start not in state and (cycle := visit(start, [])):
+            return cycle
+    return None
+
+
+def test_no_module_imports_one_on_a_higher_floor():
+    assert upward_imports(graph(), FLOOR) == []
+
+
+def test_the_import_graph_has_no_cycle():
+    edges = {a: {b for b in targets if b in FLOOR} for a, targets in graph().items()}
+    cycle = find_cycle(edges)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_torch_free_modules_import_neither_torch_nor_ray_at_module_level():
+    mods = modules()
+    heavy = {}
+    for name in TORCH_FREE:
+        top = imports(mods[name], set(mods), top_level_only=True)
+        bad = sorted(t for t in top if t.split(".")[0] in ("torch", "ray")
+                     or (t in FLOOR and t not in TORCH_FREE | {"tuner"}))
+        if bad:
+            heavy[name] = bad
+    assert not heavy, heavy
+
+
+def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
+    fake = tmp_path / "bad.py"
+    fake.write_text("import tuner.knobs\n\ndef f():\n    from tuner.cli import main\n")
+    seen = imports(fake, {"tuner.cli", "tuner.knobs"})
+    assert seen == {"tuner.cli", "tuner.knobs"}                  # function-local imports count
+    assert upward_imports({"tuner.knobs": seen}, FLOOR) == [
+        "tuner.knobs (floor 0) imports tuner.cli (floor 5)"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
