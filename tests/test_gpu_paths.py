@@ -84,16 +84,38 @@ def test_device_limit_is_none_without_a_device_and_rejects_garbage():
         settings.MemoryLimit.parse("12 parsecs")
 
 
-def test_a_size_below_the_card_is_enforced_with_the_per_process_fraction(monkeypatch):
+def _strict_fraction_setter(calls):
+    """torch's set_per_process_memory_fraction as it behaves on a real card: an index or an
+    indexed device, a float in [0, 1] (the fake used to accept torch.device('cuda'), which
+    torch rejects: the crash every --max-memory run hit on the H100)."""
+    def set_fraction(fraction, device=None):
+        if isinstance(device, torch.device):
+            if device.index is None:
+                raise ValueError("Expected a torch.device with a specified index or an integer, "
+                                 f"but got:{device}")
+            device = device.index
+        if not isinstance(fraction, float) or not 0 <= fraction <= 1:
+            raise ValueError(f"Invalid fraction value: {fraction}")
+        calls.append((fraction, device))
+    return set_fraction
+
+
+@pytest.mark.parametrize("device, index", [(torch.device("cuda", 0), 0),
+                                           (torch.device("cuda"), 3)])  # a trial's "cuda"
+def test_a_size_below_the_card_is_enforced_with_the_per_process_fraction(monkeypatch, device,
+                                                                         index):
     calls = []
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device: types.SimpleNamespace(total_memory=H200_MB * MB))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
-                        lambda fraction, device: calls.append((fraction, device)))
-    cuda0 = torch.device("cuda", 0)
+                        _strict_fraction_setter(calls))
+    cuda0 = device
     limit = apply.apply_device_limit(settings.MemoryLimit.parse("24GiB"), cuda0)
     assert limit == pytest.approx(24 * 1024.0)
-    assert calls == [(pytest.approx(24 * 1024.0 / H200_MB), cuda0)]   # an H200 acts as 24 GiB
+    assert calls == [(pytest.approx(24 * 1024.0 / H200_MB), index)]   # an H200 acts as 24 GiB
+    apply.release_device_limit(limit, cuda0)
+    assert calls[-1] == (1.0, index)
     calls.clear()
     assert apply.apply_device_limit(settings.MemoryLimit.parse("12GB"), torch.device("cpu")) is None
     assert apply.apply_device_limit(None, cuda0) is None

@@ -29,19 +29,28 @@ def repeat(items: list) -> Iterator:
 
 
 def apply_device_limit(max_memory: MemoryLimit | None, device: torch.device) -> float | None:
-    """Resolve the device memory limit to MB and enforce a size below the card's with the
+    """Resolve the device memory limit to MiB and enforce a size below the card's with the
     allocator's per-process memory fraction. None on CPU or without a limit."""
     if max_memory is None or device.type != "cuda":
         return None
-    total_mb = torch.cuda.get_device_properties(device).total_memory / 2**20
+    index = _cuda_index(device)
+    total_mb = torch.cuda.get_device_properties(index).total_memory / 2**20
     limit_mb = device_limit_mb(max_memory, total_mb)
-    torch.cuda.set_per_process_memory_fraction(limit_mb / total_mb, device)
+    torch.cuda.set_per_process_memory_fraction(float(limit_mb / total_mb), index)
     return limit_mb
 
 
 def release_device_limit(limit_mb: float | None, device: torch.device) -> None:
     if limit_mb is not None:
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.set_per_process_memory_fraction(1.0, _cuda_index(device))
+
+
+def _cuda_index(device: torch.device) -> int:
+    """The device's index: ``torch.device("cuda")`` (what a trial on its one assigned GPU
+    holds) means the current device. ``set_per_process_memory_fraction`` takes an index or an
+    indexed device only; given ``cuda`` it raised before the first trial of every
+    ``--max-memory`` run on a real card (H100, 2026-11-23)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 @dataclass
