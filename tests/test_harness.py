@@ -176,3 +176,17 @@ def test_is_oom(exc, expected):
 ])
 def test_oom_memory_names_what_ran_out(exc, device, expected):
     assert oom_memory(exc, torch.device(device)) == expected
+
+
+def test_the_compute_only_ceiling_trains_with_the_configurations_threads(settings):
+    """Every condition but the input pipeline is the configuration's: with 1 worker on 2 CPUs
+    the configuration trains on 1 thread, and so does its ceiling (it used to get 2, and on
+    CPU came out up to 8x faster than the configuration could ever be)."""
+    from dataclasses import replace
+    knobs = Knobs(batch_size=16, num_workers=1)
+    threads = torch.get_num_threads()
+    config = run_trial(regression, knobs, settings, cpus=2)
+    ceiling = run_trial(regression, knobs, replace(settings, compute_only=True), cpus=2)
+    assert config["status"] == ceiling["status"] == "ok"
+    assert config["torch_threads"] == ceiling["torch_threads"] == 1
+    assert torch.get_num_threads() == threads
