@@ -1,0 +1,110 @@
+"""GPU checks on a real card: ``pytest -m gpu`` (needs CUDA; skipped with the reason without).
+
+Each test is a failure first seen on the H100 (2026-11-23) or a CUDA path the CPU tests can
+only fake: the memory limit through the allocator's per-process fraction, real
+``OutOfMemoryError`` followed by a fitting trial in the same process, AMP fp16/bf16,
+channels_last, compile, flags restored, NVML telemetry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.fake_workloads import Regression
+from tuner.harness import run_trial
+from tuner.knobs import Knobs
+from tuner.probe import probe_batch_limit
+from tuner.settings import MemoryLimit, TrialSettings
+from tuner.space import IntRange, Space
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+GIB = 2**30
+
+
+class GibPerSample(Regression):
+    """The regression MLP, plus 1 GiB of device memory per sample during the step: a batch of
+    B needs B GiB (plus the CUDA context, ~0.5 GiB), so out-of-memory under a limit is real
+    and predictable."""
+    name = "gpu-gib-per-sample"
+
+    def training_step(self, model, batch):
+        x, y = batch
+        ballast = torch.ones(x.shape[0], GIB // 4, device=x.device)  # (B, 2**28) float32
+        return super().training_step(model, batch) + 0.0 * ballast.sum()
+
+
+gib = GibPerSample()
+
+
+@pytest.fixture
+def settings(regression_data) -> TrialSettings:
+    return TrialSettings(scale="tiny", device="cuda", data_dir=str(regression_data), windows=2,
+                         window_s=0.2, warmup_steps=2)
+
+
+def test_max_memory_turns_a_batch_over_the_limit_into_oom_and_the_next_trial_fits(settings):
+    """The crash of 2026-11-23 (set_per_process_memory_fraction without an index) and the
+    promise of --max-memory: a big card behaves like the smaller one."""
+    limited = replace(settings, max_memory=MemoryLimit.parse("3GB"))      # 2.79 GiB
+    over = run_trial(gib, Knobs(batch_size=4), limited)                  # 4 GiB + grads
+    assert over["status"] in ("oom", "over_limit"), over.get("error")
+    assert over["memory_exceeded"] == "device"
+    fits = run_trial(gib, Knobs(batch_size=1), limited)                  # same process
+    assert fits["status"] == "ok", fits.get("error")
+    assert fits["max_memory_mb"] == pytest.approx(3e9 / 2**20)
+    assert fits["peak_device_memory_mb"] <= fits["max_memory_mb"]
+    assert torch.cuda.memory_allocated() < GIB                             # freed after the oom
+
+
+def test_max_memory_12gb_makes_a_24gib_batch_fail(settings):
+    limited = replace(settings, max_memory=MemoryLimit.parse("12GB"))
+    result = run_trial(gib, Knobs(batch_size=24), limited)
+    assert result["status"] in ("oom", "over_limit") and result["memory_exceeded"] == "device"
+
+
+def test_the_memory_probe_under_a_limit_on_a_real_card(settings):
+    space = Space("gpu-test", {"batch_size": IntRange(1, 8)}, {"num_workers": 0})
+    limited = replace(settings, max_memory=MemoryLimit.parse("3GB"))
+    found = probe_batch_limit(space, Knobs(batch_size=1), limited,
+                              lambda knobs, s: run_trial(gib, knobs, s))
+    assert found.max_batch == 2 and found.first_failure == 3, found.probes
+
+
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_amp_and_channels_last_train_on_the_card(regression_data, amp):
+    from tuner.workload import resolve
+    classifier = resolve("classifier")
+    data = classifier.prepare_default_data(regression_data.parent / "classifier", "tiny")
+    settings = TrialSettings(scale="tiny", device="cuda", data_dir=str(data), windows=2,
+                             window_s=0.2, warmup_steps=3)
+    result = run_trial(classifier, Knobs(batch_size=16, amp=amp, channels_last=True), settings)
+    assert result["status"] == "ok", result.get("error")
+    assert result["amp"] == amp and result["clamped"] is None
+    assert result["samples_per_sec"] > 0
+
+
+def test_compile_trains_and_flags_are_restored(settings):
+    before = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+              torch.backends.cudnn.allow_tf32)
+    result = run_trial(gib, Knobs(batch_size=1, compile="default", cudnn_benchmark=not before[0],
+                                  tf32=not before[1]), settings)
+    assert result["status"] == "ok", result.get("error")
+    assert result["warmup_s"] > 0
+    after = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.allow_tf32)
+    assert after == before
+
+
+def test_nvml_telemetry_and_context_memory_are_read_from_the_card(settings):
+    result = run_trial(gib, Knobs(batch_size=2), replace(settings, window_s=1.0))
+    assert result["status"] == "ok", result.get("error")
+    assert result["gpu_util_pct"] is not None and result["gpu_util_pct"] > 0
+    assert result["gpu_power_w"] is not None and result["gpu_power_w"] > 10
+    # peak = allocator's peak reserved + the CUDA context NVML attributes to this process
+    assert result["peak_device_memory_mb"] > torch.cuda.max_memory_reserved() / 2**20 * 0.5
+    assert result["gpu_memory_mb"] > 10_000
