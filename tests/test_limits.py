@@ -187,6 +187,20 @@ def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local, no_workers_
         assert r["status"] == "ok", r["error"]
 
 
+def test_the_probe_bound_goes_past_the_space_files_high(tmp_path, ray_local):
+    """The space file stops at batch 8; the probe searches up to the dataset's 64 samples and
+    the search is bounded by what fits (16 on this fake device), not by the file."""
+    space = tmp_path / "small-high.yaml"
+    space.write_text("knobs:\n  batch_size: {low: 4, high: 8, log: true}\n  num_workers: 0\n")
+    events = []
+    run(short_options(tmp_path / "results", OOM, trials=2, probe="on", space_file=str(space)),
+        on_event=lambda kind, data: events.append((kind, data)))
+    probe = next(data["result"] for kind, data in events if kind == "probe")
+    assert probe.max_batch == OOM_ABOVE and max(bs for bs, _, _ in probe.probes) > 8
+    plan = next(data["plan"] for kind, data in events if kind == "start")
+    assert plan.device_space.domains["batch_size"].high == OOM_ABOVE   # 16 > the file's 8
+
+
 def test_fixed_global_batch_holds_in_every_row(tmp_path, ray_local, no_workers_space):
     summary = run(short_options(tmp_path / "results", REGRESSION, trials=5, global_batch_size=32,
                                 space_file=no_workers_space))

@@ -282,7 +282,7 @@ def test_sampler_drops_constant_worker_knobs_without_workers():
           num_workers: {low: 0, high: 1}
           prefetch_factor: 4
           persistent_workers: true
-    """).for_device("cpu", max_workers=2)
+    """).for_device("cpu", max_workers=1)        # a 1-CPU node: num_workers in [0, 1]
     configs = _sample(space, n=12)
     assert {c["num_workers"] for c in configs} == {0, 1}
     for config in configs:
@@ -296,3 +296,19 @@ def test_every_sample_of_a_builtin_space_is_valid_knobs(name):
     space = load_space(resolve(name).space_name).for_device("cpu", max_workers=2)
     for config in _sample(space, n=10):
         Knobs.from_dict(config)
+
+
+def test_bounds_follow_the_machine_not_the_space_file():
+    """The YAML's ranges were written for someone else's machine: num_workers reaches the
+    node's CPUs (up or down), batch_size follows the memory probe's bound (up or down); the
+    low end, log scale and hand-written choice lists stay."""
+    space = parse(VALID).for_device("cuda", max_workers=16)       # the file says high: 8
+    assert space.domains["num_workers"] == IntRange(0, 16)
+    assert parse(VALID).for_device("cuda", max_workers=3).domains["num_workers"] == IntRange(0, 3)
+    wider = space.with_batch_high(1024)                            # the file says high: 256
+    assert wider.domains["batch_size"] == IntRange(4, 1024, log=True)
+    assert wider.with_batch_high(48).domains["batch_size"] == IntRange(4, 48, log=True)
+    assert wider.domains["num_workers"] == space.domains["num_workers"]
+    assert wider.bounds()["batch_size"] == "[4, 1024] log"
+    picked = Space("s", {"batch_size": Choices((8, 32, 128))}, {}).with_batch_high(1024)
+    assert picked.domains["batch_size"] == Choices((8, 32, 128))  # choices are only capped

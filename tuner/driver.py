@@ -131,13 +131,15 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
         return ray.get(task.remote(plan.workload, knobs, settings))
 
     base = plan.references[0][1]
-    result = probe_batch_limit(plan.device_space, base, plan.settings, run_remote)
+    # Up to the dataset's size, not the space file's high: that was written for another card.
+    space = plan.device_space.with_batch_high(plan.samples)
+    result = probe_batch_limit(space, base, plan.settings, run_remote)
     on_event("probe", {"result": result})
     if result.max_batch is None:
         raise TunerError(f"memory probe: not even batch_size {result.probes[0][0]} fits "
                          f"({result.probes[0][1]}); raise --max-memory/--max-host-memory or "
                          "lower the space's batch_size")
-    return plan.with_batch_cap(result.max_batch)
+    return plan.with_batch_bound(result.max_batch)
 
 
 def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWriter":

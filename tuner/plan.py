@@ -46,7 +46,7 @@ class Plan:
     """A run, resolved and validated before any trial (bad input fails in ``make_plan``).
 
     A value: what changes during a run (the memory probe's batch cap, the accelerator type
-    being tuned, the hardware key Ray reports) makes a new plan (``with_batch_cap``,
+    being tuned, the hardware key Ray reports) makes a new plan (``with_batch_bound``,
     ``for_accelerator``, ``with_hardware_key``)."""
 
     options: RunOptions
@@ -141,10 +141,10 @@ class Plan:
                     seeds.append((r, not self.options.remeasure))
         return seeds
 
-    def with_batch_cap(self, max_batch: int) -> "Plan":
-        """The plan with the searched batch size bounded (after the memory probe)."""
-        return replace(self, device_space=self.device_space.for_device(
-            self.device, self.node_cpus, max_batch))
+    def with_batch_bound(self, max_batch: int) -> "Plan":
+        """The plan with the searched batch size ending at the memory probe's bound, which may
+        lie above the space file's ``high`` (``Space.with_batch_high``)."""
+        return replace(self, device_space=self.device_space.with_batch_high(max_batch))
 
     def with_hardware_key(self, key: str) -> "Plan":
         return replace(self, hardware_key=key)

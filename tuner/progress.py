@@ -63,6 +63,12 @@ class Progress:
         c.print(f"  model: {w.parameter_count(plan.scale):,} parameters at {plan.scale} scale "
                 f"({w.parameter_count('seed'):,} at seed)")
         c.print(f"  data: {plan.data_dir} ({plan.samples:,} samples) · space: {plan.space.source}")
+        bounds = plan.device_space.bounds()
+        shown = " · ".join(f"{name} {bounds[name]}" for name in ("batch_size", "num_workers")
+                           if name in bounds)
+        if shown:
+            c.print(f"  searched: {shown} (batch: the space file, the dataset's size or the "
+                    f"memory probe's bound; workers: up to this node's {plan.node_cpus} CPUs)")
         budget = f"{plan.trials} trials" if plan.trials else "no trial limit"
         if plan.options.time_budget_s:
             budget += f", time budget {plan.options.time_budget_s:.0f} s"

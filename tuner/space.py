@@ -68,9 +68,10 @@ class Space:
 
     def for_device(self, device_type: str, max_workers: int,
                    max_batch: int | None = None) -> "Space":
-        """Drop what cannot apply on ``device_type``, cap ``num_workers`` at ``max_workers``
-        (the node's CPU count: a trial never gets more CPUs than that) and
-        ``batch_size`` at ``max_batch`` (the dataset's sample count: a larger batch never fills)."""
+        """Drop what cannot apply on ``device_type``; an integer ``num_workers`` range ends at
+        ``max_workers`` (the node's CPU count, the most a trial can get: the YAML's ``high``
+        is a prior written for some other machine, raised or lowered here), and ``batch_size``
+        is capped at ``max_batch`` (the dataset's sample count: a larger batch never fills)."""
         base_domains, base_constants = dict(self.domains), dict(self.constants)
         over_domains, over_constants = self.overrides.get(device_type, ({}, {}))
         for name in (*over_domains, *over_constants):
@@ -89,7 +90,7 @@ class Space:
                 if len(kept) <= 1:
                     continue
                 dom = Choices(kept)
-            if name == "num_workers" and isinstance(dom, IntRange) and dom.high > max_workers:
+            if name == "num_workers" and isinstance(dom, IntRange) and dom.high != max_workers:
                 dom = IntRange(dom.low, max(dom.low, max_workers), dom.log, dom.step)
             if name == "batch_size" and max_batch is not None:
                 dom = _cap(dom, max_batch)
@@ -99,6 +100,24 @@ class Space:
             for name in CUDA_ONLY_KNOBS:
                 constants.pop(name, None)
         return Space(self.source, domains, constants, {}, self.global_batch)
+
+    def with_batch_high(self, high: int) -> "Space":
+        """The space with an integer ``batch_size`` range ending at ``high``, above or below
+        the YAML's (the memory probe's bound; the dataset's size while probing). A choice list
+        is only capped: its values were chosen by hand."""
+        dom = self.domains.get("batch_size")
+        if dom is None:
+            return self
+        if isinstance(dom, IntRange):
+            dom = IntRange(dom.low, max(dom.low, high), dom.log, dom.step)
+        else:
+            dom = _cap(dom, high)
+        return Space(self.source, {**self.domains, "batch_size": dom}, self.constants,
+                     self.overrides, self.global_batch)
+
+    def bounds(self) -> dict[str, str]:
+        """The searched range of each sampled knob, as shown at the start of a run."""
+        return {name: dom.describe() for name, dom in self.domains.items()}
 
     def distributions(self) -> dict:
         """Optuna distributions of the sampled knobs (to add measured trials to a study)."""
