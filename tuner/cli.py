@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import sys
+import warnings
 from typing import Any
 
 import click
@@ -42,6 +43,18 @@ class TunerGroup(click.Group):
 @click.version_option(package_name="tuner")
 def main() -> None:
     """tuner: find the fastest way to train a PyTorch model on this hardware."""
+    warnings.showwarning = _show_warning
+
+
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """The warnings tuner raises for the user (a damaged leaderboard file) as one line."""
+    if category.__name__ == "DamagedLeaderboardWarning":
+        err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
 
 
 @main.command()

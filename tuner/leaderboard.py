@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -232,6 +233,11 @@ def read(results: str | Path, *, workload: str | None = None,
     """All rows (optionally one workload / hardware key), in the current schema; columns
     added by later schema versions read as null in older files. Empty table if none.
 
+    A file in the directory that is not a readable Parquet part (a stray ``notes.txt``, a
+    truncated ``part-*.parquet``) is skipped: every good row is still returned, and one
+    ``DamagedLeaderboardWarning`` names the skipped files. A part moved away while this reads
+    is simply not there.
+
     Raises:
         TunerError: ``results`` is a URI pyarrow cannot open.
     """
@@ -245,18 +251,87 @@ def read(results: str | Path, *, workload: str | None = None,
         if not directory.is_dir():
             return SCHEMA.empty_table()
         source, filesystem = str(directory), None
-    dataset = pads.dataset(source, filesystem=filesystem, format="parquet", schema=SCHEMA,
-                           exclude_invalid_files=False, ignore_prefixes=_HIDDEN_PREFIXES)
     expr = None
     if workload is not None:
         expr = pads.field("workload") == workload
     if hardware_key is not None:
         cond = pads.field("hardware_key") == hardware_key
         expr = cond if expr is None else expr & cond
-    table = dataset.to_table(filter=expr)
+    try:  # the fast path: one dataset over the directory, no file opened twice
+        table = _dataset(source, filesystem).to_table(filter=expr)
+    except (pa.ArrowException, OSError):  # a part that is not readable Parquet, or gone
+        table = _read_skipping_damaged(source, filesystem, directory, expr)
     # Rows written before the phase column existed are search rows: said once, here.
     phase = pc.fill_null(table.column("phase"), Phase.SEARCH.value)
     return table.set_column(table.schema.get_field_index("phase"), "phase", phase)
+
+
+class DamagedLeaderboardWarning(UserWarning):
+    """``read`` skipped files in the leaderboard directory that are not readable Parquet
+    parts; the message names them and says how to move them aside."""
+
+
+_NAMED_DAMAGED = 5
+"""At most this many skipped files are named in the warning; the rest are counted."""
+
+
+def _dataset(source: str | list[str], filesystem: pafs.FileSystem | None) -> pads.Dataset:
+    """The leaderboard as a dataset: a directory (listed, no file opened yet) or a list of
+    files."""
+    return pads.dataset(source, filesystem=filesystem, format="parquet", schema=SCHEMA,
+                        exclude_invalid_files=False, ignore_prefixes=_HIDDEN_PREFIXES)
+
+
+def _read_skipping_damaged(source: str, filesystem: pafs.FileSystem | None,
+                           directory: Path | str, expr: pads.Expression | None) -> pa.Table:
+    """``read``'s slow path, taken only when reading the whole directory failed: list it
+    again, check each part's footer, read the parts that pass, and warn once naming those
+    that do not. A part that vanished meanwhile (moved aside by another process) is neither
+    read nor named."""
+    listed = _dataset(source, filesystem)  # listed afresh: parts moved away since are gone
+    fs, bad, good = listed.filesystem, [], []
+    for path in listed.files:
+        try:
+            with fs.open_input_file(path) as f:
+                pq.read_metadata(f)
+            good.append(path)
+        except (pa.ArrowException, OSError):
+            bad.append(path)
+    try:
+        table = _dataset(good, fs).to_table(filter=expr)
+    except (pa.ArrowException, OSError):
+        # A footer that reads over data that does not (or a column of another type, or a part
+        # that vanished since): read the parts one by one.
+        tables = []
+        for path in good:
+            try:
+                tables.append(_dataset([path], fs).to_table(filter=expr))
+            except (pa.ArrowException, OSError):
+                bad.append(path)
+        table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    bad = [path for path in bad if fs.get_file_info(path).type != pafs.FileType.NotFound]
+    if bad:
+        warnings.warn(_damaged_message(source, directory, bad), DamagedLeaderboardWarning,
+                      stacklevel=3)
+    return table
+
+
+def _damaged_message(source: str, directory: Path | str, bad: list[str]) -> str:
+    """One line: the skipped files, relative to the leaderboard directory, and where to move
+    them."""
+    base = source.rstrip("/") + "/"
+    names = sorted(path[len(base):] if path.startswith(base) else path for path in bad)
+    shown = ", ".join(names[:_NAMED_DAMAGED])
+    if len(names) > _NAMED_DAMAGED:
+        shown += f" and {len(names) - _NAMED_DAMAGED} more"
+    if isinstance(directory, str):
+        where = directory.partition("?")[0]
+        aside = f"{where.removesuffix('/leaderboard')}/damaged/"
+    else:
+        where, aside = str(directory), f"{directory.parent / 'damaged'}{os.sep}"
+    files = "file" if len(names) == 1 else "files"
+    return (f"skipped {len(names)} unreadable {files} in {where}: {shown} (move them out of "
+            f"the leaderboard directory, e.g. into {aside}, to silence this)")
 
 
 def hardware_keys(table: pa.Table) -> list[str]:
