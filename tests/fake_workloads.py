@@ -96,7 +96,23 @@ class BrokenData(Regression):
         return NpyFiles(data_dir, fail_at=3)
 
 
+class SlowCeiling(Regression):
+    """Slow only on a batch it has seen before: the compute-only ceiling cycles 4 resident
+    batches, so its ceiling comes out below the pipeline it bounds (a disturbed measurement,
+    injected)."""
+    name = "fake-slow-ceiling"
+
+    def training_step(self, model, batch):
+        import time
+        seen = self.__dict__.setdefault("_seen", set())
+        if id(batch[0]) in seen:
+            time.sleep(0.05)
+        seen.add(id(batch[0]))
+        return super().training_step(model, batch)
+
+
 regression = Regression()
 oom = FakeOOM()
 broken = BrokenData()
+slow_ceiling = SlowCeiling()
 trainable = make_trainable(regression)

@@ -209,3 +209,14 @@ def test_best_without_a_successful_reference_has_no_speedup():
 def test_best_is_none_when_nothing_succeeded():
     assert leaderboard.best(table_of([row(0, status="oom", sps=0.0)])) is None
     assert leaderboard.best(leaderboard.SCHEMA.empty_table()) is None
+
+
+def test_a_ceiling_below_the_winner_is_disturbed_never_an_efficiency_over_100():
+    win = {**row(0), "phase": "remeasure", "samples_per_sec": 100.0, "batch_size": 32}
+    ceiling = {**row(1), "phase": "ceiling", "samples_per_sec": 80.0, "batch_size": 32}
+    top = leaderboard.best_row([win, ceiling])
+    assert top["ceiling_disturbed"] and top["pipeline_efficiency"] is None
+    assert top["ceiling_samples_per_sec"] == 80.0
+    again = {**ceiling, "trial_id": "t-again", "samples_per_sec": 125.0}   # measured again
+    top = leaderboard.best_row([win, ceiling, again])
+    assert not top["ceiling_disturbed"] and top["pipeline_efficiency"] == 0.8

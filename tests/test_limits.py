@@ -201,6 +201,20 @@ def test_the_probe_bound_goes_past_the_space_files_high(tmp_path, ray_local):
     assert plan.device_space.domains["batch_size"].high == OOM_ABOVE   # 16 > the file's 8
 
 
+def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tmp_path, ray_local,
+                                                                              no_workers_space):
+    events = []
+    summary = run(short_options(tmp_path / "results", "tests.fake_workloads:slow_ceiling",
+                                trials=2, confirm=1, ceiling=True, space_file=no_workers_space),
+                  on_event=lambda kind, data: events.append((kind, data)))
+    ceilings = [r for r in summary.rows if r["phase"] == "ceiling"]
+    assert len(ceilings) == 2 and all(r["status"] == "ok" for r in ceilings)
+    assert [d.get("again", False) for k, d in events if k == "phase"] == [False, True]
+    top = leaderboard.best_row(summary.rows)
+    assert top["ceiling_disturbed"] and top["pipeline_efficiency"] is None
+    assert top["ceiling_samples_per_sec"] < top["samples_per_sec"]
+
+
 def test_fixed_global_batch_holds_in_every_row(tmp_path, ray_local, no_workers_space):
     summary = run(short_options(tmp_path / "results", REGRESSION, trials=5, global_batch_size=32,
                                 space_file=no_workers_space))

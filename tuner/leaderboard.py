@@ -397,8 +397,10 @@ def best_row(rows: list[dict]) -> dict | None:
     ``recommended_samples_per_sec``, ``speedup_vs_baseline``, ``speedup_vs_recommended``
     (samples/sec ratios within the winner's run, against the reference measured in the
     winner's phase where it was re-measured; None where that reference failed or did not
-    run), ``ceiling_samples_per_sec`` and ``pipeline_efficiency`` (winner ÷ its compute-only
-    ceiling; None without a ceiling row).
+    run), ``ceiling_samples_per_sec`` (the highest of the winner's compute-only ceiling
+    measurements), ``ceiling_disturbed`` (that ceiling is below the winner: the measurement was
+    disturbed) and ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a ceiling row
+    or with a disturbed one).
     """
     ok = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
           and r["samples_per_sec"] is not None]
@@ -425,7 +427,11 @@ def best_row(rows: list[dict]) -> dict | None:
     knobs = {name: top[name] for name in Knobs.names()}
     ceiling = [r for r in same_run if phase_of(r) == Phase.CEILING and r["status"] == Status.OK
                and all(r[name] == v for name, v in knobs.items())]
-    top["ceiling_samples_per_sec"] = ceiling[0]["samples_per_sec"] if ceiling else None
-    top["pipeline_efficiency"] = (top["samples_per_sec"] / ceiling[0]["samples_per_sec"]
-                                  if ceiling else None)
+    # A ceiling below what it bounds is a disturbed measurement (measured again by the run):
+    # the highest of its measurements counts, and none below the winner gives an efficiency.
+    bound = max((r["samples_per_sec"] for r in ceiling), default=None)
+    top["ceiling_samples_per_sec"] = bound
+    top["ceiling_disturbed"] = bound is not None and bound < top["samples_per_sec"]
+    top["pipeline_efficiency"] = (top["samples_per_sec"] / bound
+                                  if bound is not None and not top["ceiling_disturbed"] else None)
     return top

@@ -45,7 +45,8 @@ class Progress:
             self.console.print(f"  memory probe: {bound} · probes {steps}")
         elif kind == "phase":
             what = {Phase.REMEASURE: f"re-measuring the {data['count']} best with twice the windows",
-                    Phase.CEILING: "measuring the winner's compute-only ceiling (batches on the device)"}
+                    Phase.CEILING: "measuring the winner's compute-only ceiling (batches on the device)"
+                    + (" again: it came out below the winner" if data.get("again") else "")}
             self.console.print(f"  [bold]{what[data['phase']]}[/]")
             if self.task is not None and self.bar.tasks[0].total is not None:
                 self.bar.update(self.task, total=self.bar.tasks[0].total + data["count"])
@@ -137,9 +138,14 @@ class Progress:
                           knob_text(matches[0]))
             else:
                 t.add_row(name, matches[0]["status"], "", knob_text(matches[0]))
-        if best["ceiling_samples_per_sec"]:
+        if best["ceiling_disturbed"]:
             t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
-                      f"{100 * best['pipeline_efficiency']:.0f}% of it", "same knobs, batches on the device")
+                      "disturbed", "measured below the pipeline it bounds, twice: no efficiency "
+                      "shown (the machine was busy; run again on a quiet one)")
+        elif best["ceiling_samples_per_sec"]:
+            t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
+                      f"{100 * best['pipeline_efficiency']:.0f}% of it",
+                      "same knobs, batches on the device")
         self.console.print(t)
         if best.get("time_to_train_s") is not None:
             self.console.print(f"predicted time for {best['train_steps']:,} steps: "
