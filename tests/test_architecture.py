@@ -29,7 +29,7 @@ FLOORS = {
         "workloads._data", "workloads.ddpm", "workloads.classifier", "workloads.headpose",
         "workloads.chargpt", "workloads.segmentation3d"},
     2: {"tuner.harness", "tuner.apply", "tuner.measure", "tuner.failures", "tuner.hardware",
-        "tuner.validate"},
+        "tuner.flops", "tuner.validate"},
     1: {"tuner.workload", "tuner.space", "tuner.cluster"},
     0: {"tuner", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors"},
 }

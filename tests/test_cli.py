@@ -257,7 +257,7 @@ CLI_FLAGS = {
             "--data", "--results", "--seed", "--sampler", "--address", "--windows", "--window-s",
             "--warmup-steps", "--objective", "--train-steps", "--max-memory", "--max-host-memory",
             "--global-batch-size", "--probe", "--confirm", "--resume", "--warm-start",
-            "--remeasure", "--ceiling", "--no-ceiling"],
+            "--remeasure", "--ceiling", "--no-ceiling", "--peak-tflops"],
     "leaderboard": ["--workload", "-w", "--results", "--hardware", "--format", "--limit"],
     "best": ["--workload", "-w", "--results", "--hardware", "--format"],
     "workloads": ["--format"],

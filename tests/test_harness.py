@@ -190,3 +190,19 @@ def test_the_compute_only_ceiling_trains_with_the_configurations_threads(setting
     assert config["status"] == ceiling["status"] == "ok"
     assert config["torch_threads"] == ceiling["torch_threads"] == 1
     assert torch.get_num_threads() == threads
+
+
+def test_a_measured_trial_carries_its_flops_and_achieved_tflops_and_no_mfu_on_cpu(settings):
+    """FLOPs are counted once per run (TrialSettings); the trial turns its throughput into
+    TFLOP/s; MFU needs a card's peak, so on CPU it is empty unless one is given."""
+    from dataclasses import replace
+    counted = replace(settings, model_flops_per_sample=6 * 16 * 32 * 1.0e3)
+    result = run_trial(regression, Knobs(batch_size=16), counted)
+    assert result["status"] == "ok", result.get("error")
+    assert result["model_flops_per_sample"] == counted.model_flops_per_sample
+    assert result["achieved_tflops"] == pytest.approx(
+        counted.model_flops_per_sample * result["samples_per_sec"] / 1e12)
+    assert result["mfu_pct"] is None and result["mfu_impossible"] is False
+    peaked = run_trial(regression, Knobs(batch_size=16), replace(counted, peak_tflops=1e-6))
+    assert peaked["mfu_pct"] == pytest.approx(100 * peaked["achieved_tflops"] / 1e-6)
+    assert peaked["mfu_impossible"] is (peaked["mfu_pct"] > 100)

@@ -26,6 +26,7 @@ COLUMNS = [
     "phase", "objective", "time_to_train_s", "train_steps", "setup_s", "breakdown_step_ms",
     "data_wait_ms", "data_wait_pct", "h2d_ms", "h2d_pct", "forward_ms", "forward_pct",
     "backward_ms", "backward_pct", "optimizer_ms", "optimizer_pct",
+    "model_flops_per_sample", "achieved_tflops", "mfu_pct", "mfu_impossible",
     "gpu_util_pct", "gpu_power_w", "max_memory_mb", "max_host_memory_mb", "global_batch_size",
     "accelerator_type",
     "batch_size", "grad_accum", "num_workers", "prefetch_factor", "pin_memory",
@@ -41,7 +42,7 @@ COLUMNS = [
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 2
+    assert leaderboard.SCHEMA_VERSION == 3
 
 
 def test_schema_has_every_knob_as_a_column():

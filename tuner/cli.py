@@ -112,6 +112,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
               help="With --warm-start: measure configurations again even when a row has them.")
 @click.option("--ceiling/--no-ceiling", default=True, show_default=True,
               help="Measure the winner's compute-only ceiling (batches already on the device).")
+@click.option("--peak-tflops", "peak_tflops", type=click.FloatRange(min=0, min_open=True),
+              help="Your card's dense peak TFLOP/s for MFU, when tuner does not know the card.")
 def run(**kwargs: Any) -> None:
     """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end."""
     import contextlib
@@ -238,6 +240,8 @@ def best(workload: str, results: str, hardware: str | None, fmt: str) -> None:
         "speedup_vs_baseline": top["speedup_vs_baseline"],
         "recommended_samples_per_sec": top["recommended_samples_per_sec"],
         "speedup_vs_recommended": top["speedup_vs_recommended"],
+        "model_flops_per_sample": top["model_flops_per_sample"],
+        "achieved_tflops": top["achieved_tflops"], "mfu_pct": top["mfu_pct"],
         "peak_device_memory_mb": top["peak_device_memory_mb"],
         "peak_host_memory_mb": top["peak_host_memory_mb"],
         "clamped": top["clamped"],

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from tuner import __version__
 from tuner.apply import Training, build_training, cycle, move_batch, repeat, trial_state
+from tuner.flops import precision_of, utilisation
 from tuner.failures import classify
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
@@ -124,8 +125,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
             with sampler:
                 measured = _measure(workload, applied, settings, device, sampler, on_window)
             result.update(measured, status=Status.OK)
-            result.update({f"{unit}_per_sec": measured["samples_per_sec"] * per_sample
-                           for unit, per_sample in units.items()})
+            result.update(_rates(units, settings, applied, measured["samples_per_sec"],
+                                 result.get("gpu_name")))
             _check_limits(measured["peak_device_memory_mb"], state.limit_mb, sampler)
         except Exception as exc:  # recorded with its traceback and status; the run goes on
             status, memory, error = classify(exc, device)
@@ -136,6 +137,18 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     result.update(peak_host_memory_mb=sampler.peak_mb, started_at=started_at, finished_at=_now())
     report(result)
     return result
+
+
+def _rates(units: dict[str, int], settings: TrialSettings, knobs: Knobs,
+           samples_per_sec: float, gpu_name: str | None) -> dict:
+    """Throughput in the workload's other units (``tokens_per_sec``), the model's FLOP per
+    sample (counted once per run), achieved TFLOP/s and, on a card whose peak is known (or
+    given with --peak-tflops), MFU for the knobs' precision."""
+    flops = settings.model_flops_per_sample
+    out = {f"{unit}_per_sec": samples_per_sec * per_sample for unit, per_sample in units.items()}
+    out.update(utilisation(flops, samples_per_sec, gpu_name, precision_of(knobs.amp, knobs.tf32),
+                           settings.peak_tflops), model_flops_per_sample=flops)
+    return out
 
 
 def _clamp(knobs: Knobs | dict, device: torch.device) -> tuple[Knobs, list[str]]:

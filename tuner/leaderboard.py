@@ -35,9 +35,10 @@ from tuner.errors import TunerError
 from tuner.knobs import KNOB_INFO, Knobs
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 2
-"""2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). Files of
-version 1 read with it null."""
+SCHEMA_VERSION = 3
+"""2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 3:
+``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``. Files of
+earlier versions read with the newer columns null."""
 
 _KNOB_ARROW_TYPES = {"int": pa.int32(), "bool": pa.bool_(), "choice": pa.string()}
 """Arrow type of a knob column, by ``KnobInfo.kind``."""
@@ -79,6 +80,10 @@ SCHEMA = pa.schema(
     + [(f"{phase}_{unit}", pa.float64()) for phase in
        ("data_wait", "h2d", "forward", "backward", "optimizer") for unit in ("ms", "pct")]
     + [
+        ("model_flops_per_sample", pa.float64()),  # FLOP, forward + backward (tuner.flops)
+        ("achieved_tflops", pa.float64()),  # model_flops_per_sample x samples_per_sec / 1e12
+        ("mfu_pct", pa.float64()),          # achieved / the card's dense peak (null: CPU, unknown card)
+        ("mfu_impossible", pa.bool_()),     # mfu_pct > 100: a disturbed measurement or a wrong peak
         ("gpu_util_pct", pa.float64()),
         ("gpu_power_w", pa.float64()),
         ("max_memory_mb", pa.float64()),        # MiB: the device limit in force
@@ -116,7 +121,8 @@ SCHEMA = pa.schema(
 
 MEASURED_COLUMNS = ("samples_per_sec", "samples_per_sec_iqr", "samples_per_sec_cv",
                     "tokens_per_sec", "step_time_ms_p50", "step_time_ms_p95", "windows",
-                    "measured_s", "time_to_train_s")
+                    "measured_s", "time_to_train_s", "achieved_tflops", "mfu_pct",
+                    "mfu_impossible")
 """Columns that only mean something for a measured trial: null for oom/error rows (a failed
 trial is never recorded as a throughput of zero)."""
 

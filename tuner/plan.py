@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tuner import leaderboard
 from tuner.errors import DataError, TunerError
+from tuner.flops import model_flops_per_sample
 from tuner.knobs import Knobs
 from tuner.settings import (MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
                             default_cache_dir)
@@ -186,7 +187,9 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         warmup_steps=options.warmup_steps or warmup, windows=options.windows or windows,
         window_s=options.window_s or window_s, seed=options.seed,
         max_memory=options.max_memory, max_host_memory_mb=max_host_memory_mb,
-        train_steps=options.train_steps, default_data=options.data is None)
+        train_steps=options.train_steps, default_data=options.data is None,
+        model_flops_per_sample=model_flops_per_sample(workload, scale, data_dir),
+        peak_tflops=options.peak_tflops)
     trials = options.trials or (None if options.time_budget_s else (40 if device == "cuda" else 12))
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_id, prior_rows = f"{workload.name}-{stamp}-{secrets.token_hex(2)}", ()

@@ -147,6 +147,7 @@ class Progress:
                       f"{100 * best['pipeline_efficiency']:.0f}% of it",
                       "same knobs, batches on the device")
         self.console.print(t)
+        self.console.print(_compute_line(best), highlight=False)
         if best.get("time_to_train_s") is not None:
             self.console.print(f"predicted time for {best['train_steps']:,} steps: "
                                f"{best['time_to_train_s']:,.1f} s (setup, warm-up and compile included)")
@@ -157,3 +158,18 @@ class Progress:
 def leaderboard_statuses(rows: list[dict]) -> list[str]:
     """The final statuses that occur in ``rows``, in ``tuner.status.STATUSES`` order."""
     return [s for s in STATUSES if any(r["status"] == s for r in rows)]
+
+
+def _compute_line(best: dict) -> str:
+    """How far the winner is from the card's peak: FLOP per sample, achieved TFLOP/s, MFU."""
+    flops = best.get("model_flops_per_sample")
+    if flops is None:
+        return "compute: the model's FLOPs could not be counted"
+    text = (f"compute: {flops / 1e9:,.2f} GFLOP/sample (forward + backward) · "
+            f"{best['achieved_tflops']:,.2f} TFLOP/s achieved")
+    if best.get("mfu_impossible"):
+        return text + (f" · MFU {best['mfu_pct']:.0f}% is impossible: the measurement was "
+                       "disturbed or the card's peak is wrong (--peak-tflops)")
+    if best.get("mfu_pct") is None:
+        return text + " · MFU: no peak known for this device (CPU, or --peak-tflops)"
+    return text + f" · MFU {best['mfu_pct']:.1f}% of the card's dense peak"

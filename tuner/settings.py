@@ -141,6 +141,9 @@ class RunOptions:
     """With warm_start: measure a configuration again even when an earlier row has it."""
     ceiling: bool = True
     """Measure the winner's compute-only ceiling (batches already on the device)."""
+    peak_tflops: float | None = None
+    """The card's dense peak TFLOP/s for MFU, for a card ``tuner.flops`` does not know (or to
+    override its table)."""
 
     def __post_init__(self) -> None:
         _check_choice("--device", self.device, DEVICES)
@@ -155,7 +158,8 @@ class RunOptions:
                                  ("--confirm", self.confirm, 0)):
             if value is not None and value < low:
                 raise TunerError(f"{flag} {value}: must be >= {low}")
-        for flag, value in (("--time-budget", self.time_budget_s), ("--window-s", self.window_s)):
+        for flag, value in (("--time-budget", self.time_budget_s), ("--window-s", self.window_s),
+                            ("--peak-tflops", self.peak_tflops)):
             if value is not None and value <= 0:
                 raise TunerError(f"{flag} {value}: must be > 0 seconds")
         if self.objective == "time-to-train" and not self.train_steps:
@@ -227,6 +231,11 @@ class TrialSettings:
     accelerator_type: str | None = None
     """Ray accelerator type the trial is pinned to on a heterogeneous cluster; appended to the
     hardware key ("...@A10G") so each type has its own leaderboard and best."""
+    model_flops_per_sample: float | None = None
+    """Forward + backward FLOP of one training sample (``tuner.flops``), counted once per run;
+    None where it could not be counted."""
+    peak_tflops: float | None = None
+    """Dense peak TFLOP/s to compute MFU against instead of ``tuner.flops``' table (--peak-tflops)."""
     default_data: bool = False
     """``data_dir`` is the workload's embedded default: a node that lacks it (a cluster worker)
     writes it to its own cache first (deterministic, so every node trains on the same data)."""
