@@ -8,6 +8,7 @@ Used by the trial harness and by ``tuner.validate`` alike, so both train the sam
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator
@@ -178,7 +179,11 @@ def trial_state(knobs: Knobs, device: torch.device, *, threads: int | None = Non
         if threads is not None and device.type == "cpu":
             torch.set_num_threads(threads)
         limit_mb = apply_device_limit(max_memory, device)
-        yield TrialState(limit_mb=limit_mb, threads=torch.get_num_threads())
+        with warnings.catch_warnings():
+            # torch warns when num_workers exceeds the cores it sees; trying that is the point.
+            warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker",
+                                    category=UserWarning)
+            yield TrialState(limit_mb=limit_mb, threads=torch.get_num_threads())
     finally:
         release_device_limit(limit_mb, device)
         restore_flags()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import sys
 import warnings
 from typing import Any
@@ -21,8 +22,16 @@ from tuner.knobs import Knobs, knob_text
 from tuner.settings import DEVICES, OBJECTIVES, PROBE_MODES, SAMPLERS, SCALES
 from tuner.status import MEASURED, Status
 
-console = Console()
-err_console = Console(stderr=True)
+def _console(stderr: bool = False) -> Console:
+    """A console as wide as the terminal; piped or logged output (no terminal, no COLUMNS)
+    gets 160 columns instead of rich's 80, which folded every table and long line."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(stderr=stderr, width=width)
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 class TunerGroup(click.Group):
     """Turns TunerError into one line on stderr and exit code 2."""
@@ -41,8 +50,13 @@ class TunerGroup(click.Group):
 
 @click.group(cls=TunerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tuner")
-def main() -> None:
+@click.option("--verbose", is_flag=True,
+              help="Also show library notices tuner keeps off the console (Ray's start-up "
+                   "notices, library warnings).")
+def main(verbose: bool) -> None:
     """tuner: find the fastest way to train a PyTorch model on this hardware."""
+    if verbose:
+        os.environ["TUNER_VERBOSE"] = "1"
     warnings.showwarning = _show_warning
 
 

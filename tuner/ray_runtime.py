@@ -122,6 +122,10 @@ def ray_init(address: str | None) -> bool:
         return False
     for key, value in _RAY_ENV.items():
         os.environ.setdefault(key, value)
+    # Ray 2.60 logs a WARNING at every start that token authentication is on. The protection
+    # stays on; only its notice is kept off the user's console (--verbose shows it).
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+        logging.DEBUG if os.environ.get("TUNER_VERBOSE") else logging.ERROR)
     # Workers must import the same modules as the driver (a user's workload by import path).
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     cwd = os.getcwd()
