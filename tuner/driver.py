@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from tuner import leaderboard
 from tuner.errors import TunerError
@@ -60,8 +61,8 @@ def run(what: RunOptions | Plan, *,
     plan, on_event = what, on_event or ignore_event
     started = time.perf_counter()
     writer = None
-    with ray_session(plan.options.address):  # local: started here; a cluster: connected already
-        try:
+    with ray_session(plan.options.address), stop_signals_interrupt():
+        try:  # (ray_session: local Ray started here; a cluster's connection made already)
             plan = plan.with_hardware_key(hardware_key(plan))
             if plan.should_probe:
                 plan = _probe(plan, on_event)
@@ -83,6 +84,28 @@ def run(what: RunOptions | Plan, *,
             raise RunInterrupted(plan.run_id, recorded) from None
     return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale, writer.rows,
                       time.perf_counter() - started, plan.options.results)
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (what a scheduler, ``timeout``, a container stop or a closed terminal
+    send) stop the run as Ctrl-C does: KeyboardInterrupt, finished trials kept, one line with
+    the --resume command. Installed after Ray starts, whose core worker otherwise answers
+    SIGTERM with dozens of lines of native stack traces."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    saved = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            saved[sig] = signal.signal(sig, interrupt)
+        except ValueError:  # not the main thread (a run driven from a notebook's worker)
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def plan_run(options: RunOptions) -> Plan:
