@@ -212,6 +212,43 @@ def test_driver_killed_then_resumed(tmp_path, env, space):
     _interrupted_then_resumed(tmp_path, env, space, signal.SIGKILL)
 
 
+def test_stopped_during_remeasurement_resume_finishes_that_phase_and_the_ceiling(tmp_path, env,
+                                                                               space):
+    """A run stopped while it re-measures resumes there: the re-measurements it lacks run, each
+    configuration once, then the ceiling (it used to answer 'already complete' and never
+    finish, comparing a re-measured winner with references that were not re-measured)."""
+    results = tmp_path / "results"
+    args = ["run", "--workload", SLOW, "--space", space, "--trials", "4", "--results",
+            str(results), "--device", "cpu", "--windows", "2", "--window-s", "0.3",
+            "--warmup-steps", "1", "--confirm", "3", "--ceiling"]
+    proc = start(args, env)
+    try:
+        wait_for(lambda: any(r["phase"] == "remeasure" for r in rows_of(results)), 240,
+                 "a re-measured trial", proc)
+        os.kill(proc.pid, signal.SIGTERM)
+    finally:
+        out, err = finish(proc)
+    assert proc.returncode == 130, err[-3000:]
+    before = rows_of(results)
+    (run_id,) = {r["run_id"] for r in before}
+    assert not any(r["phase"] == "ceiling" for r in before)
+    resumed = start([*args, "--resume", run_id], env)
+    out, err = finish(resumed)
+    assert resumed.returncode == 0, err[-3000:]
+    assert "already complete" not in out
+    rows = [r for r in rows_of(results) if r["run_id"] == run_id]
+    phases = [r["phase"] for r in rows]
+    assert phases.count("search") == 4 and phases.count("ceiling") >= 1
+    remeasured = [(r["batch_size"], r["reference"]) for r in rows if r["phase"] == "remeasure"]
+    assert len(remeasured) == len(set(remeasured)) >= 3            # each configuration once
+    refs = {r["reference"] for r in rows if r["phase"] == "remeasure" and r["reference"]}
+    assert refs == {"baseline", "recommended"}                      # beside the winner, again
+    again = start([*args, "--resume", run_id], env)                 # now there is nothing left
+    out, err = finish(again)
+    assert again.returncode == 0 and "already complete" in " ".join(out.split()), err[-2000:]
+    assert len([r for r in rows_of(results) if r["run_id"] == run_id]) == len(rows)
+
+
 # ---------------------------------------------------------------- two nodes, one machine
 
 @pytest.fixture

@@ -67,18 +67,17 @@ def run(what: RunOptions | Plan, *,
             if plan.should_probe:
                 plan = _probe(plan, on_event)
             writer = _writer(plan, on_event)
-            if any(phase_of(r) != Phase.SEARCH for r in plan.prior_rows):
+            types = accelerator_types() if plan.options.address is not None else []
+            for accelerator in (types if len(types) > 1 else [None]):
+                # Hardware is part of the answer: each type gets its own search state.
+                plan = _pin(plan, accelerator)
+                writer.plan = plan  # this type's rows are assembled with its plan
+                on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+                if plan.remaining_trials != 0:
+                    _fit_search(plan, writer)
+                _fit_followups(plan, writer, on_event)
+            if plan.prior_rows and len(writer.rows) == len(plan.prior_rows):
                 on_event("complete", {"run_id": plan.run_id})
-            else:
-                types = accelerator_types() if plan.options.address is not None else []
-                for accelerator in (types if len(types) > 1 else [None]):
-                    # Hardware is part of the answer: each type gets its own search state.
-                    plan = _pin(plan, accelerator)
-                    writer.plan = plan  # this type's rows are assembled with its plan
-                    on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
-                    if plan.remaining_trials != 0:
-                        _fit_search(plan, writer)
-                    _fit_followups(plan, writer, on_event)
         except KeyboardInterrupt:
             recorded = len(writer.rows) if writer else len(plan.prior_rows)
             raise RunInterrupted(plan.run_id, recorded) from None
@@ -243,8 +242,23 @@ def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
 def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
     """Re-measure the best configurations with twice the windows, side by side with the
     references that succeeded (the winner and its speed-ups are read from these), then measure
-    the winner's compute-only ceiling."""
+    the winner's compute-only ceiling. A resumed run measures only what its rows lack, so a run
+    stopped in either phase finishes it."""
     rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+    top, configs = _remeasure_configs(plan, rows)
+    done = {(Knobs.from_dict(r, strict=False), r["reference"]) for r in rows
+            if phase_of(r) == Phase.REMEASURE}
+    todo = [(knobs, ref) for knobs, ref in configs if (knobs, ref) not in done]
+    if todo:
+        on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo)})
+        _fit_fixed(plan, writer, todo, Phase.REMEASURE, windows=plan.settings.windows * 2)
+    if plan.options.ceiling and top:
+        _fit_ceiling(plan, writer, on_event)
+
+
+def _remeasure_configs(plan: Plan, rows: list[dict]) -> tuple[list[Knobs], list[tuple[Knobs, str | None]]]:
+    """The ``--confirm`` best configurations of the search, and what the re-measurement phase
+    measures: those and the references beside them (none with fewer than two to compare)."""
     ok = [r for r in rows if r["status"] == Status.OK and r[plan.metric] is not None
           and phase_of(r) == Phase.SEARCH]
     ok.sort(key=lambda r: r[plan.metric], reverse=plan.mode == "max")
@@ -254,28 +268,32 @@ def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[
         if knobs not in top:
             top.append(knobs)
     top = top[:plan.options.confirm]
-    if len(top) >= 2:
-        refs: dict[Knobs, str] = {}
-        for r in ok:
-            if r["reference"] and r["reference"] not in refs.values():
-                refs.setdefault(Knobs.from_dict(r, strict=False), r["reference"])
-        configs = [(k, refs.get(k)) for k in top] + [(k, name) for k, name in refs.items()
-                                                      if k not in top]
-        on_event("phase", {"phase": Phase.REMEASURE, "count": len(configs)})
-        _fit_fixed(plan, writer, configs, Phase.REMEASURE, windows=plan.settings.windows * 2)
-    if plan.options.ceiling and top:
-        winner = leaderboard.best_row([r for r in writer.rows
-                                       if r.get("accelerator_type") == plan.accelerator_type])
-        if winner is not None:
-            on_event("phase", {"phase": Phase.CEILING, "count": 1})
-            ceiling = [(Knobs.from_dict(winner, strict=False), None)]
-            _fit_fixed(plan, writer, ceiling, Phase.CEILING, compute_only=True)
-            again = leaderboard.best_row([r for r in writer.rows
-                                          if r.get("accelerator_type") == plan.accelerator_type])
-            if again is not None and again["ceiling_disturbed"]:
-                # Below what it bounds: a disturbed measurement, never an efficiency > 100 %.
-                on_event("phase", {"phase": Phase.CEILING, "count": 1, "again": True})
-                _fit_fixed(plan, writer, ceiling, Phase.CEILING, compute_only=True)
+    if len(top) < 2:
+        return top, []
+    refs: dict[Knobs, str] = {}
+    for r in ok:
+        if r["reference"] and r["reference"] not in refs.values():
+            refs.setdefault(Knobs.from_dict(r, strict=False), r["reference"])
+    return top, [(k, refs.get(k)) for k in top] + [(k, name) for k, name in refs.items()
+                                                   if k not in top]
+
+
+def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
+    """The winner's compute-only ceiling; measured once more when it came out below the
+    winner (a disturbed measurement, never an efficiency over 100 %), and not again when this
+    run's rows already hold it."""
+    for _ in range(2):
+        rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+        winner = leaderboard.best_row(rows)
+        if winner is None:
+            return
+        knobs = Knobs.from_dict(winner, strict=False)
+        measured = [r for r in rows if phase_of(r) == Phase.CEILING
+                    and Knobs.from_dict(r, strict=False) == knobs]
+        if (measured and not winner["ceiling_disturbed"]) or len(measured) >= 2:
+            return
+        on_event("phase", {"phase": Phase.CEILING, "count": 1, "again": bool(measured)})
+        _fit_fixed(plan, writer, [(knobs, None)], Phase.CEILING, compute_only=True)
 
 
 def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
