@@ -206,3 +206,13 @@ def test_a_measured_trial_carries_its_flops_and_achieved_tflops_and_no_mfu_on_cp
     peaked = run_trial(regression, Knobs(batch_size=16), replace(counted, peak_tflops=1e-6))
     assert peaked["mfu_pct"] == pytest.approx(100 * peaked["achieved_tflops"] / 1e-6)
     assert peaked["mfu_impossible"] is (peaked["mfu_pct"] > 100)
+
+
+def test_the_loader_only_ceiling_measures_the_dataloader_without_a_model(settings):
+    from dataclasses import replace
+    loader = replace(settings, loader_only=True, ceiling="loader", model_flops_per_sample=1e6)
+    result = run_trial(regression, Knobs(batch_size=16, num_workers=1), loader, cpus=2)
+    assert result["status"] == "ok", result.get("error")
+    assert result["ceiling"] == "loader" and result["samples_per_sec"] > 0
+    assert result["final_loss"] is None and result["achieved_tflops"] is None
+    assert result["h2d_ms"] is not None and result["forward_ms"] == 0.0   # no model ran

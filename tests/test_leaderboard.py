@@ -23,7 +23,7 @@ COLUMNS = [
     "step_time_ms_p50", "step_time_ms_p95", "windows", "measured_s", "warmup_s", "first_step_s",
     "steady_state", "steady_probes",
     "peak_device_memory_mb", "peak_host_memory_mb", "final_loss",
-    "phase", "objective", "time_to_train_s", "train_steps", "setup_s", "breakdown_step_ms",
+    "phase", "ceiling", "objective", "time_to_train_s", "train_steps", "setup_s", "breakdown_step_ms",
     "data_wait_ms", "data_wait_pct", "h2d_ms", "h2d_pct", "forward_ms", "forward_pct",
     "backward_ms", "backward_pct", "optimizer_ms", "optimizer_pct",
     "model_flops_per_sample", "achieved_tflops", "mfu_pct", "mfu_impossible",
@@ -221,3 +221,19 @@ def test_a_ceiling_below_the_winner_is_disturbed_never_an_efficiency_over_100():
     again = {**ceiling, "trial_id": "t-again", "samples_per_sec": 125.0}   # measured again
     top = leaderboard.best_row([win, ceiling, again])
     assert not top["ceiling_disturbed"] and top["pipeline_efficiency"] == 0.8
+
+
+def test_attainable_is_the_machines_lower_limit_and_names_it():
+    win = {**row(0), "phase": "remeasure", "samples_per_sec": 100.0, "batch_size": 32}
+    limits = [{**row(1), "phase": "ceiling", "ceiling": "machine-compute",
+               "samples_per_sec": 400.0, "batch_size": 256},
+              {**row(2), "phase": "ceiling", "ceiling": "machine-loader",
+               "samples_per_sec": 125.0, "batch_size": 32, "num_workers": 16}]
+    top = leaderboard.best_row([win, *limits])
+    assert top["attainable_samples_per_sec"] == 125.0
+    assert top["attainable_bound_by"] == "input pipeline"
+    assert top["attainable_share"] == 0.8
+    assert top["ceiling_samples_per_sec"] is None           # machine rows are not its ceiling
+    faster = {**win, "samples_per_sec": 130.0}               # above the limit: not a bound
+    top = leaderboard.best_row([faster, *limits])
+    assert top["attainable_samples_per_sec"] == 125.0 and top["attainable_share"] is None

@@ -207,9 +207,10 @@ def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tm
     summary = run(short_options(tmp_path / "results", "tests.fake_workloads:slow_ceiling",
                                 trials=2, confirm=1, ceiling=True, space_file=no_workers_space),
                   on_event=lambda kind, data: events.append((kind, data)))
-    ceilings = [r for r in summary.rows if r["phase"] == "ceiling"]
+    ceilings = [r for r in summary.rows if r["phase"] == "ceiling" and r["ceiling"] == "compute"]
     assert len(ceilings) == 2 and all(r["status"] == "ok" for r in ceilings)
-    assert [d.get("again", False) for k, d in events if k == "phase"] == [False, True]
+    compute = [d for k, d in events if k == "phase" and d.get("ceiling", "compute") == "compute"]
+    assert [d.get("again", False) for d in compute] == [False, True]
     top = leaderboard.best_row(summary.rows)
     assert top["ceiling_disturbed"] and top["pipeline_efficiency"] is None
     assert top["ceiling_samples_per_sec"] < top["samples_per_sec"]
@@ -246,7 +247,10 @@ def test_remeasure_and_ceiling_phases(followup_run):
     search = [r for r in rows if r["phase"] == "search"]
     remeasured = [r for r in rows if r["phase"] == "remeasure"]
     ceilings = [r for r in rows if r["phase"] == "ceiling"]
-    assert len(search) == 4 and len(ceilings) == 1
+    labels = [r["ceiling"] for r in ceilings]
+    assert len(search) == 4 and sorted(set(labels)) == ["compute", "loader", "machine-compute",
+                                                        "machine-loader"]
+    assert labels.count("compute") in (1, 2) and len(labels) == labels.count("compute") + 3
     assert len(rows) == len(search) + len(remeasured) + len(ceilings)
     # The two fastest distinct configurations of the search, and beside them the references,
     # measured again with twice the windows.
@@ -273,14 +277,33 @@ def test_remeasure_and_ceiling_phases(followup_run):
     assert top["baseline_samples_per_sec"] == baseline_again["samples_per_sec"]
     assert top["speedup_vs_baseline"] == pytest.approx(
         top["samples_per_sec"] / baseline_again["samples_per_sec"])
-    # The ceiling: the winner's knobs, batches already in memory.
-    ceiling = ceilings[0]
-    assert Knobs.from_dict(ceiling, strict=False) == Knobs.from_dict(top, strict=False)
-    assert top["ceiling_samples_per_sec"] == ceiling["samples_per_sec"]
-    assert top["pipeline_efficiency"] is not None
-    assert top["pipeline_efficiency"] == pytest.approx(
-        top["samples_per_sec"] / ceiling["samples_per_sec"])
-    assert top["pipeline_efficiency"] > 0
+    # The ceilings: the winner's knobs with batches already in memory (measured again if it
+    # came out below the winner), and its DataLoader alone.
+    winner = Knobs.from_dict(top, strict=False)
+    compute = [r for r in ceilings if r["ceiling"] == "compute"]
+    assert all(Knobs.from_dict(r, strict=False) == winner for r in compute)
+    assert top["ceiling_samples_per_sec"] == max(r["samples_per_sec"] for r in compute)
+    if not top["ceiling_disturbed"]:
+        assert top["pipeline_efficiency"] == pytest.approx(
+            top["samples_per_sec"] / top["ceiling_samples_per_sec"])
+        assert 0 < top["pipeline_efficiency"] <= 1
+    (loader,) = [r for r in ceilings if r["ceiling"] == "loader"]
+    assert Knobs.from_dict(loader, strict=False) == winner and loader["final_loss"] is None
+    assert top["loader_ceiling_samples_per_sec"] == loader["samples_per_sec"]
+    assert loader["achieved_tflops"] is None                # no model ran
+    # This machine's limits: every CPU a worker; the largest batch the search allows.
+    (m_loader,) = [r for r in ceilings if r["ceiling"] == "machine-loader"]
+    (m_compute,) = [r for r in ceilings if r["ceiling"] == "machine-compute"]
+    assert m_loader["num_workers"] == (os.cpu_count() or 1) and m_loader["persistent_workers"]
+    assert m_compute["batch_size"] == 64                    # the space's high = the dataset
+    attainable = min(m_loader["samples_per_sec"], m_compute["samples_per_sec"])
+    assert top["attainable_samples_per_sec"] == attainable
+    assert top["attainable_bound_by"] == ("compute" if m_compute["samples_per_sec"] <= attainable
+                                          else "input pipeline")
+    if top["samples_per_sec"] <= attainable:
+        assert top["attainable_share"] == pytest.approx(top["samples_per_sec"] / attainable)
+    else:
+        assert top["attainable_share"] is None
 
 
 # ------------------------------------------------------------------- one trial, in process

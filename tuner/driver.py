@@ -211,9 +211,10 @@ def _run_config(plan: Plan, writer: "LeaderboardWriter", name: str):
                           failure_config=tune.FailureConfig(max_failures=0))
 
 
-def _experiment_name(plan: Plan, phase: str) -> str:
-    """Ray Tune experiment directory name: one per phase, accelerator type and resume."""
-    parts = [plan.run_id, phase]
+def _experiment_name(plan: Plan, phase: str, label: str | None = None) -> str:
+    """Ray Tune experiment directory name: one per phase (and label), accelerator type and
+    resume."""
+    parts = [plan.run_id, phase] + ([label] if label else [])
     if plan.accelerator_type:
         parts.append(plan.accelerator_type)
     if plan.prior_rows:
@@ -254,6 +255,7 @@ def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[
         _fit_fixed(plan, writer, todo, Phase.REMEASURE, windows=plan.settings.windows * 2)
     if plan.options.ceiling and top:
         _fit_ceiling(plan, writer, on_event)
+        _fit_limits(plan, writer, on_event)
 
 
 def _remeasure_configs(plan: Plan, rows: list[dict]) -> tuple[list[Knobs], list[tuple[Knobs, str | None]]]:
@@ -293,12 +295,43 @@ def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[st
         if (measured and not winner["ceiling_disturbed"]) or len(measured) >= 2:
             return
         on_event("phase", {"phase": Phase.CEILING, "count": 1, "again": bool(measured)})
-        _fit_fixed(plan, writer, [(knobs, None)], Phase.CEILING, compute_only=True)
+        _fit_fixed(plan, writer, [(knobs, None)], Phase.CEILING, compute_only=True,
+                   ceiling="compute")
+
+
+def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
+    """What bounds the winner: its own DataLoader alone ('loader'), and the machine's two
+    limits, whose minimum is the attainable rate: the loader-only rate with every CPU a trial
+    may have as workers ('machine-loader') and the compute-only rate at the largest batch the
+    search allows in the fastest precision ('machine-compute'). Each is measured once per
+    run (a resumed run measures what its rows lack)."""
+    rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+    winner = leaderboard.best_row(rows)
+    if winner is None:
+        return
+    knobs = Knobs.from_dict(winner, strict=False)
+    have = {r.get("ceiling") for r in rows if phase_of(r) == Phase.CEILING}
+    workers = plan.node_cpus
+    machine_loader = knobs.replace(num_workers=workers, persistent_workers=True,
+                                   prefetch_factor=max(knobs.prefetch_factor or 2, 4))
+    batch = plan.device_space.domains.get("batch_size")
+    largest = getattr(batch, "high", None) or max(getattr(batch, "values", (knobs.batch_size,)))
+    machine_compute = knobs.replace(batch_size=max(largest, knobs.batch_size),
+                                    amp="bf16" if plan.device == "cuda" else knobs.amp)
+    for label, config, mode in (("loader", knobs, "loader_only"),
+                                ("machine-loader", machine_loader, "loader_only"),
+                                ("machine-compute", machine_compute, "compute_only")):
+        if label in have:
+            continue
+        on_event("phase", {"phase": Phase.CEILING, "count": 1, "ceiling": label})
+        _fit_fixed(plan, writer, [(config.clamp(plan.device)[0], None)], Phase.CEILING,
+                   label=label, ceiling=label, **{mode: True})
 
 
 def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
-               phase: str, **settings_changes: Any) -> None:
-    """Measure given configurations (knobs, reference name or None) as one Tune experiment."""
+               phase: str, label: str | None = None, **settings_changes: Any) -> None:
+    """Measure given configurations (knobs, reference name or None) as one Tune experiment
+    (``label`` names it apart from the phase's others)."""
     from ray import tune
     if writer.expected is not None:
         writer.expected += len(configs)
@@ -310,7 +343,7 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knob
             search_alg=FixedConfigs([{**k.to_dict(), "reference": ref} for k, ref in configs]),
             num_samples=len(configs), max_concurrent_trials=_concurrency(plan),
             reuse_actors=_reuse_actors(plan)),
-        run_config=_run_config(plan, writer, _experiment_name(plan, phase)),
+        run_config=_run_config(plan, writer, _experiment_name(plan, phase, label)),
     )
     tuner.fit()
 

@@ -12,7 +12,7 @@ import datetime as dt
 import statistics
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -107,7 +107,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         result.update(error=f"invalid knobs: {exc}", started_at=started_at, finished_at=_now())
         report(result)
         return result
-    result.update(applied.to_dict(), clamped="; ".join(clamped) or None)
+    result.update(applied.to_dict(), clamped="; ".join(clamped) or None, ceiling=settings.ceiling)
     units = workload.units_per_sample(settings.scale)
     # The compute-only ceiling trains with the configuration's threads, as every other
     # condition of it: a ceiling given the workers' CPUs too trained up to 8x faster on CPU
@@ -144,7 +144,7 @@ def _rates(units: dict[str, int], settings: TrialSettings, knobs: Knobs,
     """Throughput in the workload's other units (``tokens_per_sec``), the model's FLOP per
     sample (counted once per run), achieved TFLOP/s and, on a card whose peak is known (or
     given with --peak-tflops), MFU for the knobs' precision."""
-    flops = settings.model_flops_per_sample
+    flops = None if settings.loader_only else settings.model_flops_per_sample  # no model ran
     out = {f"{unit}_per_sec": samples_per_sec * per_sample for unit, per_sample in units.items()}
     out.update(utilisation(flops, samples_per_sec, gpu_name, precision_of(knobs.amp, knobs.tf32),
                            settings.peak_tflops), model_flops_per_sample=flops)
@@ -196,7 +196,8 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                    steady_state=steady, steady_probes=probes,
                    peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
-                   final_loss=float(stepper.loss.detach().float().item()) * knobs.grad_accum)
+                   final_loss=None if settings.loader_only
+                   else float(stepper.loss.detach().float().item()) * knobs.grad_accum)
         out.update(_breakdown(stepper.step, device, settings.breakdown_steps))
         if settings.train_steps is not None:
             out["time_to_train_s"] = time_to_train(out["step_time_ms_p50"])
@@ -223,6 +224,9 @@ def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: to
                            f"{len(dataset)} samples (batches drop the incomplete last one)")
     loader = DataLoader(dataset, shuffle=True, drop_last=True, collate_fn=workload.collate_fn(),
                         **knobs.dataloader_kwargs())
+    if settings.loader_only:  # no model: what the input pipeline alone delivers
+        return LoaderStepper(workload, knobs, cycle(loader),
+                             partial(move_batch, device=device, knobs=knobs)), setup.elapsed()
     training = build_training(workload, knobs, settings.scale, device)
     if settings.compute_only:
         batches, move = _resident(loader, device, knobs), _on_device
@@ -281,6 +285,28 @@ class Stepper:
         if self.sampler.exceeded.is_set():
             raise LimitExceeded(f"host memory (process + DataLoader workers) went over the "
                                 f"limit of {self.sampler.limit_mb:,.0f} MB", "host")
+        return samples
+
+
+@dataclass
+class LoaderStepper:
+    """The loader-only ceiling's steps: ``grad_accum`` batches taken from the DataLoader and
+    moved to the device, no model (the stepper interface: ``step``, ``batches``, ``loss``)."""
+    workload: Workload
+    knobs: Knobs
+    batches: Iterator
+    move: Callable[[Any], Any]
+    loss: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
+    """No loss: zero, so the warm-up's finiteness check passes."""
+
+    def step(self, timer: Callable[[str], None] | None = None) -> int:
+        mark = timer or _no_timer
+        samples = 0
+        for _ in range(self.knobs.grad_accum):
+            raw = next(self.batches)
+            mark("data_wait")
+            samples += self.workload.samples_in(self.move(raw))
+            mark("h2d")
         return samples
 
 

@@ -37,8 +37,9 @@ from tuner.status import MEASURED, Phase, Status, phase_of
 
 SCHEMA_VERSION = 3
 """2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 3:
-``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``. Files of
-earlier versions read with the newer columns null."""
+``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``, and
+``ceiling`` (which ceiling a ceiling-phase row measured). Files of earlier versions read with
+the newer columns null (their ceiling rows are compute-only ceilings)."""
 
 _KNOB_ARROW_TYPES = {"int": pa.int32(), "bool": pa.bool_(), "choice": pa.string()}
 """Arrow type of a knob column, by ``KnobInfo.kind``."""
@@ -71,6 +72,7 @@ SCHEMA = pa.schema(
         ("peak_host_memory_mb", pa.float64()),     # MiB: peak PSS of the process + workers
         ("final_loss", pa.float64()),
         ("phase", pa.string()),             # search | remeasure | ceiling
+        ("ceiling", pa.string()),           # compute | loader | machine-compute | machine-loader
         ("objective", pa.string()),         # samples_per_sec | time_to_train
         ("time_to_train_s", pa.float64()),  # predicted wall time of train_steps steps
         ("train_steps", pa.int64()),
@@ -391,6 +393,39 @@ def best(table: pa.Table) -> dict | None:
     return best_row(table.to_pylist())
 
 
+def _ceilings(rows: list[dict], knobs: dict) -> dict[str, float | None]:
+    """The highest measurement of each ceiling among one run's rows: the winner's own
+    ('compute', 'loader': rows with its knobs; rows before the ``ceiling`` column are compute
+    ceilings) and the machine's ('machine-compute', 'machine-loader')."""
+    out: dict[str, float | None] = dict.fromkeys(
+        ("compute", "loader", "machine-compute", "machine-loader"))
+    for r in rows:
+        if phase_of(r) != Phase.CEILING or r["status"] != Status.OK:
+            continue
+        kind = r.get("ceiling") or "compute"
+        if not kind.startswith("machine") and any(r[n] != v for n, v in knobs.items()):
+            continue
+        if out[kind] is None or r["samples_per_sec"] > out[kind]:
+            out[kind] = r["samples_per_sec"]
+    return out
+
+
+def _attainable(best: float, compute: float | None, loader: float | None) -> dict[str, Any]:
+    """The machine's attainable samples/sec, min(compute-only at its largest batch and fastest
+    precision, loader-only with every CPU as workers), which of the two binds, and the best's
+    share of it; a best above it means that ceiling was no bound (disturbed): no share."""
+    out = {"attainable_samples_per_sec": None, "attainable_bound_by": None,
+           "attainable_share": None}
+    if compute is None or loader is None:
+        return out
+    attainable = min(compute, loader)
+    out.update(attainable_samples_per_sec=attainable,
+               attainable_bound_by="compute" if compute <= loader else "input pipeline")
+    if best <= attainable:
+        out["attainable_share"] = best / attainable
+    return out
+
+
 def best_row(rows: list[dict]) -> dict | None:
     """The winning configuration, with the references measured in the same run beside it.
 
@@ -406,7 +441,9 @@ def best_row(rows: list[dict]) -> dict | None:
     run), ``ceiling_samples_per_sec`` (the highest of the winner's compute-only ceiling
     measurements), ``ceiling_disturbed`` (that ceiling is below the winner: the measurement was
     disturbed) and ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a ceiling row
-    or with a disturbed one).
+    or with a disturbed one); ``loader_ceiling_samples_per_sec`` (the winner's DataLoader
+    alone); ``attainable_samples_per_sec``, ``attainable_bound_by`` ('compute' or 'input
+    pipeline') and ``attainable_share`` (winner ÷ attainable; see ``_attainable``).
     """
     ok = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
           and r["samples_per_sec"] is not None]
@@ -431,13 +468,15 @@ def best_row(rows: list[dict]) -> dict | None:
         top[f"{ref}_samples_per_sec"] = sps
         top[f"speedup_vs_{ref}"] = (top["samples_per_sec"] / sps) if sps else None
     knobs = {name: top[name] for name in Knobs.names()}
-    ceiling = [r for r in same_run if phase_of(r) == Phase.CEILING and r["status"] == Status.OK
-               and all(r[name] == v for name, v in knobs.items())]
+    ceilings = _ceilings(same_run, knobs)
     # A ceiling below what it bounds is a disturbed measurement (measured again by the run):
     # the highest of its measurements counts, and none below the winner gives an efficiency.
-    bound = max((r["samples_per_sec"] for r in ceiling), default=None)
+    bound = ceilings["compute"]
     top["ceiling_samples_per_sec"] = bound
     top["ceiling_disturbed"] = bound is not None and bound < top["samples_per_sec"]
     top["pipeline_efficiency"] = (top["samples_per_sec"] / bound
                                   if bound is not None and not top["ceiling_disturbed"] else None)
+    top["loader_ceiling_samples_per_sec"] = ceilings["loader"]
+    top.update(_attainable(top["samples_per_sec"], ceilings["machine-compute"],
+                           ceilings["machine-loader"]))
     return top

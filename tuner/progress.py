@@ -18,6 +18,14 @@ _STATUS_STYLE = {Status.OK: "green", Status.OOM: "yellow", Status.OVER_LIMIT: "y
                  Status.PRUNED: "cyan", Status.ERROR: "red"}
 
 
+_CEILINGS = {
+    "compute": "measuring the winner's compute-only ceiling (batches on the device)",
+    "loader": "measuring the winner's loader-only ceiling (its DataLoader, no model)",
+    "machine-loader": "measuring this machine's input limit (loader only, every CPU a worker)",
+    "machine-compute": "measuring this machine's compute limit (largest batch, fastest precision)",
+}
+
+
 class Progress:
     """Prints the plan, one line per finished trial, and a bar for the trial budget."""
 
@@ -45,7 +53,7 @@ class Progress:
             self.console.print(f"  memory probe: {bound} · probes {steps}")
         elif kind == "phase":
             what = {Phase.REMEASURE: f"re-measuring the {data['count']} best with twice the windows",
-                    Phase.CEILING: "measuring the winner's compute-only ceiling (batches on the device)"
+                    Phase.CEILING: _CEILINGS[data.get("ceiling", "compute")]
                     + (" again: it came out below the winner" if data.get("again") else "")}
             self.console.print(f"  [bold]{what[data['phase']]}[/]")
             if self.task is not None and self.bar.tasks[0].total is not None:
@@ -146,6 +154,10 @@ class Progress:
             t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
                       f"{100 * best['pipeline_efficiency']:.0f}% of it",
                       "same knobs, batches on the device")
+        if best.get("loader_ceiling_samples_per_sec"):
+            t.add_row("loader-only ceiling", f"{best['loader_ceiling_samples_per_sec']:,.1f}", "",
+                      "same knobs, its DataLoader alone, no model")
+        _attainable_row(t, best)
         self.console.print(t)
         self.console.print(_compute_line(best), highlight=False)
         if best.get("time_to_train_s") is not None:
@@ -173,3 +185,17 @@ def _compute_line(best: dict) -> str:
     if best.get("mfu_pct") is None:
         return text + " · MFU: no peak known for this device (CPU, or --peak-tflops)"
     return text + f" · MFU {best['mfu_pct']:.1f}% of the card's dense peak"
+
+
+
+def _attainable_row(t: Table, best: dict) -> None:
+    """The machine's attainable rate, the winner's share of it and which limit binds."""
+    attainable = best.get("attainable_samples_per_sec")
+    if attainable is None:
+        return
+    share = best.get("attainable_share")
+    t.add_row("attainable here", f"{attainable:,.1f}",
+              f"{100 * share:.0f}% of it" if share is not None else "not a bound",
+              f"bound by {best['attainable_bound_by']}: min(compute-only at the largest batch, "
+              "loader-only with every CPU a worker)" if share is not None else
+              "the best ran faster than this machine's measured limit: a disturbed measurement")

@@ -218,6 +218,14 @@ class TrialSettings:
     compute_only: bool = False
     """Compute-only ceiling: cycle a few batches already on the device instead of the
     DataLoader (the throughput a perfect input pipeline would give)."""
+    loader_only: bool = False
+    """Loader-only ceiling: the configuration's DataLoader and host-to-device copy, no model
+    (the samples/sec its input pipeline can feed)."""
+    ceiling: str | None = None
+    """Which ceiling the trial measures, recorded in its row: 'compute' / 'loader' (the
+    winner's, its knobs unchanged), 'machine-compute' / 'machine-loader' (this machine's: the
+    largest batch in the fastest precision; every CPU a trial may have as workers). None: a
+    training configuration."""
     max_memory: MemoryLimit | None = None
     """Device memory limit: a fraction ('0.9') or a size ('12GB'). A size below the card's is
     enforced with the allocator's per-process fraction, so a big card OOMs where a small one
