@@ -38,6 +38,7 @@ def test_ok_trial_measures_and_reports_every_window(settings):
     assert result["device"] == "cpu" and result["hardware_key"].startswith("cpu:")
     assert result["started_at"] < result["finished_at"]
     assert [r["status"] for r in reports] == ["running", "running", "ok"]
+    assert result["load_avg_1m"] is not None                  # the machine's load, recorded
     assert [r.get("window") for r in reports[:2]] == [0, 1]
     assert all(r["window_samples_per_sec"] > 0 for r in reports[:2])
     assert reports[-1] == result

@@ -27,6 +27,7 @@ COLUMNS = [
     "data_wait_ms", "data_wait_pct", "h2d_ms", "h2d_pct", "forward_ms", "forward_pct",
     "backward_ms", "backward_pct", "optimizer_ms", "optimizer_pct",
     "model_flops_per_sample", "achieved_tflops", "mfu_pct", "mfu_impossible",
+    "load_avg_1m", "cpu_steal_pct", "gpu_other_processes",
     "gpu_util_pct", "gpu_power_w", "max_memory_mb", "max_host_memory_mb", "global_batch_size",
     "accelerator_type",
     "batch_size", "grad_accum", "num_workers", "prefetch_factor", "pin_memory",

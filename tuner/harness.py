@@ -26,8 +26,8 @@ from tuner.flops import precision_of, utilisation
 from tuner.failures import classify
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
-from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, Stopwatch, Window,
-                           peak_device_memory_mb, summarise, synchronize)
+from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadMonitor,
+                           Stopwatch, Window, peak_device_memory_mb, summarise, synchronize)
 from tuner.settings import PHASES, TrialSettings, default_cache_dir
 from tuner.status import Status
 from tuner.workload import Workload
@@ -189,9 +189,10 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
 
         time_to_train = partial(_time_to_train, settings, setup_s, warmup_s)
-        with GpuTelemetry(device) as telemetry:
+        with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
             windows = _windows(stepper.step, device, settings, on_window, time_to_train)
         out = summarise(windows)
+        out.update(load.as_columns())
         out.update(setup_s=setup_s, warmup_s=warmup_s, first_step_s=first_step_s,
                    steady_state=steady, steady_probes=probes,
                    peak_device_memory_mb=peak_device_memory_mb(device),

@@ -38,7 +38,8 @@ from tuner.status import MEASURED, Phase, Status, phase_of
 SCHEMA_VERSION = 3
 """2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 3:
 ``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``, and
-``ceiling`` (which ceiling a ceiling-phase row measured). Files of earlier versions read with
+``ceiling`` (which ceiling a ceiling-phase row measured), ``load_avg_1m``, ``cpu_steal_pct``,
+``gpu_other_processes`` (the machine's load while a trial measured). Files of earlier versions read with
 the newer columns null (their ceiling rows are compute-only ceilings)."""
 
 _KNOB_ARROW_TYPES = {"int": pa.int32(), "bool": pa.bool_(), "choice": pa.string()}
@@ -86,6 +87,9 @@ SCHEMA = pa.schema(
         ("achieved_tflops", pa.float64()),  # model_flops_per_sample x samples_per_sec / 1e12
         ("mfu_pct", pa.float64()),          # achieved / the card's dense peak (null: CPU, unknown card)
         ("mfu_impossible", pa.bool_()),     # mfu_pct > 100: a disturbed measurement or a wrong peak
+        ("load_avg_1m", pa.float64()),      # the machine's 1-min load average while measuring
+        ("cpu_steal_pct", pa.float64()),    # CPU time the hypervisor stole while measuring, %
+        ("gpu_other_processes", pa.int32()),  # other processes on the trial's GPU (NVML)
         ("gpu_util_pct", pa.float64()),
         ("gpu_power_w", pa.float64()),
         ("max_memory_mb", pa.float64()),        # MiB: the device limit in force

@@ -208,6 +208,54 @@ class LimitExceeded(Exception):
         self.memory = memory
 
 
+class LoadMonitor:
+    """The machine's load while a trial measures, so a figure taken under contention is never
+    mistaken for a clean one: the 1-minute load average (the higher of start and end), the
+    share of CPU time the hypervisor stole (``/proc/stat`` steal; 0 on bare metal), and how
+    many other processes run on the trial's GPU (NVML; None on CPU or without NVML)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.load_avg_1m: float | None = None
+        self.cpu_steal_pct: float | None = None
+        self.gpu_other_processes: int | None = None
+
+    def __enter__(self) -> "LoadMonitor":
+        self._times = psutil.cpu_times()
+        self._load = os.getloadavg()[0]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        after = psutil.cpu_times()
+        total = sum(after) - sum(self._times)
+        steal = getattr(after, "steal", 0.0) - getattr(self._times, "steal", 0.0)
+        self.cpu_steal_pct = 100.0 * steal / total if total > 0 else None
+        self.load_avg_1m = max(self._load, os.getloadavg()[0])
+        self.gpu_other_processes = _other_gpu_processes(self.device)
+
+    def as_columns(self) -> dict:
+        return {"load_avg_1m": self.load_avg_1m, "cpu_steal_pct": self.cpu_steal_pct,
+                "gpu_other_processes": self.gpu_other_processes}
+
+
+def _other_gpu_processes(device: torch.device) -> int | None:
+    """Compute processes on the device other than this one, per NVML (None where unknown)."""
+    if device.type != "cuda":
+        return None
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(index))
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            return sum(1 for p in procs if p.pid != os.getpid())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML missing, driver too old, or no permission: unknown, not 0
+        return None
+
+
 class GpuTelemetry:
     """Mean GPU utilisation (%) and power (W) sampled by NVML on a background thread.
 

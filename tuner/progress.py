@@ -125,6 +125,9 @@ class Progress:
                            f"leaderboard: {summary.results_dir}/leaderboard")
         for key in sorted({r["hardware_key"] for r in ok}):
             self._print_best([r for r in rows if r["hardware_key"] == key], summary)
+        note = busy_note(rows)
+        if note:
+            self.console.print(f"[yellow]warning:[/] {note}", highlight=False)
 
     def _print_best(self, rows: list[dict], summary) -> None:
         best = leaderboard.best_row(rows)
@@ -199,3 +202,28 @@ def _attainable_row(t: Table, best: dict) -> None:
               f"bound by {best['attainable_bound_by']}: min(compute-only at the largest batch, "
               "loader-only with every CPU a worker)" if share is not None else
               "the best ran faster than this machine's measured limit: a disturbed measurement")
+
+
+BUSY_STEAL_PCT = 5.0
+"""CPU steal above this share of a trial's time means a busy host (a shared VM)."""
+
+
+def busy_note(rows: list[dict]) -> str | None:
+    """One line when trials were measured on a busy machine, or None: a 1-minute load average
+    above the machine's CPU count (a trial alone keeps it at or below: its threads plus its
+    workers fit its CPUs), CPU steal over ``BUSY_STEAL_PCT``, or other processes on the GPU."""
+    measured = [r for r in rows if r.get("load_avg_1m") is not None]
+    busy = [r for r in measured if (r.get("cpu_count") and r["load_avg_1m"] > r["cpu_count"])
+            or (r.get("cpu_steal_pct") or 0) > BUSY_STEAL_PCT or (r.get("gpu_other_processes") or 0)]
+    if not busy:
+        return None
+    worst = max(busy, key=lambda r: r["load_avg_1m"])
+    parts = [f"load average up to {worst['load_avg_1m']:.1f} on {worst.get('cpu_count')} CPUs"]
+    steal = max((r.get("cpu_steal_pct") or 0) for r in busy)
+    if steal > BUSY_STEAL_PCT:
+        parts.append(f"CPU steal up to {steal:.0f} %")
+    others = max((r.get("gpu_other_processes") or 0) for r in busy)
+    if others:
+        parts.append(f"{others} other process(es) on the GPU")
+    return (f"the machine was busy during {len(busy)} of {len(measured)} measured trials "
+            f"({'; '.join(parts)}): their figures, and speed-ups read from them, may be disturbed")
