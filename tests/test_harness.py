@@ -217,3 +217,20 @@ def test_the_loader_only_ceiling_measures_the_dataloader_without_a_model(setting
     assert result["ceiling"] == "loader" and result["samples_per_sec"] > 0
     assert result["final_loss"] is None and result["achieved_tflops"] is None
     assert result["h2d_ms"] is not None and result["forward_ms"] == 0.0   # no model ran
+
+
+def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, monkeypatch):
+    """Issue 'time to a trustworthy answer': a configuration whose step is as long as a window
+    is measured in whole steps; probing for a steady state would repeat multi-second steps
+    (a bf16 batch-256 ddpm trial on CPU spent over 10 minutes)."""
+    from dataclasses import replace
+    from tests.fault_workloads import slow
+    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.15")       # a step >= window_s / 2 = 0.1 s
+    result = run_trial(slow, Knobs(batch_size=16), replace(settings, max_steady_probes=6,
+                                                            breakdown_steps=3))
+    assert result["status"] == "ok", result.get("error")
+    assert result["steady_probes"] == 0 and result["steady_state"] is None
+    assert result["windows"] == settings.windows
+    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0")          # quick steps: probed as before
+    quick = run_trial(slow, Knobs(batch_size=16), replace(settings, max_steady_probes=6))
+    assert quick["steady_probes"] >= 2 and quick["steady_state"] is not None

@@ -179,10 +179,16 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         clock = Stopwatch()
         stepper.step()
         synchronize(device)
-        first_step_s = clock.elapsed()
+        first_step_s = step_s = clock.elapsed()
         for _ in range(settings.warmup_steps - 1):
+            step = Stopwatch()
             stepper.step()
-        steady, probes = _settle(stepper.step, device, settings)
+            synchronize(device)
+            step_s = step.elapsed()
+        # A step of half a window or more: a probe could only hold one whole step, so probing
+        # for a steady state would repeat multi-second steps for nothing (steady_state: null).
+        long_steps = step_s >= settings.window_s / 2
+        steady, probes = (None, 0) if long_steps else _settle(stepper.step, device, settings)
         synchronize(device)
         warmup_s = clock.elapsed()
         if not torch.isfinite(stepper.loss):
@@ -199,7 +205,9 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
                    final_loss=None if settings.loader_only
                    else float(stepper.loss.detach().float().item()) * knobs.grad_accum)
-        out.update(_breakdown(stepper.step, device, settings.breakdown_steps))
+        out.update(_breakdown(stepper.step, device,
+                              min(1, settings.breakdown_steps) if long_steps
+                              else settings.breakdown_steps))
         if settings.train_steps is not None:
             out["time_to_train_s"] = time_to_train(out["step_time_ms_p50"])
         return out
