@@ -60,8 +60,14 @@ def _load(path: Path) -> dict:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TunerError(f"{path}: no such file (expected a Ray cluster YAML file)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TunerError(f"{path}: cannot read it ({exc})") from None
+    except UnicodeDecodeError as exc:
+        data = path.read_bytes()
+        what = "a binary file" if b"\x00" in data[:8192] else "not UTF-8 text"
+        raise TunerError(f"{path}: {what} (byte 0x{data[exc.start:exc.start + 1].hex()} at "
+                         f"offset {exc.start} is not UTF-8); expected a Ray cluster YAML "
+                         "file") from None
+    except OSError as exc:
+        raise TunerError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:

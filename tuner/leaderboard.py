@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import uuid
 import warnings
 from pathlib import Path
@@ -157,10 +158,103 @@ def leaderboard_dir(results: str | Path) -> Path | str:
 
 
 def check_results(results: str | Path) -> None:
-    """Fail fast, before any trial runs, on a ``results`` URI pyarrow cannot open. Does not
-    check access rights (the first write does). Raises TunerError."""
+    """Fail fast, before any trial runs (and before Ray starts), on a ``results`` location
+    the run could not write to.
+
+    * URI: pyarrow must be able to open it (access rights are left to the first write).
+    * Local path: the directory (and its ``leaderboard/``) must exist as directories or be
+      creatable: no existing ancestor is a file, no name is longer than the filesystem allows,
+      and the nearest existing directory accepts a new file (probed by creating and removing
+      a hidden temporary file, since permission bits say nothing to root or about a read-only
+      mount). Leaves nothing behind; files already there are not touched.
+
+    Raises:
+        TunerError: naming ``results`` and the reason, in one line.
+    """
     if is_uri(results):
         _filesystem(str(leaderboard_dir(results)))
+        return
+    problem = _local_results_problem(Path(results))
+    if problem:
+        raise TunerError(f"--results {_show(results)}: cannot write the results there "
+                         f"({problem}); expected a directory that exists or can be created and "
+                         "is writable, or a URI such as s3://bucket/path")
+
+
+_PROBE_PREFIX = ".tuner-write-probe-"
+"""Hidden (readers skip names starting with '.'), created and removed by ``check_results``."""
+
+
+def _local_results_problem(results: Path) -> str | None:
+    """Why ``results`` (a local path) cannot hold a leaderboard, or None when it can: the
+    reason as ``strerror: what``. Creates nothing that outlives the call."""
+    import errno
+    import tempfile
+    target = Path(os.path.abspath(results))
+    # Walk down from the root to the first name that does not exist yet: everything above it
+    # must be a directory; it and the names below it will be created.
+    node, missing = Path(target.anchor), []
+    for i, name in enumerate(target.parts[1:]):
+        here = node / name
+        try:
+            st = os.stat(here)
+        except FileNotFoundError:
+            missing = list(target.parts[1 + i:])
+            break
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return _name_too_long(name, node)
+            return f"{exc.strerror or type(exc).__name__}: {_show(here)}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{os.strerror(errno.ENOTDIR)}: {_show(here)} is a file, not a directory"
+        node = here
+    leaderboard = target / "leaderboard"
+    if not missing and leaderboard.exists() and not leaderboard.is_dir():
+        return f"{os.strerror(errno.ENOTDIR)}: {_show(leaderboard)} is a file, not a directory"
+    for name in missing:
+        if len(os.fsencode(name)) > _pathconf(node, "PC_NAME_MAX", 255):
+            return _name_too_long(name, node)
+    # The longest path tuner itself writes: <results>/leaderboard/.tmp-part-<32 hex>.parquet
+    longest = len(os.fsencode(str(leaderboard / f".tmp-part-{'0' * 32}.parquet")))
+    path_max = _pathconf(node, "PC_PATH_MAX", 4096)
+    if longest >= path_max:
+        return (f"{os.strerror(errno.ENAMETOOLONG)}: the path is "
+                f"{len(os.fsencode(str(target)))} bytes long, too long for the files under it "
+                f"(paths end at {path_max} bytes)")
+    # Permission bits say nothing for root or a read-only mount: create a file and remove it.
+    probe_dirs = [leaderboard] if not missing and leaderboard.is_dir() else []
+    for directory in [*probe_dirs, node]:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=_PROBE_PREFIX, dir=directory)
+        except OSError as exc:
+            return f"{exc.strerror or type(exc).__name__}: cannot create a file in {_show(directory)}"
+        os.close(fd)
+        os.unlink(probe)
+    return None
+
+
+def _pathconf(path: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(path, name) or default
+    except (OSError, ValueError, AttributeError):  # not known on this platform / filesystem
+        return default
+
+
+def _name_too_long(name: str, parent: Path) -> str:
+    import errno
+    return (f"{os.strerror(errno.ENAMETOOLONG)}: the name {_show(name)} is "
+            f"{len(os.fsencode(name))} bytes, the limit in {_show(parent)} is "
+            f"{_pathconf(parent, 'PC_NAME_MAX', 255)}")
+
+
+_SHOWN_NAME = 40
+"""A path component longer than this is abbreviated in error lines."""
+
+
+def _show(path: str | Path) -> str:
+    """``path`` for an error line, each overlong name abbreviated (``aaaa…aaaa``)."""
+    parts = str(path).split(os.sep)
+    return os.sep.join(p if len(p) <= _SHOWN_NAME else f"{p[:24]}…{p[-8:]}" for p in parts)
 
 
 def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:

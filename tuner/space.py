@@ -246,16 +246,63 @@ def load_space(name_or_path: str | Path, *, is_file: bool = False) -> Space:
         path = Path(name_or_path)
         source = str(path)
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except OSError as exc:
-            raise SpaceError(f"search space {source}: cannot read it ({exc.strerror})") from None
+            raise SpaceError(f"search space {source}: cannot read it "
+                             f"({exc.strerror or type(exc).__name__})") from None
+        text = _decode(data, source)
     else:
         source = builtin_path(str(name_or_path))
         try:
-            text = resources.files("search_spaces").joinpath(f"{name_or_path}.yaml").read_text()
+            text = resources.files("search_spaces").joinpath(f"{name_or_path}.yaml").read_text(
+                encoding="utf-8")
         except FileNotFoundError:
             raise SpaceError(f"no built-in search space {source}; pass one with --space FILE") from None
     return parse_space(text, source)
+
+
+def _decode(data: bytes, source: str) -> str:
+    """The text of a space file: UTF-8 (a BOM allowed) or UTF-16 with its BOM. Raises
+    SpaceError for anything else (an image, an archive, a file in another encoding)."""
+    encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        byte = data[exc.start:exc.start + 1].hex()
+        what = ("a binary file, not YAML text" if b"\x00" in data[:8192]
+                else f"not {encoding.removesuffix('-sig').upper()} text")
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpaceError(f"search space {source}: {what} (byte 0x{byte} at offset {exc.start}, "
+                         f"line {line}, is not {encoding.removesuffix('-sig').upper()}); "
+                         "expected a UTF-8 YAML file (see search_spaces/README.md)") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """A YAML error as ``line L, column C: problem (context)`` (1-based, as editors count)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return (f"line {line}, column {column}: character {code:#06x} is not allowed in "
+                "YAML (is this a text file?)")
+    detail = " ".join(str(problem or exc).split())
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:
+        where = (f" that starts at line {context_mark.line + 1}, column {context_mark.column + 1}"
+                 if context_mark is not None and context_mark != mark else "")
+        detail += f" ({' '.join(str(context).split())}{where})"
+    if mark is None:
+        return detail
+    return f"line {mark.line + 1}, column {mark.column + 1}: {detail}"
+
+
+def _did_you_mean(name: Any, accepted: Any) -> str:
+    """``did you mean 'x'? `` for a near miss of an accepted name, else ''."""
+    import difflib
+    close = difflib.get_close_matches(str(name), [str(a) for a in accepted], n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def parse_space(text: str, source: str) -> Space:
@@ -263,13 +310,17 @@ def parse_space(text: str, source: str) -> Space:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpaceError(f"search space {source}: malformed YAML: {str(exc).splitlines()[0]}") from None
+        raise SpaceError(f"search space {source}: malformed YAML at "
+                         f"{_yaml_problem(exc, text)}") from None
+    if isinstance(doc, dict):
+        unknown = sorted((k for k in doc if k not in _TOP_KEYS), key=str)
+        if unknown:
+            raise SpaceError(f"search space {source}: unknown key(s) "
+                             f"{', '.join(map(str, unknown))}; "
+                             f"{_did_you_mean(unknown[0], _TOP_KEYS)}"
+                             f"accepted: {', '.join(sorted(_TOP_KEYS))}")
     if not isinstance(doc, dict) or not isinstance(doc.get("knobs"), dict) or not doc["knobs"]:
         raise SpaceError(f"search space {source}: expected a mapping with a non-empty 'knobs:' mapping")
-    unknown = sorted(set(doc) - _TOP_KEYS)
-    if unknown:
-        raise SpaceError(f"search space {source}: unknown key(s) {', '.join(unknown)}; "
-                         f"accepted: {', '.join(sorted(_TOP_KEYS))}")
     domains, constants = _parse_knobs(doc["knobs"], source, "knobs")
     overrides = {}
     for device_type in DEVICE_TYPES:
@@ -289,6 +340,7 @@ def _parse_knobs(section: dict, source: str, label: str) -> tuple[dict[str, Doma
     for name, spec in section.items():
         if name not in KNOB_INFO:
             raise SpaceError(f"search space {source}: unknown knob {name!r} under '{label}:'; "
+                             f"{_did_you_mean(name, Knobs.names())}"
                              f"accepted: {', '.join(Knobs.names())}")
         where = f"search space {source}: knob {name}"
         if isinstance(spec, dict):
@@ -303,7 +355,8 @@ def _parse_knobs(section: dict, source: str, label: str) -> tuple[dict[str, Doma
 def _parse_domain(name: str, spec: dict, where: str) -> Domain:
     if "choices" in spec:
         if set(spec) != {"choices"}:
-            raise SpaceError(f"{where}: 'choices' cannot be combined with {sorted(set(spec) - {'choices'})}")
+            raise SpaceError(f"{where}: 'choices' cannot be combined with "
+                             f"{sorted(set(spec) - {'choices'}, key=str)}")
         values = spec["choices"]
         if not isinstance(values, list) or not values:
             raise SpaceError(f"{where}: 'choices' must be a non-empty list, got {values!r}")
@@ -312,7 +365,12 @@ def _parse_domain(name: str, spec: dict, where: str) -> Domain:
             _check_value(name, v, where)
         return Choices(normalised)
     allowed = {"low", "high", "log", "step"}
-    if not {"low", "high"} <= set(spec) or set(spec) - allowed:
+    unknown = sorted(set(spec) - allowed, key=str)
+    if unknown and _did_you_mean(unknown[0], [*allowed, "choices"]):
+        raise SpaceError(f"{where}: unknown key {unknown[0]!r} in a range; "
+                         f"{_did_you_mean(unknown[0], [*allowed, 'choices'])}a range is "
+                         "{low: N, high: M[, log: true][, step: K]} or {choices: [...]}")
+    if not {"low", "high"} <= set(spec) or unknown:
         raise SpaceError(f"{where}: a range is {{low: N, high: M[, log: true][, step: K]}} or "
                          f"{{choices: [...]}}, got {spec!r}")
     low, high, log, step = spec["low"], spec["high"], spec.get("log", False), spec.get("step", 1)
