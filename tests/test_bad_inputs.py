@@ -400,3 +400,18 @@ def test_space_file_in_another_encoding(tmp_path):
         load_space(tmp_path / "latin1.yaml", is_file=True)
     (tmp_path / "utf16.yaml").write_bytes("knobs:\n  batch_size: 8\n".encode("utf-16"))
     assert load_space(tmp_path / "utf16.yaml", is_file=True).constants == {"batch_size": 8}
+
+
+def test_a_read_command_names_an_unknown_workload_not_no_rows(tmp_path):
+    """`leaderboard --workload nosuch` said "no rows"; a workload with neither rows nor a
+    definition is unknown, and the line lists what there is."""
+    import pytest as _pytest
+    from tests.test_leaderboard import row
+    from tuner import leaderboard
+    from tuner.errors import TunerError
+    leaderboard.append(tmp_path, [row(0)])
+    with _pytest.raises(TunerError, match=r"unknown workload 'nosuch'.*workloads with rows here: "
+                                          + row(0)["workload"] + r".*built-ins: .*ddpm"):
+        leaderboard.select(tmp_path, "nosuch")
+    with _pytest.raises(TunerError, match="no leaderboard rows for workload 'ddpm'"):
+        leaderboard.select(tmp_path, "ddpm")                # known, just not run here

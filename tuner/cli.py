@@ -138,6 +138,8 @@ def run(**kwargs: Any) -> None:
 
     kwargs["time_budget_s"] = kwargs.pop("time_budget")
     options = RunOptions(**kwargs)
+    from tuner.workload import resolve
+    resolve(options.workload)  # a bad workload fails before connecting; a file's dir is on sys.path
     # With --address, connect first: the cluster decides the device, GPUs and CPUs per node.
     with ray_session(options.address) if options.address else contextlib.nullcontext():
         with console.status("checking the workload, search space and data…"):

@@ -459,6 +459,13 @@ def select(results: str | Path, workload: str, hardware: str | None = None, *,
     """
     table = read(results, workload=workload)
     if table.num_rows == 0:
+        present = sorted({w for w in read(results).column("workload").to_pylist() if w})
+        from tuner.workload import available  # here: the leaderboard stays torch-free to import
+        if workload not in present and workload not in available():
+            raise TunerError(f"unknown workload {workload!r}: no rows for it in {results}/"
+                             f"leaderboard; workloads with rows here: "
+                             f"{', '.join(present) or 'none'}; built-ins: "
+                             f"{', '.join(sorted(available()))}")
         raise TunerError(f"no leaderboard rows for workload {workload!r} in {results}/leaderboard "
                          f"(run `python -m tuner run --workload {workload} --results {results}`)")
     keys = hardware_keys(table)

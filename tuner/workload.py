@@ -111,7 +111,11 @@ class Workload(abc.ABC):
 
     @abc.abstractmethod
     def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        """Forward pass and loss for one micro-batch on the device. Returns a scalar tensor."""
+        """Forward pass and loss for one micro-batch on the device. Returns a scalar tensor.
+
+        Also called once per run in the driver on ``meta`` tensors (shapes without data) to
+        count the model's FLOPs (``tuner.flops``); code that needs real values (``.item()``)
+        makes that count fall back to the CPU, or to none."""
 
     @abc.abstractmethod
     def sample_shape(self, scale: str) -> dict[str, list[int]]:
