@@ -238,3 +238,12 @@ def test_attainable_is_the_machines_lower_limit_and_names_it():
     faster = {**win, "samples_per_sec": 130.0}               # above the limit: not a bound
     top = leaderboard.best_row([faster, *limits])
     assert top["attainable_samples_per_sec"] == 125.0 and top["attainable_share"] is None
+
+
+def test_write_row_normalises_once_and_returns_the_row_as_written(tmp_path):
+    raw = {**row(0), "status": "oom", "not_a_column": 1}          # a failed trial's raw result
+    written = leaderboard.write_row(tmp_path, raw)
+    assert "not_a_column" not in written and written["samples_per_sec"] is None
+    assert written["schema_version"] == leaderboard.SCHEMA_VERSION
+    (stored,) = leaderboard.read(tmp_path).to_pylist()
+    assert stored == written

@@ -261,6 +261,7 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """Keep the schema's columns, null out measurements of unmeasured trials."""
     out = {name: row.get(name) for name in SCHEMA.names}
     out["schema_version"] = SCHEMA_VERSION
+    out["phase"] = out["phase"] or Phase.SEARCH.value  # as read() says of older files
     if out["status"] not in MEASURED:
         for name in MEASURED_COLUMNS:
             out[name] = None
@@ -276,7 +277,20 @@ def append(results: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path | str
     Raises:
         TunerError: ``results`` is a URI pyarrow cannot open.
     """
-    table = pa.Table.from_pylist([normalise_row(r) for r in rows], schema=SCHEMA)
+    return _write(results, [normalise_row(r) for r in rows])
+
+
+def write_row(results: str | Path, row: Mapping[str, Any]) -> dict[str, Any]:
+    """Normalise one trial's row (``normalise_row``), write it as its own file (``append``)
+    and return it as written: the recorder keeps that copy, so a row is normalised once."""
+    normalised = normalise_row(row)
+    _write(results, [normalised])
+    return normalised
+
+
+def _write(results: str | Path, rows: list[dict[str, Any]]) -> Path | str:
+    """Write rows already normalised as one new Parquet file, atomically (see ``append``)."""
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
     directory = leaderboard_dir(results)
     name = f"part-{uuid.uuid4().hex}.parquet"
     if isinstance(directory, str):

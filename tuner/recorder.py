@@ -95,8 +95,7 @@ class LeaderboardWriter(Callback):
         return row
 
     def _write(self, row: dict) -> None:
-        leaderboard.append(self.plan.options.results, [row])
-        self.rows.append(leaderboard.normalise_row(row))
+        self.rows.append(leaderboard.write_row(self.plan.options.results, row))
         self.on_event("trial", {"row": self.rows[-1], "index": len(self.rows),
                                 "total": self.expected})
 
