@@ -19,7 +19,7 @@ def test_a_small_run_prints_no_library_warning_and_keeps_its_width_when_piped(tm
     env.update(TUNER_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
         [sys.executable, "-m", "tuner", "run", "--workload", "tests.fake_workloads:regression",
-         "--device", "cpu", "--trials", "3", "--confirm", "2", "--windows", "1",
+         "--device", "cpu", "--trials", "2", "--confirm", "0", "--no-ceiling", "--windows", "1",
          "--window-s", "0.2", "--warmup-steps", "1", "--results", str(tmp_path / "results")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -202,8 +202,7 @@ def _interrupted_then_resumed(tmp_path, env, space, sig: int) -> None:
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
-                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_driver_interrupted_then_resumed(tmp_path, env, space, sig):
     _interrupted_then_resumed(tmp_path, env, space, sig)
 
@@ -219,8 +218,8 @@ def test_stopped_during_remeasurement_resume_finishes_that_phase_and_the_ceiling
     finish, comparing a re-measured winner with references that were not re-measured)."""
     results = tmp_path / "results"
     args = ["run", "--workload", SLOW, "--space", space, "--trials", "4", "--results",
-            str(results), "--device", "cpu", "--windows", "2", "--window-s", "0.3",
-            "--warmup-steps", "1", "--confirm", "3", "--ceiling"]
+            str(results), "--device", "cpu", "--windows", "2", "--window-s", "0.2",
+            "--warmup-steps", "1", "--confirm", "2", "--ceiling"]
     proc = start(args, env)
     try:
         wait_for(lambda: any(r["phase"] == "remeasure" for r in rows_of(results)), 240,
@@ -240,13 +239,26 @@ def test_stopped_during_remeasurement_resume_finishes_that_phase_and_the_ceiling
     phases = [r["phase"] for r in rows]
     assert phases.count("search") == 4 and phases.count("ceiling") >= 1
     remeasured = [(r["batch_size"], r["reference"]) for r in rows if r["phase"] == "remeasure"]
-    assert len(remeasured) == len(set(remeasured)) >= 3            # each configuration once
+    assert len(remeasured) == len(set(remeasured)) >= 2            # each configuration once
     refs = {r["reference"] for r in rows if r["phase"] == "remeasure" and r["reference"]}
     assert refs == {"baseline", "recommended"}                      # beside the winner, again
     again = start([*args, "--resume", run_id], env)                 # now there is nothing left
     out, err = finish(again)
     assert again.returncode == 0 and "already complete" in " ".join(out.split()), err[-2000:]
     assert len([r for r in rows_of(results) if r["run_id"] == run_id]) == len(rows)
+
+
+def test_sighup_is_handled_as_ctrl_c_in_process():
+    """SIGHUP (a closed terminal) takes the same handler as SIGTERM, whose whole run and resume
+    is tested above: KeyboardInterrupt where the run is, the previous handlers restored."""
+    from tuner.driver import stop_signals_interrupt
+    before = signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM)
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        with pytest.raises(KeyboardInterrupt, match=sig.name):
+            with stop_signals_interrupt():
+                os.kill(os.getpid(), sig)
+                time.sleep(5)                        # the handler interrupts this
+    assert (signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM)) == before
 
 
 # ---------------------------------------------------------------- two nodes, one machine
