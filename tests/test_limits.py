@@ -166,11 +166,17 @@ def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_worke
     assert top["status"] == "ok" and top["batch_size"] <= OOM_ABOVE
 
 
-def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local, no_workers_space):
+def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
+    """The space file stops at batch 8; the probe searches up to the dataset's 64 samples and
+    the search is bounded by what fits (16 on this fake device), not by the file."""
+    space = tmp_path / "small-high.yaml"
+    space.write_text("knobs:\n  batch_size: {low: 4, high: 8, log: true}\n  num_workers: 0\n")
     events = []
     summary = run(short_options(tmp_path / "results", OOM, trials=4, probe="on",
-                                space_file=no_workers_space),
+                                space_file=str(space)),
                   on_event=lambda kind, data: events.append((kind, data)))
+    plan = next(data["plan"] for kind, data in events if kind == "start")
+    assert plan.device_space.domains["batch_size"].high == OOM_ABOVE   # 16 > the file's 8
     probes = [data["result"] for kind, data in events if kind == "probe"]
     assert len(probes) == 1
     result = probes[0]
@@ -185,20 +191,6 @@ def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local, no_workers_
     for r in searched:
         assert r["batch_size"] <= OOM_ABOVE
         assert r["status"] == "ok", r["error"]
-
-
-def test_the_probe_bound_goes_past_the_space_files_high(tmp_path, ray_local):
-    """The space file stops at batch 8; the probe searches up to the dataset's 64 samples and
-    the search is bounded by what fits (16 on this fake device), not by the file."""
-    space = tmp_path / "small-high.yaml"
-    space.write_text("knobs:\n  batch_size: {low: 4, high: 8, log: true}\n  num_workers: 0\n")
-    events = []
-    run(short_options(tmp_path / "results", OOM, trials=2, probe="on", space_file=str(space)),
-        on_event=lambda kind, data: events.append((kind, data)))
-    probe = next(data["result"] for kind, data in events if kind == "probe")
-    assert probe.max_batch == OOM_ABOVE and max(bs for bs, _, _ in probe.probes) > 8
-    plan = next(data["plan"] for kind, data in events if kind == "start")
-    assert plan.device_space.domains["batch_size"].high == OOM_ABOVE   # 16 > the file's 8
 
 
 def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tmp_path, ray_local,
