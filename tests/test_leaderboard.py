@@ -247,3 +247,18 @@ def test_write_row_normalises_once_and_returns_the_row_as_written(tmp_path):
     assert written["schema_version"] == leaderboard.SCHEMA_VERSION
     (stored,) = leaderboard.read(tmp_path).to_pylist()
     assert stored == written
+
+
+def test_the_machines_compute_limit_is_the_best_compute_only_rate_measured():
+    """On CPU the largest batch is not the fastest: the machine's compute limit is at least the
+    winner's own compute-only ceiling (a real ddpm run: 26.2 at batch 256, 39.0 at 37)."""
+    win = {**row(0), "phase": "remeasure", "samples_per_sec": 36.0, "batch_size": 37}
+    rows = [win, {**row(1), "phase": "ceiling", "ceiling": "compute", "samples_per_sec": 39.0,
+                  "batch_size": 37},
+            {**row(2), "phase": "ceiling", "ceiling": "machine-compute", "samples_per_sec": 26.2,
+             "batch_size": 256},
+            {**row(3), "phase": "ceiling", "ceiling": "machine-loader", "samples_per_sec": 1057.3,
+             "batch_size": 37, "num_workers": 2}]
+    top = leaderboard.best_row(rows)
+    assert top["attainable_samples_per_sec"] == 39.0 and top["attainable_bound_by"] == "compute"
+    assert top["attainable_share"] == pytest.approx(36.0 / 39.0)
