@@ -76,8 +76,8 @@ class Progress:
         shown = " · ".join(f"{name} {bounds[name]}" for name in ("batch_size", "num_workers")
                            if name in bounds)
         if shown:
-            c.print(f"  searched: {shown} (batch: the space file, the dataset's size or the "
-                    f"memory probe's bound; workers: up to this node's {plan.node_cpus} CPUs)")
+            c.print(f"  searched: {shown} (workers up to this node's {plan.node_cpus} CPUs; batch "
+                    "up to the dataset's size or the memory probe's bound)")
         budget = f"{plan.trials} trials" if plan.trials else "no trial limit"
         if plan.options.time_budget_s:
             budget += f", time budget {plan.options.time_budget_s:.0f} s"
@@ -199,7 +199,7 @@ def _attainable_row(t: Table, best: dict) -> None:
     share = best.get("attainable_share")
     t.add_row("attainable here", f"{attainable:,.1f}",
               f"{100 * share:.0f}% of it" if share is not None else "not a bound",
-              f"bound by {best['attainable_bound_by']}: min(compute-only at the largest batch, "
+              f"bound by {best['attainable_bound_by']}: min(the best compute-only rate measured, "
               "loader-only with every CPU a worker)" if share is not None else
               "the best ran faster than this machine's measured limit: a disturbed measurement")
 
