@@ -149,20 +149,26 @@ def release_host_memory() -> None:
 def cuda_process_memory_mb(device: torch.device) -> float | None:
     """Device memory NVML attributes to this process (allocator + CUDA context), MB; None
     where NVML or the process entry is unavailable."""
+    for proc in _compute_processes(device) or ():
+        if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
+            return proc.usedGpuMemory / 2**20
+    return None
+
+
+def _compute_processes(device: torch.device) -> list | None:
+    """NVML's compute processes on the CUDA ``device``; None where NVML cannot say (missing,
+    driver too old, no permission): unknown, never an empty list."""
     try:
         import pynvml
         pynvml.nvmlInit()
         try:
             index = device.index if device.index is not None else torch.cuda.current_device()
             handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(index))
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
-                    return proc.usedGpuMemory / 2**20
+            return list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # NVML missing, driver too old, or no permission: report None, not 0
+    except Exception:  # NVML missing, driver too old, or no permission
         return None
-    return None
 
 
 def _physical_index(index: int) -> int:
@@ -240,20 +246,8 @@ class LoadMonitor:
 
 def _other_gpu_processes(device: torch.device) -> int | None:
     """Compute processes on the device other than this one, per NVML (None where unknown)."""
-    if device.type != "cuda":
-        return None
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(index))
-            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            return sum(1 for p in procs if p.pid != os.getpid())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # NVML missing, driver too old, or no permission: unknown, not 0
-        return None
+    procs = _compute_processes(device) if device.type == "cuda" else None
+    return None if procs is None else sum(1 for p in procs if p.pid != os.getpid())
 
 
 class GpuTelemetry:
