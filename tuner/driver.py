@@ -23,6 +23,7 @@ from tuner.errors import TunerError
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import Plan, Resources, make_plan
+from tuner.probe import candidates, probe_batch_limit
 from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, hardware_key,
                                ray_session)
 from tuner.recorder import LeaderboardWriter, ignore_event
@@ -144,7 +145,6 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
     """The plan with its batch size bounded by the memory probe (one short trial per batch
     size, each in a fresh worker process)."""
     import ray
-    from tuner.probe import probe_batch_limit
     # One probe per worker process (max_calls=1): memory a process has held stays in its RSS.
     task = ray.remote(max_calls=1)(_probe_trial).options(
         num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0)
@@ -314,8 +314,7 @@ def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str
     workers = plan.node_cpus
     machine_loader = knobs.replace(num_workers=workers, persistent_workers=True,
                                    prefetch_factor=max(knobs.prefetch_factor or 2, 4))
-    batch = plan.device_space.domains.get("batch_size")
-    largest = getattr(batch, "high", None) or max(getattr(batch, "values", (knobs.batch_size,)))
+    largest = max(candidates(plan.device_space))  # the batch sizes the search allows
     machine_compute = knobs.replace(batch_size=max(largest, knobs.batch_size),
                                     amp="bf16" if plan.device == "cuda" else knobs.amp)
     for label, config, mode in (("loader", knobs, "loader_only"),
