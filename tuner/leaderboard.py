@@ -600,8 +600,8 @@ def best_row(rows: list[dict]) -> dict | None:
     # The machine computes at least as fast as any compute-only rate measured on it: on CPU
     # the largest batch is not the fastest (a ddpm batch of 256 ran at 26 samples/sec, the
     # winner's batch of 37 at 39), so the winner's own ceiling counts too.
-    computes = [c for c in (ceilings["machine-compute"], bound) if c is not None]
-    top.update(_attainable(top["samples_per_sec"],
-                           max(computes) if ceilings["machine-compute"] is not None else None,
-                           ceilings["machine-loader"]))
+    compute = ceilings["machine-compute"]
+    if compute is not None and bound is not None:
+        compute = max(compute, bound)
+    top.update(_attainable(top["samples_per_sec"], compute, ceilings["machine-loader"]))
     return top
