@@ -17,7 +17,7 @@ from tuner import leaderboard
 from tuner.errors import DataError, TunerError
 from tuner.flops import model_flops_per_sample
 from tuner.knobs import Knobs
-from tuner.settings import (MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
+from tuner.settings import (DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
                             default_cache_dir)
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Space, load_space
@@ -254,8 +254,8 @@ def _host_limit_mb(limit: MemoryLimit | None) -> float | None:
 def resolve_device(device: str) -> str:
     """'auto' -> 'cuda' when a CUDA device is visible, else 'cpu'. Raises TunerError."""
     import torch
-    if device not in ("auto", "cpu", "cuda"):
-        raise TunerError(f"--device {device!r}: accepted values are auto, cpu, cuda")
+    if device not in DEVICES:
+        raise TunerError(f"--device {device!r}: accepted values are {', '.join(DEVICES)}")
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
