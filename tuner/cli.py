@@ -131,19 +131,15 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def run(**kwargs: Any) -> None:
     """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end."""
     import contextlib
-    from tuner.driver import RunInterrupted, plan_run, run as run_search
+    from tuner.driver import RunInterrupted, planned, run as run_search
     from tuner.progress import Progress
-    from tuner.ray_runtime import ray_session
     from tuner.settings import RunOptions
 
     kwargs["time_budget_s"] = kwargs.pop("time_budget")
     options = RunOptions(**kwargs)
-    from tuner.workload import resolve
-    resolve(options.workload)  # a bad workload fails before connecting; a file's dir is on sys.path
-    # With --address, connect first: the cluster decides the device, GPUs and CPUs per node.
-    with ray_session(options.address) if options.address else contextlib.nullcontext():
+    with contextlib.ExitStack() as session:
         with console.status("checking the workload, search space and data…"):
-            plan = plan_run(options)
+            plan = session.enter_context(planned(options))
         progress = Progress(console)
         try:
             summary = run_search(plan, on_event=progress.on_event)

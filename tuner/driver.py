@@ -30,7 +30,7 @@ from tuner.recorder import LeaderboardWriter, ignore_event
 from tuner.searcher import FixedConfigs, make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
 from tuner.status import Phase, Status, phase_of
-from tuner.workload import Workload
+from tuner.workload import Workload, resolve
 
 
 @dataclass
@@ -57,8 +57,8 @@ def run(what: RunOptions | Plan, *,
         RunInterrupted: Ctrl-C; the finished trials are in the leaderboard.
     """
     if isinstance(what, RunOptions):
-        with ray_session(what.address) if what.address else contextlib.nullcontext():
-            return run(plan_run(what), on_event=on_event)
+        with planned(what) as plan:
+            return run(plan, on_event=on_event)
     plan, on_event = what, on_event or ignore_event
     started = time.perf_counter()
     writer = None
@@ -106,6 +106,17 @@ def stop_signals_interrupt() -> Iterator[None]:
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def planned(options: RunOptions) -> Iterator[Plan]:
+    """The run's plan, made in the order it must be: the workload resolved first (a bad one
+    fails before connecting; a workload given as a file has its directory on sys.path before
+    Ray builds the workers' PYTHONPATH), then, with --address, inside a connection to the
+    cluster (which decides the device, GPUs and CPUs per node) held for the block."""
+    resolve(options.workload)
+    with ray_session(options.address) if options.address else contextlib.nullcontext():
+        yield plan_run(options)
 
 
 def plan_run(options: RunOptions) -> Plan:
