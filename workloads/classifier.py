@@ -12,10 +12,18 @@ guide names no model; we use the standard ones for those sizes:
 
 The data loading is the point of the guide: every sample is a JPEG decoded, randomly cropped,
 flipped and colour-jittered in ``__getitem__``, which is the CPU work ``num_workers`` spreads.
+
+Any other classification architecture, by name, on the same pipeline: ``--model NAME``
+(``torchvision.models.get_model(NAME, weights=None, num_classes=1000)``; ``timm:NAME`` with
+``timm.create_model`` when timm is installed) and ``--image-size PX`` (default: the crop size
+of the architecture's pretrained weights, e.g. 224 for resnet50). See ``NamedClassifier``.
 """
 
 from __future__ import annotations
 
+import difflib
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,14 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
+import torchvision.models
 from torchvision.models import inception_v3, resnet18
 from torchvision.models.resnet import BasicBlock, ResNet
 from torchvision.transforms import v2
 
-from tuner.errors import DataError
+from tuner.errors import DataError, TunerError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload
+from tuner.workload import SCALES, Workload, option_flag
 from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 _REPORT = "shared/reports/dataloader-guide-rtx5070.md"
@@ -58,6 +67,21 @@ _REFERENCES = {
 }
 
 
+def _classification_loss(out: Any, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of a classifier's training-mode output: one ``(B, classes)`` tensor, or a
+    tuple ``(logits, *aux_logits)`` as Inception-v3 (``InceptionOutputs``) and GoogLeNet
+    (``GoogLeNetOutputs``) return in train mode with their auxiliary heads on, each aux head
+    weighted ``_AUX_LOSS_WEIGHT`` (an absent head, None, is left out)."""
+    if isinstance(out, tuple):
+        logits, *aux = out
+        loss = F.cross_entropy(logits, labels)
+        for extra in aux:
+            if extra is not None:
+                loss = loss + _AUX_LOSS_WEIGHT * F.cross_entropy(extra, labels)
+        return loss
+    return F.cross_entropy(out, labels)
+
+
 def _as_label(target: int) -> torch.Tensor:
     """ImageFolder class index -> int64 scalar tensor (a module-level function, so the dataset
     pickles into DataLoader workers)."""
@@ -81,8 +105,31 @@ class _ImageFolderClassifier(Workload):
     that decode and crop cost what they cost)."""
     images_per_class: ClassVar[dict[str, int]]
     """Images per class in the default dataset, per scale."""
+    default_classes: ClassVar[int] = 4
+    """Class folders of the default dataset (at most ``num_classes``)."""
     crop_scale: ClassVar[tuple[float, float]] = (0.5, 1.0)
     """RandomResizedCrop area range (fraction of the source image)."""
+    option_names = ("model", "image_size")
+
+    def configure(self, *, model: str | None = None, image_size: int | None = None) -> Workload:
+        """``--model NAME [--image-size PX]``: a ``NamedClassifier`` on this workload's data
+        pipeline, search space and references (``tuner.workload.configured`` calls it).
+
+        Raises:
+            TunerError: ``image_size`` without ``model`` (the built-in models' inputs are
+                fixed), an unknown model name, timm missing for ``timm:NAME``, or a model that
+                does not run at ``image_size`` px.
+        """
+        if model is None:
+            raise TunerError(
+                f"{option_flag('image_size')} {image_size}: the built-in {self.name} model's "
+                f"input is fixed at {self.input_px['seed']} px; give {option_flag('model')} "
+                f"NAME with it (e.g. --model resnet18 --image-size {image_size})")
+        return NamedClassifier(self, model, image_size)
+
+    def data_name(self) -> str:
+        """The default dataset's folder name in the cache (before ``-v<version>-<scale>``)."""
+        return self.name
 
     def _check_scale(self, scale: str) -> None:
         if scale not in SCALES:
@@ -124,7 +171,7 @@ class _ImageFolderClassifier(Workload):
         return check_image_folder(self.build_dataset(data_dir, scale))
 
     def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
-        """Write ``num_classes`` folders of deterministic synthetic JPEGs (smooth blobs plus
+        """Write ``default_classes`` folders of deterministic synthetic JPEGs (smooth blobs plus
         noise, quality 90) under ``cache_dir/<name>-v<version>-<scale>``; returns that path.
 
         The report's real dataset is not public (its size and class count are not given); this
@@ -133,8 +180,8 @@ class _ImageFolderClassifier(Workload):
         """
         self._check_scale(scale)
         side = self.source_px[scale]
-        counts = {f"class_{i}": self.images_per_class[scale] for i in range(self.num_classes)}
-        target = Path(cache_dir) / f"{self.name}-v{_DATA_VERSION}-{scale}"
+        counts = {f"class_{i}": self.images_per_class[scale] for i in range(self.default_classes)}
+        target = Path(cache_dir) / f"{self.data_name()}-v{_DATA_VERSION}-{scale}"
         return write_once(target, lambda root: write_image_folder(
             root, counts, size=(side, side), seed=_DATA_VERSION, fmt="jpg"))
 
@@ -210,14 +257,201 @@ class Classifier299(_ImageFolderClassifier):
 
     def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
         images, labels = batch  # (B, 3, S, S) float32, (B,) int64
-        out = model(images)
         # In train mode with aux_logits on, Inception-v3 returns InceptionOutputs(logits,
         # aux_logits), a NamedTuple of two (B, num_classes) tensors; otherwise one tensor.
-        if isinstance(out, tuple):
-            logits, aux_logits = out
-            return (F.cross_entropy(logits, labels)
-                    + _AUX_LOSS_WEIGHT * F.cross_entropy(aux_logits, labels))
-        return F.cross_entropy(out, labels)
+        return _classification_loss(model(images), labels)
+
+
+TIMM_PREFIX = "timm:"
+"""``--model timm:NAME`` names a timm architecture (``timm.create_model``)."""
+
+LIST_TORCHVISION = 'python -c "import torchvision.models as m; print(*m.list_models(module=m))"'
+"""The command that prints the torchvision names ``--model`` accepts."""
+
+LIST_TIMM = 'python -c "import timm; print(*timm.list_models())"'
+"""The command that prints the timm names ``--model timm:NAME`` accepts."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A classification architecture found by name (``find_architecture``)."""
+
+    library: str
+    """'torchvision' or 'timm'."""
+    name: str
+    """The library's own name, e.g. 'resnet50'."""
+    default_px: int
+    """Input side, pixels, its pretrained weights were evaluated at (torchvision's
+    ``weights.transforms`` crop_size, timm's ``pretrained_cfg.input_size``; 224 when none)."""
+    min_px: int | None = None
+    """Smallest input side its weights document (torchvision ``meta['min_size']``); None:
+    not documented."""
+
+    @property
+    def spec(self) -> str:
+        """As given to ``--model``: 'resnet50', 'timm:resnet50'."""
+        return f"{TIMM_PREFIX}{self.name}" if self.library == "timm" else self.name
+
+    @property
+    def label(self) -> str:
+        """As it appears in the workload name: 'resnet50', 'timm-resnet50' (no ':', which
+        would read as an import path)."""
+        return f"timm-{self.name}" if self.library == "timm" else self.name
+
+    def build(self, image_px: int, num_classes: int) -> nn.Module:
+        """The model with random weights (weights=None / pretrained=False) and ``num_classes``
+        outputs, for square inputs of ``image_px`` pixels, on the current default device."""
+        if self.library == "timm":
+            import timm
+            try:  # transformers size their position embeddings to the input
+                return timm.create_model(self.name, pretrained=False, num_classes=num_classes,
+                                         img_size=image_px)
+            except TypeError:  # a model without an img_size argument (a CNN)
+                return timm.create_model(self.name, pretrained=False, num_classes=num_classes)
+        kwargs: dict[str, Any] = {}
+        if self.name.startswith("vit_"):  # the position embedding is sized to the input
+            kwargs["image_size"] = image_px
+        elif self.name.startswith("maxvit_"):  # its relative-position tables likewise
+            kwargs["input_size"] = (image_px, image_px)
+        elif self.name in ("inception_v3", "googlenet"):
+            kwargs["init_weights"] = True  # torchvision's init (unset, it warns on every build)
+            if self.name == "inception_v3" and image_px < 299:
+                # Its aux head (5x5 conv on the 17x17 Mixed_6e map) needs 299 px or more.
+                kwargs["aux_logits"] = False
+        return torchvision.models.get_model(self.name, weights=None, num_classes=num_classes,
+                                            **kwargs)
+
+
+def find_architecture(model: str) -> Architecture:
+    """The architecture ``--model`` names: any ``torchvision.models`` classification model
+    (``list_models(module=torchvision.models)``, case-insensitive), or ``timm:NAME``.
+
+    Raises:
+        TunerError: an unknown name (one line with close matches and the command that lists
+            the accepted names), or ``timm:NAME`` without timm installed.
+    """
+    if model.startswith(TIMM_PREFIX):
+        return _timm_architecture(model)
+    names = torchvision.models.list_models(module=torchvision.models)
+    name = model.strip().lower()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise TunerError(f"--model {model!r}: not a torchvision classification model{hint}; "
+                         f"list the accepted names with: {LIST_TORCHVISION} (timm models: "
+                         f"{TIMM_PREFIX}NAME)")
+    try:
+        weights = torchvision.models.get_model_weights(name).DEFAULT
+        crop = int(weights.transforms.keywords.get("crop_size", 224))
+        min_size = weights.meta.get("min_size")
+    except (ValueError, KeyError, AttributeError):  # no pretrained weights to read them from
+        return Architecture("torchvision", name, 224)
+    return Architecture("torchvision", name, crop, max(min_size) if min_size else None)
+
+
+def _timm_architecture(model: str) -> Architecture:
+    name = model[len(TIMM_PREFIX):].strip()
+    try:
+        import timm
+    except ImportError:
+        raise TunerError(f"--model {model!r}: timm models need timm, which is not installed: "
+                         f"pip install timm (torchvision names need nothing: "
+                         f"{LIST_TORCHVISION})") from None
+    if not name or not timm.is_model(name):
+        close = difflib.get_close_matches(name, timm.list_models(), n=3)
+        hint = f" (did you mean {', '.join(TIMM_PREFIX + c for c in close)}?)" if close else ""
+        raise TunerError(f"--model {model!r}: not a timm model{hint}; list the accepted names "
+                         f"with: {LIST_TIMM}")
+    cfg = timm.get_pretrained_cfg(name)
+    size = getattr(cfg, "input_size", None) if cfg is not None else None
+    return Architecture("timm", name, int(size[-1]) if size else 224)
+
+
+def _checked_parameter_count(arch: Architecture, image_px: int, num_classes: int) -> int:
+    """Parameters of ``arch`` built for ``image_px`` inputs, after one training-mode forward
+    of a ``(2, 3, image_px, image_px)`` batch shows it runs at that size. Built on the ``meta``
+    device (shapes only: no memory, no init cost), on CPU for a constructor that computes on
+    tensor values (torchvision's RegNets).
+
+    Raises:
+        TunerError: the model does not run on ``image_px`` inputs (one line with the reason).
+    """
+    try:
+        with torch.device("meta"):
+            model = arch.build(image_px, num_classes)
+    except (NotImplementedError, RuntimeError):  # "Cannot copy out of meta tensor"
+        model = arch.build(image_px, num_classes)
+    device = next(model.parameters()).device
+    model.train()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(2, 3, image_px, image_px, device=device))
+    except Exception as exc:  # whatever the model raises at this size becomes one line
+        reason = " ".join(str(exc).split())[:200]
+        floor = (f"; its weights document inputs of at least {arch.min_px} px"
+                 if arch.min_px and image_px < arch.min_px else "")
+        raise TunerError(f"--model {arch.spec} --image-size {image_px}: the model does not run "
+                         f"on {image_px}x{image_px} inputs ({type(exc).__name__}: {reason})"
+                         f"{floor}; its default is {arch.default_px} px") from None
+    return sum(p.numel() for p in model.parameters())
+
+
+class NamedClassifier(_ImageFolderClassifier):
+    """A classification architecture chosen by name (``--model``) at ``--image-size`` px, on
+    the data pipeline, search space and reference configurations of the built-in workload it
+    is configured from (``classifier`` or ``classifier299``; ``configure`` makes it).
+
+    * Model: ``Architecture.build``, random weights (throughput does not depend on their
+      values), ``num_classes`` = 1000 outputs as published, so the parameter count is the
+      library's own (25,557,032 for resnet50) and a data folder of up to 1000 classes is
+      accepted. Auxiliary heads (Inception-v3, GoogLeNet) train as torchvision's recipe does
+      (Inception-v3's only from 299 px: below, its aux head cannot run and is off).
+    * Input: ``image_px`` square crops at every scale (the size asked for; ``tiny`` shrinks
+      only the default dataset). Default ``image_px``: ``Architecture.default_px``.
+    * Default data: 4 class folders of ``image_px * 9 // 8`` px JPEGs, 200 per class at seed
+      and 16 at tiny, cached per size and shared by every model.
+    * Name: '<base>-<model>-<px>px', e.g. 'classifier-resnet50-224px' ('timm:NAME' gives
+      'timm-NAME'): the leaderboard's workload column, so rows of different models or sizes
+      are never ranked together; the read commands take it as ``--workload``.
+
+    Raises (on construction): TunerError from ``find_architecture`` and
+    ``_checked_parameter_count``.
+    """
+
+    num_classes: ClassVar[int] = 1000
+    option_names = ()
+
+    def __init__(self, base: _ImageFolderClassifier, model: str, image_px: int | None):
+        arch = find_architecture(model)
+        size = image_px or arch.default_px
+        self.architecture = arch
+        self.image_px = size
+        self.name = f"{base.name}-{arch.label}-{size}px"
+        self.description = (f"{arch.library} {arch.name} (random init, {self.num_classes} "
+                            f"classes) on {size}x{size} crops of an ImageFolder of JPEGs")
+        self.source = f"--model {arch.spec} --image-size {size} on {base.name} ({base.source})"
+        self.references = base.references
+        self.space = base.space_name
+        self.input_px = dict.fromkeys(SCALES, size)
+        self.source_px = dict.fromkeys(SCALES, size + size // 8)
+        self.images_per_class = {"seed": 200, "tiny": 16}
+        self.parameters_total = _checked_parameter_count(arch, size, self.num_classes)
+
+    def data_name(self) -> str:
+        return f"classifier-images-{self.source_px['seed']}px"
+
+    def parameter_count(self, scale: str) -> int:
+        """The same at every scale (the model is the one asked for); counted on construction."""
+        self._check_scale(scale)
+        return self.parameters_total
+
+    def build_model(self, scale: str) -> nn.Module:
+        self._check_scale(scale)
+        return self.architecture.build(self.image_px, self.num_classes)
+
+    def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        images, labels = batch  # (B, 3, S, S) float32, (B,) int64
+        return _classification_loss(model(images), labels)  # logits (B, 1000) [+ aux heads]
 
 
 workload = Classifier()
