@@ -199,8 +199,8 @@ def check_text_file(path: Path, min_bytes: int) -> int:
     """
     path = Path(path)
     if path.is_dir():
-        raise DataError(f"text file {path} is a directory; chargpt expects --data to name one "
-                        "UTF-8 text file")
+        raise DataError(f"text file {path} is a directory; --data names one UTF-8 text file "
+                        "for this workload")
     if not path.is_file():
         raise DataError(f"text file {path} does not exist (expected one UTF-8 text file)")
     decoder = codecs.getincrementaldecoder("utf-8")()

@@ -224,12 +224,12 @@ def open_volume(path: Path) -> np.ndarray:
     return volume
 
 
-def _read_nifti(path: Path, is_label: bool) -> np.ndarray:
+def _read_nifti(path: Path, is_label: bool, num_classes: int = NUM_CLASSES) -> np.ndarray:
     """A NIfTI volume decoded in (Z, Y, X) = (D, H, W) order; labels as uint8.
 
     Raises:
         DataError: naming ``path``: undecodable, not 3-D, or label values not integers in
-            0..NUM_CLASSES-1.
+            0..num_classes-1.
     """
     import nibabel  # only NIfTI data needs it
 
@@ -243,14 +243,14 @@ def _read_nifti(path: Path, is_label: bool) -> np.ndarray:
                         f"dtype {data.dtype}")
     data = np.ascontiguousarray(data.T)  # (X, Y, Z) -> (Z, Y, X) = (D, H, W)
     if is_label:
-        if (not np.array_equal(np.rint(data), data)) or data.min() < 0 or data.max() >= NUM_CLASSES:
+        if (not np.array_equal(np.rint(data), data)) or data.min() < 0 or data.max() >= num_classes:
             raise DataError(f"label volume {path}: values must be integers in "
-                            f"0..{NUM_CLASSES - 1} (found {data.min()}..{data.max()})")
+                            f"0..{num_classes - 1} (found {data.min()}..{data.max()})")
         return data.astype(np.uint8)
     return data.astype(np.float32) if data.dtype == np.float64 else data
 
 
-def as_npy(path: Path, is_label: bool) -> Path:
+def as_npy(path: Path, is_label: bool, num_classes: int = NUM_CLASSES) -> Path:
     """``path`` itself for a ``.npy`` file; for NIfTI, its ``.npy`` copy in the cache, written
     once (atomically, with ``write_once``) and reused while the source is unchanged.
 
@@ -267,7 +267,7 @@ def as_npy(path: Path, is_label: bool) -> Path:
     target = default_cache_dir() / NPY_CACHE / f"{case}-{digest}"
 
     def convert(tmp: Path) -> None:
-        np.save(tmp / "volume.npy", _read_nifti(path, is_label))
+        np.save(tmp / "volume.npy", _read_nifti(path, is_label, num_classes))
 
     return write_once(target, convert) / "volume.npy"
 
@@ -335,8 +335,9 @@ class VolumePatchDataset(Dataset):
         return torch.from_numpy(img)[None], torch.from_numpy(lab)  # (1, D, H, W), (D, H, W)
 
 
-def build_pairs(data_dir: Path) -> list[tuple[Path, Path]]:
-    """``find_pairs`` with NIfTI converted to cached ``.npy``, every pair checked.
+def build_pairs(data_dir: Path, num_classes: int = NUM_CLASSES) -> list[tuple[Path, Path]]:
+    """``find_pairs`` with NIfTI converted to cached ``.npy`` (labels checked to lie in
+    0..num_classes-1), every pair checked.
 
     Raises:
         DataError: see ``find_pairs``, ``open_volume``, ``as_npy``; an image and label of
@@ -344,7 +345,8 @@ def build_pairs(data_dir: Path) -> list[tuple[Path, Path]]:
     """
     pairs = []
     for image, label in find_pairs(data_dir):
-        image_npy, label_npy = as_npy(image, is_label=False), as_npy(label, is_label=True)
+        image_npy = as_npy(image, is_label=False)
+        label_npy = as_npy(label, is_label=True, num_classes=num_classes)
         image_shape, label_shape = open_volume(image_npy).shape, open_volume(label_npy).shape
         if image_shape != label_shape:
             raise DataError(f"label volume {label} has shape {label_shape} but image {image} "

@@ -1,0 +1,389 @@
+"""What a new user tripped on, each fixed: a workload without embedded data, the README's
+bring-your-own section, the reusable datasets, built-ins hidden by a ``./workloads/`` of the
+user's own, the ready-to-paste commands, the trial budget's wording, the leaderboard's phase
+column and the ``--global-batch-size`` error. In-process, no Ray; two subprocesses for a
+``./workloads/`` that shadows the built-ins (a fresh interpreter is the only honest way)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from rich.console import Console
+
+from tests.conftest import REPO_ROOT
+from tests.test_readme_examples import README, parse_examples
+from tuner.errors import DataError, SpaceError
+from tuner.knobs import Knobs
+from tuner.status import Phase
+from tuner.workload import BUILTIN_DIR, Workload, resolve
+
+NO_DATA_MODULE = '''
+import torch
+from torch import nn
+from tuner.knobs import Knobs
+from tuner.workload import Workload
+
+class NoData(Workload):
+    name = "no-data"
+    description = "a workload whose data is always the user's"
+    source = "tests"
+    references = {"baseline": Knobs(batch_size=4)}
+    data_is_file = DATA_IS_FILE
+
+    def build_model(self, scale):
+        return nn.Linear(16, 1)
+
+    def build_dataset(self, data_dir, scale):
+        from tests.fake_workloads import NpyFiles
+        return NpyFiles(data_dir)
+
+    def training_step(self, model, batch):
+        x, y = batch
+        return nn.functional.mse_loss(model(x).squeeze(-1), y)
+
+    def sample_shape(self, scale):
+        return {"x": [16], "y": []}
+
+workload = NoData()
+'''
+
+
+def _no_data_module(directory: Path, name: str, data_is_file: bool = False) -> Path:
+    path = directory / f"{name}.py"
+    path.write_text(NO_DATA_MODULE.replace("DATA_IS_FILE", str(data_is_file)))
+    return path
+
+
+# ---------------------------------------------------------------- 1. prepare_default_data
+
+
+def test_a_workload_without_embedded_data_runs_on_given_data(tmp_path, regression_data,
+                                                              monkeypatch):
+    from tuner.plan import checked_data
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the file's directory goes on it
+    path = _no_data_module(tmp_path, "frictions_no_data")
+    w = resolve(f"{path}:workload")           # an abstract method would refuse to instantiate
+    from tests.fake_workloads import regression
+    assert not w.has_default_data and regression.has_default_data
+    data_dir, samples = checked_data(w, str(regression_data), "tiny")
+    assert samples == 64 and data_dir == regression_data.resolve()
+
+
+@pytest.mark.parametrize("data_is_file, wanted", [(False, "--data DIR (a directory)"),
+                                                  (True, "--data FILE (one file)")])
+def test_without_data_or_default_the_run_stops_with_one_line(tmp_path, monkeypatch, data_is_file,
+                                                             wanted):
+    from tuner.cli import main
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    path = _no_data_module(tmp_path, f"frictions_no_data_{int(data_is_file)}", data_is_file)
+    space = tmp_path / "space.yaml"
+    space.write_text("knobs:\n  batch_size: {choices: [4, 8]}\n  num_workers: 0\n")
+    result = CliRunner().invoke(main, ["run", "--workload", f"{path}:workload", "--space",
+                                       str(space), "--device", "cpu", "--results",
+                                       str(tmp_path / "results")])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert "workload 'no-data' has no embedded dataset" in lines[0] and wanted in lines[0]
+    assert not (tmp_path / "results").exists()
+
+
+# ------------------------------------------------- 2. and 3. the README's bring-your-own
+
+
+def _bring_your_own() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## Bring your own model")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_readme_documents_every_optional_member_of_the_contract():
+    section = _bring_your_own()
+    optional = [name for name, value in vars(Workload).items()
+                if not name.startswith("_") and not getattr(value, "__isabstractmethod__", False)
+                and name not in ("name", "description", "source", "references", "space",
+                                 "space_name", "baseline", "parameter_count", "has_default_data",
+                                 "learning_rate", "option_names", "configure")]
+    assert {"prepare_default_data", "data_is_file", "units_per_sample", "build_optimizer"} <= set(
+        optional)
+    missing = [name for name in optional if f"`{name}" not in section]
+    assert not missing, f"README's bring-your-own section does not document {missing}"
+    for name in re.findall(r"^\| `(\w+)", section, flags=re.M):   # the table names real members
+        assert hasattr(Workload, name), name
+    assert "cpu:" in section and "cuda:" in section and "workloads.datasets" in section
+
+
+def test_readme_device_sections_example_applies_per_device(tmp_path):
+    from tuner.space import IntRange, load_space
+    example = parse_examples(README.read_text(encoding="utf-8"))["my_space_devices.yaml"]
+    file = tmp_path / "space.yaml"
+    file.write_text(example.code)
+    space = load_space(file, is_file=True)
+    cpu, cuda = space.for_device("cpu", max_workers=4), space.for_device("cuda", max_workers=4)
+    assert cpu.domains["batch_size"] == IntRange(8, 128, True)
+    assert cuda.domains["batch_size"] == IntRange(16, 1024, True)
+    assert cpu.constants["amp"] == "off" and "amp" not in cpu.domains
+    assert cuda.domains["amp"].values == ("off", "bf16")
+    assert cpu.domains["num_workers"] == cuda.domains["num_workers"]  # not named: kept
+
+
+# ------------------------------------------------------------------ 4. reusable datasets
+
+
+def test_datasets_are_public_documented_and_the_builtins_own(tmp_path, monkeypatch):
+    import workloads.datasets as datasets
+    from workloads import chargpt, classifier, segmentation3d
+    for name in datasets.__all__:
+        assert f"``{name}" in datasets.__doc__, f"workloads.datasets does not document {name}"
+    assert datasets.CharWindows is chargpt.CharWindows
+    assert datasets.VolumePatchDataset is segmentation3d.VolumePatchDataset
+    assert datasets.image_folder is classifier.image_folder
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("to be or not to be " * 20)
+    windows = datasets.CharWindows(text, block_size=16)
+    x, y = windows[3]
+    assert len(windows) == 380 // 16 and x.shape == y.shape == (16,) and x.dtype == torch.int64
+    assert torch.equal(x[1:], y[:-1])
+
+    from workloads._data import write_image_folder
+    write_image_folder(tmp_path / "images", {"a": 2, "b": 3}, (8, 8), seed=0)
+    images = datasets.image_folder(tmp_path / "images", transform=lambda img: img.float())
+    assert datasets.check_image_folder(images) == 5 and images[4][0].shape == (3, 8, 8)
+    assert images[4][1] == 1
+
+
+def test_volume_patches_take_the_users_number_of_classes(tmp_path, monkeypatch):
+    import nibabel
+    from workloads.datasets import VolumePatchDataset, build_pairs
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
+    for sub in ("images", "labels"):
+        (tmp_path / "data" / sub).mkdir(parents=True)
+    image = np.arange(6 * 8 * 8, dtype=np.float32).reshape(8, 8, 6)    # NIfTI: (X, Y, Z)
+    label = np.full((8, 8, 6), 4, dtype=np.uint8)                        # class 4 of 5
+    for sub, volume in (("images", image), ("labels", label)):
+        nibabel.Nifti1Image(volume, np.eye(4)).to_filename(tmp_path / "data" / sub / "c0.nii.gz")
+    with pytest.raises(DataError, match=r"values must be integers in 0\.\.2"):
+        build_pairs(tmp_path / "data")                  # the built-in's 3 classes
+    pairs = build_pairs(tmp_path / "data", num_classes=5)
+    patches = VolumePatchDataset(pairs, patch=(4, 4, 4), num_classes=5, patches_per_volume=2)
+    img, lab = patches[1]
+    assert img.shape == (1, 4, 4, 4) and lab.shape == (4, 4, 4) and int(lab.max()) == 4
+
+
+# --------------------------------------------------- 5. a ./workloads/ of the user's own
+
+_NO_EDITABLE_FINDER = (
+    "import sys\n"
+    "sys.meta_path[:] = [f for f in sys.meta_path\n"
+    "                    if not getattr(f, '__module__', '').startswith('__editable__')]\n")
+"""tuner importable from the checkout on PYTHONPATH only (no ``pip install -e`` finder): the
+set-up in which a ``./workloads/`` of the user's own used to hide the built-ins."""
+
+_SHADOWED = _NO_EDITABLE_FINDER + '''
+import json, pickle
+from tuner.errors import TunerError
+from tuner.workload import available, resolve
+out = {"known": sorted(available())}
+ddpm = resolve("ddpm")
+out["ddpm_file"] = sys.modules["workloads.ddpm"].__file__
+out["user_package"] = sys.modules["workloads"].__file__
+out["mine"] = resolve("workloads.mine:workload").name
+open("workloads/chargpt.py", "w").write("workload = None\\n")   # the user's own chargpt
+try:
+    resolve("chargpt")
+except TunerError as exc:
+    out["error"] = str(exc)
+# A Ray worker unpickles the workload before importing anything of tuner's: forget tuner, the
+# built-in modules and the finder (torch stays, to save the import), then unpickle.
+data = pickle.dumps(ddpm)
+for name in [m for m in sys.modules if m.split(".")[0] == "tuner" or m.startswith("workloads.")]:
+    del sys.modules[name]
+for name in [a for a in vars(sys.modules["workloads"]) if not a.startswith("__")]:
+    delattr(sys.modules["workloads"], name)
+sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_BuiltinFinder"]
+again = pickle.loads(data)
+out["unpickled"] = [type(again).__name__, again.name, sys.modules["workloads.ddpm"].__file__]
+print(json.dumps(out))
+'''
+
+
+def test_builtins_resolve_beside_a_users_own_workloads_package(tmp_path):
+    package = tmp_path / "workloads"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mine.py").write_text(
+        "from tests.fake_workloads import regression as workload\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TUNER_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", _SHADOWED], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"ddpm", "chargpt", "classifier"} <= set(out["known"])
+    assert Path(out["ddpm_file"]) == BUILTIN_DIR / "ddpm.py"
+    assert Path(out["user_package"]) == package / "__init__.py"      # still the user's package
+    assert out["mine"] == "fake-regression"
+    # A module of the user's package that takes a built-in's name: both files named.
+    assert str(BUILTIN_DIR / "chargpt.py") in out["error"]
+    assert str(package / "chargpt.py") in out["error"]
+    kind, name, file = out["unpickled"]
+    assert (kind, name, Path(file)) == ("DDPMWorkload", "ddpm", BUILTIN_DIR / "ddpm.py")
+
+
+def test_a_builtin_pickles_and_copies_with_its_attributes():
+    import copy
+    ddpm = resolve("ddpm")
+    again = pickle.loads(pickle.dumps(ddpm))
+    assert type(again) is type(ddpm) and again.__dict__ == ddpm.__dict__
+    assert copy.copy(ddpm).__dict__ == ddpm.__dict__
+    from tests.fake_workloads import regression   # not a built-in: pickled by reference
+    assert pickle.loads(pickle.dumps(regression)).name == regression.name
+
+
+# ---------------------------------------------------------------- 6. ready to paste
+
+
+def _paste(plan_options: dict, data_dir: Path | None = None):
+    from tuner.progress import paste_commands
+    options = SimpleNamespace(**{"results": "tuner-results", "device": "auto", "scale": None,
+                                 "data": None, "workload_options": {}, **plan_options})
+    plan = SimpleNamespace(options=options, data_dir=data_dir, device="cpu", scale="tiny")
+    summary = SimpleNamespace(workload="no-data", results_dir="tuner-results")
+    return paste_commands(plan, summary)
+
+
+def test_pasted_commands_parse_and_find_the_workload(tmp_path, regression_data, monkeypatch):
+    from tuner.cli import main
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    _no_data_module(tmp_path, "frictions_paste")
+    lines = _paste({"workload": "frictions_paste.py:workload", "data": str(regression_data),
+                    "scale": "tiny"}, regression_data)
+    assert [shlex.split(line)[3] for line in lines] == ["best", "profile", "validate"]
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[:3] == ["python", "-m", "tuner"]
+        command = main.commands[argv[3]]
+        params = command.make_context(argv[3], argv[4:]).params   # click parses it as given
+        assert params["results"] == "tuner-results"
+        if argv[3] == "best":
+            assert params["workload"] == "no-data"                   # rows are read by name
+            continue
+        assert resolve(params["workload"]).name == "no-data"         # imported as the run did
+        assert Path(params["data"]) == regression_data
+    assert "--scale tiny" in lines[1]
+
+
+def test_readme_shows_the_paste_lines_the_code_prints():
+    from tuner.progress import paste_commands
+    options = SimpleNamespace(workload="my_workload:workload", workload_options={},
+                              results="tuner-results", data="/path/to/npy-dir", device="auto",
+                              scale=None)
+    plan = SimpleNamespace(options=options, data_dir=Path("/path/to/npy-dir"))
+    summary = SimpleNamespace(workload="my-mlp", results_dir="tuner-results")
+    section = _bring_your_own()
+    for line in paste_commands(plan, summary):
+        assert f"\n  {line}\n" in section, line
+
+
+def test_paste_without_a_plan_or_with_an_object_gives_best_only():
+    from tuner.progress import paste_commands
+    summary = SimpleNamespace(workload="ddpm", results_dir="my results")
+    assert paste_commands(None, summary) == [
+        "python -m tuner best --workload ddpm --results 'my results' --format python"]
+    plan = SimpleNamespace(options=SimpleNamespace(workload=resolve("ddpm")))
+    assert paste_commands(plan, summary, "cpu:x") == [
+        "python -m tuner best --workload ddpm --results 'my results' --hardware cpu:x "
+        "--format python"]
+
+
+# ------------------------------------------------------- 7. budget, counter, phase column
+
+
+def _row(phase: str = "search", reference: str | None = None, ceiling: str | None = None,
+         sps: float = 10.0, batch_size: int = 8) -> dict:
+    from tuner import leaderboard
+    return leaderboard.normalise_row({
+        "status": "ok", "phase": phase, "reference": reference, "ceiling": ceiling,
+        "samples_per_sec": sps, "batch_size": batch_size, "num_workers": 0})
+
+
+def test_trial_counter_keeps_the_search_budget_as_its_denominator():
+    from tuner.progress import Progress, _Counter
+    console = Console(record=True, width=200)
+    progress = Progress(console)
+    progress.counter = _Counter("search", 0, 3)
+    for i in range(3):
+        progress.on_event("trial", {"row": _row(), "index": i + 1, "total": 3})
+    progress.on_event("phase", {"phase": Phase.REMEASURE, "count": 2, "round": 1, "rounds": 3,
+                                "windows": 2})
+    for i in range(2):
+        progress.on_event("trial", {"row": _row("remeasure"), "index": 4 + i, "total": 5})
+    progress.on_event("phase", {"phase": Phase.REMEASURE, "count": 2, "round": 2, "rounds": 3,
+                                "windows": 2})
+    progress.on_event("trial", {"row": _row("remeasure"), "index": 6, "total": 7})
+    for label in ("compute", "loader"):
+        progress.on_event("phase", {"phase": Phase.CEILING, "count": 1, "ceiling": label})
+        progress.on_event("trial", {"row": _row("ceiling", ceiling=label), "index": 8,
+                                    "total": 8})
+    counters = re.findall(r"^\s+\[([^\]]+)\] ok", console.export_text(), flags=re.M)
+    assert counters == ["search 1/3", "search 2/3", "search 3/3", "remeasure 1/6",
+                        "remeasure 2/6", "remeasure 3/6", "ceiling 1", "ceiling 2"]
+
+
+def test_the_header_says_what_the_budget_covers(tmp_path, regression_data):
+    from tuner.plan import make_plan
+    from tuner.progress import Progress
+    from tuner.settings import RunOptions
+    plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", trials=3,
+                                device="cpu", data=str(regression_data), probe="off",
+                                results=str(tmp_path / "results")))
+    console = Console(record=True, width=300)
+    Progress(console).on_event("start", {"plan": plan, "concurrency": 1})
+    text = console.export_text()
+    assert "budget: 3 search trials (references included)" in text
+    assert ("after the search, beyond its budget: the 3 best re-measured beside the references "
+            "(--confirm 3) · the ceilings, one short trial each (--no-ceiling skips them)") in text
+    quiet = make_plan(RunOptions(workload="tests.fake_workloads:regression", trials=3,
+                                 device="cpu", data=str(regression_data), probe="off",
+                                 confirm=0, ceiling=False, results=str(tmp_path / "results")))
+    console = Console(record=True, width=300)
+    Progress(console).on_event("start", {"plan": quiet, "concurrency": 1})
+    assert "after the search" not in console.export_text()
+
+
+def test_leaderboard_table_has_a_phase_column():
+    from tuner.cli import _rank_table
+    rows = [_row(batch_size=16), _row("remeasure", batch_size=16), _row("ceiling", ceiling=None),
+            _row("ceiling", ceiling="loader")]
+    console = Console(record=True, width=250)
+    console.print(_rank_table(rows, "t"))
+    lines = [ln for ln in console.export_text().splitlines() if re.match(r"^│ \d", ln)]
+    phases = [ln.split("│")[3].strip() for ln in lines]
+    assert phases == ["search", "remeasure", "ceiling: compute", "ceiling: loader"]
+
+
+def test_global_batch_error_names_the_multiple_that_fits_every_reference(tmp_path):
+    from tuner.space import load_space
+    space = load_space("tests-space").for_device("cpu", max_workers=2).with_global_batch(20)
+    refs = {"baseline": Knobs(batch_size=8), "recommended": Knobs(batch_size=12)}
+    with pytest.raises(SpaceError) as caught:
+        space.fit_references(refs)
+    message = str(caught.value)
+    assert "baseline (8), recommended (12)" in message
+    assert "a multiple of 24" in message and "e.g. 24 or 48" in message
+    fitted = dict(load_space("tests-space").for_device("cpu", max_workers=2)
+                  .with_global_batch(48).fit_references(refs))
+    assert fitted["baseline"].grad_accum == 6 and fitted["recommended"].grad_accum == 4
