@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import subprocess
 import sys
 from typing import Iterator
 
@@ -101,6 +103,102 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
                          "`ray start --head`") from None
 
 
+CONNECT_TIMEOUT_S = 10.0
+"""Seconds ``--address`` waits for a Ray cluster to answer before the run stops (Ray itself
+retries a port where something else listens for over ten minutes, printing its C++ warnings).
+A cluster's GCS answers in well under a second; the rest is room for a slow link."""
+
+_AGENT_REAPER = r"""
+import signal, sys, time
+import psutil
+driver = psutil.Process(int(sys.argv[1]))
+names = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+agents, deadline = [], time.monotonic() + 120
+try:
+    while len(agents) < len(names) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        agents = [p for p in driver.children(recursive=True)
+                  if p.cmdline()[:1] and p.cmdline()[0].startswith(names)]
+except psutil.Error:
+    pass
+sys.stdin.read()
+for p in agents:
+    try:
+        p.send_signal(signal.SIGKILL)
+    except psutil.Error:
+        pass
+"""
+"""Ends the agents of the local Ray a driver started once the driver is gone, however it went
+(``kill -9`` included). Ray's GCS and raylet die with the driver (the kernel's parent-death
+signal), but its dashboard and runtime-env agents, finding the raylet gone, first try to report
+that to the dead GCS and wait out its 60 s timeout (Ray 2.60, ``process_watcher.py``): measured,
+they outlived a killed driver by 62 s. The reaper finds them among the driver's descendants
+(psutil checks a PID is still the process it found), then waits for end-of-file on its stdin,
+a pipe only the driver writes to, and kills them: those two processes, nothing else."""
+
+_reaper: "subprocess.Popen[bytes] | None" = None
+"""The reaper of the local Ray this process started last (None: none started)."""
+
+
+def _start_reaper() -> None:
+    """Start the agent reaper for the local Ray just started (ending the previous one: that
+    Ray was shut down). Its own session keeps a terminal's Ctrl-C away from it."""
+    global _reaper
+    _stop_reaper()
+    _reaper = subprocess.Popen([sys.executable, "-c", _AGENT_REAPER, str(os.getpid())],
+                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _stop_reaper() -> None:
+    """Close the reaper's pipe: it ends the agents still alive and exits."""
+    global _reaper
+    if _reaper is not None:
+        _reaper.stdin.close()
+        _reaper = None
+
+_GCS_PROBE = ("import sys\nfrom ray._raylet import GcsClient\nprint(flush=True)\n"
+              "GcsClient(address=sys.argv[1])\n")
+"""Connects Ray's own GCS client (what ``ray.init`` and ``ray health-check`` use) to the
+address in argv[1]; an empty line first says Ray is imported. Exit code 0: a Ray cluster
+answered."""
+
+PROBE_IMPORT_S = 120.0
+"""Seconds the probe may take to import Ray before it connects (a loaded machine)."""
+
+
+def _check_ray_answers(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail within ``timeout_s`` of trying when no Ray cluster answers at a HOST:PORT address
+    (an HTTP server, another service). The probe runs in a child process, killed at the
+    deadline, so Ray's C++ warnings and its retries stay off the console; its clock starts
+    once it has imported Ray. The address is the one ``ray.init`` connects to (Ray turns
+    127.0.0.1 into this machine's outward IP).
+
+    Raises:
+        TunerError: nothing answered as a Ray cluster within ``timeout_s`` seconds."""
+    import select
+    from ray._private.services import canonicalize_bootstrap_address
+    if address == "auto" or address.startswith("ray://"):
+        return  # Ray finds 'auto' itself, and fails fast; ray:// needs the Ray Client
+    target = canonicalize_bootstrap_address(address)
+    env = {**os.environ, "RAY_py_gcs_connect_timeout_s": str(math.ceil(timeout_s))}
+    shown = address if target == address else f"{address} (Ray connects to {target})"
+    with subprocess.Popen([sys.executable, "-c", _GCS_PROBE, target], env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL) as probe:
+        try:
+            select.select([probe.stdout], [], [], PROBE_IMPORT_S)
+            answered = probe.wait(timeout=timeout_s) == 0
+        except subprocess.TimeoutExpired:
+            answered = False
+        finally:
+            probe.kill()  # the probe this call started; a no-op once it has exited
+    if not answered:
+        raise TunerError(f"--address {shown}: no Ray cluster answered there within "
+                         f"{timeout_s:.0f} s (another service listens on that port?); give the "
+                         "address `ray start --head` printed (host:6379 by default)")
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None) -> Iterator[None]:
     """Ray for the block: a local instance (``address`` None) or a connection to a cluster,
@@ -113,6 +211,7 @@ def ray_session(address: str | None) -> Iterator[None]:
         if started:
             import ray
             ray.shutdown()
+            _stop_reaper()
 
 
 def ray_init(address: str | None) -> bool:
@@ -135,8 +234,10 @@ def ray_init(address: str | None) -> bool:
         ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
                  log_to_driver=False, logging_level=logging.WARNING, configure_logging=True,
                  runtime_env=runtime_env)
+        _start_reaper()
     else:
         _check_reachable(address)
+        _check_ray_answers(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                      runtime_env=runtime_env)
