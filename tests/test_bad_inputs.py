@@ -108,6 +108,11 @@ ROWS = [
      2, "--data emptydir: the directory is empty"),
     ("max-memory-text", [*RUN, "--max-memory", "lots", "--results", "{results}"],
      2, "--max-memory: memory limit 'lots': give a fraction"),
+    ("max-host-memory-above-ram", [*RUN, "--max-host-memory", "99999TB", "--results",
+                                   "{results}"],
+     2, "--max-host-memory 99999TB: more than this machine's RAM, "),
+    ("remeasure-without-warm-start", [*RUN, "--remeasure", "--results", "{results}"],
+     2, "--remeasure does nothing without --warm-start"),
     ("device-tpu", ["run", "--workload", CHEAP, "--device", "tpu", "--results", "{results}"],
      2, "Invalid value for '--device': 'tpu' is not one of"),
     ("sampler-bogus", [*RUN, "--sampler", "bogus", "--results", "{results}"],
@@ -124,6 +129,19 @@ ROWS = [
     ("leaderboard-format", ["leaderboard", "--workload", "fake-regression", "--format", "xml",
                             "--results", "{results}"],
      2, "Invalid value for '--format': 'xml'"),
+    ("profile-data-undecodable", ["profile", "--workload", "ddpm", "--device", "cpu", "--data",
+                                  "images", "--results", "{results}"],
+     2, "error: image {tmp}/images/Abnormal/bad.png cannot be decoded: cannot identify image"),
+    ("validate-data-undecodable", ["validate", "--workload", "datawl:workload", "--data",
+                                   "baddata", "--results", "{results}"],
+     2, "error: sample {tmp}/baddata/0.txt cannot be decoded: not a number"),
+    ("report-out-under-a-file", ["report", "--workload", "fake-regression", "--results",
+                                 "{results}", "--out", "afile/report"],
+     2, "--out afile/report: cannot write the report there (afile is a file, not a "
+        "directory)"),
+    ("report-out-not-writable", ["report", "--workload", "fake-regression", "--results",
+                                 "{results}", "--out", "/sys/tuner-report"],
+     2, "--out /sys/tuner-report: cannot write the report there ("),
     ("profile-knobs-bad-json", ["profile", "--workload", CHEAP, "--device", "cpu", "--knobs",
                                 "{bad", "--results", "{results}"],
      2, "--knobs '{bad': Expecting property name"),
@@ -150,7 +168,7 @@ def _sys_refuses_files() -> bool:
     return False
 
 
-NEEDS_READ_ONLY_SYS = {"results-not-writable"}
+NEEDS_READ_ONLY_SYS = {"results-not-writable", "report-out-not-writable"}
 
 IDS = [r[0] for r in ROWS]
 assert len(IDS) == len(set(IDS))
@@ -195,6 +213,39 @@ workload = {cls}()
 
 CHEAP_WORKLOAD = WORKLOAD_CLASS.format(cls="CheapWorkload", name="cheap")
 
+DATA_WORKLOAD = '''
+from pathlib import Path
+from cheapwl import CheapWorkload
+from tuner.errors import DataError
+
+
+class Numbers:
+    """One number per .txt file; a file that holds no number fails to decode."""
+
+    def __init__(self, data_dir):
+        self.files = sorted(Path(data_dir).glob("*.txt"))
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        text = self.files[i].read_text().strip()
+        if not text.isdigit():
+            raise DataError(f"sample {self.files[i]} cannot be decoded: not a number")
+        return int(text)
+
+
+class DataWorkload(CheapWorkload):
+    name = "fake-regression"  # the workload of the results fixture's leaderboard row
+
+    def build_dataset(self, data_dir, scale):
+        return Numbers(data_dir)
+
+
+workload = DataWorkload()
+'''
+"""A cheap workload reading files, named as the fixture's row so that ``validate`` finds it."""
+
 FILES: dict[str, bytes | str] = {
     "cheapwl.py": CHEAP_WORKLOAD,
     "badmods/__init__.py": "",
@@ -210,6 +261,9 @@ FILES: dict[str, bytes | str] = {
     "my-workload.py": "workload = None\n",
     "clash/yaml.py": "workload = None\n",
     "afile": "not a directory\n",
+    "datawl.py": DATA_WORKLOAD,
+    "baddata/0.txt": "not a number\n",
+    "images/Abnormal/bad.png": b"\x89PNG\r\n\x1a\n this is not an image",
     "binary.yaml": b"\x89PNG\r\n\x1a\n\x00\xff",
     "malformed.yaml": "knobs:\n  batch_size: {low: 4, high: 64\n",
     "typo.yaml": "knobs:\n  batch_size: 8\n  num_worker: 2\n",

@@ -151,6 +151,28 @@ class Knobs:
     def replace(self, **changes: Any) -> "Knobs":
         return dataclasses.replace(self, **changes)
 
+    def updated(self, changes: Mapping[str, Any]) -> tuple["Knobs", list[str]]:
+        """These knobs with ``changes`` (knob name -> value, e.g. ``--knobs`` JSON) applied.
+        A knob of these that no longer applies after the changes goes back to its default
+        unless ``changes`` sets it too: the worker-only knobs (``KnobInfo.needs_workers``:
+        ``prefetch_factor``, ``persistent_workers``) when ``num_workers`` becomes 0.
+
+        Returns:
+            The knobs, and 'name=value' (the value dropped) of each knob put back.
+
+        Raises:
+            ValueError: an unknown knob, or a value or combination not accepted (as ``Knobs``).
+        """
+        merged = {**self.to_dict(), **changes}
+        dropped = []
+        if merged.get("num_workers") == 0:
+            defaults = {f.name: f.default for f in fields(Knobs)}
+            for name in WORKER_KNOBS:
+                if name not in changes and merged[name] != defaults[name]:
+                    dropped.append(f"{name}={_fmt(merged[name])}")
+                    merged[name] = defaults[name]
+        return Knobs.from_dict(merged), dropped
+
     def clamp(self, device_type: str, *, bf16_supported: bool = True) -> tuple["Knobs", list[str]]:
         """Clamp knobs the device cannot honour.
 

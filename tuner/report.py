@@ -30,7 +30,7 @@ import optuna
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from tuner import leaderboard
+import tuner.leaderboard as leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
 from tuner.status import FAILED, MEASURED, STATUSES, Phase, Status, phase_of
@@ -68,7 +68,8 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
 
     Raises:
         TunerError: no rows for ``workload`` (on ``hardware``) in ``results``; or rows from
-            several hardware keys and ``hardware`` is None (the message lists the keys).
+            several hardware keys and ``hardware`` is None (the message lists the keys); or
+            ``out_dir`` cannot be written (``check_out_dir``, before any figure is drawn).
         ValueError: ``max_memory_mb`` is not > 0.
     """
     if max_memory_mb is not None and not max_memory_mb > 0:
@@ -77,6 +78,7 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
     rows = leaderboard.ranked(table)
     trials = training_trials(rows)
     top = leaderboard.best(table)
+    out = check_out_dir(out_dir)
     importances, importance_note = knob_importances(trials)
     figures = {
         "throughput_vs_batch": plot_throughput_vs_batch(trials),
@@ -84,8 +86,6 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
         "throughput_vs_memory": plot_throughput_vs_memory(trials, max_memory_mb),
         "best_vs_references": plot_best_vs_references(top),
     }
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths, pngs = [], {}
     for name, fig in figures.items():
         pngs[name] = _png_bytes(fig)
@@ -97,6 +97,39 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
     html_path = out / "report.html"
     html_path.write_text(page, encoding="utf-8")
     return paths + [html_path]
+
+
+def check_out_dir(out_dir: str | Path) -> Path:
+    """Create ``out_dir`` (with its parents) when missing and make sure a file can be written
+    in it, by creating and removing a hidden file (permission bits say nothing to root or
+    about a read-only mount). Returns it as a Path.
+
+    Raises:
+        TunerError: naming ``--out`` and why (a file in the way, no permission, a read-only
+            filesystem), in one line.
+    """
+    import os
+    import tempfile
+    out = Path(out_dir)
+    reason = None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        in_the_way = next((p for p in (out, *out.parents) if p.exists()), None)
+        reason = (f"{in_the_way} is a file, not a directory"
+                  if in_the_way is not None and not in_the_way.is_dir()
+                  else f"{exc.strerror or type(exc).__name__}: {exc.filename or out}")
+    else:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".tuner-write-probe-", dir=out)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            reason = f"{exc.strerror or type(exc).__name__}: cannot create a file in {out}"
+    if reason:
+        raise TunerError(f"--out {out_dir}: cannot write the report there ({reason}); expected "
+                         "a directory that exists or can be created and is writable") from None
+    return out
 
 
 def training_trials(rows: Iterable[dict]) -> list[dict]:

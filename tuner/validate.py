@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tuner.apply import build_training, move_batch, trial_state
+from tuner.errors import DataError
 from tuner.knobs import Knobs
 from tuner.measure import synchronize
 from tuner.workload import Workload
@@ -40,8 +41,13 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
                threads: int | None = None) -> Validation:
     """Train ``steps`` optimizer steps (default: one epoch, at least warm-up + 20 steps) as a
     plain loop and time it, in the process-wide state a trial runs in (``trial_state``), with
-    ``threads`` torch threads on the CPU device (None: leave torch's setting). Raises whatever
-    training raises (OOM included)."""
+    ``threads`` torch threads on the CPU device (None: leave torch's setting).
+
+    Raises:
+        DataError: the dataset holds fewer samples than one batch.
+        Whatever training raises (OOM included; an error in a DataLoader worker arrives as
+        torch raises it again, with the worker's traceback in its message).
+    """
     torch.manual_seed(seed)
     dev = torch.device(device)
     applied, _ = knobs.clamp(dev.type)
@@ -49,6 +55,10 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
         dataset = workload.build_dataset(Path(data_dir), scale)
         loader = DataLoader(dataset, shuffle=True, drop_last=True, collate_fn=workload.collate_fn(),
                             **applied.dataloader_kwargs())
+        if len(loader) == 0:  # every epoch would be empty: the loop below would never end
+            raise DataError(f"data {data_dir}: its {len(dataset)} samples make no batch of "
+                            f"batch_size {applied.batch_size} (batches drop the incomplete "
+                            "last one)")
         per_epoch = len(loader) // applied.grad_accum
         total = steps or max(per_epoch, warmup_steps + MIN_MEASURED_STEPS)
         training = build_training(workload, applied, scale, dev)
