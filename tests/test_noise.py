@@ -1,0 +1,326 @@
+"""Winners inside the noise: speed-ups with a confidence interval from interleaved rounds, the
+tie rule (a tie goes to the simpler configuration), impossible figures set aside, references
+retried after a transient failure, and the re-measurement's rounds (sized, resumed). All in
+process: synthetic leaderboard rows, the driver's phase functions with Ray Tune replaced."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+from scipy import stats
+
+import tuner.driver as driver
+import tuner.leaderboard as leaderboard
+import tuner.noise as noise
+from tests.test_leaderboard import T0, row
+from tuner.knobs import Knobs
+from tuner.progress import Progress, verdict_lines
+
+BASE = Knobs(batch_size=8, num_workers=2, prefetch_factor=2)
+FAST = Knobs(batch_size=32, num_workers=2, prefetch_factor=2)
+BUSY = Knobs(batch_size=32, num_workers=6, prefetch_factor=4, persistent_workers=True)
+
+
+def rounds(configs: list[tuple[Knobs, str | None, list[float]]], *, cv: float = 0.02,
+           windows: int = 2, run: str = "run-a", phase: str = "remeasure") -> list[dict]:
+    """Rows of interleaved rounds: round r measures each configuration in order (A B C, A B C),
+    configuration i at ``rates[r]`` samples/sec."""
+    out, n = [], 0
+    for r in range(len(configs[0][2])):
+        for knobs, ref, rates in configs:
+            out.append({**row(n, run=run, sps=rates[r], reference=ref, knobs=knobs,
+                              samples_per_sec_cv=cv, windows=windows, phase=phase),
+                        "started_at": T0 + dt.timedelta(seconds=10 * n),
+                        "finished_at": T0 + dt.timedelta(seconds=10 * n + 5)})
+            n += 1
+    return out
+
+
+# ------------------------------------------------------------------------- the interval
+
+
+def test_three_rounds_give_a_t_interval_on_the_per_round_log_ratios():
+    a, b = [110.0, 124.0, 100.0], [100.0, 100.0, 100.0]
+    pairs = [({"samples_per_sec": x, "samples_per_sec_cv": 0.001, "windows": 4},
+              {"samples_per_sec": y, "samples_per_sec_cv": 0.001, "windows": 4})
+             for x, y in zip(a, b)]
+    sp = noise.speedup(pairs)
+    d = [math.log(x / y) for x, y in zip(a, b)]
+    low, high = stats.t.interval(0.95, len(d) - 1, loc=sum(d) / 3, scale=stats.sem(d))
+    assert sp.ratio == pytest.approx(math.exp(sum(d) / 3))
+    assert (sp.low, sp.high) == (pytest.approx(math.exp(low)), pytest.approx(math.exp(high)))
+    assert sp.pairs == 3 and sp.tie                  # +10 %, +24 %, 0 %: 1 is inside
+    assert sp.text().startswith("tie within the noise (speed-up 1.11, 95 % CI [")
+    assert "x faster" not in sp.text()
+
+
+def test_rounds_that_agree_by_chance_keep_the_windows_spread():
+    """Two rounds with the same ratio have a sample deviation of 0: the interval falls back to
+    what the windows say (Welch), never a zero width."""
+    pair = ({"samples_per_sec": 120.0, "samples_per_sec_cv": 0.05, "windows": 3},
+            {"samples_per_sec": 100.0, "samples_per_sec_cv": 0.05, "windows": 3})
+    sp = noise.speedup([pair, pair])
+    v = math.pi / 2 * 0.05 ** 2 / 2                 # var(ln median) per row: cv^2/(n-1) x pi/2
+    se = math.sqrt(4 * v) / 2
+    df = (4 * v) ** 2 / (4 * v * v / 2)
+    half = stats.t.ppf(0.975, df) * se
+    assert sp.low == pytest.approx(1.2 * math.exp(-half))
+    assert sp.high == pytest.approx(1.2 * math.exp(half))
+    assert not sp.tie and sp.text().startswith("1.20x faster (95 % CI [")
+
+
+def test_one_pair_is_a_welch_interval_and_reciprocal_both_ways():
+    a = {"samples_per_sec": 150.0, "samples_per_sec_cv": 0.03, "windows": 5}
+    b = {"samples_per_sec": 100.0, "samples_per_sec_cv": 0.01, "windows": 3}
+    ab, ba = noise.speedup([(a, b)]), noise.speedup([(b, a)])
+    assert ab.pairs == 1 and ab.ratio == pytest.approx(1.5)
+    assert ab.low == pytest.approx(1 / ba.high) and ab.high == pytest.approx(1 / ba.low)
+    assert ab.low < 1.5 < ab.high and not ab.tie
+
+
+def test_no_spread_measured_is_no_interval_and_no_tie():
+    a = {"samples_per_sec": 101.0, "samples_per_sec_cv": 0.0, "windows": 1}
+    sp = noise.speedup([(a, {**a, "samples_per_sec": 100.0})])
+    assert sp.low is None and not sp.tie and "no interval" in sp.text()
+    assert noise.speedup([]) is None
+
+
+def test_time_to_train_speedup_is_the_inverse_time_ratio():
+    a = {"time_to_train_s": 50.0, "samples_per_sec_cv": 0.01, "windows": 3}
+    b = {"time_to_train_s": 100.0, "samples_per_sec_cv": 0.01, "windows": 3}
+    assert noise.speedup([(a, b)], "time_to_train_s", higher_is_better=False).ratio == \
+        pytest.approx(2.0)
+
+
+def test_simplicity_orders_compile_then_workers_then_distance_to_the_baseline():
+    base = BASE.to_dict()
+    compiled = FAST.replace(compile="default").to_dict()
+    order = sorted([compiled, BUSY.to_dict(), FAST.to_dict(), base],
+                   key=lambda k: noise.simplicity(k, base))
+    assert order == [base, FAST.to_dict(), BUSY.to_dict(), compiled]
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"samples_per_sec": 0.0}, "non-positive samples/sec"),
+    ({"step_time_ms_p50": -1.0}, "non-positive step time"),
+    ({"mfu_pct": 140.0, "mfu_impossible": True}, "MFU 140 % is above 100 %"),
+])
+def test_impossible_figures_are_named(changes, reason):
+    assert reason in noise.impossible({**row(0), **changes})
+    assert noise.impossible(row(0)) is None
+
+
+# -------------------------------------------------------------------- best_row's answer
+
+
+def test_two_configurations_identical_in_speed_are_a_tie_not_a_speedup():
+    """The issue's case: the search's best and the baseline measure the same within the noise;
+    the answer is the baseline itself (simpler), never '1.00x faster' than itself."""
+    rows = rounds([(FAST, None, [101.0, 97.0, 102.0]),
+                   (BASE, "baseline", [99.0, 100.0, 98.0])])
+    top = leaderboard.best_row(rows)
+    assert top["batch_size"] == BASE.batch_size and top["baseline_is_best"]
+    assert top["rounds"] == 3
+    assert top["samples_per_sec"] == pytest.approx((99.0 * 100.0 * 98.0) ** (1 / 3))
+    row_fast, sp = top["tied_faster"]
+    assert row_fast["batch_size"] == FAST.batch_size and sp.tie
+    lines = verdict_lines(top)
+    assert any("tie within the noise (speed-up 1.01, 95 % CI [" in ln for ln in lines), lines
+    assert not any("x faster" in ln for ln in lines), lines
+
+
+def test_a_tie_between_searched_configurations_goes_to_fewer_workers():
+    rows = rounds([(BUSY, None, [110.0, 99.0, 106.0]), (FAST, None, [104.0, 103.0, 101.0]),
+                   (BASE, "baseline", [50.0, 51.0, 49.0])])
+    top = leaderboard.best_row(rows)
+    assert top["num_workers"] == FAST.num_workers           # slower by 1 %, within the noise
+    assert top["tied_faster"][0]["num_workers"] == BUSY.num_workers
+    assert not top["tie_vs_baseline"] and top["speedup_vs_baseline"] == pytest.approx(
+        (104 * 103 * 101 / (50 * 51 * 49)) ** (1 / 3))
+    assert top["speedup_vs_baseline_low"] < top["speedup_vs_baseline"] < \
+        top["speedup_vs_baseline_high"]
+    assert top["speedup_vs_baseline_pairs"] == 3
+    assert top["speedup_vs_recommended"] is None            # no recommended in this run
+
+
+def test_a_clear_win_is_a_speedup_with_its_interval():
+    rows = rounds([(FAST, None, [150.0, 148.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
+    top = leaderboard.best_row(rows)
+    assert top["batch_size"] == FAST.batch_size and top["tied_faster"] is None
+    assert not top["tie_vs_baseline"] and top["speedup_vs_baseline_low"] > 1.4
+    (line,) = verdict_lines(top)
+    assert line.startswith("vs baseline: 1.50x faster (95 % CI [") and "3 interleaved rounds" in line
+
+
+def test_rounds_pair_by_position_and_a_failed_round_drops_only_its_pair():
+    rows = rounds([(FAST, None, [150.0, 10.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
+    failed = rows[2]                                 # round 2 of FAST
+    failed.update(status="error", samples_per_sec=None, error="boom")
+    top = leaderboard.best_row(rows)
+    assert top["speedup_vs_baseline_pairs"] == 2
+    assert top["speedup_vs_baseline"] == pytest.approx(math.sqrt(1.5 * 153 / 101))
+
+
+def test_an_impossible_measurement_never_wins_and_is_reported():
+    rows = rounds([(FAST, None, [150.0, 148.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
+    rows[0].update(samples_per_sec=900.0, mfu_pct=180.0, mfu_impossible=True)
+    top = leaderboard.best_row(rows)
+    assert top["rounds"] == 2 and top["samples_per_sec"] < 200
+    assert top["disturbed"] == [(rows[0]["trial_id"], "MFU 180 % is above 100 % of the card's peak")]
+    assert any("set aside as disturbed" in ln and "MFU 180 %" in ln for ln in verdict_lines(top))
+
+
+def test_a_retried_reference_counts_its_successful_trial():
+    rows = [row(0, reference="baseline", status="error", sps=None, knobs=BASE,
+                error="DataLoader worker failure: RuntimeError: killed"),
+            row(1, knobs=FAST, sps=300.0),
+            row(2, reference="baseline", sps=100.0, knobs=BASE)]        # the retry
+    top = leaderboard.best_row(rows)
+    assert top["baseline_samples_per_sec"] == 100.0
+    assert top["speedup_vs_baseline"] == pytest.approx(3.0)
+
+
+def test_summary_and_best_command_say_tie(tmp_path):
+    rows = rounds([(FAST, None, [101.0, 97.0, 102.0]), (BASE, "baseline", [99.0, 100.0, 98.0]),
+                   (BUSY, "recommended", [100.0, 102.0, 97.0])])
+    console = Console(record=True, width=200)
+    summary = SimpleNamespace(workload="fake-regression", scale="tiny", results_dir="res")
+    Progress(console)._print_best(rows, summary)
+    out = console.export_text()
+    assert "the best itself" in out and "x faster" not in out
+    assert "vs recommended: tie within the noise (speed-up" in out
+    leaderboard.append(tmp_path, rows)
+    from tuner.cli import main
+    result = CliRunner().invoke(main, ["best", "--workload", "fake-regression", "--results",
+                                       str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["baseline_is_best"] and doc["knobs"]["batch_size"] == BASE.batch_size
+    assert doc["tie_vs_recommended"] is True and doc["rounds"] == 3
+    low, high = doc["speedup_ci_vs_recommended"]
+    assert low <= 1 <= high
+    assert doc["chosen_over_faster"]["knobs"]["batch_size"] == FAST.batch_size
+    text = CliRunner().invoke(main, ["best", "--workload", "fake-regression", "--results",
+                                     str(tmp_path), "--format", "python"]).output
+    assert "the baseline itself" in text.splitlines()[0]
+
+
+# ------------------------------------------------------------- the driver's follow-ups
+
+
+def plan_for(confirm: int = 3, left: float | None = None, windows: int = 3):
+    """What the follow-up functions read of a plan."""
+    plan = SimpleNamespace(
+        metric="samples_per_sec", mode="max", accelerator_type=None,
+        options=SimpleNamespace(confirm=confirm),
+        settings=SimpleNamespace(windows=windows, window_s=1.0),
+        references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left)
+    return plan
+
+
+@pytest.fixture
+def fits(monkeypatch):
+    """Ray Tune replaced: each ``_fit_fixed`` call is recorded and appends one ok row per
+    configuration to the writer, as the LeaderboardWriter would."""
+    calls = []
+
+    def fake_fit(plan, writer, configs, phase, label=None, **changes):
+        calls.append((str(phase), label, [(k.batch_size, ref) for k, ref in configs], changes))
+        for knobs, ref in configs:
+            writer.rows.append(row(len(writer.rows), knobs=knobs, reference=ref, phase=str(phase),
+                                   sps=100.0))
+    monkeypatch.setattr(driver, "_fit_fixed", fake_fit)
+    return calls
+
+
+def search_rows() -> list[dict]:
+    return [row(0, knobs=BASE, reference="baseline", sps=50.0),
+            row(1, knobs=BUSY, reference="recommended", sps=60.0),
+            row(2, knobs=FAST, sps=56.4), row(3, knobs=Knobs(batch_size=4), sps=4.8)]
+
+
+def test_only_configurations_that_can_win_are_remeasured():
+    top, configs = driver._remeasure_configs(plan_for(confirm=4), search_rows())
+    assert [k.batch_size for k in top] == [32, 32, 8]            # BUSY, FAST, BASE; not 4.8
+    assert Knobs(batch_size=4) not in [k for k, _ in configs]
+    assert [ref for _, ref in configs] == ["recommended", None, "baseline"]
+
+
+def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits):
+    plan = plan_for(windows=3)
+    configs = [(FAST, None), (BASE, "baseline")]
+    writer = SimpleNamespace(rows=search_rows())
+    driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
+    assert [(label, done) for _, label, done, _ in fits] == [
+        (f"round{r}", [(32, None), (8, "baseline")]) for r in (1, 2, 3)]
+    assert {c["windows"] for *_, c in fits} == {2}               # 3 rounds x 2 = twice 3
+    # Stopped after round 2's first trial: the resumed run measures the rest only.
+    fits.clear()
+    writer.rows = writer.rows[:4 + 2 + 1]
+    driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
+    assert [(label, done) for _, label, done, _ in fits] == [
+        ("round2", [(8, "baseline")]), ("round3", [(32, None), (8, "baseline")])]
+    fits.clear()
+    driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
+    assert fits == []                                            # complete: nothing to run
+
+
+def test_an_impossible_round_is_measured_again_once(fits):
+    writer = SimpleNamespace(rows=search_rows())
+    writer.rows.append(row(9, knobs=FAST, phase="remeasure", sps=100.0, step_time_ms_p50=0.0))
+    driver._fit_rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
+                       lambda kind, data: None)
+    assert [label for _, label, _, _ in fits] == ["round1", "round2", "round3", "round4"]
+    assert fits[0][2] == [(8, "baseline")]                      # FAST had its round 1
+
+
+def test_rounds_the_time_budget_cannot_hold_are_not_started(fits):
+    writer = SimpleNamespace(rows=search_rows())
+    driver._fit_rounds(plan_for(left=2.0), writer, [(FAST, None), (BASE, "baseline")],
+                       lambda kind, data: None)
+    assert fits == []
+
+
+@pytest.mark.parametrize("error, status, retried", [
+    ("DataLoader worker failure: RuntimeError: DataLoader worker (pid 12) is killed", "error", True),
+    ("RayActorError: The actor died unexpectedly before finishing this task.", "error", True),
+    ("DataLoader worker failure: RuntimeError: worker killed: out of memory", "oom", False),
+    ("ValueError: bad config", "error", False),
+])
+def test_a_reference_failed_for_a_transient_reason_is_retried_once(fits, error, status, retried):
+    rows = search_rows()
+    rows[0].update(status=status, samples_per_sec=None, error=error)
+    writer = SimpleNamespace(rows=rows)
+    events = []
+    driver._retry_references(plan_for(), writer, lambda kind, data: events.append(data))
+    assert bool(fits) == retried
+    if retried:
+        assert fits == [("search", "retry", [(8, "baseline")], {})]
+        assert events[0]["retry"] == ["baseline"]
+        writer.rows[-1].update(status="error", error=error)           # failed again
+        driver._retry_references(plan_for(), writer, lambda kind, data: None)
+        assert len(fits) == 1                                          # once only
+
+
+def test_only_impossible_measurements_print_no_result_but_the_reason():
+    rows = [row(0, reference="baseline", step_time_ms_p50=0.0), row(1, mfu_pct=250.0)]
+    assert leaderboard.best_row(rows) is None
+    console = Console(record=True, width=200)
+    summary = SimpleNamespace(workload="fake-regression", scale="tiny", results_dir="res")
+    Progress(console)._print_best(rows, summary)
+    out = console.export_text()
+    assert out.startswith("no result: every measurement had a figure that cannot be true")
+    assert "MFU 250 %" in out and "non-positive step time (0 ms)" in out
+    assert "best" not in out and "faster" not in out                  # never a result
+
+
+def test_a_ratio_below_one_reads_slower_never_faster():
+    sp = noise.Speedup(0.8, 0.75, 0.85, 3)
+    assert sp.short() == "1.25x slower" and sp.text().startswith("1.25x slower (speed-up 0.80, 95 % CI [0.75")
+    assert noise.Speedup(1.02, 0.97, 1.07, 3).short() == "tie"
