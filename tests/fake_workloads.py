@@ -111,7 +111,42 @@ class SlowCeiling(Regression):
         return super().training_step(model, batch)
 
 
+class Paced(Regression):
+    """Steps paced by the clock (the time-budget and early-stopping tests): each micro-batch
+    takes ``STEP_S`` whatever its size, so samples/sec is proportional to batch_size (batch 4
+    is 5x slower than batch 20); a batch of ``LONG_FROM`` or more spends ``LONG_FIRST_STEP_S``
+    in its trial's first step, as a long compile does. References: baseline 20 (fast) and
+    recommended 4 (5x slower; a reference is never pruned)."""
+
+    name = "fake-paced"
+    references = {"baseline": Knobs(batch_size=20), "recommended": Knobs(batch_size=4)}
+    STEP_S = 0.05
+    LONG_FROM = 32
+    LONG_FIRST_STEP_S = 15.0
+
+    def training_step(self, model, batch):
+        import time
+        if batch[0].device.type == "meta":  # the run's FLOP count (tuner.flops): no time
+            return super().training_step(model, batch)
+        if not getattr(model, "paced_first_step_done", False):  # a new model per trial
+            model.paced_first_step_done = True
+            if batch[0].shape[0] >= self.LONG_FROM:
+                time.sleep(self.LONG_FIRST_STEP_S)
+        time.sleep(self.STEP_S)
+        return super().training_step(model, batch)
+
+
+class PacedLong(Paced):
+    """``Paced`` whose every trial spends 15 s in its first step (a compile longer than a
+    20-second time budget leaves room for)."""
+
+    name = "fake-paced-long"
+    LONG_FROM = 0
+
+
 regression = Regression()
+paced = Paced()
+paced_long = PacedLong()
 oom = FakeOOM()
 broken = BrokenData()
 slow_ceiling = SlowCeiling()

@@ -20,6 +20,11 @@
   the sampler proposes only known configurations (it has converged, or the space is small),
   the trial goes to an unknown configuration drawn at random below the smallest batch that
   failed, or, when none turns up, to the best configuration, measured again.
+* A trial stopped between windows (``pruned`` by ``tuner.pruning.EarlyStopping``, or
+  ``timeout`` at the time budget) is told as COMPLETE with the median of the windows it ran:
+  a shorter but real measurement, which the GP (it learns from COMPLETE trials only) and TPE
+  both use. One stopped before any window is told FAIL (nothing measured). No trial is started
+  after ``SearchSpec.deadline_unix_s``.
 * A resumed run's rows (and, with warm start, earlier runs' rows) seed the study; their
   constraint is worked out against this run's limits.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -41,6 +47,9 @@ from tuner.status import Status
 
 OOM_VIOLATION = 1.0
 """Constraint value of an out-of-memory trial: over by an unknown amount."""
+
+PARTIAL_OR_OK = (Status.OK, Status.PRUNED, Status.TIMEOUT, Status.RUNNING)
+"""Statuses of a trial's last result that carry its (possibly partial) measurement."""
 
 SAMPLER_ATTEMPTS = 3
 """Known configurations the sampler may propose in a row before a trial is drawn at random."""
@@ -193,6 +202,8 @@ class SearchSpec:
     seed_rows: tuple[tuple[dict, bool], ...] = ()
     """Rows the study starts from (a resumed run's, with warm start earlier runs'), each with
     whether a proposal equal to it is answered from it instead of measured again."""
+    deadline_unix_s: float | None = None
+    """When the search's time is up (``time.time()``): no trial is started after it."""
 
     @property
     def worst(self) -> float:
@@ -233,7 +244,9 @@ class ConstrainedSearch(Searcher):
         """The Optuna parameters suggested for a Ray trial (knobs the space samples)."""
         return dict(self._params[trial_id])
 
-    def suggest(self, trial_id: str) -> dict | None:
+    def suggest(self, trial_id: str) -> dict | str | None:
+        if self.spec.deadline_unix_s is not None and time.time() >= self.spec.deadline_unix_s:
+            return Searcher.FINISHED  # the search's time is up: start nothing more
         if self._references:
             name, params, knobs = self._references.pop(0)
             self.study.enqueue_trial(params)
@@ -321,8 +334,12 @@ class ConstrainedSearch(Searcher):
             self.measured[key] = (self.spec.worst, violation)
             self.infeasible.add(trial.params, result.get("memory_exceeded"))
             self.study.tell(trial, self.spec.worst)
-        elif status == Status.OK and value is not None:
-            violation = self.spec.limits.constraint(result)
+        elif status in PARTIAL_OR_OK and value is not None and (status == Status.OK or value > 0):
+            # ok; or stopped between windows (pruned: the last window's report, still
+            # 'running'; timeout): told COMPLETE with the median of its windows, a real if
+            # shorter measurement. GPSampler learns from COMPLETE trials only (PRUNED ones
+            # are invisible to it), so telling PRUNED would leave the slow region unlearnt.
+            violation = self.spec.limits.constraint({**result, "status": Status.OK})
             trial.set_constraint("memory", violation)
             self.measured[key] = (value, violation)
             self.study.tell(trial, value)

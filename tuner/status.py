@@ -27,18 +27,23 @@ class Status(_Text):
     OVER_LIMIT = "over_limit"
     """Ran, but its peak memory went over ``--max-memory`` / ``--max-host-memory``."""
     PRUNED = "pruned"
-    """Stopped early between windows; its partial measurement is kept."""
+    """Stopped early between windows, clearly slower than the best so far
+    (``tuner.pruning.EarlyStopping``); its partial measurement is kept."""
+    TIMEOUT = "timeout"
+    """Stopped by the run's time budget (``--time-budget``); the windows it finished are kept
+    (none: no throughput), with its set-up, compile and warm-up times."""
     ERROR = "error"
     """Anything else; the error and traceback are kept."""
     RUNNING = "running"
     """A window's interim report; never a leaderboard row's final status."""
 
 
-STATUSES = (Status.OK, Status.OOM, Status.OVER_LIMIT, Status.PRUNED, Status.ERROR)
+STATUSES = (Status.OK, Status.OOM, Status.OVER_LIMIT, Status.PRUNED, Status.TIMEOUT,
+            Status.ERROR)
 """Final statuses, in the order tables list them."""
 
-MEASURED = (Status.OK, Status.PRUNED)
-"""Statuses whose row carries a throughput."""
+MEASURED = (Status.OK, Status.PRUNED, Status.TIMEOUT)
+"""Statuses whose row carries a throughput (a timeout row only when a window finished)."""
 
 FAILED = (Status.OOM, Status.OVER_LIMIT, Status.ERROR)
 """Statuses of a trial that did not measure."""

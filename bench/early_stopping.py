@@ -1,0 +1,89 @@
+"""Benchmark: what early stopping saves, side by side with the same search without it.
+
+Runs the same search (workload, space, sampler, seed, trial count) with early stopping and
+with ``--no-early-stop``, alternating (``--repeats`` pairs; the first of each pair alternates
+too, so that a machine getting busier does not favour one), and prints for each run:
+
+  * the search's wall time (first search trial's start to the last one's end) and the run's;
+  * the best samples/sec the search found, its configuration, and how many trials were pruned;
+
+then, per pair, the share of the search's wall time early stopping saved (target: >= 30 %)
+and the ratio of the two bests (target: within the noise, the best row's window CV).
+
+The re-measurement and the ceilings are off (``--confirm 0 --no-ceiling``): they are the same
+with and without early stopping and would only dilute the figure.
+
+Usage: python bench/early_stopping.py [--workload ddpm] [--trials 12] [--windows 5]
+       [--window-s 1] [--sampler gp] [--seed 0] [--repeats 1] [--device cpu] [--scale tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+
+def search_run(args: argparse.Namespace, early_stop: bool, results: Path) -> dict:
+    """One run; returns its figures."""
+    from tuner.driver import run
+    from tuner.settings import RunOptions
+    from tuner.status import Phase
+    options = RunOptions(workload=args.workload, trials=args.trials, device=args.device,
+                         scale=args.scale, windows=args.windows, window_s=args.window_s,
+                         sampler=args.sampler, seed=args.seed, confirm=0, ceiling=False,
+                         early_stop=early_stop, results=str(results), space_file=args.space)
+    summary = run(options)
+    rows = [r for r in summary.rows if (r.get("phase") or Phase.SEARCH) == Phase.SEARCH]
+    search_s = (max(r["finished_at"] for r in rows)
+                - min(r["started_at"] for r in rows)).total_seconds()
+    ok = [r for r in rows if r["status"] == "ok" and r["samples_per_sec"] is not None]
+    best = max(ok, key=lambda r: r["samples_per_sec"])
+    return {"early_stop": early_stop, "search_s": search_s, "wall_s": summary.wall_s,
+            "best": best["samples_per_sec"], "best_cv": best["samples_per_sec_cv"] or 0.0,
+            "best_knobs": f"batch_size={best['batch_size']} num_workers={best['num_workers']} "
+                          f"amp={best.get('amp')}",
+            "trials": len(rows), "pruned": sum(r["status"] == "pruned" for r in rows),
+            "statuses": sorted({r["status"] for r in rows})}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="ddpm")
+    parser.add_argument("--space", default=None, help="search-space YAML (default: the workload's)")
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--windows", type=int, default=5)
+    parser.add_argument("--window-s", type=float, default=1.0)
+    parser.add_argument("--sampler", default="gp")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--scale", default="tiny")
+    parser.add_argument("--results", default=None)
+    args = parser.parse_args()
+    root = Path(args.results or tempfile.mkdtemp(prefix="tuner-bench-early-stop-"))
+    print(f"{args.workload} at {args.scale} scale on {args.device}: {args.trials} trials, "
+          f"{args.windows} windows of {args.window_s:g} s, --sampler {args.sampler} --seed "
+          f"{args.seed}; results in {root}")
+    for pair in range(args.repeats):
+        order = (True, False) if pair % 2 == 0 else (False, True)
+        runs = {on: search_run(args, on, root / f"pair{pair}-{'on' if on else 'off'}")
+                for on in order}
+        for on in order:
+            r = runs[on]
+            print(f"  pair {pair + 1} early stopping {'on ' if on else 'off'}: search "
+                  f"{r['search_s']:6.1f} s (run {r['wall_s']:6.1f} s), {r['trials']} trials, "
+                  f"{r['pruned']} pruned; best {r['best']:8.1f} samples/sec "
+                  f"(window CV {r['best_cv']:.3f}) at {r['best_knobs']}")
+        on, off = runs[True], runs[False]
+        saved = 1 - on["search_s"] / off["search_s"]
+        ratio = on["best"] / off["best"]
+        noise = max(on["best_cv"], off["best_cv"])
+        print(f"  pair {pair + 1}: early stopping saved {100 * saved:.0f} % of the search's wall "
+              f"time (target >= 30 %); best with / without = {ratio:.3f} "
+              f"({'within' if abs(ratio - 1) <= 2 * noise else 'outside'} the noise, "
+              f"2 x window CV = {2 * noise:.3f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The hard time budget and early stopping (issue 13): a trial stops at its deadline keeping
+the windows it finished, warm-up is capped in time, the early-stopping rule stops clearly
+slower searched trials and never a reference, the sampler learns from a stopped trial, and
+one run under ``--time-budget 20`` with a 15-second trial ends in time with every trial
+recorded."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import optuna
+import pytest
+
+from tests.fake_workloads import paced
+from tuner.harness import run_trial
+from tuner.knobs import Knobs
+from tuner.plan import FOLLOWUP_SHARE, Resources, make_plan
+from tuner.pruning import MIN_MARGIN, EarlyStopping
+from tuner.searcher import ConstrainedSearch, SearchSpec
+from tuner.settings import BUDGET_GRACE_S, DEFAULT_CUDA_TIME_BUDGET_S, RunOptions, TrialSettings
+from tuner.space import load_space
+
+PACED = "tests.fake_workloads:paced"
+
+
+@pytest.fixture
+def settings(regression_data) -> TrialSettings:
+    return TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data), windows=3,
+                         window_s=0.25, warmup_steps=2, breakdown_steps=0)
+
+
+@pytest.fixture
+def paced_space(tmp_path) -> str:
+    """Batch 4, 5 and 6 are 5x, 4x and 3.3x slower than 20; 32 has a 15 s first step."""
+    path = tmp_path / "paced.yaml"
+    path.write_text("knobs:\n  batch_size: {choices: [4, 5, 6, 20, 32]}\n  num_workers: 0\n")
+    return str(path)
+
+
+# ------------------------------------------------------------------------- in the trial
+
+def test_a_trial_stops_at_its_deadline_keeping_the_windows_it_finished(settings):
+    # Past the deadline before it starts: recorded with nothing measured, not run. (First:
+    # it also pays this process's one-time start-up, which is not what is timed below.)
+    late = run_trial(paced, Knobs(batch_size=20), replace(settings, deadline_unix_s=time.time()))
+    assert late["status"] == "timeout" and late["samples_per_sec"] is None
+    assert late["windows"] == 0 and "set-up" in late["error"]
+    reports = []
+    deadline = time.time() + 2.5
+    result = run_trial(paced, Knobs(batch_size=20),
+                       replace(settings, windows=40, deadline_unix_s=deadline),
+                       report=reports.append)
+    # Stopped at a step boundary past it (then the DataLoader and memory sampler shut down;
+    # slow on a loaded 2-core machine), not after the 40 windows' 10 s.
+    assert time.time() < deadline + 3.0
+    assert result["status"] == "timeout", result.get("error")
+    assert 1 <= result["windows"] < 40
+    assert "time budget" in result["error"] and "of 40 windows" in result["error"]
+    # The finished windows' median: 20 samples per step of at least 0.05 s.
+    assert 0 < result["samples_per_sec"] <= 400
+    assert result["setup_s"] > 0 and 0 < result["first_step_s"] <= result["warmup_s"]
+    assert result["step_time_ms_p50"] > 0 and result["samples_per_sec_cv"] is not None
+    assert reports[-1] == result
+    assert all(r["status"] == "running" for r in reports[:-1])
+
+
+def test_warm_up_stops_at_its_time_cap(settings):
+    """200 warm-up steps of 0.05 s would take 10 s; the cap ends warm-up after 0.5 s."""
+    capped = run_trial(paced, Knobs(batch_size=20),
+                       replace(settings, warmup_steps=200, max_warmup_s=0.5, windows=1))
+    assert capped["status"] == "ok", capped.get("error")
+    assert capped["warmup_s"] - capped["first_step_s"] < 2.0
+    assert capped["windows"] == 1 and capped["samples_per_sec"] > 0
+
+
+# ------------------------------------------------------------------ the early-stop rule
+
+def _window(index: int, rate: float, median: float | None = None) -> dict:
+    return {"status": "running", "window": index, "window_samples_per_sec": rate,
+            "samples_per_sec": rate if median is None else median}
+
+
+def test_early_stopping_stops_clearly_slower_trials_and_never_a_reference():
+    rule = EarlyStopping("samples_per_sec", "max", windows=3)
+    # Nothing stops before the noise is known (no trial has two windows yet).
+    assert not rule.decide("first", False, _window(0, 80.0))
+    for i, rate in enumerate((400.0, 404.0, 398.0)):      # the fast reference
+        assert not rule.decide("fast-ref", True, _window(i, rate))
+    for i, rate in enumerate((80.0, 81.0, 79.5)):         # 5x slower, but a reference
+        assert not rule.decide("slow-ref", True, _window(i, rate))
+    assert rule.noise() is not None and rule.noise() < 0.02
+    assert rule.margin() == pytest.approx(MIN_MARGIN)       # quiet windows: the floor
+    assert rule.decide("slow", False, _window(0, 80.0))     # 5x slower: stopped at once
+    assert not rule.decide("close", False, _window(0, 380.0))  # within the margin: runs on
+    assert not rule.decide("close", False, _window(1, 370.0, median=375.0))
+    # After its last window nothing is saved by stopping: it finishes as measured.
+    assert not rule.decide("late", False, _window(2, 80.0))
+    # A final result (not a window's report) is never a reason to stop.
+    assert not rule.decide("done", False, {"status": "ok", "samples_per_sec": 1.0})
+
+
+def test_the_margin_grows_with_the_noise_and_works_for_a_min_objective():
+    rule = EarlyStopping("time_to_train_s", "min", windows=4)
+    for i, (rate, ttt) in enumerate(((100.0, 50.0), (110.0, 48.0), (92.0, 52.0))):
+        rule.decide("ref", True, {**_window(i, rate), "time_to_train_s": ttt})
+    # Windows with a CV of ~9 %: 2 x 3 x 0.09, a margin of ~0.53 (a ratio of 1.7).
+    assert rule.margin() == pytest.approx(0.53, abs=0.03)
+    # 2x slower to train is beyond even that margin; 1.2x is not.
+    assert rule.decide("slow", False, {**_window(0, 50.0), "time_to_train_s": 100.0})
+    assert not rule.decide("near", False, {**_window(0, 90.0), "time_to_train_s": 60.0})
+
+
+def test_a_stopped_trial_is_told_to_the_sampler_as_its_partial_measurement(paced_space):
+    space = load_space(paced_space, is_file=True).for_device("cpu", max_workers=2, max_batch=64)
+    search = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec", mode="max",
+                                          sampler="random"))
+    search.suggest("pruned")
+    search.on_trial_complete("pruned", {"status": "running", "window": 0,
+                                        "samples_per_sec": 80.0, "windows": 1.0})
+    search.suggest("nothing")
+    search.on_trial_complete("nothing", {"status": "timeout", "samples_per_sec": None})
+    pruned, nothing = search.study.trials
+    # GPSampler learns from COMPLETE trials only: a pruned trial is one, with its median.
+    assert pruned.state == optuna.trial.TrialState.COMPLETE and pruned.value == 80.0
+    assert nothing.state == optuna.trial.TrialState.FAIL        # nothing measured
+    # Past the search's deadline nothing more is suggested.
+    late = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec", mode="max",
+                                        sampler="random", deadline_unix_s=time.time() - 1))
+    assert late.suggest("t") == "FINISHED"
+
+
+# ------------------------------------------------------------------------------ the plan
+
+def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_path):
+    options = RunOptions(workload=PACED, data=str(regression_data), device="cpu",
+                         results=str(tmp_path / "r"), time_budget_s=100)
+    plan = make_plan(options)
+    assert plan.time_budget_s == 100 and plan.time_left_s() is None   # not started yet
+    started = plan.with_deadline(time.monotonic() + 100)
+    assert 99 < started.time_left_s() <= 100
+    assert abs(started.settings.deadline_unix_s - (time.time() + 100)) < 1
+    # The follow-ups (re-measurement, ceilings) keep their share; without them, none.
+    assert started.search_time_s() == pytest.approx(100 * (1 - FOLLOWUP_SHARE), abs=1)
+    bare = make_plan(replace(options, confirm=0, ceiling=False)).with_deadline(time.monotonic() + 100)
+    assert bare.search_time_s() == pytest.approx(100, abs=1)
+    assert make_plan(replace(options, time_budget_s=None)).time_budget_s is None   # CPU
+    cuda = make_plan(replace(options, time_budget_s=None), Resources("cuda", 1, 2))
+    assert cuda.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S and cuda.trials == 40
+
+
+# ----------------------------------------------------------------------- one Ray run
+
+def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
+        ray_session, regression_data, paced_space, tmp_path):
+    """Two runs on one Ray (started by the fixture, outside the budget).
+
+    1. ``--time-budget 20`` over a workload whose trials take 15 s and more (a 15 s first
+       step, as a long compile): the run ends within 20 s + the grace, the trial the deadline
+       caught recorded ``timeout``, not lost.
+    2. No budget, 3 trials: the references (batch 20, then 4: 5x slower) run whole; the
+       random sampler (seed 5) then proposes batch 5, 4x slower than the best: pruned after a
+       window, its partial measurement kept."""
+    from tuner.driver import run
+    common = dict(space_file=paced_space, data=str(regression_data), device="cpu",
+                  sampler="random", seed=5, windows=3, window_s=0.6, warmup_steps=2, confirm=0,
+                  ceiling=False)
+    started = time.monotonic()
+    budget = run(RunOptions(workload="tests.fake_workloads:paced_long", time_budget_s=20,
+                            results=str(tmp_path / "budget"), **common))
+    assert time.monotonic() - started < 20 + BUDGET_GRACE_S
+    assert budget.rows, "the trial the deadline caught is recorded"
+    last = budget.rows[-1]
+    assert last["status"] == "timeout" and "time budget" in last["error"]
+    assert all(r["status"] in ("ok", "timeout") for r in budget.rows)
+
+    pruning = run(RunOptions(workload=PACED, trials=3, results=str(tmp_path / "prune"), **common))
+    rows = {r["batch_size"]: r for r in pruning.rows}
+    assert rows[20]["status"] == "ok" and rows[20]["reference"] == "baseline"
+    slow_ref = rows[4]
+    assert slow_ref["reference"] == "recommended" and slow_ref["status"] == "ok"
+    assert slow_ref["samples_per_sec"] < rows[20]["samples_per_sec"] / 3     # never pruned
+    assert rows[5]["status"] == "pruned" and 1 <= rows[5]["windows"] < 3
+    assert rows[5]["samples_per_sec"] > 0                   # its partial measurement kept

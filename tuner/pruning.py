@@ -1,0 +1,143 @@
+"""Early stopping of search trials that are clearly slower than the best so far: a Ray Tune
+trial scheduler that decides after each measurement window (``--no-early-stop`` turns it off).
+
+**The rule.** After window k of a searched trial (k >= 1 windows finished; never a reference,
+never after its last window, which would save nothing), its objective so far m (the median of
+its windows, what each window's report carries) is compared with the best value b any trial of
+the search has reported. The comparison is a ratio, in logarithms. The trial stops, and its
+row is ``pruned`` with the windows it measured, when it is slower than the best by more than
+the noise:
+
+    log(b / m) > margin      (for a 'min' objective such as time_to_train_s: log(m / b))
+    margin = max(MIN_MARGIN, Z * DRIFT * s)
+
+* ``s`` is the window-to-window noise measured in this run: the pooled standard deviation of
+  log(window samples/sec) within trials (each trial's windows about their own mean), over every
+  window reported so far (for small values, the coefficient of variation of one window). The
+  references run first, so their windows give it before any searched trial can be stopped;
+  until there are ``MIN_NOISE_DOF`` degrees of freedom nothing is stopped.
+* ``DRIFT`` = 3: one configuration measured again in another trial moves more than its own
+  windows scatter. ``bench/repeatability.py`` (docs/benchmarks.md, "Repeatability") found the
+  CV across repeats 2.6-3.4x the median within-trial CV (0.024 vs 0.009 on a quiet machine,
+  0.13-0.17 vs 0.05 on a busy one).
+* ``Z`` = 2: a configuration as fast as the best is stopped with a chance of about 2 % (one
+  sided, normal noise) at one decision.
+* ``MIN_MARGIN`` = 0.10 (a ratio of 0.905): above the 7 % median pass-to-pass spread that the
+  search-quality benchmark measured on a quiet machine (docs/benchmarks.md, "Search quality"),
+  for noise that a run's windows do not show yet.
+
+On an H100 (window CV ~1 %) the margin is the 10 % floor; on this busy 2-core CPU machine
+(window CV ~5 %) it is ~30 %.
+
+**Why not ASHA or the median-stopping rule as they are.** Both cut at a quantile of the other
+trials (ASHA's rungs keep the top 1/reduction_factor; the median rule stops what is below the
+median): when several good configurations lie within the noise of each other, they stop some of
+them, and neither knows the noise. The decision here is the same kind (a Ray Tune
+``TrialScheduler`` returning STOP on a window's result, the window index its time attribute),
+measured against the best and the noise instead of a quantile.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from tuner.status import Status
+
+Z = 2.0
+"""Standard deviations of the between-trial noise a trial must be below the best by."""
+
+DRIFT = 3.0
+"""Between-trial noise over within-trial (window-to-window) noise (bench/repeatability.py)."""
+
+MIN_MARGIN = 0.10
+"""The smallest margin, in log ratio (a trial at 0.905 of the best or slower is beyond it)."""
+
+MIN_NOISE_DOF = 2
+"""Degrees of freedom (windows less one per trial) the noise estimate needs before any stop."""
+
+
+class EarlyStopping(FIFOScheduler):
+    """Stops a search trial after a window when it is clearly slower than the best so far (the
+    module docstring gives the rule and where its constants come from). Trials run in the
+    order the searcher suggests them (FIFO); a trial whose config names a ``reference`` is
+    never stopped.
+
+    Args:
+        metric: the objective column each window reports ('samples_per_sec',
+            'time_to_train_s').
+        mode: 'max' or 'min'.
+        windows: windows per trial (``TrialSettings.windows``): nothing is saved by stopping
+            after the last.
+
+    Public state, for tests and benchmarks: ``stopped`` (trial ids stopped, in order) and
+    ``noise()`` (the window-to-window noise ``s`` now, or None).
+    """
+
+    def __init__(self, metric: str, mode: str, windows: int):
+        super().__init__()
+        self._metric = metric
+        self._mode = mode
+        self.windows = windows
+        self._best: float | None = None
+        self._logs: dict[str, list[float]] = {}
+        """Trial id -> log of each window's samples/sec."""
+        self.stopped: list[str] = []
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        """Ray Tune passes TuneConfig's metric and mode (none here): this scheduler keeps its
+        own."""
+        return True
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        stop = self.decide(trial.trial_id, bool(trial.config.get("reference")), result)
+        if stop:
+            self.stopped.append(trial.trial_id)
+            return TrialScheduler.STOP
+        return TrialScheduler.CONTINUE
+
+    def decide(self, trial_id: str, is_reference: bool, result: dict) -> bool:
+        """Record a window's report (``window``, ``window_samples_per_sec`` and the objective
+        so far) and say whether the trial should stop now. Results that are not a window's
+        report (a trial's final result) are ignored."""
+        window, value = result.get("window"), result.get(self._metric)
+        rate = result.get("window_samples_per_sec")
+        if result.get("status") != Status.RUNNING or window is None:
+            return False
+        if rate is not None and rate > 0:
+            self._logs.setdefault(trial_id, []).append(math.log(rate))
+        if value is None or value <= 0:
+            return False
+        better = (lambda a, b: a > b) if self._mode == "max" else (lambda a, b: a < b)
+        if self._best is None or better(value, self._best):
+            self._best = value
+        if is_reference or window + 1 >= self.windows:
+            return False
+        return self.gap(value) > self.margin()
+
+    def gap(self, value: float) -> float:
+        """How far ``value`` is behind the best so far, in log ratio (<= 0: not behind)."""
+        ratio = self._best / value if self._mode == "max" else value / self._best
+        return math.log(ratio)
+
+    def noise(self) -> float | None:
+        """Pooled within-trial standard deviation of log window samples/sec (None until there
+        are ``MIN_NOISE_DOF`` degrees of freedom)."""
+        squares, dof = 0.0, 0
+        for logs in self._logs.values():
+            if len(logs) > 1:
+                mean = sum(logs) / len(logs)
+                squares += sum((x - mean) ** 2 for x in logs)
+                dof += len(logs) - 1
+        return math.sqrt(squares / dof) if dof >= MIN_NOISE_DOF else None
+
+    def margin(self) -> float:
+        """The margin a trial must be behind the best by to stop, in log ratio (infinite until
+        the noise is known)."""
+        s = self.noise()
+        return math.inf if s is None else max(MIN_MARGIN, Z * DRIFT * s)
+
+    def debug_string(self) -> str:
+        return f"EarlyStopping: {len(self.stopped)} trials stopped, margin {self.margin():.3f}"
