@@ -116,6 +116,14 @@ class Space:
                      self.overrides, self.global_batch)
 
     def bounds(self) -> dict[str, str]:
+    def fixed(self, name: str, value: Any) -> "Space":
+        """The space with knob ``name`` no longer sampled: held at ``value``."""
+        if name not in self.domains:
+            return self
+        domains = {k: v for k, v in self.domains.items() if k != name}
+        return Space(self.source, domains, {**self.constants, name: value}, self.overrides,
+                     self.global_batch)
+
         """The searched range of each sampled knob, as shown at the start of a run."""
         return {name: dom.describe() for name, dom in self.domains.items()}
 
