@@ -137,6 +137,23 @@ def test_peak_device_memory_adds_the_cuda_context_nvml_sees(monkeypatch):
     assert measure.peak_device_memory_mb(torch.device("cpu")) is None
 
 
+@pytest.mark.parametrize("processes, expected", [
+    ([_proc(os.getpid() + 1, 6_700)], 9_000 + 700),   # listed under a host PID: this one
+    ([], 9_000 + 700),                     # lists none (some container drivers): this one alone
+    ([_proc(os.getpid() + 1, 6_700), _proc(os.getpid() + 2, 30_000)], 9_000),  # others: allocator
+])
+def test_without_this_pid_in_nvml_the_context_comes_from_the_card_when_alone(
+        nvml, monkeypatch, processes, expected):
+    nvml(processes=processes)
+    cuda0 = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device: 9_000 * MB)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 6_000 * MB)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: ((80_000 - 6_700) * MB,
+                                                                    80_000 * MB))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert measure.peak_device_memory_mb(cuda0) == pytest.approx(expected)
+
+
 def test_nvml_process_memory_is_this_process_on_the_physical_device(nvml, monkeypatch):
     fake = nvml(processes=[_proc(os.getpid() + 1, 50_000), _proc(os.getpid(), 6_520)])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")

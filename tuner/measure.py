@@ -180,15 +180,33 @@ def _physical_index(index: int) -> int:
     return index
 
 
+def device_used_if_alone_mb(device: torch.device) -> float | None:
+    """The card's used memory (``cudaMemGetInfo``: total - free), MB, when NVML lists at most one
+    compute process on it: that process is this one, under a PID NVML does not show (in a
+    container NVML reports the host's PIDs). None when NVML is missing or lists others."""
+    processes = _compute_processes(device)
+    if processes is None or len(processes) > 1:
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return (total - free) / 2**20
+
+
 def peak_device_memory_mb(device: torch.device) -> float | None:
     """Peak reserved memory of the torch allocator plus the CUDA context, MB (None on CPU).
 
     The context is what NVML attributes to this process beyond what the allocator reserves now.
+    Fallback when NVML does not list this process's PID (containers: host PIDs): the card's
+    used memory when this process is the only one NVML lists (``device_used_if_alone_mb``;
+    it also counts memory the driver keeps, so it can only over-state the context). With other
+    processes on the card, or no NVML, the allocator's peak alone: the context (about 0.5 GiB
+    on an H100) is then not counted, and a ``--max-memory`` limit is that much looser.
     """
     if device.type != "cuda":
         return None
     peak_reserved = torch.cuda.max_memory_reserved(device) / 2**20
     process = cuda_process_memory_mb(device)
+    if process is None:
+        process = device_used_if_alone_mb(device)
     context = 0.0
     if process is not None:
         context = max(0.0, process - torch.cuda.memory_reserved(device) / 2**20)
