@@ -95,6 +95,22 @@ def model_flops_per_sample(workload: Workload, scale: str, data_dir: Path | str)
     return _FLOPS_CACHE[key]
 
 
+def has_image_layout(workload: Workload, scale: str) -> bool:
+    """Whether ``channels_last`` can change anything: the model has a 4-D or 5-D parameter
+    (a Conv2d/Conv3d weight; channels_last reorders exactly those and 4-D/5-D inputs, which
+    then meet such a layer). Built on the ``meta`` device (no memory, no data); a model that
+    cannot be built there counts as having one (the knob stays in the search)."""
+    try:
+        with torch.device("meta"):
+            model = workload.build_model(scale)
+    # A workload quirk must not fail planning: keep the knob, as before this check.
+    except Exception as exc:  # noqa: BLE001
+        log.info("%s (%s) cannot be built on meta (%s): channels_last stays searchable",
+                 workload.name, scale, exc)
+        return True
+    return any(p.dim() in (4, 5) for p in model.parameters())
+
+
 def _count_flops_per_sample(workload: Workload, scale: str, data_dir: Path) -> float | None:
     """Uncached ``model_flops_per_sample``: read one batch, count on each of COUNT_DEVICES until
     one works. Torch's CPU random state is restored afterwards (the DataLoader's augmentation and
