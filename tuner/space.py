@@ -6,6 +6,7 @@ names the file, the knob, the bad value and what is accepted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -115,7 +116,6 @@ class Space:
         return Space(self.source, {**self.domains, "batch_size": dom}, self.constants,
                      self.overrides, self.global_batch)
 
-    def bounds(self) -> dict[str, str]:
     def fixed(self, name: str, value: Any) -> "Space":
         """The space with knob ``name`` no longer sampled: held at ``value``."""
         if name not in self.domains:
@@ -124,6 +124,7 @@ class Space:
         return Space(self.source, domains, {**self.constants, name: value}, self.overrides,
                      self.global_batch)
 
+    def bounds(self) -> dict[str, str]:
         """The searched range of each sampled knob, as shown at the start of a run."""
         return {name: dom.describe() for name, dom in self.domains.items()}
 
@@ -173,6 +174,30 @@ class Space:
             raise SpaceError(f"--global-batch-size {self.global_batch} is not a multiple of the "
                              f"reference batch_size {knobs.batch_size}")
         return knobs.replace(grad_accum=self.global_batch // knobs.batch_size)
+
+    def fit_references(self, references: Mapping[str, Knobs]) -> tuple[tuple[str, Knobs], ...]:
+        """``fit_reference`` for every named reference, checked together (name, knobs pairs in
+        the order given).
+
+        Raises:
+            SpaceError: under ``--global-batch-size``, a reference whose micro-batch does not
+                divide it: one line naming every such reference and the global batch sizes
+                that work for all of them (multiples of the least common multiple of their
+                ``batch_size``).
+        """
+        n = self.global_batch
+        bad = {name: k.batch_size for name, k in references.items()
+               if n is not None and n % k.batch_size}
+        if bad:
+            lcm = math.lcm(*(k.batch_size for k in references.values()))
+            above = lcm * max(1, -(-n // lcm))  # the smallest multiple of lcm >= n
+            sizes = ", ".join(f"{name} {k.batch_size}" for name, k in references.items())
+            raise SpaceError(
+                f"--global-batch-size {n} is not a multiple of the batch_size of "
+                f"{', '.join(f'{name} ({b})' for name, b in bad.items())}; each reference keeps "
+                f"its micro-batch, so the global batch must be a multiple of {lcm} (reference "
+                f"batch sizes: {sizes}), e.g. {above} or {above + lcm}")
+        return tuple((name, self.fit_reference(k)) for name, k in references.items())
 
     def project(self, knobs: Knobs) -> dict[str, Any]:
         """The Optuna parameters that describe ``knobs`` in this space (for enqueueing a
