@@ -1,8 +1,9 @@
 """Benchmark: how close the tuner's search gets to the exhaustive grid, and how fast.
 
 Question (the issue): on a reduced space, the exhaustive grid vs the tuner with K trials vs
-random search with K trials, same machine, same run: best-found / grid best, and trials needed
-to reach 95% of the grid best. Target: >= 0.95 of the grid best with <= 20% of the grid's trials.
+random search with K trials, same machine, same run: best-found / grid best, and the trials and
+the wall time needed to reach 95% of the grid best. Target (issue 13): >= 0.95 of the grid
+best, median over seeds, with <= 10% of the grid's trials (the earlier target: <= 20%).
 
 Design:
   1. Ground truth. Every configuration of a reduced space (default ``bench/ddpm-reduced.yaml``:
@@ -19,8 +20,9 @@ Design:
      ``--table FILE`` saves it after every trial; a second run with the same file measures only
      what is missing (resume) and otherwise goes straight to the search part.
   2. Searches, evaluated against the table by lookup (nothing is measured again, so every
-     strategy sees the same numbers), K = floor(budget fraction x grid size) trials each,
-     repeated over ``--seeds`` seeds:
+     strategy sees the same numbers), K = floor(budget fraction x grid size) trials each (at
+     least the references and one more), for each of ``--budget-fraction`` (10% and 20% by
+     default), repeated over ``--seeds`` seeds:
        * tuner: the searcher itself, ``tuner.searcher.make_searcher`` (ConstrainedOptunaSearch
          with each sampler of ``--samplers``, gp and tpe by default, as ``--sampler`` builds
          it: the run's seed and start-up rule, the workload's references enqueued first as
@@ -29,7 +31,14 @@ Design:
          driven through its ``suggest`` / ``on_trial_complete`` as Ray Tune drives it,
          without Ray;
        * random: the references' grid cells first (as the tuner), then configurations drawn
-         uniformly without replacement from the rest of the grid.
+         uniformly without replacement from the rest of the grid;
+       * grid: every configuration in a shuffled order (seed s shuffles as pass 1 of the
+         measurement does with seed 0, so seed 0 is the order this table was measured in).
+     Wall time to 0.95: the measured trials' wall times (each cell's ``wall_s``, a timer around
+     ``run_trial``; tables without it: warmup_s + measured_s, else "n/a"), summed in the
+     order the strategy measured them until best-found >= 0.95 x grid best, median over
+     seeds ("not reached" when most seeds do not). A trial the tuner answers from a known
+     outcome costs nothing; a reference costs its grid cell's time.
      A reference trial scores the grid cell it projects onto; the real tuner runs the reference
      as written (baseline: 4 workers on a 2-core node), so those values are measured too and
      printed beside their cells, for information only.
@@ -41,7 +50,7 @@ pass/fail.
 
 Usage:
   python bench/search_quality.py [--space bench/ddpm-wide.yaml] [--table FILE] [--seeds 20]
-      [--budget-fraction 0.2] [--samplers gp tpe]
+      [--budget-fraction 0.1 0.2] [--samplers gp tpe]
       [--windows 2] [--window-s 0.5] [--warmup-steps 2] [--threads N] [--passes 1]
       [--grid-only-measure]
 """
@@ -69,7 +78,8 @@ from tuner.workload import Workload, default_cache_dir, resolve
 DEFAULT_SPACE = Path(__file__).with_name("ddpm-reduced.yaml")
 REACH = 0.95
 """A search 'reaches' the grid best when its best-found is at least this share of it."""
-TARGET_TRIAL_FRACTION = 0.20
+TARGET_TRIAL_FRACTIONS = (0.10, 0.20)
+"""Trial budgets of the target, as a share of the grid: issue 13's 10%, the earlier 20%."""
 METRIC = "samples_per_sec"
 
 
@@ -216,43 +226,73 @@ def references(workload: Workload, space: Space, device: str) -> list[tuple[str,
 
 
 def tuner_search(space: Space, refs: list, grid: dict[str, dict], trials: int,
-                 seed: int, sampler: str) -> tuple[list[float | None], dict]:
-    """The tuner's searcher with ``sampler`` over the table; returns each trial's value (None:
-    failed) and counts: distinct configurations measured, proposals answered without a trial."""
+                 seed: int, sampler: str) -> tuple[list[str], dict]:
+    """The tuner's searcher with ``sampler`` over the table; returns each trial's cell key, in
+    the order measured, and counts: distinct configurations measured, proposals answered
+    without a trial."""
     from tuner.searcher import SearchSpec, make_searcher
 
     # A fresh run's searcher: no resume, no warm start, no memory limit.
     searcher = make_searcher(SearchSpec(
         space=space, metric=METRIC, mode="max", sampler=sampler, seed=seed, trials=trials,
         references=tuple(refs), reference_count=len(refs)))
-    values: list[float | None] = []
-    seen: set[str] = set()
+    keys: list[str] = []
     for index in range(trials):
         trial_id = f"trial_{index}"
         searcher.suggest(trial_id)
-        row = grid[cell_key(searcher.params(trial_id))]
-        seen.add(cell_key(row["params"]))
-        values.append(row[METRIC])
+        key = cell_key(searcher.params(trial_id))
+        row = grid[key]
+        keys.append(key)
         searcher.on_trial_complete(trial_id, {"status": row["status"], METRIC: row[METRIC]})
-    return values, {"distinct": len(seen), "answered": searcher.answered}
+    return keys, {"distinct": len(set(keys)), "answered": searcher.answered}
 
 
-def random_search(refs: list, grid: dict[str, dict], trials: int,
-                  seed: int) -> list[float | None]:
-    """References' cells first, then uniform draws without replacement from the rest."""
+def random_search(refs: list, grid: dict[str, dict], trials: int, seed: int) -> list[str]:
+    """References' cells first, then uniform draws without replacement from the rest; the
+    cell keys in the order measured."""
     first = list(dict.fromkeys(cell_key(params) for _, params, _ in refs))
     rest = [key for key in grid if key not in first]
     random.Random(seed).shuffle(rest)
-    return [grid[key][METRIC] for key in (first + rest)[:trials]]
+    return (first + rest)[:trials]
 
 
-def curve(values: list[float | None], grid_best: float) -> list[float]:
-    """Best-found / grid best after each trial."""
+def grid_order(cell_keys: list[str], seed: int) -> list[str]:
+    """The exhaustive grid in a shuffled order: ``cell_keys`` (in ``grid_params`` order)
+    shuffled by ``random.Random(seed)``, as pass 1 of the measurement shuffles them with seed 0."""
+    order = list(cell_keys)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def curve(keys: list[str], grid: dict[str, dict], grid_best: float) -> list[float]:
+    """Best-found / grid best after each trial of ``keys`` (cells in the order measured)."""
     best, out = 0.0, []
-    for v in values:
-        best = max(best, v or 0.0)
+    for key in keys:
+        best = max(best, grid[key][METRIC] or 0.0)
         out.append(best / grid_best)
     return out
+
+
+def cell_wall_s(row: dict) -> float | None:
+    """Wall time of one measured cell, s: its ``wall_s`` (a timer around ``run_trial``); in
+    tables without it, ``warmup_s + measured_s`` when the row has both; None when unknown."""
+    if row.get("wall_s") is not None:
+        return float(row["wall_s"])
+    if row.get("warmup_s") is not None and row.get("measured_s") is not None:
+        return float(row["warmup_s"]) + float(row["measured_s"])
+    return None
+
+
+def wall_to_reach_s(keys: list[str], grid: dict[str, dict], grid_best: float) -> float | None:
+    """Seconds of measuring, trials summed in the order of ``keys``, until best-found >= REACH
+    x grid best: inf if never; None if a trial up to then has no known wall time."""
+    total_s: float | None = 0.0
+    for key in keys:
+        wall_s = cell_wall_s(grid[key])
+        total_s = None if total_s is None or wall_s is None else total_s + wall_s
+        if (grid[key][METRIC] or 0.0) >= REACH * grid_best:
+            return total_s
+    return math.inf
 
 
 def trials_to_reach(ratios: list[float]) -> float:
@@ -280,10 +320,12 @@ def print_grid(grid: dict[str, dict], grid_best: float) -> None:
         v = r[METRIC]
         cv = r["samples_per_sec_cv"]
         each = "  " + " ".join(f"{p:6.1f}" if p is not None else "     -" for p in r["passes"])
+        wall_s = cell_wall_s(r)
         print(f"{rank:>4}  {short(r['params']):<38} "
               f"{(f'{v:9.2f}' if v is not None else r['status']):>9} "
               f"{(f'{v / grid_best:7.3f}' if v is not None else ''):>7} "
-              f"{(f'{cv:5.2f}' if cv is not None else ''):>5} {r['wall_s']:6.1f}"
+              f"{(f'{cv:5.2f}' if cv is not None else ''):>5} "
+              f"{(f'{wall_s:6.1f}' if wall_s is not None else 'n/a'):>6}"
               + (each if passes > 1 else ""))
     if passes > 1:
         spreads = [(max(r["passes"]) - min(r["passes"])) / r[METRIC] for r in ranked
@@ -324,35 +366,59 @@ def print_references(table: Table, grid: dict[str, dict], refs: list) -> None:
               f" samples/s; cell {short(params)}: {cell if cell is None else f'{cell:.2f}'}")
 
 
-def summarise(name: str, runs: list[list[float]], trials: int) -> dict:
-    finals = [r[-1] for r in runs]
-    reach = sorted(trials_to_reach(r) for r in runs)
-    median_reach = statistics.median(reach)
-    return {"name": name, "trials": trials, "median": statistics.median(finals),
-            "min": min(finals), "reached": sum(f >= REACH for f in finals), "seeds": len(runs),
-            "trials_to_reach": median_reach}
+def median_or_none(values: list[float | None]) -> float | None:
+    """Median of ``values`` (inf sorts last); None when any is None (a wall time unknown)."""
+    return None if any(v is None for v in values) else statistics.median(values)
 
 
-def print_summary(rows: list[dict], n_cells: int) -> None:
-    print(f"\n{'strategy':<15} {'trials':>6} {'best/grid median':>16} {'min':>6} "
-          f"{'seeds >= 0.95':>13} {'trials to 0.95 (median)':>23}")
-    print(f"{'grid':<15} {n_cells:>6} {1.0:16.3f} {1.0:6.3f} {'-':>13} "
-          f"{f'{n_cells} (all, to know)':>23}")
+def summarise(name: str, orders: list[list[str]], grid: dict[str, dict],
+              grid_best: float) -> dict:
+    """One strategy over its seeds; ``orders``: per seed, the cell keys in the order measured.
+    Returns its trials, best-found / grid best (median, min, seeds >= REACH), the curves, and
+    the median trials and wall seconds to REACH (inf: not reached by most seeds; wall None:
+    unknown)."""
+    curves = [curve(keys, grid, grid_best) for keys in orders]
+    finals = [c[-1] for c in curves]
+    return {"name": name, "trials": len(orders[0]), "median": statistics.median(finals),
+            "min": min(finals), "reached": sum(f >= REACH for f in finals), "seeds": len(orders),
+            "curves": curves,
+            "trials_to_reach": statistics.median(trials_to_reach(c) for c in curves),
+            "wall_to_reach_s": median_or_none([wall_to_reach_s(keys, grid, grid_best)
+                                               for keys in orders])}
+
+
+def reach_text(value: float | None, fmt: str) -> str:
+    """A median trials / seconds to REACH as printed: "not reached", "n/a" (unknown) or fmt."""
+    if value is None:
+        return "n/a"
+    return "not reached" if math.isinf(value) else format(value, fmt)
+
+
+def print_summary(rows: list[dict], grid_row: dict, grid_total_s: float | None) -> None:
+    """The summary table: the grid (shuffled orders) first, then each search strategy."""
+    print(f"\n{'strategy':<17} {'trials':>6} {'best/grid median':>16} {'min':>6} "
+          f"{'seeds >= 0.95':>13} {'trials to 0.95':>14} {'wall s to 0.95':>14}")
+    total = "n/a" if grid_total_s is None else f"{grid_total_s:.0f} s"
+    print(f"{'grid (shuffled)':<17} {grid_row['trials']:>6} {1.0:16.3f} {1.0:6.3f} {'-':>13} "
+          f"{reach_text(grid_row['trials_to_reach'], 'g'):>14} "
+          f"{reach_text(grid_row['wall_to_reach_s'], '.0f'):>14}  (all: {total}, to know)")
     for r in rows:
-        reach = ("not reached" if math.isinf(r["trials_to_reach"])
-                 else f"{r['trials_to_reach']:g}")
         seeds = f"{r['reached']}/{r['seeds']}"
-        print(f"{r['name']:<15} {r['trials']:>6} {r['median']:16.3f} {r['min']:6.3f} "
-              f"{seeds:>13} {reach:>23}")
+        print(f"{r['name']:<17} {r['trials']:>6} {r['median']:16.3f} {r['min']:6.3f} "
+              f"{seeds:>13} {reach_text(r['trials_to_reach'], 'g'):>14} "
+              f"{reach_text(r['wall_to_reach_s'], '.0f'):>14}")
+    print("(trials and wall s to 0.95: median over seeds, wall s = the measured trials' wall "
+          "times summed in the order measured; no refs: the same searches without the "
+          "references enqueued first)")
 
 
-def print_curves(curves: dict[str, list[list[float]]], trials: int) -> None:
+def print_curves(rows: list[dict], trials: int) -> None:
     print("\nbest-found / grid best after k trials, median over seeds (fraction of seeds >= 0.95)")
-    print(f"{'k':>3}  " + "  ".join(f"{name:>16}" for name in curves))
+    print(f"{'k':>3}  " + "  ".join(f"{r['name']:>16}" for r in rows))
     for k in range(trials):
         cells = []
-        for runs in curves.values():
-            at_k = [r[k] for r in runs]
+        for runs in (r["curves"] for r in rows):
+            at_k = [c[k] for c in runs]
             share = sum(v >= REACH for v in at_k) / len(at_k)
             cells.append(f"{statistics.median(at_k):.3f} ({share:.2f})")
         print(f"{k + 1:>3}  " + "  ".join(f"{c:>16}" for c in cells))
@@ -370,8 +436,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--windows", type=int, default=2)
     parser.add_argument("--window-s", type=float, default=0.5)
     parser.add_argument("--seeds", type=int, default=20, help="searches per strategy")
-    parser.add_argument("--budget-fraction", type=float, default=TARGET_TRIAL_FRACTION,
-                        help="K = floor(fraction x grid size) trials per search")
+    parser.add_argument("--budget-fraction", type=float, nargs="+",
+                        default=list(TARGET_TRIAL_FRACTIONS), metavar="FRACTION",
+                        help="one or more shares of the grid, each in (0, 1]: K = floor(fraction "
+                             "x grid size) trials per search, a summary for each "
+                             "(default: 0.1 0.2, the targets)")
     parser.add_argument("--passes", type=int, default=1,
                         help="measure the grid this many times (each pass in its own shuffled "
                              "order); a cell's figure is the median of its passes")
@@ -387,7 +456,121 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="JSON file: measured cells are saved there; cells in it are reused")
     parser.add_argument("--grid-only-measure", action="store_true",
                         help="measure (and save) the table, skip the search part")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    bad = [f for f in args.budget_fraction if not 0 < f <= 1]
+    if bad:
+        parser.error(f"--budget-fraction {bad[0]:g}: a share of the grid, in (0, 1]")
+    return args
+
+
+def open_table(args, workload: Workload) -> Table:
+    """The run's table (``--table`` or in memory), its meta naming the space and trial settings."""
+    meta = {"workload": workload.name, "space_file": str(Path(args.space).resolve()),
+            "settings": {"scale": args.scale, "device": args.device,
+                         "warmup_steps": args.warmup_steps, "windows": args.windows,
+                         "window_s": args.window_s, "threads": args.threads},
+            "cpu_count": os.cpu_count(), "started_at": dt.datetime.now().isoformat()}
+    return Table(Path(args.table) if args.table else None, meta)
+
+
+def measure_grid(args, table: Table, space: Space, cells: list[dict], refs: list,
+                 workload: Workload, settings: TrialSettings) -> tuple[dict[str, dict], list[str]]:
+    """Measure what the table lacks (the grid's passes, then the top cells again and the
+    references as run); returns the grid (key -> combined row) and the top cells' keys.
+    Exits when no grid configuration ran."""
+    started = time.perf_counter()
+    jobs = [(cell_key(p), p, knobs_of(space, p)) for p in cells]
+    sections = [grid_section(n) for n in range(1, args.passes + 1)]
+    for n, section in enumerate(sections, 1):
+        random.Random(n - 1).shuffle(jobs)  # load drift must not follow a knob
+        table.data.setdefault(section, {})
+        measure_missing(table, section, jobs, workload, settings, args.threads,
+                        "grid" if args.passes == 1 else f"grid pass {n}")
+    grid = {key: combine([table.data[section][key] for section in sections])
+            for key, _, _ in sorted(jobs)}
+    if all(r[METRIC] is None for r in grid.values()):
+        sys.exit("no grid configuration ran; nothing to compare")
+    top = sorted(grid, key=lambda k: grid[k][METRIC] or 0.0, reverse=True)[:args.remeasure_top]
+    measure_missing(table, "remeasured", [(k, grid[k]["params"], knobs_of(space, grid[k]["params"]))
+                                          for k in top], workload, settings, args.threads, "again")
+    measure_missing(table, "references", [(name, params, knobs) for name, params, knobs in refs],
+                    workload, settings, args.threads, "reference")
+    loads = [r["load_1min"] for r in grid.values()]
+    print(f"measuring took {time.perf_counter() - started:.0f} s in this invocation; load "
+          f"average over the grid trials: min {min(loads):.1f}, median "
+          f"{statistics.median(loads):.1f}, max {max(loads):.1f} on {os.cpu_count()} CPUs")
+    return grid, top
+
+
+def budget_trials(fraction: float, n_cells: int, n_refs: int) -> int:
+    """K for a budget fraction: floor(fraction x grid size), at least the references and one
+    more, at most the grid (random search draws without replacement)."""
+    return min(n_cells, max(n_refs + 1, math.floor(fraction * n_cells)))
+
+
+def search_rows(space: Space, refs: list, grid: dict[str, dict], grid_best: float,
+                trials: int, args) -> list[dict]:
+    """Every search strategy at K = ``trials``, over ``args.seeds`` seeds: the tuner with each
+    sampler and random search, with the references first and without; summarised rows, the
+    tuner's carrying ``notes`` (per seed: distinct cells, proposals answered)."""
+    rows = []
+    for label, with_refs in (("", refs), (" no refs", [])):
+        for sampler in args.samplers:
+            runs = [tuner_search(space, with_refs, grid, trials, seed, sampler)
+                    for seed in range(args.seeds)]
+            row = summarise(f"tuner {sampler}{label}", [keys for keys, _ in runs], grid, grid_best)
+            row["notes"] = [note for _, note in runs]
+            rows.append(row)
+        rows.append(summarise(f"random{label}", [random_search(with_refs, grid, trials, seed)
+                                                 for seed in range(args.seeds)], grid, grid_best))
+    return rows
+
+
+def target_fraction(trials: int, n_cells: int) -> float | None:
+    """The smallest target budget (TARGET_TRIAL_FRACTIONS) that ``trials`` of ``n_cells`` fits."""
+    return min((f for f in TARGET_TRIAL_FRACTIONS if trials <= f * n_cells), default=None)
+
+
+def print_reading(rows: list[dict], grid_row: dict, trials: int, n_cells: int) -> None:
+    """One line: the first tuner row against the target budget this K fits, with wall times."""
+    tuner = rows[0]
+    rand = next(r for r in rows if r["name"] == "random")
+    target = target_fraction(trials, n_cells)
+    verdict = ("meets" if tuner["median"] >= REACH else "misses") if target else \
+        f"over every target budget ({', '.join(f'{f:.0%}' for f in TARGET_TRIAL_FRACTIONS)})"
+    print(f"\nreading vs target (>= {REACH} of grid best, median over seeds, with <= "
+          f"{f'{target:.0%}' if target else '-'} of its trials; targets: "
+          f"{' and '.join(f'{f:.0%}' for f in TARGET_TRIAL_FRACTIONS)}): {tuner['name']} median "
+          f"{tuner['median']:.3f} (min {tuner['min']:.3f}, {tuner['reached']}/{tuner['seeds']} "
+          f"seeds >= {REACH}) with {trials}/{n_cells} trials -> {verdict}; random "
+          f"{rand['median']:.3f} ({rand['reached']}/{rand['seeds']}); wall s to {REACH} "
+          f"(median): {tuner['name']} {reach_text(tuner['wall_to_reach_s'], '.0f')}, random "
+          f"{reach_text(rand['wall_to_reach_s'], '.0f')}, grid "
+          f"{reach_text(grid_row['wall_to_reach_s'], '.0f')}")
+
+
+def report_budget(fraction: float, space: Space, refs: list, grid: dict[str, dict],
+                  grid_row: dict, grid_total_s: float | None, args) -> None:
+    """Search at K = ``budget_trials(fraction)`` and print its summary, notes, curves, reading."""
+    ok = [r[METRIC] for r in grid.values() if r[METRIC] is not None]
+    grid_best = max(ok)
+    trials = budget_trials(fraction, len(grid), len(refs))
+    good = sum(v >= REACH * grid_best for v in ok)
+    print(f"\n=== budget fraction {fraction:g}: K = {trials} trials per search "
+          f"({100 * trials / len(grid):.0f}% of {len(grid)}), {args.seeds} seeds; references "
+          f"first ({', '.join(n for n, _, _ in refs)})")
+    print(f"configurations within 0.95 of the grid best: {good} of {len(grid)}; "
+          f"{trials - len(refs)} uniform draws (no references) hit one with probability "
+          f"{within_reach_probability(len(grid), good, trials - len(refs)):.2f}")
+    rows = search_rows(space, refs, grid, grid_best, trials, args)
+    print_summary(rows, grid_row, grid_total_s)
+    for row in (r for r in rows if "notes" in r):
+        print(f"{row['name']}: distinct configurations measured per search median "
+              f"{statistics.median(n['distinct'] for n in row['notes']):g} of {trials}; "
+              f"proposals answered without a trial (known outcome) median "
+              f"{statistics.median(n['answered'] for n in row['notes']):g}")
+    print_curves(rows, trials)
+    print_reading(rows, grid_row, trials, len(grid))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -399,88 +582,27 @@ def main(argv: list[str] | None = None) -> None:
         args.device, max_workers=os.cpu_count() or 1, max_batch=samples)
     cells = grid_params(space)
     refs = references(workload, space, args.device)
-    meta = {"workload": workload.name, "space_file": str(Path(args.space).resolve()),
-            "settings": {"scale": args.scale, "device": args.device,
-                         "warmup_steps": args.warmup_steps, "windows": args.windows,
-                         "window_s": args.window_s, "threads": args.threads},
-            "cpu_count": os.cpu_count(), "started_at": dt.datetime.now().isoformat()}
-    table = Table(Path(args.table) if args.table else None, meta)
-
+    table = open_table(args, workload)
     print(f"workload {workload.name} scale {args.scale} on {args.device}; space {args.space}: "
           f"{len(cells)} configurations; trial: {args.warmup_steps} warm-up steps, "
           f"{args.windows} windows of >= {args.window_s} s; torch threads per trial: "
           f"{args.threads or TUNER_THREADS}")
     print(f"machine: {os.cpu_count()} CPUs, shared with other agents (load average now "
           f"{os.getloadavg()[0]:.1f}); figures are from this run only")
-    started = time.perf_counter()
-    jobs = [(cell_key(p), p, knobs_of(space, p)) for p in cells]
-    sections = [grid_section(n) for n in range(1, args.passes + 1)]
-    for n, section in enumerate(sections, 1):
-        random.Random(n - 1).shuffle(jobs)  # load drift must not follow a knob
-        table.data.setdefault(section, {})
-        measure_missing(table, section, jobs, workload, settings, args.threads,
-                        "grid" if args.passes == 1 else f"grid pass {n}")
-    grid = {key: combine([table.data[section][key] for section in sections])
-            for key, _, _ in sorted(jobs)}
-    ok = [r[METRIC] for r in grid.values() if r[METRIC] is not None]
-    if not ok:
-        sys.exit("no grid configuration ran; nothing to compare")
-    grid_best = max(ok)
-    top = sorted(grid, key=lambda k: grid[k][METRIC] or 0.0, reverse=True)[:args.remeasure_top]
-    measure_missing(table, "remeasured", [(k, grid[k]["params"], knobs_of(space, grid[k]["params"]))
-                                          for k in top], workload, settings, args.threads, "again")
-    measure_missing(table, "references", [(name, params, knobs) for name, params, knobs in refs],
-                    workload, settings, args.threads, "reference")
-    loads = [r["load_1min"] for r in grid.values()]
-    print(f"measuring took {time.perf_counter() - started:.0f} s in this invocation; load "
-          f"average over the grid trials: min {min(loads):.1f}, median "
-          f"{statistics.median(loads):.1f}, max {max(loads):.1f} on {os.cpu_count()} CPUs")
-
+    grid, top = measure_grid(args, table, space, cells, refs, workload, settings)
+    grid_best = max(r[METRIC] for r in grid.values() if r[METRIC] is not None)
     print_grid(grid, grid_best)
     print_noise(table, grid, top, grid_best)
     print_references(table, grid, refs)
     if args.grid_only_measure:
         return
-
-    # At least the references and one more; at most the grid (random search draws without
-    # replacement, and more trials than configurations measure nothing new).
-    trials = min(len(grid), max(len(refs) + 1, math.floor(args.budget_fraction * len(grid))))
-    good = sum(v >= REACH * grid_best for v in ok)
-    print(f"\nK = {trials} trials per search ({100 * trials / len(grid):.0f}% of {len(grid)}), "
-          f"{args.seeds} seeds; references first ({', '.join(n for n, _, _ in refs)})")
-    print(f"configurations within 0.95 of the grid best: {good} of {len(grid)}; "
-          f"{trials - len(refs)} uniform draws (no references) hit one with probability "
-          f"{within_reach_probability(len(grid), good, trials - len(refs)):.2f}")
-    curves: dict[str, list[list[float]]] = {}
-    notes: dict[str, list[dict]] = {}
-    for label, with_refs in (("", refs), (" no refs", [])):
-        for sampler in args.samplers:
-            name = f"tuner {sampler}{label}"
-            runs = [tuner_search(space, with_refs, grid, trials, seed, sampler)
-                    for seed in range(args.seeds)]
-            curves[name] = [curve(values, grid_best) for values, _ in runs]
-            notes[name] = [note for _, note in runs]
-        curves[f"random{label}"] = [curve(random_search(with_refs, grid, trials, seed), grid_best)
-                                    for seed in range(args.seeds)]
-    rows = [summarise(name, runs, trials) for name, runs in curves.items()]
-    print_summary(rows, len(grid))
-    print("(no refs: the same searches without the references enqueued first: the sampler alone)")
-    for name, per_seed in notes.items():
-        print(f"{name}: distinct configurations measured per search median "
-              f"{statistics.median(n['distinct'] for n in per_seed):g} of {trials}; proposals "
-              f"answered without a trial (known outcome) median "
-              f"{statistics.median(n['answered'] for n in per_seed):g}")
-    print_curves(curves, trials)
-
-    tuner = rows[0]
-    rand = next(r for r in rows if r["name"] == "random")
-    meets = tuner["median"] >= REACH and trials <= TARGET_TRIAL_FRACTION * len(grid)
-    print(f"\nreading vs target (>= {REACH} of grid best with <= "
-          f"{TARGET_TRIAL_FRACTION:.0%} of its trials): {tuner['name']} median "
-          f"{tuner['median']:.3f} (min {tuner['min']:.3f}, {tuner['reached']}/{tuner['seeds']} "
-          f"seeds >= {REACH}) with {trials}/{len(grid)} trials -> "
-          f"{'meets' if meets else 'misses'} it on the median; random {rand['median']:.3f} "
-          f"({rand['reached']}/{rand['seeds']})")
+    # The grid itself as a strategy: all cells, each seed in its own shuffled order.
+    grid_row = summarise("grid (shuffled)", [grid_order([cell_key(p) for p in cells], seed)
+                                             for seed in range(args.seeds)], grid, grid_best)
+    walls = [cell_wall_s(r) for r in grid.values()]
+    grid_total_s = None if None in walls else sum(walls)
+    for fraction in args.budget_fraction:
+        report_budget(fraction, space, refs, grid, grid_row, grid_total_s, args)
 
 
 if __name__ == "__main__":
