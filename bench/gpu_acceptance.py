@@ -1,0 +1,216 @@
+"""Benchmark: the GPU acceptance run — every built-in workload tuned on this machine, side by
+side with what the peers would hand a user, and read against the GPU-truth targets.
+
+For each workload, in one process and one run (figures, no pass/fail):
+  * tuner: ``tuner.tune`` with the workload's default space (ddpm: ``--time-budget`` and, on
+    CUDA, ``--max-memory 12GB``, the report's card); its references, its best (re-measured),
+    the best's knobs, both ceilings (compute-only, loader-only), the attainable rate and the
+    best's share of it, MFU, compile time, peak memory, and the run's start-up + probe time;
+  * the peers' answer: the largest batch that fits with the recommended reference's other
+    settings, found by doubling until it no longer fits (Lightning's ``BatchSizeFinder`` in
+    its default 'power' mode, accelerate's ``find_executable_batch_size`` halving from the
+    top, both end at that batch), then measured like any trial;
+  * validate: the best configuration trained as a plain loop (``tuner.validate.train_loop``),
+    measured ÷ predicted.
+
+Then one line per target of the GPU-truth issue: best >= 0.9 x attainable for ddpm and >= 0.8
+x attainable for every workload, best >= its recommended reference, probe <= 20 s, validate
+within ±5 %.
+
+Usage:
+  python bench/gpu_acceptance.py                                # on a GPU machine: seed scale
+  python bench/gpu_acceptance.py --device cpu --scale tiny --workloads ddpm --trials 6
+Options: --workloads NAME... (default: all built-ins), --time-budget S (per workload; default
+300 on CUDA for ddpm, 40 for the others:
+under 9 minutes on one H100 in all), --trials N (instead of a budget), --results DIR,
+--out FILE.md (the tables, also printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import tuner  # noqa: E402
+from tuner.harness import run_trial  # noqa: E402
+from tuner.knobs import knob_text  # noqa: E402
+from tuner.plan import make_plan  # noqa: E402
+from tuner.probe import candidates  # noqa: E402
+from tuner.settings import RunOptions  # noqa: E402
+from tuner.status import Status  # noqa: E402
+from tuner.validate import train_loop  # noqa: E402
+from tuner.workload import available  # noqa: E402
+
+COLUMNS = ("workload", "baseline", "recommended", "best", "best knobs", "compute-only",
+           "loader-only", "attainable (bound)", "best ÷ attainable", "MFU %", "compile s",
+           "peak dev MiB", "peak host MiB", "start-up + probe s", "peers' batch", "peers' samples/sec",
+           "validate ratio")
+"""The table's columns: samples/sec unless said; empty where the device has no such figure
+(MFU and device memory on CPU)."""
+
+DDPM_MAX_MEMORY = "12GB"
+"""The DDPM report's card: an RTX 5070 with 12 GB."""
+
+
+def tune_workload(name: str, args: argparse.Namespace, results: Path) -> dict:
+    """One workload: the tuner's run, the peers' answer, the validate ratio; a dict of COLUMNS
+    (numbers unformatted) plus the rows the targets read."""
+    budget = args.time_budget or (None if args.trials else
+                                  (300.0 if name == "ddpm" else 40.0) if args.device == "cuda"
+                                  else None)
+    limit = DDPM_MAX_MEMORY if name == "ddpm" and args.device == "cuda" else None
+    started, probed = time.perf_counter(), []
+
+    def on_event(kind: str, data: dict) -> None:
+        if kind in ("probe", "start") and not probed:
+            probed.append(time.perf_counter() - started)
+
+    result = tuner.tune(name, device=args.device, scale=args.scale, trials=args.trials,
+                        time_budget_s=budget, results=str(results / name), max_memory=limit,
+                        progress=False, on_event=on_event)
+    best = result.best
+    out = dict.fromkeys(COLUMNS)
+    out.update({"workload": name + (f" (--max-memory {limit})" if limit else ""),
+                "start-up + probe s": probed[0] if probed else None})
+    refs = {r["reference"]: r for r in result.rows if r["reference"] and r["status"] == Status.OK}
+    out["baseline"] = _sps(refs.get("baseline"))
+    out["recommended"] = _sps(refs.get("recommended"))
+    if best is None:
+        return out
+    row = best.row
+    out.update({"best": best.samples_per_sec, "best knobs": knob_text(row),
+                "compute-only": row.get("ceiling_samples_per_sec"),
+                "loader-only": row.get("loader_ceiling_samples_per_sec"),
+                "attainable (bound)": (row.get("attainable_samples_per_sec"),
+                                       row.get("attainable_bound_by")),
+                "best ÷ attainable": row.get("attainable_share"), "MFU %": row.get("mfu_pct"),
+                "compile s": row.get("compile_s"),
+                "peak dev MiB": row.get("peak_device_memory_mb"),
+                "peak host MiB": row.get("peak_host_memory_mb")})
+    out["recommended"] = row.get("recommended_samples_per_sec") or out["recommended"]
+    out["baseline"] = row.get("baseline_samples_per_sec") or out["baseline"]
+    plan = make_plan(RunOptions(workload=name, device=args.device, scale=args.scale,
+                                max_memory=limit, results=str(results / f"{name}-peers"),
+                                probe="off"))
+    out.update(peers_answer(plan))
+    out["validate ratio"] = validate_ratio(plan, row)
+    return out
+
+
+def _sps(row: dict | None) -> float | None:
+    return row["samples_per_sec"] if row else None
+
+
+def peers_answer(plan) -> dict:
+    """The largest power-of-two multiple of the recommended batch that fits (doubling from it,
+    as BatchSizeFinder's 'power' mode), the other knobs as the recommended reference has them,
+    then measured with the run's trial settings. In this process: one trial at a time."""
+    knobs = dict(plan.references).get("recommended") or dict(plan.references)["baseline"]
+    short = replace(plan.settings, warmup_steps=2, windows=1, window_s=0.01, breakdown_steps=0,
+                    max_steady_probes=0)
+    largest_allowed = max(plan.samples, max(candidates(plan.device_space)))
+    batch, fits = knobs.batch_size, None
+    while batch <= largest_allowed:
+        status = run_trial(plan.workload, knobs.replace(batch_size=batch), short)["status"]
+        if status != Status.OK:
+            break
+        fits, batch = batch, batch * 2
+    if fits is None:
+        return {"peers' batch": None, "peers' samples/sec": None}
+    row = run_trial(plan.workload, knobs.replace(batch_size=fits), plan.settings)
+    return {"peers' batch": fits,
+            "peers' samples/sec": row["samples_per_sec"] if row["status"] == Status.OK else None}
+
+
+def validate_ratio(plan, row: dict) -> float | None:
+    """Measured ÷ predicted samples/sec of the best configuration as a plain training loop
+    (on CPU with the trial's torch threads)."""
+    from tuner.knobs import Knobs
+    try:
+        v = train_loop(plan.workload, Knobs.from_dict(row, strict=False), scale=row["scale"],
+                       device=row["device"], data_dir=plan.data_dir,
+                       warmup_steps=plan.settings.warmup_steps, threads=row.get("torch_threads"))
+    except Exception as exc:  # noqa: BLE001 - a failed validation is a figure too
+        print(f"  validate of {plan.workload.name} failed: {type(exc).__name__}: {exc}")
+        return None
+    return v.samples_per_sec / row["samples_per_sec"]
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    for r in rows:
+        lines.append("| " + " | ".join(_cell(c, r[c]) for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def _cell(column: str, value) -> str:
+    if value is None:
+        return ""
+    if column == "attainable (bound)":
+        return "" if value[0] is None else f"{value[0]:,.1f} ({value[1]})"
+    if column in ("best ÷ attainable", "validate ratio"):
+        return f"{value:.2f}"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def targets(rows: list[dict]) -> list[str]:
+    """One line per target of the GPU-truth issue, read from this run's figures."""
+    out = []
+    for r in rows:
+        name, share = r["workload"].split()[0], r["best ÷ attainable"]
+        need, peers = (0.9 if name == "ddpm" else 0.8), r["peers' samples/sec"]
+        out.append(f"{name}: best ÷ attainable {_fmt(share)} (target >= {need}); best "
+                   f"{_fmt(r['best'])} vs recommended {_fmt(r['recommended'])} "
+                   f"(target >=); vs the peers' answer {_fmt(peers)}; "
+                   f"validate {_fmt(r['validate ratio'])} (target 0.95..1.05); start-up + probe "
+                   f"{_fmt(r['start-up + probe s'])} s (probe target <= 20 s)")
+    return out
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:,.2f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    parser.add_argument("--scale", default=None, choices=["seed", "tiny"])
+    parser.add_argument("--workloads", nargs="+", default=None)
+    parser.add_argument("--time-budget", type=float, default=None)
+    parser.add_argument("--trials", type=int, default=None)
+    parser.add_argument("--results", default=None)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    args.scale = args.scale or ("seed" if args.device == "cuda" else "tiny")
+    names = args.workloads or sorted(available())
+    results = Path(args.results or tempfile.mkdtemp(prefix="tuner-acceptance-"))
+    started = time.perf_counter()
+    rows = []
+    for name in names:
+        t0 = time.perf_counter()
+        rows.append(tune_workload(name, args, results))
+        print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    table = markdown(rows)
+    lines = [f"GPU acceptance: {args.device}, {args.scale} scale, {len(rows)} workloads, "
+             f"{time.perf_counter() - started:.0f} s in all; results in {results}", "", table, ""]
+    lines += targets(rows)
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    shares = [r["best ÷ attainable"] for r in rows if r["best ÷ attainable"] is not None]
+    if shares:
+        print(f"median best ÷ attainable over workloads: {statistics.median(shares):.2f}")
+
+
+if __name__ == "__main__":
+    main()
