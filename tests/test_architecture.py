@@ -3,7 +3,10 @@ included), it has no cycle, and no module imports one on a higher floor.
 
 Floors, top to bottom (docs: README "Code map"):
 
-* ``cli`` — the command line;
+* the package ``tuner`` itself — a facade: ``tuner.tune`` is ``tuner.api.tune``, imported on
+  first use (so nothing below may import from the package: ``import tuner.leaderboard as
+  leaderboard``, not ``from tuner import leaderboard``);
+* ``cli`` and ``api`` — the command line and the Python API over the same driver;
 * driver — what runs in the Ray driver: the run's phases, plan, searcher, probe, Ray runtime,
   the leaderboard recorder;
 * results and the built-in workloads — reading and showing rows; the workloads build on the
@@ -22,29 +25,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FLOORS = {
-    5: {"tuner.cli", "tuner.__main__"},
+    6: {"tuner"},
+    5: {"tuner.cli", "tuner.__main__", "tuner.api"},
     4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.probe", "tuner.ray_runtime",
-        "tuner.recorder"},
-    3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "workloads",
+        "tuner.recorder", "tuner.pruning", "tuner.runlock"},
+    3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
+        "workloads",
+        "tuner.integrations", "tuner.integrations.lightning",
         "workloads._data", "workloads.ddpm", "workloads.classifier", "workloads.headpose",
-        "workloads.chargpt", "workloads.segmentation3d"},
+        "workloads.chargpt", "workloads.segmentation3d",
+        "workloads.datasets"},
     2: {"tuner.harness", "tuner.apply", "tuner.measure", "tuner.failures", "tuner.hardware",
-        "tuner.flops", "tuner.validate"},
+        "tuner.flops", "tuner.validate", "tuner.noise"},
     1: {"tuner.workload", "tuner.space", "tuner.cluster"},
-    0: {"tuner", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors"},
+    0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
-TORCH_FREE = {"tuner.cli", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-              "tuner.leaderboard", "tuner.progress"}
+TORCH_FREE = {"tuner", "tuner.cli", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
+              "tuner.leaderboard", "tuner.progress", "tuner.noise"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 
 def modules() -> dict[str, Path]:
     found = {}
     for package in ("tuner", "workloads"):
-        for path in (ROOT / package).glob("*.py"):
-            name = f"{package}.{path.stem}".removesuffix(".__init__")
+        for path in (ROOT / package).rglob("*.py"):  # subpackages too: tuner.integrations
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts).removesuffix(".__init__")
             found[name] = path
     return found
 

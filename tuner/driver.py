@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from tuner import leaderboard
+import tuner.leaderboard as leaderboard
+import tuner.noise as noise
 from tuner.errors import TunerError
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs

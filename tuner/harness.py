@@ -20,7 +20,6 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from tuner import __version__
 from tuner.apply import Training, build_training, cycle, move_batch, repeat, trial_state
 from tuner.flops import precision_of, utilisation
 from tuner.failures import classify
@@ -28,7 +27,7 @@ from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadMonitor,
                            Stopwatch, Window, peak_device_memory_mb, summarise, synchronize)
-from tuner.settings import PHASES, TrialSettings, default_cache_dir
+from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir
 from tuner.status import Status
 from tuner.workload import Workload
 
@@ -406,7 +405,7 @@ def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
 def _environment(device: torch.device, accelerator_type: str | None) -> dict:
     """Hardware and versions; the hardware key names the accelerator type when Ray gave one."""
     info = fingerprint(device)
-    info.update(node_id=node_id(), node_ip=node_ip(), tuner_version=__version__,
+    info.update(node_id=node_id(), node_ip=node_ip(), tuner_version=VERSION,
                 torch_version=torch.__version__)
     if accelerator_type is not None:
         info["accelerator_type"] = accelerator_type

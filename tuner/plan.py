@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tuner import leaderboard
+import tuner.leaderboard as leaderboard
 from tuner.errors import DataError, TunerError
 from tuner.flops import model_flops_per_sample
 from tuner.knobs import Knobs

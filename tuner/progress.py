@@ -7,7 +7,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColu
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from tuner import leaderboard
+import tuner.leaderboard as leaderboard
+import tuner.noise as noise
 from tuner.knobs import knob_text
 from tuner.status import STATUSES, Phase, Status, phase_of
 

@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 from ray.tune import Callback
 
-from tuner import leaderboard
+import tuner.leaderboard as leaderboard
+from tuner.errors import TunerError
 from tuner.knobs import Knobs
 from tuner.plan import Plan
 from tuner.status import Phase, Status

@@ -14,6 +14,10 @@ from typing import Any, Literal, Mapping, get_args
 
 from tuner.errors import TunerError
 
+VERSION = "0.2.0"
+"""tuner's version (``tuner.__version__``; pyproject.toml says the same), recorded in every
+leaderboard row."""
+
 Scale = Literal["seed", "tiny"]
 Device = Literal["auto", "cpu", "cuda"]
 DeviceType = Literal["cpu", "cuda"]
@@ -98,7 +102,13 @@ class RunOptions:
         TunerError: a value out of range or not accepted; the message names the flag, the
             value and what is accepted.
     """
-    workload: str
+    workload: Any
+    """A built-in name, an import path ('pkg.module:attribute', 'file.py:attribute'), or a
+    ``tuner.workload.Workload`` instance (the Python API, ``tuner.tune``)."""
+    workload_options: Mapping[str, Any] = field(default_factory=dict)
+    """Options the workload is configured with (``Workload.configure``): 'model' (--model, a
+    non-empty name) and 'image_size' (--image-size, pixels >= 1); None values are dropped.
+    Whether the workload takes them is checked where it is resolved (``tuner.plan``)."""
     space_file: str | None = None
     trials: int | None = None
     """Trials in all, references included; None: 12 on CPU, 40 on CUDA (or until time budget)."""

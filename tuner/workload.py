@@ -318,8 +318,9 @@ def available() -> dict[str, str]:
     return names
 
 
-def resolve(spec: str) -> Workload:
-    """Find a workload by built-in name, entry-point name, or import path.
+def resolve(spec: "str | Workload") -> Workload:
+    """Find a workload by built-in name, entry-point name, or import path; a Workload
+    instance (the Python API) is checked and returned as it is.
 
     Raises:
         TunerError: unknown name (the message lists the known ones), bad import path or
@@ -359,3 +360,13 @@ def __getattr__(name: str) -> Any:
         raise ImportError("tuner.workload.make_trainable moved in tuner 0.2: use "
                           "`from tuner.harness import make_trainable`")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if isinstance(spec, Workload):
+        return _checked(spec, spec.name)
+    if not isinstance(spec, str):
+        raise TunerError(f"workload {spec!r}: give a name, an import path 'package.module:attribute' "
+                         f"or a tuner.workload.Workload instance, not a {type(spec).__name__}")
+    return _checked(obj, spec)
+
+
+def _checked(obj: Any, spec: str) -> Workload:
+    """``obj`` if it is a Workload with a baseline reference. Raises TunerError."""

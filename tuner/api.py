@@ -1,0 +1,193 @@
+"""The Python API: ``tuner.tune(...)`` runs what ``python -m tuner run`` runs and returns the
+answer as values, for notebooks and scripts (as ``study.optimize`` does for Optuna and
+``Tuner.fit()`` for Ray Tune). The command line is a thin layer over it.
+
+    import tuner
+    result = tuner.tune("ddpm", trials=6, device="cpu")
+    result.best.samples_per_sec, result.speedup["baseline"]
+    print(result.to_python())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from tuner.errors import TunerError
+from tuner.knobs import Knobs
+from tuner.settings import RunOptions
+from tuner.status import phase_of
+
+if TYPE_CHECKING:  # pandas and the workload contract load only when used
+    import pandas as pd
+    import pyarrow as pa
+
+    from tuner.plan import Plan
+    from tuner.workload import Workload
+
+_OPTIONS = tuple(f.name for f in dataclasses.fields(RunOptions)
+                 if f.name not in ("workload", "trials", "time_budget_s", "device", "space_file",
+                                   "results", "data"))
+"""RunOptions fields ``tune`` takes as ``**options`` (the rest are its named arguments)."""
+
+
+@dataclass(frozen=True)
+class Best:
+    """The winner of a run: its knobs and its throughput (from the re-measurement when the run
+    had one: ``phase`` says which)."""
+
+    knobs: Knobs
+    samples_per_sec: float
+    """Median over the measurement windows, samples/sec."""
+    trial_id: str
+    phase: str
+    """'search' or 'remeasure'."""
+    row: dict
+    """The whole leaderboard row (``tuner.leaderboard.SCHEMA``)."""
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What a run found. ``rows`` are this run's leaderboard rows (every phase, every status,
+    in the order they finished)."""
+
+    run_id: str
+    workload: str
+    """The workload's name, as in the leaderboard."""
+    device: str
+    scale: str
+    rows: list[dict]
+    wall_s: float
+    """Wall time of the run, seconds."""
+    results_dir: str
+    """The results directory or URI; the leaderboard is ``<results_dir>/leaderboard``."""
+    notes: tuple[str, ...] = ()
+    """One line each about an option that did nothing in this run (``--max-memory`` on the
+    CPU device, ``warm_start`` with no earlier rows); printed at the start with ``progress``."""
+
+    @property
+    def best(self) -> Best | None:
+        """The fastest successful configuration (``tuner.leaderboard.best_row``'s rule: the
+        re-measured figures when there are any), or None when no trial succeeded."""
+        import tuner.leaderboard as leaderboard
+        row = leaderboard.best_row(self.rows)
+        if row is None:
+            return None
+        return Best(Knobs.from_dict(row, strict=False), row["samples_per_sec"], row["trial_id"],
+                    phase_of(row), row)
+
+    @property
+    def speedup(self) -> dict[str, float]:
+        """The winner's speed-up over each reference that was measured, e.g.
+        ``{"baseline": 1.8, "recommended": 1.1}`` (samples/sec ÷ samples/sec)."""
+        best = self.best
+        if best is None:
+            return {}
+        return {name: best.row[f"speedup_vs_{name}"] for name in ("baseline", "recommended")
+                if best.row.get(f"speedup_vs_{name}")}
+
+    @property
+    def leaderboard(self) -> "pd.DataFrame":
+        """This run's rows as a pandas DataFrame, ranked as ``python -m tuner leaderboard``
+        ranks them (the fastest first, failed trials last)."""
+        import pandas as pd
+        import tuner.leaderboard as leaderboard
+        return pd.DataFrame(leaderboard.ranked(self.table), columns=leaderboard.SCHEMA.names)
+
+    @property
+    def table(self) -> "pa.Table":
+        """This run's rows as an Arrow table with the leaderboard's schema."""
+        import pyarrow as pa
+        import tuner.leaderboard as leaderboard
+        return pa.Table.from_pylist([leaderboard.normalise_row(r) for r in self.rows],
+                                    schema=leaderboard.SCHEMA)
+
+    def to_python(self) -> str:
+        """The winner's knobs as Python to paste into a training script.
+
+        Raises:
+            TunerError: no trial of the run succeeded."""
+        best = self.best
+        if best is None:
+            raise TunerError(f"no trial of run {self.run_id} succeeded: nothing to paste")
+        return best.knobs.to_python(device=self.device)
+
+
+def tune(workload: "str | Workload", *, trials: int | None = None,
+         time_budget_s: float | None = None, device: str = "auto", space: str | None = None,
+         results: str = "tuner-results", data: str | None = None, progress: bool = True,
+         on_event: Callable[[str, dict], None] | None = None, **options: Any) -> TuneResult:
+    """Tune a workload's training throughput: memory probe (when asked for), search,
+    re-measurement of the best, ceilings. The same run as ``python -m tuner run``; every trial
+    is recorded in ``<results>/leaderboard`` as it finishes.
+
+    Args:
+        workload: a built-in name ('ddpm'), an import path ('pkg.module:attribute' or
+            'path/to/file.py:attribute'), or a ``tuner.workload.Workload`` instance.
+        trials: trials in all, references included (default: 12 on CPU, 40 on CUDA).
+        time_budget_s: seconds for the run.
+        device: 'auto', 'cpu' or 'cuda'.
+        space: a search-space YAML file (default: the workload's own).
+        results: results directory or URI.
+        data: the dataset (default: the workload's embedded data).
+        progress: print the plan, a line per trial and the closing summary, as the CLI does
+            (False: silent).
+        on_event: instead of that, ``on_event(kind, data)`` receives the run's events
+            ('start', 'probe', 'phase', 'trial', 'complete'; see ``tuner.progress``).
+        **options: any other field of ``tuner.settings.RunOptions`` (``seed``, ``sampler``,
+            ``scale``, ``max_memory``, ``confirm``, ``resume``, ...), named as there.
+
+    Returns:
+        A ``TuneResult``; ``result.best`` is None when no trial succeeded (their errors are in
+        ``result.leaderboard``).
+
+    Raises:
+        TunerError: bad input, in one line naming the value and what is accepted, found
+            before any trial.
+        tuner.driver.RunInterrupted: Ctrl-C, SIGTERM or SIGHUP; the finished trials are in the
+            leaderboard and ``tune(..., resume=exc.run_id)`` continues the run.
+    """
+    _check_option_names(options)
+    run_options = RunOptions(workload=workload, trials=trials, time_budget_s=time_budget_s,
+                             device=device, space_file=space, results=results, data=data,
+                             **options)
+    from tuner.driver import planned
+    printer = None
+    if on_event is None and progress:
+        from rich.console import Console
+        from tuner.progress import Progress
+        printer = Progress(Console())
+        on_event = printer.on_event
+    try:
+        with planned(run_options) as plan:
+            if printer is not None:
+                for note in plan.notes:  # an option that does nothing here, said once
+                    printer.console.print(f"note: {note}", highlight=False, soft_wrap=True)
+            result = tune_plan(plan, on_event)
+    finally:
+        if printer is not None:
+            printer.close()
+    if printer is not None:
+        printer.print_summary(result)
+    return result
+
+
+def _check_option_names(options: dict[str, Any]) -> None:
+    """Raise TunerError naming an unknown ``**options`` key, the closest accepted one and all."""
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        import difflib
+        close = difflib.get_close_matches(unknown[0], _OPTIONS + ("trials", "time_budget_s"), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise TunerError(f"tune(): unknown option {', '.join(unknown)}{hint}; accepted: trials, "
+                         f"time_budget_s, device, space, results, data, {', '.join(_OPTIONS)}")
+
+
+def tune_plan(plan: "Plan", on_event: Callable[[str, dict], None] | None = None) -> TuneResult:
+    """Run a plan made by ``tuner.driver.planned`` (what the CLI does, with its progress
+    printer) and return the result. Raises as ``tune``."""
+    from tuner.driver import run
+    summary = run(plan, on_event=on_event)
+    return TuneResult(summary.run_id, summary.workload, summary.device, summary.scale,
+                      summary.rows, summary.wall_s, summary.results_dir, tuple(plan.notes))
