@@ -253,7 +253,7 @@ def test_bad_input_leaves_existing_results_byte_identical(bad_runs):
 # ------------------------------------------------------------------------------ flags
 
 CLI_FLAGS = {
-    "run": ["--workload", "-w", "--space", "--trials", "--time-budget", "--device", "--scale",
+    "run": ["--workload", "-w", "--model", "--image-size", "--space", "--trials", "--time-budget", "--device", "--scale",
             "--data", "--results", "--seed", "--sampler", "--address", "--windows", "--window-s",
             "--warmup-steps", "--objective", "--train-steps", "--max-memory", "--max-host-memory",
             "--global-batch-size", "--probe", "--confirm", "--resume", "--warm-start",

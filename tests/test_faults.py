@@ -1,5 +1,5 @@
-"""The run survives faults: two runs writing into one results directory, a trial process
-killed while it measures, the driver interrupted (SIGINT) or killed (SIGKILL) and resumed, and
+"""The run survives faults: a second run into the same results directory (refused), a trial
+process killed while it measures, the driver interrupted (SIGINT) or killed (SIGKILL) and resumed, and
 a Ray cluster of two local nodes, one of which goes away mid-run.
 
 Trial processes are found through tests/fault_workloads.py, which writes each trial's PID and
@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tuner import leaderboard
+from tuner.driver import REMEASURE_ROUNDS
 
 pytestmark = pytest.mark.slow
 
@@ -99,26 +100,25 @@ def descends_from(pid: int, ancestor: int) -> bool:
 # ---------------------------------------------------------------- one results directory
 
 def test_two_runs_at_once_into_one_results_directory(tmp_path, env, space):
+    """Two runs on one machine share its cores and measure each other: the second into the
+    same results directory is refused in one line naming the first (tuner/runlock.py), before
+    it starts Ray or writes a row; the first runs on undisturbed."""
     results = tmp_path / "results"
     procs = [start(["run", "--workload", REGRESSION, "--space", space, "--trials", "3",
                     "--results", str(results), "--seed", str(seed), *SHORT], env)
              for seed in (1, 2)]
     outputs = [finish(p) for p in procs]
-    for p, (out, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-3000:]
+    assert sorted(p.returncode for p in procs) == [0, 2], [err[-3000:] for _, err in outputs]
+    (winner, (out, _)), = [(p, o) for p, o in zip(procs, outputs) if p.returncode == 0]
+    (_, refused), = [o for p, o in zip(procs, outputs) if p.returncode == 2]
     rows = rows_of(results)
-    assert len(rows) == 6
-    runs = {}
-    for r in rows:
-        runs.setdefault(r["run_id"], []).append(r)
-    assert len(runs) == 2 and all(len(v) == 3 for v in runs.values())
-    assert len({r["trial_id"] for r in rows}) == 6
-    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
-    for run_rows in runs.values():
-        assert sorted(r["reference"] or "" for r in run_rows) == ["", "baseline", "recommended"]
-    # Each run's summary names its own run id.
-    for out, _ in outputs:
-        assert sum(run_id in out for run_id in runs) == 1
+    (run_id,) = {r["run_id"] for r in rows}
+    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    assert sorted(r["reference"] or "" for r in rows) == ["", "baseline", "recommended"]
+    assert run_id in out
+    lines = [ln for ln in refused.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in refused, refused[-3000:]
+    assert f"error: --results {results}: run {run_id} (PID {winner.pid}) is tuning" in lines[0]
 
 
 # ----------------------------------------------------------------- a trial process dies
@@ -136,7 +136,7 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
         out, err = finish(proc)
     assert proc.returncode == 0, err[-3000:]
     rows = rows_of(results)
-    assert len(rows) == 3
+    assert len(rows) == 4                             # 3 trials and the baseline's retry
     errors = [r for r in rows if r["status"] == "error"]
     assert len(errors) == 1, [(r["status"], r["error"]) for r in rows]
     killed = errors[0]
@@ -146,6 +146,14 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
     assert killed["samples_per_sec"] is None
     assert all(r["status"] == "ok" for r in rows if r is not killed)
     assert "Traceback" not in err
+    # A reference killed by a transient fault is measured once more, so the run still has
+    # its speed-up over the baseline.
+    (retry,) = [r for r in rows if r["reference"] == "baseline" and r is not killed]
+    assert retry["phase"] == "search" and retry["status"] == "ok"
+    assert "measuring baseline once more" in " ".join(out.split())
+    top = leaderboard.best_row(rows)
+    assert top["baseline_samples_per_sec"] == retry["samples_per_sec"]
+    assert top["speedup_vs_baseline"] is not None
     # The run can still be resumed (it is complete: nothing left to run) ...
     from tuner.plan import make_plan
     from tuner.settings import RunOptions
@@ -180,12 +188,14 @@ def _interrupted_then_resumed(tmp_path, env, space, sig: int) -> None:
         assert "SIGTERM received" not in err and "*** " not in err, err[-3000:]  # Ray's native
     else:
         assert proc.returncode == -signal.SIGKILL
-        # Most of the killed driver's Ray processes share its fate (GCS, raylet, workers exit
-        # with it); its runtime-env and dashboard agents were seen lingering for 20 s and
-        # more. Whatever of that tree is left after a moment is ended here, by PID.
-        _, alive = psutil.wait_procs(tree, timeout=5)
+        # The killed driver's Ray processes go with it: GCS, raylet and workers share its
+        # fate; its runtime-env and dashboard agents (which outlived it by 62 s) are ended by
+        # the reaper ray_init starts (tuner/ray_runtime.py). Any left are ended here, by PID.
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        names = [p.name() for p in alive if p.is_running()]
         for p in alive:
             p.kill()
+        assert not names, f"outlived the killed driver by 10 s: {names}"
 
     resumed = start([*args, "--resume", run_id], env)
     out, err = finish(resumed)
@@ -239,7 +249,8 @@ def test_stopped_during_remeasurement_resume_finishes_that_phase_and_the_ceiling
     phases = [r["phase"] for r in rows]
     assert phases.count("search") == 4 and phases.count("ceiling") >= 1
     remeasured = [(r["batch_size"], r["reference"]) for r in rows if r["phase"] == "remeasure"]
-    assert len(remeasured) == len(set(remeasured)) >= 2            # each configuration once
+    assert len(set(remeasured)) >= 2
+    assert all(remeasured.count(c) == REMEASURE_ROUNDS for c in remeasured)  # once a round
     refs = {r["reference"] for r in rows if r["phase"] == "remeasure" and r["reference"]}
     assert refs == {"baseline", "recommended"}                      # beside the winner, again
     again = start([*args, "--resume", run_id], env)                 # now there is nothing left

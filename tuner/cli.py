@@ -1,4 +1,4 @@
-"""Command line: ``python -m tuner run|leaderboard|best|report|profile|validate|workloads|check-cluster``.
+"""Command line: ``python -m tuner run|leaderboard|best|report|export|profile|validate|workloads|check-cluster``.
 
 User errors (``TunerError``, bad flags) print one line and exit with code 2, no traceback.
 """
@@ -40,7 +40,8 @@ class TunerGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TunerError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {_one_line(str(exc))}", highlight=False,
+                              soft_wrap=True)
             ctx.exit(2)
         except click.UsageError as exc:  # a bad flag of a subcommand: one line, not the usage
             err_console.print(f"[bold red]error:[/] {exc.format_message()}", highlight=False,
@@ -64,22 +65,66 @@ _default_showwarning = warnings.showwarning
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """The warnings tuner raises for the user (a damaged leaderboard file) as one line."""
-    if category.__name__ == "DamagedLeaderboardWarning":
+    """The warnings tuner raises for the user (a damaged leaderboard file, another run on this
+    machine) as one line."""
+    if category.__name__ in ("DamagedLeaderboardWarning", "ConcurrentRunWarning"):
         err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
     else:
         _default_showwarning(message, category, filename, lineno, file, line)
 
 
+def _note(text: str) -> None:
+    """One line on stderr about an option that does nothing here; the command goes on."""
+    err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
+
+
+def _one_line(message: str) -> str:
+    """An error message as one line. An exception raised in a DataLoader worker is raised
+    again by torch in the main process with the worker's traceback as its message ("Caught
+    DataError in DataLoader worker process 0. Original Traceback ... tuner.errors.DataError:
+    image x.png cannot be decoded"): that becomes its last line, without the exception's
+    module path, and the worker it happened in."""
+    import re
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    caught = re.search(r"Caught (\w+) (in DataLoader worker process \d+)", message)
+    if caught and len(lines) > 1 and "Original Traceback" in message:
+        last = re.sub(rf"^([\w.]+\.)?{caught.group(1)}: ", "", lines[-1])
+        return f"{message[:caught.start()].strip()} {last} ({caught.group(2)})".lstrip()
+    return " ".join(lines)
+
+
+def _model_options(f):
+    """--model and --image-size: the options a workload is configured with (``configure``)."""
+    f = click.option("--image-size", "image_size", type=click.IntRange(min=1),
+                     help="Input side in pixels, with --model [default: the size the model's "
+                          "pretrained weights use, e.g. 224].")(f)
+    return click.option("--model", help="Classifier workloads: any torchvision classification "
+                        "model by name (resnet50, vit_b_16, …) or timm:NAME; its rows go under "
+                        "the workload name <workload>-<model>-<px>px.")(f)
+
+
+def _configured(workload: str, model: str | None, image_size: int | None):
+    """The workload ``--workload`` names, configured with --model / --image-size."""
+    from tuner.plan import resolve_workload
+    from tuner.settings import RunOptions
+    return resolve_workload(RunOptions(workload=workload, workload_options={
+        "model": model, "image_size": image_size}))
+
+
 @main.command()
 @click.option("--workload", "-w", required=True,
               help="Built-in name (see `tuner workloads`) or import path package.module:attribute.")
+@_model_options
 @click.option("--space", "space_file", type=click.Path(dir_okay=False),
               help="Search-space YAML (default: the workload's built-in space).")
 @click.option("--trials", type=click.IntRange(min=1),
-              help="Trials in all, reference configurations included [default: 12 on CPU, 40 on CUDA].")
+              help="Search trials, reference configurations included; the re-measurement "
+                   "(--confirm) and the ceilings (--ceiling) run after them, on top "
+                   "[default: 12 on CPU, 40 on CUDA].")
 @click.option("--time-budget", "time_budget", type=click.FloatRange(min=0, min_open=True),
-              help="Stop starting trials after this many seconds.")
+              help="Seconds the whole run may take (probe, search, re-measurement, ceilings); it "
+                   "ends within 10 s more, a trial cut short recorded as timeout with the windows "
+                   "it measured [default: 1800 on CUDA, none on CPU].")
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
 @click.option("--scale", type=click.Choice(SCALES),
               help="seed: the report's sizes; tiny: CPU-test sizes [default: seed on CUDA, tiny on CPU].")
@@ -126,34 +171,51 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
               help="With --warm-start: measure configurations again even when a row has them.")
 @click.option("--ceiling/--no-ceiling", default=True, show_default=True,
               help="Measure the winner's compute-only ceiling (batches already on the device).")
+@click.option("--early-stop/--no-early-stop", "early_stop", default=True, show_default=True,
+              help="Stop a search trial after a window when it is slower than the best so far by "
+                   "more than the measured noise (recorded as pruned, with its windows).")
 @click.option("--peak-tflops", "peak_tflops", type=click.FloatRange(min=0, min_open=True),
               help="Your card's dense peak TFLOP/s for MFU, when tuner does not know the card.")
 def run(**kwargs: Any) -> None:
-    """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end."""
+    """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end.
+    (The Python API's ``tuner.tune`` runs the same.)"""
     import contextlib
-    from tuner.driver import RunInterrupted, planned, run as run_search
+    from tuner.api import tune_plan
+    from tuner.driver import RunInterrupted, planned
     from tuner.progress import Progress
     from tuner.settings import RunOptions
 
     kwargs["time_budget_s"] = kwargs.pop("time_budget")
+    kwargs["workload_options"] = {"model": kwargs.pop("model"),
+                                  "image_size": kwargs.pop("image_size")}
     options = RunOptions(**kwargs)
     with contextlib.ExitStack() as session:
         with console.status("checking the workload, search space and data…"):
             plan = session.enter_context(planned(options))
+        for note in plan.notes:
+            _note(note)
         progress = Progress(console)
         try:
-            summary = run_search(plan, on_event=progress.on_event)
+            result = tune_plan(plan, on_event=progress.on_event)
         except RunInterrupted as exc:
             progress.close()
             err_console.print(f"interrupted: {exc.recorded} trials of run {exc.run_id} are in "
                               f"{options.results}/leaderboard; continue with the same command and "
                               f"--resume {exc.run_id}")
             sys.exit(130)
+        except TunerError:  # a write failed mid-run (RecordFailed): the bar ends first
+            progress.close()
+            raise
     progress.close()
-    progress.print_summary(summary)
-    if not any(r["status"] == Status.OK for r in summary.rows):
-        raise TunerError(f"no trial of run {summary.run_id} succeeded; see the error column in "
-                         f"`python -m tuner leaderboard --workload {summary.workload}`")
+    progress.print_summary(result)
+    if result.best is None:
+        if result.rows and all(r["status"] == Status.TIMEOUT for r in result.rows):
+            raise TunerError(f"--time-budget {options.time_budget_s:g}: the budget stopped every "
+                             f"trial before it finished measuring (start-up and set-up took "
+                             f"most of it; see `python -m tuner leaderboard --workload "
+                             f"{result.workload}`); give a longer budget")
+        raise TunerError(f"no trial of run {result.run_id} succeeded; see the error column in "
+                         f"`python -m tuner leaderboard --workload {result.workload}`")
 
 
 def _common_filters(f):
@@ -174,7 +236,7 @@ def _workload_name(spec: str) -> str:
 def _load(results: str, workload: str, hardware: str | None):
     """``leaderboard.select`` for a read command: an import path is resolved to its name, and
     with rows from several machines this machine's key is taken."""
-    from tuner import leaderboard
+    import tuner.leaderboard as leaderboard
     return leaderboard.select(results, _workload_name(workload), hardware,
                               this_machine=_this_machine_key)
 
@@ -197,7 +259,7 @@ def _this_machine_key(keys: list[str]) -> str | None:
 def leaderboard_cmd(workload: str, results: str, hardware: str | None, fmt: str,
                     limit: int | None) -> None:
     """Trials ranked by samples/sec (failed trials last, with their error)."""
-    from tuner import leaderboard
+    import tuner.leaderboard as leaderboard
     table, hardware = _load(results, workload, hardware)
     rows = leaderboard.ranked(table)[:limit]
     if fmt == "json":
@@ -213,14 +275,19 @@ def leaderboard_cmd(workload: str, results: str, hardware: str | None, fmt: str,
 
 
 def _rank_table(rows: list[dict], title: str) -> Table:
+    """The leaderboard as a table; its phase column tells a re-measured configuration from its
+    search row, and names each ceiling ('ceiling: loader' is the DataLoader alone, no model)."""
     t = Table(title=title, title_justify="left")
-    for col in ("#", "status", "ref", "samples/sec", "±IQR", "step ms p50", "warm-up s",
+    for col in ("#", "status", "phase", "ref", "samples/sec", "±IQR", "step ms p50", "warm-up s",
                 "peak dev MiB", "peak host MiB", "knobs / error"):
-        t.add_column(col, justify="right" if col not in ("status", "ref", "knobs / error") else "left",
-                     overflow="fold")
+        t.add_column(col, justify="left" if col in ("status", "phase", "ref", "knobs / error")
+                     else "right", overflow="fold")
     for i, r in enumerate(rows, 1):
         detail = knob_text(r) if r["status"] in MEASURED else f"{knob_text(r)} — {r['error']}"
-        t.add_row(str(i), r["status"], r["reference"] or "", _num(r["samples_per_sec"], 1),
+        phase = r.get("phase") or "search"
+        if phase == "ceiling":
+            phase = f"ceiling: {r.get('ceiling') or 'compute'}"
+        t.add_row(str(i), r["status"], phase, r["reference"] or "", _num(r["samples_per_sec"], 1),
                   _num(r["samples_per_sec_iqr"], 1), _num(r["step_time_ms_p50"], 1),
                   _num(r["warmup_s"], 1), _num(r["peak_device_memory_mb"], 0),
                   _num(r["peak_host_memory_mb"], 0), detail)
@@ -236,8 +303,10 @@ def _num(v: float | None, digits: int) -> str:
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml", "python"]), default="json",
               show_default=True)
 def best(workload: str, results: str, hardware: str | None, fmt: str) -> None:
-    """The fastest configuration and its speed-up over the references of its run."""
-    from tuner import leaderboard
+    """The best configuration and its speed-up over the references of its run, with a 95 %
+    interval; where the fastest ties with a simpler configuration within the noise, the
+    simpler one (no compile, fewer workers, closer to the baseline: README "Ties and noise")."""
+    import tuner.leaderboard as leaderboard
     table, hardware = _load(results, workload, hardware)
     top = leaderboard.best(table)
     if top is None:
@@ -252,8 +321,12 @@ def best(workload: str, results: str, hardware: str | None, fmt: str) -> None:
         "speedup_vs_baseline": top["speedup_vs_baseline"],
         "recommended_samples_per_sec": top["recommended_samples_per_sec"],
         "speedup_vs_recommended": top["speedup_vs_recommended"],
+        **_interval_keys(top, "baseline"), **_interval_keys(top, "recommended"),
+        "rounds": top["rounds"],
+        "chosen_over_faster": _tied_faster(top),
         "model_flops_per_sample": top["model_flops_per_sample"],
         "achieved_tflops": top["achieved_tflops"], "mfu_pct": top["mfu_pct"],
+        "compile_s": top.get("compile_s"),
         "peak_device_memory_mb": top["peak_device_memory_mb"],
         "peak_host_memory_mb": top["peak_host_memory_mb"],
         "clamped": top["clamped"],
@@ -265,10 +338,34 @@ def best(workload: str, results: str, hardware: str | None, fmt: str) -> None:
         click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
     else:
         speed = f"{top['samples_per_sec']:.1f} samples/sec"
-        if top["speedup_vs_baseline"]:
+        if top["baseline_is_best"]:
+            speed += ", the baseline itself"
+        elif top["tie_vs_baseline"]:
+            speed += ", a tie with the baseline within the noise"
+        elif top["speedup_vs_baseline"]:
             speed += f", {top['speedup_vs_baseline']:.2f}x the baseline"
         click.echo(f"# tuner best for {workload} on {hardware}: {speed} (run {top['run_id']})")
         click.echo(knobs.to_python(device=top["device"] or "cuda"), nl=False)
+
+
+def _interval_keys(top: dict, ref: str) -> dict:
+    """For ``best``'s JSON: ``speedup_ci_vs_<ref>`` ([low, high], the 95 % interval; null
+    without a measured spread), ``tie_vs_<ref>`` (the interval contains 1) and
+    ``<ref>_is_best`` (the winner is that reference)."""
+    low, high = top[f"speedup_vs_{ref}_low"], top[f"speedup_vs_{ref}_high"]
+    return {f"speedup_ci_vs_{ref}": [low, high] if low is not None else None,
+            f"tie_vs_{ref}": top[f"tie_vs_{ref}"], f"{ref}_is_best": top[f"{ref}_is_best"]}
+
+
+def _tied_faster(top: dict) -> dict | None:
+    """For ``best``'s JSON: the faster configuration the tie rule set aside for the simpler
+    winner (``leaderboard.best_row``), with its speed-up over the winner and 95 % interval."""
+    if not top.get("tied_faster"):
+        return None
+    row, sp = top["tied_faster"]
+    return {"trial_id": row["trial_id"], "knobs": Knobs.from_dict(row, strict=False).to_dict(),
+            "samples_per_sec": row["samples_per_sec"], "speedup": sp.ratio,
+            "speedup_ci": [sp.low, sp.high]}
 
 
 @main.command()
@@ -288,8 +385,42 @@ def report(workload: str, results: str, hardware: str | None, out_dir: str,
     console.print(f"open {paths[-1]}")
 
 
+@main.command(name="export")
+@_common_filters
+@click.option("--optuna-storage", "storage", required=True,
+              help="Database URL to write an Optuna study to, e.g. sqlite:///tuner.db "
+                   "(open it with `optuna-dashboard sqlite:///tuner.db`).")
+@click.option("--study-name", "study_name", help="[default: WORKLOAD@HARDWARE_KEY]")
+@click.option("--run", "run_id", help="Only this run's rows [default: every run's].")
+@click.option("--overwrite", is_flag=True, help="Replace a study of the same name.")
+def export_cmd(workload: str, results: str, hardware: str | None, storage: str,
+               study_name: str | None, run_id: str | None, overwrite: bool) -> None:
+    """The leaderboard as an Optuna study: one trial per row, for optuna-dashboard."""
+    from collections import Counter
+    from tuner.export import default_study_name, shown_url, write_study
+    table, hardware = _load(results, workload, hardware)
+    name = _workload_name(workload)
+    rows = table.to_pylist()
+    if run_id is not None:
+        runs = sorted({r["run_id"] for r in rows})
+        rows = [r for r in rows if r["run_id"] == run_id]
+        if not rows:
+            raise TunerError(f"--run {run_id}: no rows of {name} on {hardware} for it; runs "
+                             f"here: {', '.join(runs)}")
+    study_name = study_name or default_study_name(name, hardware)
+    study = write_study(rows, storage, study_name, overwrite=overwrite,
+                        study_attrs={"workload": name, "hardware_key": hardware,
+                                     "results": str(results), "value": "samples_per_sec"})
+    states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
+    url = shown_url(storage)
+    console.print(f"wrote {len(rows)} trials of {name} on {hardware} to study {study_name!r} in "
+                  f"{url} ({', '.join(f'{n} {s}' for s, n in states.most_common())})",
+                  highlight=False, soft_wrap=True)
+    console.print(f"open it with: optuna-dashboard {url}", highlight=False, soft_wrap=True)
+
+
 def _pick_row(table, trial_id: str | None) -> dict:
-    from tuner import leaderboard
+    import tuner.leaderboard as leaderboard
     rows = table.to_pylist()
     if trial_id is None:
         row = leaderboard.best_row(rows)
@@ -304,35 +435,34 @@ def _pick_row(table, trial_id: str | None) -> dict:
 
 
 def _data_for(workload, data: str | None, scale: str):
-    from pathlib import Path
-    from tuner.errors import DataError
-    from tuner.workload import default_cache_dir
-    if data is None:
-        return workload.prepare_default_data(default_cache_dir() / "data", scale)
-    path = Path(data)
-    if not path.exists():
-        raise DataError(f"--data {data}: no such file or directory")
-    return path
+    """The data ``profile`` and ``validate`` read, checked as ``run`` checks it before
+    measuring (``tuner.plan.checked_data``: every image decoded for the built-ins).
+    Raises DataError naming the path or file."""
+    from tuner.plan import checked_data
+    with console.status("checking the data…"):
+        return checked_data(workload, data, scale)[0]
 
 
 @main.command()
 @_common_filters
+@_model_options
 @click.option("--trial", "trial_id", help="Trial id to validate (default: the best).")
 @click.option("--steps", type=click.IntRange(min=1),
               help="Optimizer steps (default: one epoch, at least 23 steps).")
 @click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
-def validate(workload: str, results: str, hardware: str | None, trial_id: str | None,
-             steps: int | None, data: str | None) -> None:
+def validate(workload: str, results: str, hardware: str | None, model: str | None,
+             image_size: int | None, trial_id: str | None, steps: int | None,
+             data: str | None) -> None:
     """Train with the best configuration as a plain loop; measured vs predicted samples/sec."""
     import torch
     from tuner.validate import train_loop
-    from tuner.workload import resolve
-    w = resolve(workload)
-    table, hardware = _load(results, workload, hardware)
+    w = _configured(workload, model, image_size)
+    table, hardware = _load(results, w.name, hardware)
     row = _pick_row(table, trial_id)
     if row["device"] == "cuda" and not torch.cuda.is_available():
         raise TunerError(f"trial {row['trial_id']} ran on CUDA ({hardware}); no CUDA device here")
     knobs = Knobs.from_dict(row, strict=False)
+    data_dir = _data_for(w, data, row["scale"])
     console.print(f"validating trial {row['trial_id']} ({row['phase']}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
     from tuner.harness import training_threads
@@ -345,7 +475,7 @@ def validate(workload: str, results: str, hardware: str | None, trial_id: str | 
     where = f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
     with console.status(f"training on {where}…"):
         v = train_loop(w, knobs, scale=row["scale"], device=row["device"],
-                       data_dir=_data_for(w, data, row["scale"]), steps=steps,
+                       data_dir=data_dir, steps=steps,
                        warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0], threads=threads)
     predicted = row["samples_per_sec"]
     t = Table(title=f"{w.name}: plain training loop vs the trial", title_justify="left")
@@ -361,7 +491,10 @@ def validate(workload: str, results: str, hardware: str | None, trial_id: str | 
 
 @main.command()
 @click.option("--workload", "-w", required=True, help="Workload name or import path.")
-@click.option("--knobs", "knobs_json", help='Knobs as JSON, over the workload\'s baseline, e.g. \'{"batch_size": 64}\'.')
+@_model_options
+@click.option("--knobs", "knobs_json", help='Knobs as JSON, over the workload\'s baseline, e.g. '
+              '\'{"batch_size": 64}\'; with "num_workers": 0 the baseline\'s worker-only knobs '
+              '(prefetch_factor, persistent_workers) are dropped, in a note.')
 @click.option("--trial", "trial_id", help="Take the knobs of this leaderboard trial.")
 @click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False))
 @click.option("--hardware", help="Hardware key of the leaderboard rows to read.")
@@ -370,7 +503,8 @@ def validate(workload: str, results: str, hardware: str | None, trial_id: str | 
 @click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
               help="Synchronised steps timed per phase.")
-def profile(workload: str, knobs_json: str | None, trial_id: str | None, results: str,
+def profile(workload: str, model: str | None, image_size: int | None,
+            knobs_json: str | None, trial_id: str | None, results: str,
             hardware: str | None, device: str, scale: str | None, data: str | None, steps: int) -> None:
     """Per-phase breakdown of one configuration, and its bottleneck in one sentence.
 
@@ -379,17 +513,16 @@ def profile(workload: str, knobs_json: str | None, trial_id: str | None, results
     from tuner.harness import run_trial
     from tuner.plan import resolve_device
     from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings
-    from tuner.workload import resolve
-    w = resolve(workload)
+    w = _configured(workload, model, image_size)
     device = resolve_device(device)
     scale = scale or ("seed" if device == "cuda" else "tiny")
     source = "the workload's baseline"
     knobs = w.baseline
     if knobs_json is not None:
-        try:
-            knobs = Knobs.from_dict({**w.baseline.to_dict(), **json.loads(knobs_json)})
-        except (json.JSONDecodeError, ValueError, TypeError) as exc:
-            raise TunerError(f"--knobs {knobs_json!r}: {exc}") from None
+        knobs, dropped = _knobs_over(w.baseline, knobs_json)
+        if dropped:
+            _note(f"--knobs: {', '.join(dropped)} of the baseline dropped: "
+                  f"{'it needs' if len(dropped) == 1 else 'they need'} num_workers > 0")
         source = "--knobs"
     elif trial_id is not None or _has_rows(results, w.name):
         table, hardware = _load(results, w.name, hardware)
@@ -414,8 +547,21 @@ def profile(workload: str, knobs_json: str | None, trial_id: str | None, results
     console.print(bottleneck(row))
 
 
+def _knobs_over(baseline: Knobs, knobs_json: str) -> tuple[Knobs, list[str]]:
+    """``--knobs`` JSON over the baseline (``Knobs.updated``: knobs that no longer apply are
+    dropped, and listed). Raises TunerError naming the text."""
+    try:
+        changes = json.loads(knobs_json)
+        if not isinstance(changes, dict):
+            raise ValueError(f"expected a JSON object of knobs such as {{\"batch_size\": 64}}, "
+                             f"got a {type(changes).__name__}")
+        return baseline.updated(changes)
+    except (json.JSONDecodeError, ValueError, TypeError) as exc:
+        raise TunerError(f"--knobs {knobs_json!r}: {exc}") from None
+
+
 def _has_rows(results: str, workload: str) -> bool:
-    from tuner import leaderboard
+    import tuner.leaderboard as leaderboard
     return leaderboard.read(results, workload=workload).num_rows > 0
 
 

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import math
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -23,15 +25,17 @@ import tuner.noise as noise
 from tuner.errors import TunerError
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
-from tuner.plan import Plan, Resources, make_plan
+from tuner.plan import Plan, Resources, make_plan, resolve_workload
 from tuner.probe import candidates, probe_batch_limit
 from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, hardware_key,
                                ray_session)
-from tuner.recorder import LeaderboardWriter, ignore_event
+from tuner.pruning import EarlyStopping
+from tuner.recorder import LeaderboardWriter, RecordFailed, ignore_event
+from tuner.runlock import registered
 from tuner.searcher import FixedConfigs, make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
 from tuner.status import Phase, Status, phase_of
-from tuner.workload import Workload, resolve
+from tuner.workload import Workload
 
 
 @dataclass
@@ -56,14 +60,22 @@ def run(what: RunOptions | Plan, *,
         TunerError (and subclasses): bad input, found before any trial; a memory limit that
         not even the smallest batch fits.
         RunInterrupted: Ctrl-C; the finished trials are in the leaderboard.
+        RecordFailed (a TunerError): a leaderboard row or Ray's state could not be written
+        (a full disk); the run stops at once, its rows written so far kept.
     """
     if isinstance(what, RunOptions):
         with planned(what) as plan:
             return run(plan, on_event=on_event)
     plan, on_event = what, on_event or ignore_event
     started = time.perf_counter()
+    # The time budget bounds the whole run from planning on (at most the last 60 s of it: a
+    # plan the Python API made long ago counts from about now): probe, search, follow-ups.
+    start = time.monotonic() if plan.planned_at is None else max(plan.planned_at,
+                                                                 time.monotonic() - 60)
+    plan = plan.with_deadline(None if plan.time_budget_s is None else start + plan.time_budget_s)
     writer = None
-    with ray_session(plan.options.address), stop_signals_interrupt():
+    with registered(plan.run_id, plan.options.results, local=plan.options.address is None), \
+            ray_session(plan.options.address), stop_signals_interrupt():
         try:  # (ray_session: local Ray started here; a cluster's connection made already)
             plan = plan.with_hardware_key(hardware_key(plan))
             if plan.should_probe:
@@ -75,14 +87,23 @@ def run(what: RunOptions | Plan, *,
                 plan = _pin(plan, accelerator)
                 writer.plan = plan  # this type's rows are assembled with its plan
                 on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
-                if plan.remaining_trials != 0:
+                if plan.remaining_trials != 0 and _has_time(plan.search_time_s()):
                     _fit_search(plan, writer)
-                _fit_followups(plan, writer, on_event)
+                if _has_time(plan.time_left_s()):
+                    _fit_followups(plan, writer, on_event)
+            if writer.failed is not None:  # a row of the last experiment's end
+                raise writer.failed
             if plan.prior_rows and len(writer.rows) == len(plan.prior_rows):
                 on_event("complete", {"run_id": plan.run_id})
         except KeyboardInterrupt:
             recorded = len(writer.rows) if writer else len(plan.prior_rows)
             raise RunInterrupted(plan.run_id, recorded) from None
+        except OSError as exc:  # Ray Tune's own state under <results>/ray, on a full disk
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise
+            recorded = len(writer.rows) if writer else len(plan.prior_rows)
+            raise RecordFailed(exc.filename or "Ray Tune's experiment state", exc, plan,
+                               recorded) from None
     return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale, writer.rows,
                       time.perf_counter() - started, plan.options.results)
 
@@ -115,7 +136,7 @@ def planned(options: RunOptions) -> Iterator[Plan]:
     fails before connecting; a workload given as a file has its directory on sys.path before
     Ray builds the workers' PYTHONPATH), then, with --address, inside a connection to the
     cluster (which decides the device, GPUs and CPUs per node) held for the block."""
-    resolve(options.workload)
+    resolve_workload(options)
     with ray_session(options.address) if options.address else contextlib.nullcontext():
         yield plan_run(options)
 
@@ -234,16 +255,51 @@ def _experiment_name(plan: Plan, phase: str, label: str | None = None) -> str:
     return "-".join(parts)
 
 
+MIN_PHASE_S = 3.0
+"""A phase is not started with less time left than this: starting Ray Tune and a trial's
+process takes 1.5-3 s (more on a loaded machine), so it would start trials only to stop them."""
+
+
+def _has_time(seconds: float | None) -> bool:
+    """Whether a phase with ``seconds`` left (None: no budget) is worth starting."""
+    return seconds is None or seconds >= MIN_PHASE_S
+
+
+TUNE_STOP_GRACE_S = 4.0
+"""Ray Tune stops an experiment this long after its trials' deadline (``time_budget_s``). A
+trial stops itself at the first step boundary past its deadline; the recorder kills one still
+inside a longer step (a compile) 2 s past it (``recorder.OVERDUE_S``) and records it from its
+last report; Tune then stops what is left."""
+
+
+def tune_time_budget_s(seconds: float | None) -> float | None:
+    """``TuneConfig.time_budget_s`` for an experiment whose trials must end ``seconds`` from
+    now (their ``deadline_unix_s``): that, plus ``TUNE_STOP_GRACE_S``; None: no budget.
+    Follow-up phases pass ``plan.time_left_s()``."""
+    return None if seconds is None else seconds + TUNE_STOP_GRACE_S
+
+
+def _scheduler(plan: Plan) -> EarlyStopping | None:
+    """The search's trial scheduler: early stopping (``tuner.pruning``), unless
+    ``--no-early-stop``; None is Ray Tune's FIFO default."""
+    if not plan.options.early_stop:
+        return None
+    return EarlyStopping(plan.metric, plan.mode, plan.settings.windows)
+
+
 def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
     from ray import tune
-    settings = asdict(plan.settings)
+    spec = plan.search_spec()
+    # Search trials end where the follow-ups' share of the budget begins (Plan.search_time_s).
+    settings = {**asdict(plan.settings), "deadline_unix_s": spec.deadline_unix_s}
     tuner = tune.Tuner(
         _trainable(plan),
         param_space={"tuner": settings, "phase": Phase.SEARCH.value},
         tune_config=tune.TuneConfig(
-            search_alg=make_searcher(plan.search_spec()),
+            search_alg=make_searcher(spec),
+            scheduler=_scheduler(plan),
             num_samples=plan.remaining_trials if plan.trials else -1,
-            time_budget_s=plan.options.time_budget_s,
+            time_budget_s=tune_time_budget_s(plan.search_time_s()),
             max_concurrent_trials=_concurrency(plan),
             reuse_actors=_reuse_actors(plan),
         ),
@@ -253,43 +309,148 @@ def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
 
 
 def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
-    """Re-measure the best configurations with twice the windows, side by side with the
-    references that succeeded (the winner and its speed-ups are read from these), then measure
-    the winner's compute-only ceiling. A resumed run measures only what its rows lack, so a run
-    stopped in either phase finishes it."""
+    """Measure once more a reference that failed for a transient reason, re-measure the best
+    configurations that can still win beside the references that succeeded, in interleaved
+    rounds (the winner and its speed-ups are read from these), then measure the winner's
+    ceilings. A resumed run measures only what its rows lack, so a run stopped in any of these
+    phases finishes it."""
+    _retry_references(plan, writer, on_event)
     rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
     top, configs = _remeasure_configs(plan, rows)
-    done = {(Knobs.from_dict(r, strict=False), r["reference"]) for r in rows
-            if phase_of(r) == Phase.REMEASURE}
-    todo = [(knobs, ref) for knobs, ref in configs if (knobs, ref) not in done]
-    if todo:
-        on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo)})
-        _fit_fixed(plan, writer, todo, Phase.REMEASURE, windows=plan.settings.windows * 2)
+    if configs:
+        _fit_rounds(plan, writer, configs, on_event)
     if plan.options.ceiling and top:
         _fit_ceiling(plan, writer, on_event)
         _fit_limits(plan, writer, on_event)
 
 
+REMEASURE_ROUNDS = 3
+"""Interleaved re-measurement rounds (A B C, A B C, A B C). Each round gives one paired ratio
+per configuration; three give a t-interval with 2 degrees of freedom (quantile 4.3, where two
+rounds have 12.7: ``tuner.noise``)."""
+
+CAN_WIN_FRACTION = 0.5
+"""A searched configuration is re-measured only when its search rate is at least this share of
+the best search rate (for ``time_to_train_s``: a time at most 1/this of the best): a busy
+machine was seen to halve a rate between search and re-measurement (56.4 -> 30.4 samples/sec),
+so a configuration below half the best cannot overtake it."""
+
+TRIAL_OVERHEAD_S = 1.5
+"""Seconds Ray Tune adds to a trial beyond what its row records (a new trial process: 1.25 s
+measured with Ray 2.60), for sizing rounds to the time budget left."""
+
+_TRANSIENT = ("DataLoader worker failure", "died", "killed")
+"""Error texts of a failure that may not recur: a DataLoader worker died (``tuner.failures``'s
+prefix), Ray lost the trial's process or node ('The actor died ...'), a process was killed.
+Out-of-memory is a status of its own (``oom``), never transient."""
+
+
+def _trial_cost_s(rows: list[dict], knobs: Knobs, windows: int, window_s: float) -> float:
+    """Seconds one more trial of ``knobs`` takes with ``windows`` windows: its last search
+    trial's wall time less what that trial measured, plus the new windows and Ray's overhead
+    (without such a row: the windows and the overhead)."""
+    mine = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
+            and r.get("finished_at") and Knobs.from_dict(r, strict=False) == knobs]
+    setup = 0.0
+    if mine:
+        r = mine[-1]
+        setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
+                    - (r.get("measured_s") or 0.0))
+    return setup + windows * window_s + TRIAL_OVERHEAD_S
+
+
+def _transient(row: dict) -> bool:
+    """True for an ``error`` row whose error may not recur (``_TRANSIENT``)."""
+    return row["status"] == Status.ERROR and any(p in (row.get("error") or "") for p in _TRANSIENT)
+
+
+def _retry_references(plan: Plan, writer: "LeaderboardWriter",
+                      on_event: Callable[[str, dict], None]) -> None:
+    """Measure once more (a search-phase trial) each reference whose only search trial failed
+    for a transient reason (``_transient``: a killed DataLoader worker or trial process, never
+    an out-of-memory): without it the run has no speed-up over that reference. A reference is
+    retried once: a resumed run whose rows hold the retry does not retry again. Skipped when
+    the time budget left cannot hold the trial."""
+    rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+    todo = []
+    for name, _ in plan.references:
+        mine = [r for r in rows if r.get("reference") == name and phase_of(r) == Phase.SEARCH]
+        if len(mine) == 1 and _transient(mine[0]):
+            todo.append((Knobs.from_dict(mine[0], strict=False), name))
+    left = plan.time_left_s()
+    if not todo or (left is not None and left < sum(
+            _trial_cost_s(rows, k, plan.settings.windows, plan.settings.window_s) for k, _ in todo)):
+        return
+    on_event("phase", {"phase": Phase.SEARCH, "count": len(todo), "retry": [n for _, n in todo]})
+    _fit_fixed(plan, writer, todo, Phase.SEARCH, label="retry")
+
+
+def _round_windows(plan: Plan) -> int:
+    """Windows per re-measurement round: the rounds together about twice the search's windows
+    (as one re-measurement with twice the windows was), at least 2 per round (a spread)."""
+    return max(2, math.ceil(2 * plan.settings.windows / REMEASURE_ROUNDS))
+
+
+def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
+                on_event: Callable[[str, dict], None]) -> None:
+    """Re-measure ``configs`` interleaved: round r measures each of them once, in order, as one
+    Tune experiment; ``REMEASURE_ROUNDS`` rounds, and one more when a re-measurement recorded
+    a figure that cannot be true (``tuner.noise.impossible``: measured again). Round r runs
+    the configurations with fewer than r re-measurement rows, so a resumed run measures only
+    what is missing; a round the time budget left cannot hold is not started."""
+    windows = _round_windows(plan)
+    r = 0
+    while True:
+        r += 1
+        rows = [x for x in writer.rows if x.get("accelerator_type") == plan.accelerator_type]
+        again = [x for x in rows if phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
+                 and noise.impossible(x)]
+        rounds = REMEASURE_ROUNDS + (1 if again else 0)
+        if r > rounds:
+            return
+        counts: dict[Knobs, int] = {}
+        for x in rows:
+            if phase_of(x) == Phase.REMEASURE:
+                knobs = Knobs.from_dict(x, strict=False)
+                counts[knobs] = counts.get(knobs, 0) + 1
+        todo = [(k, ref) for k, ref in configs if counts.get(k, 0) < r]
+        if not todo:
+            continue
+        left = plan.time_left_s()
+        cost = sum(_trial_cost_s(rows, k, windows, plan.settings.window_s) for k, _ in todo)
+        if left is not None and left < cost:
+            return
+        on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo), "round": r,
+                           "rounds": rounds, "windows": windows})
+        _fit_fixed(plan, writer, todo, Phase.REMEASURE, label=f"round{r}", windows=windows)
+
+
 def _remeasure_configs(plan: Plan, rows: list[dict]) -> tuple[list[Knobs], list[tuple[Knobs, str | None]]]:
-    """The ``--confirm`` best configurations of the search, and what the re-measurement phase
-    measures: those and the references beside them (none with fewer than two to compare)."""
+    """The ``--confirm`` best configurations of the search that can still win
+    (``CAN_WIN_FRACTION``), and what the re-measurement phase measures: those and, beside them,
+    the references that succeeded (nothing with fewer than two configurations to compare).
+    A best whose figures cannot be true (``tuner.noise.impossible``) is among them: measured
+    again; it does not set the bar for the others."""
     ok = [r for r in rows if r["status"] == Status.OK and r[plan.metric] is not None
           and phase_of(r) == Phase.SEARCH]
     ok.sort(key=lambda r: r[plan.metric], reverse=plan.mode == "max")
+    sound = [r[plan.metric] for r in ok if noise.impossible(r) is None]
     top: list[Knobs] = []
     for r in ok:
         knobs = Knobs.from_dict(r, strict=False)
-        if knobs not in top:
+        can_win = not sound or (r[plan.metric] >= CAN_WIN_FRACTION * sound[0]
+                                if plan.mode == "max" else
+                                r[plan.metric] <= sound[0] / CAN_WIN_FRACTION)
+        if knobs not in top and can_win:
             top.append(knobs)
     top = top[:plan.options.confirm]
-    if len(top) < 2:
-        return top, []
     refs: dict[Knobs, str] = {}
     for r in ok:
         if r["reference"] and r["reference"] not in refs.values():
             refs.setdefault(Knobs.from_dict(r, strict=False), r["reference"])
-    return top, [(k, refs.get(k)) for k in top] + [(k, name) for k, name in refs.items()
-                                                   if k not in top]
+    configs = [(k, refs.get(k)) for k in top] + [(k, name) for k, name in refs.items()
+                                                 if k not in top]
+    return top, (configs if top and len(configs) >= 2 else [])
 
 
 def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
@@ -353,7 +514,9 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knob
         tune_config=tune.TuneConfig(
             search_alg=FixedConfigs([{**k.to_dict(), "reference": ref} for k, ref in configs]),
             num_samples=len(configs), max_concurrent_trials=_concurrency(plan),
-            reuse_actors=_reuse_actors(plan)),
+            reuse_actors=_reuse_actors(plan),
+            # the run's deadline bounds the follow-ups too (their trials carry deadline_unix_s)
+            time_budget_s=tune_time_budget_s(plan.time_left_s())),
         run_config=_run_config(plan, writer, _experiment_name(plan, phase, label)),
     )
     tuner.fit()

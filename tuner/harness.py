@@ -9,6 +9,7 @@ synchronisations. Windows cross epoch boundaries, so the per-epoch worker restar
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 import time
 import traceback
@@ -36,6 +37,35 @@ Report = Callable[[dict], None]
 
 class TrialFailure(Exception):
     """A trial cannot run as configured (e.g. batch larger than the dataset)."""
+
+
+class DeadlineReached(Exception):
+    """The run's time budget ran out during the trial (``TrialSettings.deadline_unix_s``)."""
+
+
+def _check_deadline(settings: TrialSettings, where: str) -> None:
+    """Raise DeadlineReached("<where>") once the trial's deadline has passed."""
+    if settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s:
+        raise DeadlineReached(where)
+
+
+COMPILE_NEEDS_S = {"default": 90.0, "reduce-overhead": 120.0, "max-autotune": 600.0}
+"""Seconds a ``torch.compile`` mode needs before its first step ends, for a trial that would
+start one with less time left (``TrialSettings.deadline_unix_s``). Source: the H100 note of
+2026-11-23: the ddpm U-Net's first default-mode compile took ~80 s (chargpt ~14 s);
+reduce-overhead adds CUDA-graph capture; max-autotune benchmarks kernel choices and ran for
+minutes (a --time-budget 230 run was killed inside one at 300 s)."""
+
+
+def _check_compile_fits(knobs: Knobs, settings: TrialSettings) -> None:
+    """Raise DeadlineReached before a compile that cannot finish in the run's time left: the
+    trial is recorded as ``timeout`` without starting it."""
+    if knobs.compile == "off" or settings.deadline_unix_s is None:
+        return
+    left_s, needs_s = settings.deadline_unix_s - time.time(), COMPILE_NEEDS_S[knobs.compile]
+    if left_s < needs_s:
+        raise DeadlineReached(f"set-up: torch.compile mode={knobs.compile} was not started "
+                              f"(it needs about {needs_s:.0f} s; {max(left_s, 0):.0f} s were left)")
 
 
 def make_trainable(workload: Workload) -> Callable[[dict], None]:
@@ -89,8 +119,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
             ``training_threads(num_workers, cpus)`` torch threads (None: leave torch's setting).
 
     Returns:
-        A dict with ``status`` ('ok', 'oom', 'over_limit' or 'error'), the knobs applied,
-        ``clamped`` notes, ``samples_per_sec`` (median over windows; 0.0 unless ok, because Ray
+        A dict with ``status`` ('ok', 'oom', 'over_limit', 'error'; 'timeout' past
+        ``settings.deadline_unix_s``: the windows finished by then), the knobs, ``clamped`` notes, ``samples_per_sec`` (median over windows; 0.0 unless ok, because Ray
         Tune requires the metric: the status says what it means), spread, step time p50/p95
         (ms), ``warmup_s``, ``first_step_s``, peak device/host memory (MB), hardware and versions.
         Failures are caught and returned, never raised: the run goes on.
@@ -120,22 +150,58 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     with trial_state(applied, device, threads=threads, max_memory=settings.max_memory) as state:
         result.update(torch_threads=state.threads, max_memory_mb=state.limit_mb,
                       max_host_memory_mb=settings.max_host_memory_mb)
+        sofar: dict[str, Any] = {}  # what _measure has measured, kept when the budget runs out
         try:  # caught inside trial_state, so that the failure's frames are freed on its exit
             with sampler:
-                measured = _measure(workload, applied, settings, device, sampler, on_window)
-            result.update(measured, status=Status.OK)
-            result.update(_rates(units, settings, applied, measured["samples_per_sec"],
-                                 result.get("gpu_name")))
-            _check_limits(measured["peak_device_memory_mb"], state.limit_mb, sampler)
+                result.update(_measure(workload, applied, settings, device, sampler, on_window,
+                                       sofar), status=Status.OK)
+            _check_limits(result["peak_device_memory_mb"], state.limit_mb, sampler)
+        except DeadlineReached as exc:  # the run's time budget: the finished windows are kept
+            result.update(_timed_out(sofar, str(exc), settings))
         except Exception as exc:  # recorded with its traceback and status; the run goes on
-            status, memory, error = classify(exc, device)
-            result.update(status=status, error=error, traceback=traceback.format_exc(limit=20),
-                          samples_per_sec=0.0, time_to_train_s=None)
-            if memory is not None:  # oom and over_limit say which memory ran out
-                result["memory_exceeded"] = memory
+            result.update(_failure(exc, device))
+    if result["status"] in (Status.OK, Status.TIMEOUT) and result["samples_per_sec"] is not None:
+        result.update(_rates(units, settings, applied, result["samples_per_sec"],
+                             result.get("gpu_name")), compile_s=compile_s(applied, result))
     result.update(peak_host_memory_mb=sampler.peak_mb, started_at=started_at, finished_at=_now())
     report(result)
     return result
+
+
+def _failure(exc: Exception, device: torch.device) -> dict:
+    """The result columns of a failed trial (call inside the ``except``): status, one-line
+    error, traceback and, for oom and over_limit, which memory ran out."""
+    status, memory, error = classify(exc, device)
+    out = dict(status=status, error=error, traceback=traceback.format_exc(limit=20),
+               samples_per_sec=0.0, time_to_train_s=None)
+    if memory is not None:
+        out["memory_exceeded"] = memory
+    return out
+
+
+def _timed_out(sofar: dict, where: str, settings: TrialSettings) -> dict:
+    """The result columns of a trial stopped by the time budget during ``where``: set-up,
+    compile (``first_step_s``) and warm-up times and the windows it finished, as measured so
+    far; no throughput when no window finished."""
+    done = int(sofar.get("windows") or 0)
+    out = {"samples_per_sec": None, "windows": 0, "time_to_train_s": None, **sofar}
+    out.update(status=Status.TIMEOUT, error=f"stopped by the time budget during {where}, "
+               f"after {done} of {settings.windows} windows")
+    out.pop("window", None)
+    out.pop("window_samples_per_sec", None)
+    return out
+
+
+def compile_s(knobs: Knobs, result: dict) -> float | None:
+    """torch.compile's cost, s: the first step's time beyond a steady step (``first_step_s`` -
+    ``step_time_ms_p50``), where dynamo traces and Inductor compiles (``reduce-overhead`` also
+    records its CUDA graphs there; cuDNN autotuning of the first shapes lands there too).
+    Part of ``warmup_s``, never of the measured windows. None with compile off or before a
+    step time is known."""
+    first, step_ms = result.get("first_step_s"), result.get("step_time_ms_p50")
+    if knobs.compile == "off" or first is None or step_ms is None:
+        return None
+    return max(0.0, first - step_ms / 1000)
 
 
 def _rates(units: dict[str, int], settings: TrialSettings, knobs: Knobs,
@@ -170,41 +236,38 @@ def _check_limits(peak_device_mb: float | None, limit_mb: float | None,
 
 
 def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
-             sampler: HostMemorySampler, on_window: Report) -> dict:
-    """Build, warm up, measure windows, time the phases. Raises on any failure."""
+             sampler: HostMemorySampler, on_window: Report, sofar: dict) -> dict:
+    """Build, warm up, measure windows, time the phases. ``sofar`` collects the measurement as
+    it goes (set-up, compile and warm-up times, the windows' summary), so that a trial the time
+    budget stops (DeadlineReached) keeps it. Raises on any failure."""
+    _check_deadline(settings, "set-up")
+    _check_compile_fits(knobs, settings)
     stepper, setup_s = _build(workload, knobs, settings, device, sampler)
+    sofar["setup_s"] = setup_s
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
-        clock = Stopwatch()
-        stepper.step()
-        synchronize(device)
-        first_step_s = step_s = clock.elapsed()
-        for _ in range(settings.warmup_steps - 1):
-            step = Stopwatch()
-            stepper.step()
-            synchronize(device)
-            step_s = step.elapsed()
-        # A step of half a window or more: a probe could only hold one whole step, so probing
-        # for a steady state would repeat multi-second steps for nothing (steady_state: null).
-        long_steps = step_s >= settings.window_s / 2
-        steady, probes = (None, 0) if long_steps else _settle(stepper.step, device, settings)
-        synchronize(device)
-        warmup_s = clock.elapsed()
+        long_steps = _warm_up(stepper, device, settings, sofar)
         if not torch.isfinite(stepper.loss):
             raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
 
-        time_to_train = partial(_time_to_train, settings, setup_s, warmup_s)
+        def window_done(window: dict) -> None:  # each report carries the memory peaks so far
+            sofar.update(window, peak_device_memory_mb=peak_device_memory_mb(device),
+                         peak_host_memory_mb=sampler.peak_mb)
+            on_window(dict(sofar))
+
+        time_to_train = partial(_time_to_train, settings, setup_s, sofar["warmup_s"])
         with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
-            windows = _windows(stepper.step, device, settings, on_window, time_to_train)
-        out = summarise(windows)
-        out.update(load.as_columns())
-        out.update(setup_s=setup_s, warmup_s=warmup_s, first_step_s=first_step_s,
-                   steady_state=steady, steady_probes=probes,
-                   peak_device_memory_mb=peak_device_memory_mb(device),
+            windows = _windows(stepper.step, device, settings, window_done, time_to_train)
+        out = {**sofar, **summarise(windows), **load.as_columns()}
+        out.update(peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
                    final_loss=None if settings.loader_only
                    else float(stepper.loss.detach().float().item()) * knobs.grad_accum)
-        out.update(_breakdown(stepper.step, device,
+        for key in ("window", "window_samples_per_sec"):
+            out.pop(key, None)
+        # No breakdown past the deadline: the windows are measured, the budget is spent.
+        past = settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s
+        out.update(_breakdown(stepper.step, device, 0 if past else
                               min(1, settings.breakdown_steps) if long_steps
                               else settings.breakdown_steps))
         if settings.train_steps is not None:
@@ -212,6 +275,39 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         return out
     finally:
         stepper.batches.close()  # shuts DataLoader workers down, also after a failure
+
+
+def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
+             sofar: dict) -> bool:
+    """Warm-up steps, then steady-state probes, recorded in ``sofar`` (``first_step_s``,
+    ``warmup_s``, ``steady_state``, ``steady_probes``). After the first step (compile and
+    autotuning land there, however long) both stop at ``max_warmup_s`` (default: twice the
+    windows' length). Returns whether a step takes half a window or more: then a probe could
+    hold only one whole step, so none is run (``steady_state`` null) and the windows measure
+    whole steps."""
+    clock = Stopwatch()
+    stepper.step()
+    synchronize(device)
+    first_step_s = step_s = clock.elapsed()
+    sofar.update(first_step_s=first_step_s, warmup_s=first_step_s)
+    cap_s = (settings.max_warmup_s if settings.max_warmup_s is not None
+             else 2 * settings.windows * settings.window_s)
+    for _ in range(settings.warmup_steps - 1):
+        if clock.elapsed() - first_step_s >= cap_s:
+            break
+        _check_deadline(settings, "warm-up")
+        step = Stopwatch()
+        stepper.step()
+        synchronize(device)
+        step_s = step.elapsed()
+        sofar["warmup_s"] = clock.elapsed()
+    long_steps = step_s >= settings.window_s / 2
+    left_s = cap_s - (clock.elapsed() - first_step_s)
+    steady, probes = ((None, 0) if long_steps or left_s <= 0
+                      else _settle(stepper.step, device, settings, left_s))
+    synchronize(device)
+    sofar.update(warmup_s=clock.elapsed(), steady_state=steady, steady_probes=probes)
+    return long_steps
 
 
 def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
@@ -337,11 +433,14 @@ def _windows(step: Callable[[], int], device: torch.device, settings: TrialSetti
             steps += 1
             if time.perf_counter() - t0 >= settings.window_s:
                 break
+            _check_deadline(settings, f"window {index + 1}")  # an unfinished window is dropped
         synchronize(device)  # the window ends when the device has finished its work
         windows.append(Window(steps, samples, time.perf_counter() - t0))
+        # The summary so far (median, spread, windows): a trial stopped after this window
+        # (pruned, or at the time budget) is recorded with it.
         partial_result = {"window": index,
                           "window_samples_per_sec": windows[-1].samples_per_sec,
-                          "samples_per_sec": statistics.median(w.samples_per_sec for w in windows)}
+                          **summarise(windows)}
         if settings.train_steps is not None:  # Ray Tune wants the objective in every result
             partial_result["time_to_train_s"] = time_to_train(
                 statistics.median(w.step_time_ms for w in windows))
@@ -349,11 +448,17 @@ def _windows(step: Callable[[], int], device: torch.device, settings: TrialSetti
     return windows
 
 
-def _settle(train_step: Callable, device: torch.device, settings: TrialSettings) -> tuple[bool, int]:
+def _settle(train_step: Callable, device: torch.device, settings: TrialSettings,
+            time_cap_s: float = math.inf) -> tuple[bool, int]:
     """Warm up until throughput is steady: synchronised probes of half a window each, until two
-    consecutive ones agree within ``steady_tolerance``. Returns (steady, probes run)."""
+    consecutive ones agree within ``steady_tolerance``, at most ``max_steady_probes`` of them
+    and no new one after ``time_cap_s`` seconds. Returns (steady, probes run)."""
     previous = None
+    started = time.perf_counter()
     for probe in range(1, settings.max_steady_probes + 1):
+        if probe > 1 and time.perf_counter() - started >= time_cap_s:
+            return False, probe - 1
+        _check_deadline(settings, "warm-up")
         synchronize(device)
         t0 = time.perf_counter()
         samples = 0

@@ -18,6 +18,8 @@ Readable by pyarrow, pandas and DuckDB as a dataset.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import os
 import re
 import stat
@@ -32,12 +34,15 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+import tuner.noise as noise
 from tuner.errors import TunerError
 from tuner.knobs import KNOB_INFO, Knobs
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 3
-"""2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 3:
+SCHEMA_VERSION = 4
+"""2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
+(torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
+the machine when the trial was recorded). 3:
 ``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``, and
 ``ceiling`` (which ceiling a ceiling-phase row measured), ``load_avg_1m``, ``cpu_steal_pct``,
 ``gpu_other_processes`` (the machine's load while a trial measured). Files of earlier versions read with
@@ -91,6 +96,8 @@ SCHEMA = pa.schema(
         ("load_avg_1m", pa.float64()),      # the machine's 1-min load average while measuring
         ("cpu_steal_pct", pa.float64()),    # CPU time the hypervisor stole while measuring, %
         ("gpu_other_processes", pa.int32()),  # other processes on the trial's GPU (NVML)
+        ("other_runs", pa.int32()),         # other tuner runs active on this machine (tuner.runlock)
+        ("compile_s", pa.float64()),        # s: the first step beyond a steady one, with compile on
         ("gpu_util_pct", pa.float64()),
         ("gpu_power_w", pa.float64()),
         ("max_memory_mb", pa.float64()),        # MiB: the device limit in force
@@ -550,43 +557,164 @@ def best_row(rows: list[dict]) -> dict | None:
     """The winning configuration, with the references measured in the same run beside it.
 
     The objective is that of the most recent run (``samples_per_sec``: highest wins;
-    ``time_to_train_s``: lowest wins). Where a run re-measured its best configurations
-    (phase ``remeasure``), the winner of that run is chosen among the re-measurements, so a
-    single lucky window cannot win. Compute-only ``ceiling`` rows never win.
+    ``time_to_train_s``: lowest wins). Where a run re-measured its best configurations in
+    interleaved rounds (phase ``remeasure``), the winner of that run is chosen among the
+    re-measurements, each configuration by the geometric mean of its rounds, so a single
+    lucky window cannot win. Compute-only ``ceiling`` rows never win, nor does a row with a
+    figure that cannot be true (``tuner.noise.impossible``: a disturbed measurement).
 
-    Returns None when no trial succeeded. Keys added: ``baseline_samples_per_sec``,
-    ``recommended_samples_per_sec``, ``speedup_vs_baseline``, ``speedup_vs_recommended``
-    (samples/sec ratios within the winner's run, against the reference measured in the
-    winner's phase where it was re-measured; None where that reference failed or did not
-    run), ``ceiling_samples_per_sec`` (the highest of the winner's compute-only ceiling
-    measurements), ``ceiling_disturbed`` (that ceiling is below the winner: the measurement was
-    disturbed) and ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a ceiling row
-    or with a disturbed one); ``loader_ceiling_samples_per_sec`` (the winner's DataLoader
-    alone); ``attainable_samples_per_sec``, ``attainable_bound_by`` ('compute' or 'input
-    pipeline') and ``attainable_share`` (winner ÷ attainable; see ``_attainable``).
+    The tie rule: where the fastest configuration's lead over another of its run and phase is
+    within the noise (the 95 % interval of the paired speed-up contains 1,
+    ``tuner.noise.speedup``), the simpler of them wins (``tuner.noise.simplicity``: no
+    ``torch.compile``, then fewer DataLoader workers, then fewer knobs differing from the
+    baseline's values) -- which may be a reference itself.
+
+    Returns None when no trial succeeded. The winner's row, with ``samples_per_sec`` (and the
+    objective) the geometric mean over its measurements and ``rounds`` their count (the other
+    columns are those of the measurement closest to that mean), and keys added:
+
+    * per reference (``baseline``, ``recommended``): ``<ref>_samples_per_sec`` (geometric mean),
+      ``speedup_vs_<ref>`` (samples/sec ratio from the paired rounds; 1.0 when the winner is
+      that reference, ``<ref>_is_best``), ``speedup_vs_<ref>_low`` / ``_high`` (its 95 %
+      interval; None without a measured spread), ``tie_vs_<ref>`` (the interval contains 1)
+      and ``speedup_vs_<ref>_pairs``; all None where the reference failed or did not run. The
+      reference measured in the winner's phase counts, else the search's.
+    * ``tied_faster``: None, or (the fastest configuration's mean row, its ``noise.Speedup``
+      over the winner) when the tie rule chose a simpler winner.
+    * ``disturbed``: (trial id, reason) of the run's rows set aside as impossible.
+    * ``ceiling_samples_per_sec`` (the highest of the winner's compute-only ceiling
+      measurements), ``ceiling_disturbed`` (that ceiling is below the winner: the measurement
+      was disturbed) and ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a
+      ceiling row or with a disturbed one); ``loader_ceiling_samples_per_sec`` (the winner's
+      DataLoader alone); ``attainable_samples_per_sec``, ``attainable_bound_by`` ('compute' or
+      'input pipeline') and ``attainable_share`` (winner ÷ attainable; see ``_attainable``).
     """
-    ok = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
-          and r["samples_per_sec"] is not None]
-    if not ok:
+    measured = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
+                and r["samples_per_sec"] is not None]
+    if not measured:
         return None
-    latest = max(ok, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
+    latest = max(measured, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
     metric = latest.get("objective") or "samples_per_sec"
-    remeasured_runs = {r["run_id"] for r in ok if phase_of(r) == Phase.REMEASURE}
-    candidates = [r for r in ok if r[metric] is not None and
-                  (r["run_id"] not in remeasured_runs or phase_of(r) == Phase.REMEASURE)]
+    groups = _groups(rows)
+    chosen = _winner(groups, metric, higher=metric != "time_to_train_s")
+    if chosen is None:
+        return None
+    key, top, tied_faster = chosen
+    top = dict(top, tied_faster=tied_faster)
+    same_run = [r for r in rows if r["run_id"] == top["run_id"]]
+    top["disturbed"] = [(r["trial_id"], noise.impossible(r)) for r in same_run
+                        if r["status"] == Status.OK and noise.impossible(r)]
+    for ref in ("baseline", "recommended"):
+        top.update(_vs_reference(key, top, groups, ref))
+    _add_ceilings(top, same_run)
+    return top
+
+
+_EARLIEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+
+
+def _ran_at(row: dict) -> tuple:
+    """Sort key: when a row's trial started (rows without a start last), then its trial id."""
+    return (row["started_at"] is None, row["started_at"] or _EARLIEST, row["trial_id"] or "")
+
+
+def _valid(row: dict, metric: str) -> bool:
+    """A measurement that may win or serve as a reference: ok, not a ceiling, a value of
+    ``metric`` and no impossible figure."""
+    return (row["status"] == Status.OK and phase_of(row) != Phase.CEILING
+            and row["samples_per_sec"] is not None and row.get(metric) is not None
+            and noise.impossible(row) is None)
+
+
+def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Each configuration's rows per (run id, phase, knob values), in the order they ran,
+    failed ones included: in a re-measurement, the n-th row of each configuration is its
+    n-th round, so rows of two configurations pair by position."""
+    out: dict[tuple, list[dict]] = {}
+    for r in sorted((r for r in rows if phase_of(r) != Phase.CEILING), key=_ran_at):
+        key = (r["run_id"], phase_of(r), tuple(r.get(name) for name in Knobs.names()))
+        out.setdefault(key, []).append(r)
+    return out
+
+
+def _mean_row(group: list[dict], metric: str) -> dict | None:
+    """The group's valid measurement closest to their geometric mean, with ``samples_per_sec``
+    and ``metric`` set to the geometric means and ``rounds`` to their count; None if none."""
+    valid = [r for r in group if _valid(r, metric)]
+    if not valid:
+        return None
+    means = {m: (math.exp(sum(math.log(r[m]) for r in valid) / len(valid)) if len(valid) > 1
+                 else valid[0][m]) for m in {"samples_per_sec", metric}}
+    closest = min(valid, key=lambda r: abs(math.log(r[metric] / means[metric])))
+    return {**closest, **means, "rounds": len(valid)}
+
+
+def _pairs(a: list[dict], b: list[dict], metric: str) -> list[tuple[dict, dict]]:
+    """Paired measurements of two configurations: round by round where both were
+    re-measured, else the last valid measurement of each (one pair)."""
+    if phase_of(a[0]) == phase_of(b[0]) == Phase.REMEASURE:
+        return [(x, y) for x, y in zip(a, b) if _valid(x, metric) and _valid(y, metric)]
+    va, vb = [r for r in a if _valid(r, metric)], [r for r in b if _valid(r, metric)]
+    return [(va[-1], vb[-1])] if va and vb else []
+
+
+def _winner(groups: dict[tuple, list[dict]], metric: str,
+            higher: bool) -> tuple[tuple, dict, tuple | None] | None:
+    """(group key, mean row, tied_faster) of the winner (see ``best_row``: candidates, the tie
+    rule), or None without a valid measurement."""
+    means = {k: m for k, g in groups.items() if (m := _mean_row(g, metric)) is not None}
+    remeasured = {k[0] for k in means if k[1] == Phase.REMEASURE}
+    candidates = {k: m for k, m in means.items() if k[0] not in remeasured
+                  or k[1] == Phase.REMEASURE}
     if not candidates:
         return None
-    pick = min if metric == "time_to_train_s" else max
-    top = dict(pick(candidates, key=lambda r: r[metric]))
-    same_run = [r for r in rows if r["run_id"] == top["run_id"]]
-    phase = phase_of(top)
-    for ref in ("baseline", "recommended"):
-        # The reference measured in the winner's phase (side by side), else in the search.
-        match = sorted((r for r in same_run if r.get("reference") == ref),
-                       key=lambda r: phase_of(r) != phase)
-        sps = match[0]["samples_per_sec"] if match and match[0]["status"] == Status.OK else None
-        top[f"{ref}_samples_per_sec"] = sps
-        top[f"speedup_vs_{ref}"] = (top["samples_per_sec"] / sps) if sps else None
+    sign = 1 if higher else -1
+    fastest = max(candidates, key=lambda k: sign * candidates[k][metric])
+    baseline = next((r for k, g in groups.items() if k[0] == fastest[0] for r in g
+                     if r.get("reference") == "baseline"), None)
+    tied = {}
+    for k in candidates:
+        if k[:2] == fastest[:2] and k != fastest:
+            sp = noise.speedup(_pairs(groups[fastest], groups[k], metric), metric, higher)
+            if sp is not None and sp.tie:
+                tied[k] = sp
+    chosen = min([fastest, *tied], key=lambda k: (noise.simplicity(candidates[k], baseline),
+                                                  -sign * candidates[k][metric]))
+    faster = (candidates[fastest], tied[chosen]) if chosen != fastest else None
+    return chosen, candidates[chosen], faster
+
+
+def _vs_reference(key: tuple, top: dict, groups: dict[tuple, list[dict]],
+                  ref: str) -> dict[str, Any]:
+    """The ``<ref>_*`` and ``speedup_vs_<ref>*`` keys of ``best_row`` for the winner (its
+    group ``key``, its mean row ``top``)."""
+    run, phase, knobs = key
+    sps = "samples_per_sec"
+    out: dict[str, Any] = {f"{ref}_samples_per_sec": None, f"speedup_vs_{ref}": None,
+                           f"speedup_vs_{ref}_low": None, f"speedup_vs_{ref}_high": None,
+                           f"tie_vs_{ref}": None, f"speedup_vs_{ref}_pairs": None,
+                           f"{ref}_is_best": False}
+    keys = sorted((k for k, g in groups.items() if k[0] == run
+                   and any(r.get("reference") == ref for r in g)
+                   and any(_valid(r, sps) for r in g)), key=lambda k: k[1] != phase)
+    if not keys:
+        return out
+    if keys[0][2] == knobs:
+        out.update({f"{ref}_samples_per_sec": top[sps], f"speedup_vs_{ref}": 1.0,
+                    f"{ref}_is_best": True})
+        return out
+    sp = noise.speedup(_pairs(groups[key], groups[keys[0]], sps))
+    if sp is None:
+        return out
+    out.update({f"{ref}_samples_per_sec": _mean_row(groups[keys[0]], sps)[sps],
+                f"speedup_vs_{ref}": sp.ratio, f"speedup_vs_{ref}_low": sp.low,
+                f"speedup_vs_{ref}_high": sp.high, f"tie_vs_{ref}": sp.tie,
+                f"speedup_vs_{ref}_pairs": sp.pairs})
+    return out
+
+
+def _add_ceilings(top: dict, same_run: list[dict]) -> None:
+    """The ceiling and attainable keys of ``best_row``, added to ``top``."""
     knobs = {name: top[name] for name in Knobs.names()}
     ceilings = _ceilings(same_run, knobs)
     # A ceiling below what it bounds is a disturbed measurement (measured again by the run):
@@ -604,4 +732,3 @@ def best_row(rows: list[dict]) -> dict | None:
     if compute is not None and bound is not None:
         compute = max(compute, bound)
     top.update(_attainable(top["samples_per_sec"], compute, ceilings["machine-loader"]))
-    return top

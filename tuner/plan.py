@@ -10,19 +10,27 @@ from __future__ import annotations
 import datetime as dt
 import os
 import secrets
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tuner.leaderboard as leaderboard
 from tuner.errors import DataError, TunerError
-from tuner.flops import model_flops_per_sample
+from tuner.flops import has_image_layout, model_flops_per_sample
 from tuner.knobs import Knobs
-from tuner.settings import (DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
-                            default_cache_dir)
+from tuner.settings import (DEFAULT_CUDA_TIME_BUDGET_S, DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit,
+                            RunOptions, TrialSettings, default_cache_dir)
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Space, load_space
-from tuner.status import TELLS_MEMORY, Phase, phase_of
-from tuner.workload import Workload, resolve
+from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
+from tuner.workload import Workload, configured, resolve
+
+
+FOLLOWUP_SHARE = 0.2
+"""Share of the time budget kept for the re-measurement and the ceilings (on the default
+CUDA budget, 6 of 30 minutes; an estimate, not a measurement: at seed scale a re-measured
+configuration is 10 windows of 2 s plus its warm-up, 30-40 s, and a run re-measures up to
+five and measures four ceilings of half that)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,18 @@ class Plan:
     """The accelerator type being tuned on a heterogeneous cluster (one search per type)."""
     type_slots: int = 0
     """Trials that run at once on that accelerator type."""
+    notes: tuple[str, ...] = ()
+    """One line each about an option that does nothing in this run (``--max-memory`` on the
+    CPU device, ``--warm-start`` with no earlier rows), for the CLI to print."""
+    time_budget_s: float | None = None
+    """Seconds the whole run may take: ``--time-budget``, or on CUDA without it
+    ``settings.DEFAULT_CUDA_TIME_BUDGET_S``; None: no time budget."""
+    deadline_monotonic: float | None = None
+    """When the run must end, on the driver's ``time.monotonic()`` clock (``with_deadline``,
+    as the run starts); None: no deadline."""
+    planned_at: float | None = None
+    """When ``make_plan`` began (``time.monotonic()``): the time budget counts from there, so
+    the data checks and the FLOP count (seconds on a busy machine) are inside it."""
 
     @property
     def metric(self) -> str:
@@ -125,20 +145,22 @@ class Plan:
             trials=self.trials, references=tuple(self.reference_params),
             reference_count=len(self.references),
             limits=MemoryLimits(self.options.max_memory, self.max_host_memory_mb),
-            seed_rows=tuple(self._seed_rows()))
+            seed_rows=tuple(self._seed_rows()),
+            deadline_unix_s=(None if self.deadline_monotonic is None
+                             else time.time() + (self.search_time_s() or 0.0)))
 
     def _seed_rows(self) -> list[tuple[dict, bool]]:
         """Rows the search starts from, each with whether a proposal equal to it is answered
         from it instead of measured: the resumed run's own rows (always), and with --warm-start
         earlier rows of this workload, scale and hardware (unless --remeasure)."""
-        seeds = [(r, True) for r in self.prior_search_rows if r["status"] in TELLS_MEMORY]
+        # A stopped trial's partial measurement too, as the searcher was told it when it ran.
+        seeds = [(r, True) for r in self.prior_search_rows if r["status"] in TELLS_MEMORY
+                 or (r["status"] in (Status.PRUNED, Status.TIMEOUT) and r[self.metric])]
         if self.options.warm_start:
             table = leaderboard.read(self.options.results, workload=self.workload.name,
                                      hardware_key=self.hardware_key)
             for r in table.to_pylist():
-                if (r["run_id"] != self.run_id and r["scale"] == self.scale
-                        and r["status"] in TELLS_MEMORY
-                        and phase_of(r) in (Phase.SEARCH, Phase.REMEASURE)):
+                if _is_earlier_row(r, self.run_id, self.scale):
                     seeds.append((r, not self.options.remeasure))
         return seeds
 
@@ -149,6 +171,31 @@ class Plan:
 
     def with_hardware_key(self, key: str) -> "Plan":
         return replace(self, hardware_key=key)
+
+    def with_deadline(self, deadline_monotonic: float | None) -> "Plan":
+        """The plan whose run ends at ``deadline_monotonic`` (``time.monotonic()`` of this
+        process; None: no deadline). Its trials get the same instant on the wall clock
+        (``TrialSettings.deadline_unix_s``: they run in other processes, maybe on other nodes,
+        whose monotonic clocks differ) and stop at the first step boundary past it."""
+        unix = (None if deadline_monotonic is None
+                else time.time() + (deadline_monotonic - time.monotonic()))
+        return replace(self, deadline_monotonic=deadline_monotonic,
+                       settings=replace(self.settings, deadline_unix_s=unix))
+
+    def time_left_s(self) -> float | None:
+        """Seconds until the run's deadline, >= 0; None when the run has no time budget."""
+        if self.deadline_monotonic is None:
+            return None
+        return max(0.0, self.deadline_monotonic - time.monotonic())
+
+    def search_time_s(self) -> float | None:
+        """Seconds the search may take: the time left less ``FOLLOWUP_SHARE`` of the budget,
+        kept for the re-measurement and the ceilings when they are on; None: no budget."""
+        left = self.time_left_s()
+        if left is None:
+            return None
+        followups = self.options.confirm > 0 or self.options.ceiling
+        return max(0.0, left - (FOLLOWUP_SHARE * self.time_budget_s if followups else 0.0))
 
     def for_accelerator(self, accelerator: str | None, *, type_slots: int,
                         node_cpus: int) -> "Plan":
@@ -166,20 +213,23 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
     Raises:
         TunerError (DataError, SpaceError): anything a user can get wrong, in one line.
     """
-    workload = resolve(options.workload)
+    planned_at = time.monotonic()  # the time budget counts from here (Plan.planned_at)
+    workload = resolve_workload(options)
     space = (load_space(options.space_file, is_file=True) if options.space_file
              else load_space(workload.space_name))
     leaderboard.check_results(options.results)
     resources = resources or local_resources(options.device)
     device = resources.device
+    notes = check_limits(options, device)
     scale = options.scale or ("seed" if device == "cuda" else "tiny")
-    data_dir = _data_dir(workload, options.data, scale)
-    samples = workload.check_data(data_dir, scale)
+    data_dir, samples = checked_data(workload, options.data, scale)
     device_space = space.for_device(device, max_workers=resources.node_cpus, max_batch=samples)
+    if not has_image_layout(workload, scale):  # no Conv2d/3d: channels_last changes nothing
+        device_space = device_space.fixed("channels_last", False)
     if options.global_batch_size is not None:
         device_space = device_space.with_global_batch(options.global_batch_size)
-    references = tuple((name, device_space.fit_reference(knobs.clamp(device)[0]))
-                       for name, knobs in workload.references.items())
+    references = device_space.fit_references(
+        {name: knobs.clamp(device)[0] for name, knobs in workload.references.items()})
     max_host_memory_mb = _host_limit_mb(options.max_host_memory)
     warmup, windows, window_s = MEASUREMENT_DEFAULTS[scale]
     settings = TrialSettings(
@@ -191,15 +241,22 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         model_flops_per_sample=model_flops_per_sample(workload, scale, data_dir),
         peak_tflops=options.peak_tflops)
     trials = options.trials or (None if options.time_budget_s else (40 if device == "cuda" else 12))
+    time_budget_s = options.time_budget_s or (DEFAULT_CUDA_TIME_BUDGET_S if device == "cuda"
+                                              else None)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_id, prior_rows = f"{workload.name}-{stamp}-{secrets.token_hex(2)}", ()
     if options.resume is not None:
         run_id, prior_rows = _resumed_run(options, workload.name, scale, device)
+    if options.warm_start and not _has_earlier_rows(options, workload.name, scale, device, run_id):
+        where = f" on {_local_hardware_key(device)}" if options.address is None else ""
+        notes.append(f"--warm-start: no earlier rows of {workload.name} at {scale} scale{where} "
+                     f"in {options.results}; the search starts from scratch")
     plan = Plan(options=options, workload=workload, space=space, device=device,
                 gpus=resources.gpus, node_cpus=resources.node_cpus, scale=scale,
                 data_dir=data_dir, samples=samples, device_space=device_space,
                 references=references, settings=settings, trials=trials, run_id=run_id,
-                max_host_memory_mb=max_host_memory_mb, prior_rows=prior_rows)
+                max_host_memory_mb=max_host_memory_mb, prior_rows=prior_rows,
+                notes=tuple(notes), time_budget_s=time_budget_s, planned_at=planned_at)
     plan.reference_params  # a reference outside the space fails here, before Ray starts
     return plan
 
@@ -226,6 +283,97 @@ def _resumed_run(options: RunOptions, workload: str, scale: str,
         raise TunerError(f"--resume {which}: no such run; runs of {workload} here: "
                          f"{', '.join(sorted(runs))}")
     return which, tuple(leaderboard.normalise_row(r) for r in runs[which])
+
+
+def checked_data(workload: Workload, data: str | None, scale: str) -> tuple[Path, int]:
+    """The data a command reads (``run``, ``profile``, ``validate``), checked before anything
+    is measured: ``data`` (``--data``; None: the workload's embedded data, written to the
+    cache once) must exist in the form the workload takes (a directory, not empty; or one
+    file), and ``workload.check_data`` must pass (the built-ins decode every file).
+
+    Returns:
+        (the resolved data path, the number of samples ``check_data`` counted).
+
+    Raises:
+        DataError: naming ``--data`` or the file that fails, in one line.
+    """
+    data_dir = _data_dir(workload, data, scale)
+    return data_dir, workload.check_data(data_dir, scale)
+
+
+def check_limits(options: RunOptions, device: str) -> list[str]:
+    """Check ``--max-memory`` and ``--max-host-memory`` against the machine the trials run on
+    (this one; on a cluster, ``--address``, the nodes' memory is not known here and a size
+    larger than a node's is that node's memory, ``MemoryLimit.resolve_mib``).
+
+    Returns:
+        Notes for options that do nothing here: ``--max-memory`` on the CPU device.
+
+    Raises:
+        TunerError: a size larger than this machine's RAM (psutil) or, on CUDA, than the
+            smallest visible GPU's memory (torch), naming that figure.
+    """
+    notes = []
+    if options.max_memory is not None and device != "cuda":
+        notes.append(f"--max-memory {_shown(options.max_memory)} does nothing on the CPU "
+                     "device (it limits GPU memory); host memory is --max-host-memory")
+    if options.address is not None:
+        return notes
+    if options.max_memory is not None and device == "cuda":
+        import torch
+        props = min((torch.cuda.get_device_properties(i)
+                     for i in range(torch.cuda.device_count())), key=lambda p: p.total_memory)
+        _check_size("--max-memory", options.max_memory, props.total_memory / 2**20,
+                    f"the memory of this machine's GPU ({props.name})")
+    if options.max_host_memory is not None:
+        import psutil
+        _check_size("--max-host-memory", options.max_host_memory,
+                    psutil.virtual_memory().total / 2**20, "this machine's RAM")
+    return notes
+
+
+def _check_size(flag: str, limit: MemoryLimit, total_mib: float, what: str) -> None:
+    """Raise TunerError when ``limit`` is a size above ``total_mib`` MiB (``what`` has it)."""
+    if limit.mib is not None and limit.mib > total_mib:
+        raise TunerError(f"{flag} {_shown(limit)}: more than {what}, {total_mib / 1024:,.1f} GiB "
+                         f"({total_mib:,.0f} MiB); give a size up to that, or a fraction such "
+                         "as 0.8")
+
+
+def _shown(limit: MemoryLimit) -> str:
+    return limit.text or str(limit)
+
+
+def _local_hardware_key(device: str) -> str:
+    import torch
+    from tuner.hardware import fingerprint
+    return fingerprint(torch.device(device))["hardware_key"]
+
+
+def _has_earlier_rows(options: RunOptions, workload: str, scale: str, device: str,
+                      run_id: str) -> bool:
+    """Whether ``--warm-start`` finds rows to seed from (``Plan._seed_rows`` reads them once
+    Ray knows the hardware key: here, without ``--address``, this machine's key)."""
+    key = _local_hardware_key(device) if options.address is None else None
+    table = leaderboard.read(options.results, workload=workload, hardware_key=key)
+    return any(_is_earlier_row(r, run_id, scale) for r in table.to_pylist())
+
+
+def _is_earlier_row(row: dict, run_id: str, scale: str) -> bool:
+    """A row ``--warm-start`` seeds the search with: another run's measured search or
+    re-measure row at this scale."""
+    return (row["run_id"] != run_id and row["scale"] == scale
+            and row["status"] in TELLS_MEMORY and phase_of(row) in (Phase.SEARCH, Phase.REMEASURE))
+
+
+def resolve_workload(options: RunOptions) -> Workload:
+    """The run's workload: ``options.workload`` resolved (``tuner.workload.resolve``) and
+    configured with ``options.workload_options`` (--model, --image-size).
+
+    Raises:
+        TunerError: an unknown workload, an option it does not take, or a value it rejects.
+    """
+    return configured(resolve(options.workload), options.workload_options)
 
 
 def _data_dir(workload: Workload, data: str | None, scale: str) -> Path:

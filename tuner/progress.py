@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
@@ -15,8 +17,23 @@ from tuner.status import STATUSES, Phase, Status, phase_of
 _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
                   "random": "random search"}
 
+def _duration(seconds: float) -> str:
+    """'20 s', '30 min', '1 h 30 min'."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def _clock_after(seconds: float) -> str:
+    """The local time ``seconds`` (plus ``BUDGET_GRACE_S``) from now, HH:MM:SS."""
+    import datetime as dt
+    from tuner.settings import BUDGET_GRACE_S
+    return (dt.datetime.now() + dt.timedelta(seconds=seconds + BUDGET_GRACE_S)).strftime("%H:%M:%S")
+
+
 _STATUS_STYLE = {Status.OK: "green", Status.OOM: "yellow", Status.OVER_LIMIT: "yellow",
-                 Status.PRUNED: "cyan", Status.ERROR: "red"}
+                 Status.PRUNED: "cyan", Status.TIMEOUT: "magenta", Status.ERROR: "red"}
 
 
 _CEILINGS = {
@@ -38,6 +55,10 @@ class Progress:
         self.task = None
         self.best_sps = 0.0
         self.baseline_sps: float | None = None
+        self.plan = None
+        """The run's plan (the 'start' event): the ready-to-paste commands are made from it."""
+        self.counter = _Counter("search", 0, None)
+        """The trial counter of the phase in progress: '[search 3/6]', '[remeasure 2/9]'."""
 
     def on_event(self, kind: str, data: dict) -> None:
         if kind == "start":
@@ -53,12 +74,11 @@ class Progress:
                                                        if r.first_failure else " (all fit)"))
             self.console.print(f"  memory probe: {bound} · probes {steps}")
         elif kind == "phase":
-            what = {Phase.REMEASURE: f"re-measuring the {data['count']} best with twice the windows",
-                    Phase.CEILING: _CEILINGS[data.get("ceiling", "compute")]
-                    + (" again: it came out below the winner" if data.get("again") else "")}
-            self.console.print(f"  [bold]{what[data['phase']]}[/]")
-            if self.task is not None and self.bar.tasks[0].total is not None:
-                self.bar.update(self.task, total=self.bar.tasks[0].total + data["count"])
+            self.console.print(f"  [bold]{_phase_text(data)}[/]", highlight=False)
+            self.counter = self.counter.after(data)
+            if self.task is not None:  # the bar counts the phase's trials, as the lines do
+                self.bar.reset(self.task, total=self.counter.total, completed=self.counter.done,
+                               description=self.counter.label)
 
     def _start(self, plan, concurrency: int) -> None:
         w = plan.workload
@@ -70,8 +90,12 @@ class Progress:
         c = self.console
         c.print(f"[bold]tuner run[/] {w.name} — {w.description}")
         c.print(f"  device: [bold]{plan.device}[/]{why} · scale: [bold]{plan.scale}[/]{scale_note}")
+        flops = plan.settings.model_flops_per_sample
+        compute = ("FLOPs: not countable for this model" if not flops else
+                   f"{flops / 1e9:,.2f} GFLOP/sample (forward + backward)" if flops >= 1e9 else
+                   f"{flops / 1e6:,.1f} MFLOP/sample (forward + backward)")
         c.print(f"  model: {w.parameter_count(plan.scale):,} parameters at {plan.scale} scale "
-                f"({w.parameter_count('seed'):,} at seed)")
+                f"({w.parameter_count('seed'):,} at seed) · {compute}")
         c.print(f"  data: {plan.data_dir} ({plan.samples:,} samples) · space: {plan.space.source}")
         bounds = plan.device_space.bounds()
         shown = " · ".join(f"{name} {bounds[name]}" for name in ("batch_size", "num_workers")
@@ -79,12 +103,19 @@ class Progress:
         if shown:
             c.print(f"  searched: {shown} (workers up to this node's {plan.node_cpus} CPUs; batch "
                     "up to the dataset's size or the memory probe's bound)")
-        budget = f"{plan.trials} trials" if plan.trials else "no trial limit"
-        if plan.options.time_budget_s:
-            budget += f", time budget {plan.options.time_budget_s:.0f} s"
+        budget = (f"{plan.trials} search trials (references included)" if plan.trials
+                  else "no trial limit")
+        if plan.time_budget_s:
+            default = "" if plan.options.time_budget_s else " (default on CUDA; --time-budget S)"
+            left = plan.time_left_s()
+            budget += (f", time budget {_duration(plan.time_budget_s)}{default}, ends by "
+                       f"{_clock_after(plan.time_budget_s if left is None else left)}")
+        budget += ", early stopping " + ("on" if plan.options.early_stop else "off")
         s = plan.settings
         c.print(f"  budget: {budget}, {concurrency} at a time · per trial: {s.warmup_steps} warm-up "
                 f"steps, {s.windows} windows of {s.window_s:g} s · run id {plan.run_id}")
+        if _followups_text(plan):
+            c.print(f"  {_followups_text(plan)}")
         if plan.prior_rows:
             c.print(f"  resuming run {plan.run_id}: {len(plan.prior_search_rows)} search trials "
                     f"recorded, {plan.remaining_trials if plan.trials else 'more'} to run")
@@ -93,6 +124,8 @@ class Progress:
                 f"{_SAMPLER_NAMES[plan.options.sampler]} (--sampler {plan.options.sampler})")
         self.bar.start()
         self.task = self.bar.add_task("trials", total=plan.trials, completed=len(plan.prior_search_rows))
+        self.plan = plan
+        self.counter = _Counter("search", len(plan.prior_search_rows), plan.trials)
 
     def _trial(self, row: dict, index: int, total: int | None) -> None:
         status = row["status"]
@@ -104,12 +137,10 @@ class Progress:
             self.best_sps = max(self.best_sps, sps)
         measured = f"{sps:10,.1f} samples/sec" if sps is not None else f"{'':>10} {'':11}"
         ref = f" [bold]({row['reference']})[/]" if row["reference"] else ""
-        if phase_of(row) != Phase.SEARCH:
-            ref += f" [italic]{row['phase']}[/]"
         tail = f" — {row['error']}" if row.get("error") else ""
-        n = f"{index}/{total}" if total else str(index)
-        self.console.print(f"  [{n:>5}] [{style}]{status:<6}[/] {measured}  {knob_text(row)}{ref}"
-                           f"{tail}", highlight=False, soft_wrap=True)
+        self.counter.done += 1
+        self.console.print(f"  \\[{self.counter.text()}] [{style}]{status:<6}[/] {measured}  "
+                           f"{knob_text(row)}{ref}{tail}", highlight=False, soft_wrap=True)
         if self.task is not None:
             best = f"best {self.best_sps:,.1f} samples/sec" if self.best_sps else "no result yet"
             self.bar.update(self.task, advance=1, description=f"trials · {best}")
@@ -122,10 +153,18 @@ class Progress:
         ok = [r for r in rows if r["status"] == Status.OK]
         counts = ", ".join(f"{n} {s}" for s in leaderboard_statuses(rows)
                            for n in [sum(r["status"] == s for r in rows)])
-        self.console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s ({counts}); "
+        phases = ", ".join(f"{n} {p.value}" for p in Phase
+                           for n in [sum(phase_of(r) == p for r in rows)] if n)
+        self.console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s ({phases}; {counts}); "
                            f"leaderboard: {summary.results_dir}/leaderboard")
-        for key in sorted({r["hardware_key"] for r in ok}):
+        keys = sorted({r["hardware_key"] for r in ok})
+        for key in keys:
             self._print_best([r for r in rows if r["hardware_key"] == key], summary)
+        if keys:
+            self.console.print("ready to paste:")
+        for key in keys:
+            for line in paste_commands(self.plan, summary, key if len(keys) > 1 else None):
+                self.console.print(f"  {line}", highlight=False, soft_wrap=True)
         note = busy_note(rows)
         if note:
             self.console.print(f"[yellow]warning:[/] {note}", highlight=False)
@@ -133,23 +172,21 @@ class Progress:
     def _print_best(self, rows: list[dict], summary) -> None:
         best = leaderboard.best_row(rows)
         if best is None:
+            disturbed = sorted({why for r in rows if r["status"] == Status.OK
+                                and (why := noise.impossible(r))})
+            if disturbed:
+                self.console.print(f"[yellow]no result:[/] every measurement had a figure that "
+                                   f"cannot be true ({'; '.join(disturbed)}): the machine was "
+                                   "disturbed; run again on a quiet one", highlight=False)
             return
         t = Table(title=f"{summary.workload} on {best['hardware_key']} ({summary.scale} scale)",
                   title_justify="left")
         for col in ("configuration", "samples/sec", "best is", "knobs"):
             t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
-        chosen = "re-measured" if phase_of(best) == Phase.REMEASURE else "measured"
+        chosen = (f"re-measured, mean of {best['rounds']} rounds" if best["rounds"] > 1 else
+                  "re-measured" if phase_of(best) == Phase.REMEASURE else "measured")
         t.add_row(f"[bold]best[/] ({chosen})", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
-        for name in ("baseline", "recommended"):
-            matches = [r for r in rows if r["reference"] == name]
-            if not matches:
-                continue
-            sps = best[f"{name}_samples_per_sec"]
-            if sps:
-                t.add_row(name, f"{sps:,.1f}", f"{best[f'speedup_vs_{name}']:.2f}x faster",
-                          knob_text(matches[0]))
-            else:
-                t.add_row(name, matches[0]["status"], "", knob_text(matches[0]))
+        _reference_rows(t, best, rows)
         if best["ceiling_disturbed"]:
             t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
                       "disturbed", "measured below the pipeline it bounds, twice: no efficiency "
@@ -163,12 +200,149 @@ class Progress:
                       "same knobs, its DataLoader alone, no model")
         _attainable_row(t, best)
         self.console.print(t)
+        for line in verdict_lines(best):
+            self.console.print(line, highlight=False)
         self.console.print(_compute_line(best), highlight=False)
         if best.get("time_to_train_s") is not None:
             self.console.print(f"predicted time for {best['train_steps']:,} steps: "
                                f"{best['time_to_train_s']:,.1f} s (setup, warm-up and compile included)")
-        self.console.print(f"ready to paste: python -m tuner best --workload {summary.workload} "
-                           f"--results {summary.results_dir} --format python")
+
+
+def _reference_rows(t: Table, best: dict, rows: list[dict]) -> None:
+    """One table row per reference of the run: its rate and the best's speed-up over it ('the
+    best itself' when the winner is that reference; 'tie' inside the noise), or how its trials
+    failed ('retried' when it was measured twice)."""
+    for name in ("baseline", "recommended"):
+        matches = [r for r in rows if r["reference"] == name]
+        if not matches:
+            continue
+        shown = next((r for r in matches if r["status"] == Status.OK), matches[-1])
+        sps = best[f"{name}_samples_per_sec"]
+        if best.get(f"{name}_is_best"):
+            t.add_row(name, f"{sps:,.1f}", "the best itself", knob_text(shown))
+        elif sps:
+            t.add_row(name, f"{sps:,.1f}", _speedup(best, name).short(), knob_text(shown))
+        else:
+            tried = " (retried)" if sum(phase_of(r) == Phase.SEARCH for r in matches) > 1 else ""
+            t.add_row(name, f"{shown['status']}{tried}", "", knob_text(shown))
+
+
+def _speedup(best: dict, ref: str) -> noise.Speedup:
+    """The best's speed-up over reference ``ref`` (its ``speedup_vs_<ref>*`` keys)."""
+    return noise.Speedup(best[f"speedup_vs_{ref}"], best[f"speedup_vs_{ref}_low"],
+                         best[f"speedup_vs_{ref}_high"], best[f"speedup_vs_{ref}_pairs"])
+
+
+def verdict_lines(best: dict) -> list[str]:
+    """The end-of-run lines under the table: each speed-up with its 95 % interval ('tie within
+    the noise (speed-up X, 95 % CI [lo, hi])' where it contains 1, never 'X.XXx faster'), the
+    faster configuration a tie set aside for a simpler one, and the measurements set aside as
+    impossible (``best``: a ``leaderboard.best_row``)."""
+    lines = []
+    for name in ("baseline", "recommended"):
+        ratio = best.get(f"speedup_vs_{name}")
+        if ratio is None or best.get(f"{name}_is_best"):
+            continue
+        sp = _speedup(best, name)
+        paired = (f"{sp.pairs} interleaved rounds" if sp.pairs > 1 else
+                  "one measurement each: the interval sees only the noise within each trial")
+        lines.append(f"vs {name}: {sp.text()}; {paired}")
+    if best.get("tied_faster"):
+        row, sp = best["tied_faster"]
+        lines.append(f"fastest measured, {knob_text(row)} at {row['samples_per_sec']:,.1f} "
+                     f"samples/sec, against the best shown: {sp.text()}; the simpler "
+                     "configuration is chosen (no compile, then fewer workers, then closer to "
+                     "the baseline)")
+    if best.get("disturbed"):
+        shown = "; ".join(f"trial {trial}: {why}" for trial, why in best["disturbed"][:3])
+        more = f" and {len(best['disturbed']) - 3} more" if len(best["disturbed"]) > 3 else ""
+        lines.append(f"set aside as disturbed (figures that cannot be true, never a result): "
+                     f"{shown}{more}")
+    return lines
+
+
+@dataclass
+class _Counter:
+    """The trial counter printed on each trial's line: the phase, the trials of that phase
+    finished, and how many it runs (None: not known ahead, as for a time budget or the
+    ceilings). ``--trials`` counts the search only, so its denominator stays that number."""
+
+    label: str
+    done: int
+    total: int | None
+
+    def text(self) -> str:
+        """'search 3/6', 'remeasure 2/9' or 'ceiling 1'."""
+        if self.total is None:
+            return f"{self.label} {self.done}"
+        return f"{self.label} {self.done:>{len(str(self.total))}}/{self.total}"
+
+    def after(self, data: dict) -> "_Counter":
+        """The counter once a driver 'phase' event ``data`` starts: a new phase starts from 0;
+        a re-measurement round counts the rounds still to come (``count`` each); further
+        ceiling measurements add to the ceiling count, which has no total."""
+        label = "retry" if data.get("retry") else str(Phase(data["phase"]).value)
+        done = self.done if label == self.label else 0
+        if label == "remeasure" and data.get("rounds"):
+            rounds_left = data["rounds"] - data["round"] + 1
+            return _Counter(label, done, done + data["count"] * rounds_left)
+        if label == "ceiling":
+            return _Counter(label, done, None)
+        return _Counter(label, done, done + data["count"])
+
+
+def _followups_text(plan) -> str:
+    """The line saying what runs after the search, beyond the ``--trials`` budget (empty when
+    nothing does): re-measurement of the best beside the references, and the ceilings."""
+    parts = []
+    if plan.options.confirm:
+        parts.append(f"the {plan.options.confirm} best re-measured beside the references "
+                     f"(--confirm {plan.options.confirm})")
+    if plan.options.ceiling:
+        parts.append("the ceilings, one short trial each (--no-ceiling skips them)")
+    return f"after the search, beyond its budget: {' · '.join(parts)}" if parts else ""
+
+
+def _phase_text(data: dict) -> str:
+    """The line announcing a follow-up phase (a driver 'phase' event)."""
+    if data["phase"] == Phase.SEARCH:  # a reference retried
+        return (f"measuring {', '.join(data['retry'])} once more: its trial failed for a "
+                "transient reason (a process killed)")
+    if data["phase"] == Phase.REMEASURE:
+        return (f"re-measuring, round {data['round']} of {data['rounds']}: {data['count']} "
+                f"configurations in turn, {data['windows']} windows each (interleaved: the "
+                "speed-ups pair rounds)")
+    return (_CEILINGS[data.get("ceiling", "compute")]
+            + (" again: it came out below the winner" if data.get("again") else ""))
+
+
+def paste_commands(plan, summary, hardware_key: str | None = None) -> list[str]:
+    """The commands that read a finished run, to paste as printed from the same directory:
+    ``best`` (the winner as code; it reads the rows by the workload's leaderboard name),
+    ``profile`` and ``validate`` (they import the workload: ``--workload`` is what the run was
+    given, a built-in name, an import path or a file, with the workload's options such as
+    ``--model``). ``--data`` is added when the run had it, ``--device``/``--scale`` for
+    ``profile`` when the run named them, ``--hardware`` when given (a run over several
+    accelerator types). Without a plan, or for a Workload object (the Python API), only
+    ``best``."""
+    from shlex import quote
+    where = [f"--results {quote(str(summary.results_dir))}"]
+    where += [f"--hardware {quote(hardware_key)}"] if hardware_key else []
+    lines = [" ".join(["python -m tuner best", f"--workload {quote(summary.workload)}", *where,
+                       "--format python"])]
+    spec = getattr(getattr(plan, "options", None), "workload", None)
+    if not isinstance(spec, str):
+        return lines
+    options = plan.options
+    workload = [f"--workload {quote(spec)}"] + [
+        f"--{name.replace('_', '-')} {quote(str(value))}"
+        for name, value in (getattr(options, "workload_options", None) or {}).items()
+        if value is not None]
+    data = [f"--data {quote(str(plan.data_dir))}"] if options.data is not None else []
+    measure = [f"--device {plan.device}"] if options.device != "auto" else []
+    measure += [f"--scale {plan.scale}"] if options.scale else []
+    return lines + [" ".join(["python -m tuner profile", *workload, *where, *measure, *data]),
+                    " ".join(["python -m tuner validate", *workload, *where, *data])]
 
 
 def leaderboard_statuses(rows: list[dict]) -> list[str]:
@@ -212,10 +386,12 @@ BUSY_STEAL_PCT = 5.0
 def busy_note(rows: list[dict]) -> str | None:
     """One line when trials were measured on a busy machine, or None: a 1-minute load average
     above the machine's CPU count (a trial alone keeps it at or below: its threads plus its
-    workers fit its CPUs), CPU steal over ``BUSY_STEAL_PCT``, or other processes on the GPU."""
+    workers fit its CPUs), CPU steal over ``BUSY_STEAL_PCT``, other processes on the GPU, or
+    another tuner run active on the machine (``other_runs``)."""
     measured = [r for r in rows if r.get("load_avg_1m") is not None]
     busy = [r for r in measured if (r.get("cpu_count") and r["load_avg_1m"] > r["cpu_count"])
-            or (r.get("cpu_steal_pct") or 0) > BUSY_STEAL_PCT or (r.get("gpu_other_processes") or 0)]
+            or (r.get("cpu_steal_pct") or 0) > BUSY_STEAL_PCT or (r.get("gpu_other_processes") or 0)
+            or (r.get("other_runs") or 0)]
     if not busy:
         return None
     worst = max(busy, key=lambda r: r["load_avg_1m"])
@@ -226,5 +402,8 @@ def busy_note(rows: list[dict]) -> str | None:
     others = max((r.get("gpu_other_processes") or 0) for r in busy)
     if others:
         parts.append(f"{others} other process(es) on the GPU")
+    runs = max((r.get("other_runs") or 0) for r in busy)
+    if runs:
+        parts.append(f"{runs} other tuner run(s) on this machine")
     return (f"the machine was busy during {len(busy)} of {len(measured)} measured trials "
             f"({'; '.join(parts)}): their figures, and speed-ups read from them, may be disturbed")

@@ -3,7 +3,10 @@ finished trial (workers on other nodes share no disk with the driver)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,6 +16,7 @@ import tuner.leaderboard as leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
 from tuner.plan import Plan
+from tuner.runlock import active_runs
 from tuner.status import Phase, Status
 
 
@@ -37,6 +41,15 @@ def _error_file_text(trial) -> str | None:
         return None
 
 
+OVERDUE_S = 2.0
+"""Seconds past its deadline a trial may still run before its process is killed."""
+
+
+def _deadline(trial) -> float | None:
+    """The trial's deadline (``TrialSettings.deadline_unix_s``, time.time()), or None."""
+    return (trial.config.get("tuner") or {}).get("deadline_unix_s")
+
+
 def ignore_event(kind: str, data: dict) -> None:
     """on_event of a restored LeaderboardWriter (no console attached)."""
 
@@ -48,6 +61,22 @@ def _one_line(text: str) -> str:
     if len(lines) <= 1:
         return lines[0] if lines else ""
     return f"{lines[0]} -> {lines[-1]}"
+
+
+class RecordFailed(TunerError):
+    """A write the run needs failed (a full disk, a lost mount): the run stops at once. The
+    message names what failed and why, what the leaderboard kept, and the ``--resume`` command."""
+
+    def __init__(self, what: str, error: OSError, plan: Plan, recorded: int,
+                 lost: str | None = None):
+        cause = error.strerror or str(error) or type(error).__name__
+        lost_text = f"; the row of trial {lost} is lost" if lost else ""
+        super().__init__(
+            f"cannot write {what} ({cause}): the run stopped; {recorded} trials of run "
+            f"{plan.run_id} are in {plan.options.results}/leaderboard{lost_text}; make room, "
+            f"then continue with the same command and --resume {plan.run_id}")
+        self.run_id = plan.run_id
+        self.recorded = recorded
 
 
 class LeaderboardWriter(Callback):
@@ -62,12 +91,20 @@ class LeaderboardWriter(Callback):
         self.expected = plan.trials
         """Trials expected in all (None without a trial budget); follow-up phases add theirs."""
         self._done: set[str] = set()
+        self.failed: RecordFailed | None = None
+        """The first row that could not be written; ``on_step_end`` raises it."""
+        self._overdue: set[str] = set()
+        """Trials killed past their deadline (``on_step_begin``)."""
 
     def __getstate__(self) -> dict:
         # Ray Tune pickles its run config (callbacks included) for restore; the live console
         # behind on_event holds locks and is not part of the run's state.
+        # Tuner never restores Ray's state (--resume reads the leaderboard), and rows pickled
+        # with every experiment made <results>/ray larger than the leaderboard itself.
         state = self.__dict__.copy()
         state["on_event"] = ignore_event
+        state.update(rows=[], failed=None, _done=set(),
+                     plan=dataclasses.replace(self.plan, prior_rows=()))
         return state
 
     def _row(self, trial, result: dict) -> dict:
@@ -91,12 +128,25 @@ class LeaderboardWriter(Callback):
             given = trial.placement_group_factory.required_resources
             row.update(trial_cpus=given.get("CPU"), trial_gpus=given.get("GPU", 0.0))
         row.setdefault("device", self.plan.device)
+        if self.plan.options.address is None:  # the runs registered on this machine
+            row["other_runs"] = sum(r.pid != os.getpid() for r in active_runs())
         if row.get("error"):
             row["error"] = _one_line(row["error"])
         return row
 
     def _write(self, row: dict) -> None:
-        self.rows.append(leaderboard.write_row(self.plan.options.results, row))
+        """Write the row, or keep the first failure for ``on_step_end`` (Ray Tune catches
+        what a trial callback raises, logs it and goes on, so the run would continue and lose
+        every later row without a word)."""
+        if self.failed is not None:
+            return
+        try:
+            written = leaderboard.write_row(self.plan.options.results, row)
+        except OSError as exc:
+            self.failed = RecordFailed(f"to {self.plan.options.results}/leaderboard", exc,
+                                       self.plan, len(self.rows), lost=row.get("trial_id"))
+            return
+        self.rows.append(written)
         self.on_event("trial", {"row": self.rows[-1], "index": len(self.rows),
                                 "total": self.expected})
 
@@ -112,8 +162,61 @@ class LeaderboardWriter(Callback):
         _stamp(trial, result)
         self._write(self._row(trial, result))
 
+    def on_step_end(self, iteration, trials, **info):
+        """Stop the experiment when a row could not be written: raised here, outside the
+        trial callbacks, the error leaves ``Tuner.fit`` (Ray Tune stops the trials first)."""
+        if self.failed is not None:
+            raise self.failed
+
+    def on_step_begin(self, iteration, trials, **info):
+        """End a trial still running ``OVERDUE_S`` past its deadline (inside a step longer
+        than that, such as a long compile, so it cannot stop itself at a step boundary): its
+        process is killed, and ``on_trial_error`` records it ``timeout``. Ray Tune's own
+        stop (``time_budget_s``) would wait up to 10 s more for such a process."""
+        now = time.time()
+        for trial in trials:
+            deadline = _deadline(trial)
+            actor = trial.temporary_state.ray_actor
+            if (deadline is None or now < deadline + OVERDUE_S or actor is None
+                    or trial.status != trial.RUNNING or trial.trial_id in self._overdue):
+                continue
+            import ray
+            self._overdue.add(trial.trial_id)
+            ray.kill(actor, no_restart=True)
+
+    def on_experiment_end(self, trials, **info):
+        """Rows of the trials Ray Tune stopped at its time budget (``TuneConfig.time_budget_s``
+        stops them without ``on_trial_complete``). Each is recorded ``timeout`` with what its
+        last window's report carried, not lost. Trials stopped before their deadline (an
+        interrupted run) are left to ``--resume``."""
+        for trial in trials:
+            deadline = _deadline(trial)
+            started = getattr(getattr(trial, "run_metadata", None), "start_time", None)
+            if (trial.trial_id in self._done or deadline is None or time.time() < deadline
+                    or trial.status != trial.TERMINATED or started is None):
+                continue  # recorded, no deadline, not past it, or never started
+            self._write_timeout(trial)
+
+    def _write_timeout(self, trial) -> None:
+        """A ``timeout`` row from the trial's last report (set-up, compile and warm-up times
+        and the windows it finished; none when it reported nothing)."""
+        self._done.add(trial.trial_id)
+        result = dict(trial.last_result or {})
+        windows = int(result.get("windows") or 0) if result.get("status") == Status.RUNNING else 0
+        if not windows:
+            result = {k: v for k, v in result.items() if k not in leaderboard.MEASURED_COLUMNS}
+        result.update(status=Status.TIMEOUT.value, error=(
+            f"stopped by the time budget after {windows} windows" if windows else
+            "stopped by the time budget before its first window (set-up, compile or warm-up)"))
+        result.setdefault("samples_per_sec", None)
+        _stamp(trial, result)
+        self._write(self._row(trial, result))
+
     def on_trial_error(self, iteration, trials, trial, **info):
         if trial.trial_id in self._done:
+            return
+        if trial.trial_id in self._overdue:  # killed past its deadline (on_step_begin)
+            self._write_timeout(trial)
             return
         self._done.add(trial.trial_id)
         error = trial.get_error()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, get_args
 
@@ -56,6 +56,16 @@ MEASUREMENT_DEFAULTS = {
     "seed": (10, 5, 2.0),
 }
 
+DEFAULT_CUDA_TIME_BUDGET_S = 1800.0
+"""Time budget of a run on CUDA without ``--time-budget``: 30 minutes, probe, search,
+re-measurement and ceilings included (the default 40 trials at seed scale took 25-60 s each on
+an H100, so most runs end on the trial count; a space of slow compiles ends here)."""
+
+BUDGET_GRACE_S = 10.0
+"""A run with a time budget S ends within S + this many seconds: a trial stops at the first
+step boundary past the deadline, a step that runs on (a long compile) is stopped by Ray Tune
+a few seconds later, and Ray shuts down."""
+
 
 @dataclass(frozen=True)
 class MemoryLimit:
@@ -66,13 +76,15 @@ class MemoryLimit:
     """Fraction in (0, 1] of the device's (or machine's) memory; None when a size was given."""
     mib: float | None = None
     """Size in MiB; None when a fraction was given."""
+    text: str | None = field(default=None, compare=False)
+    """What the user typed ('12GB'), for messages; None for a limit built in code."""
 
     @classmethod
     def parse(cls, text: str) -> "MemoryLimit":
         """'0.9' (a fraction) or a size: '12GB' (10**9 bytes), '12GiB' or '12g' (2**30),
         '500MB', '500MiB'. Raises ValueError naming the text and the accepted forms."""
         fraction, mib = parse_memory(text)
-        return cls(fraction=fraction, mib=mib)
+        return cls(fraction=fraction, mib=mib, text=str(text).strip())
 
     @classmethod
     def coerce(cls, value: "MemoryLimit | str | Mapping | None") -> "MemoryLimit | None":
@@ -113,6 +125,8 @@ class RunOptions:
     trials: int | None = None
     """Trials in all, references included; None: 12 on CPU, 40 on CUDA (or until time budget)."""
     time_budget_s: float | None = None
+    """Seconds the whole run may take (probe, search, re-measurement and ceilings; it ends
+    within ``BUDGET_GRACE_S`` more); None: ``DEFAULT_CUDA_TIME_BUDGET_S`` on CUDA, none on CPU."""
     device: Device = "auto"
     scale: Scale | None = None
     """None: 'seed' on CUDA, 'tiny' on CPU."""
@@ -131,10 +145,11 @@ class RunOptions:
     train_steps: int | None = None
     max_memory: MemoryLimit | None = None
     """Device memory limit: fraction ('0.9') or size ('12GB'), see TrialSettings.max_memory.
-    Given as text or a MemoryLimit; held as a MemoryLimit."""
+    Given as text or a MemoryLimit; held as a MemoryLimit. A size above the GPU's memory is
+    refused, and on the CPU device it is a note (``tuner.plan.check_limits``)."""
     max_host_memory: MemoryLimit | None = None
     """Host memory limit per trial (process + DataLoader workers): size ('8GB') or fraction of
-    this machine's RAM."""
+    this machine's RAM; a size above the RAM is refused (``tuner.plan.check_limits``)."""
     global_batch_size: int | None = None
     probe: ProbeMode = "auto"
     """Memory probe before the search: 'auto' (on CUDA, or with --max-host-memory), 'on', 'off'."""
@@ -148,14 +163,19 @@ class RunOptions:
     warm_start: bool = False
     """Seed the search with earlier leaderboard rows of this workload, scale and hardware."""
     remeasure: bool = False
-    """With warm_start: measure a configuration again even when an earlier row has it."""
+    """With warm_start: measure a configuration again even when an earlier row has it (without
+    warm_start it does nothing, and is refused)."""
     ceiling: bool = True
     """Measure the winner's compute-only ceiling (batches already on the device)."""
+    early_stop: bool = True
+    """Stop a search trial after a window when it is clearly slower than the best so far
+    (``tuner.pruning.EarlyStopping``); its row is ``pruned`` with the windows it measured."""
     peak_tflops: float | None = None
     """The card's dense peak TFLOP/s for MFU, for a card ``tuner.flops`` does not know (or to
     override its table)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "workload_options", _workload_options(self.workload_options))
         _check_choice("--device", self.device, DEVICES)
         if self.scale is not None:
             _check_choice("--scale", self.scale, SCALES)
@@ -180,6 +200,10 @@ class RunOptions:
                 object.__setattr__(self, name, MemoryLimit.coerce(getattr(self, name)))
             except (ValueError, TypeError) as exc:
                 raise TunerError(f"{flag}: {exc}") from None
+        if self.remeasure and not self.warm_start:
+            raise TunerError("--remeasure does nothing without --warm-start (it measures again "
+                             "configurations that earlier rows already have): add --warm-start "
+                             "or leave --remeasure out")
 
     @property
     def metric(self) -> str:
@@ -190,6 +214,23 @@ class RunOptions:
     def mode(self) -> str:
         """'max' or 'min'."""
         return OBJECTIVES[self.objective][1]
+
+
+def _workload_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` without None values, checked: names are identifiers, 'model' (--model) a
+    non-empty string, 'image_size' (--image-size) an int >= 1. Raises TunerError naming the
+    flag."""
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    for name in given:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TunerError(f"workload option {name!r}: a name such as 'model' or 'image_size'")
+    model = given.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise TunerError(f"--model {model!r}: give an architecture name such as resnet50")
+    size = given.get("image_size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise TunerError(f"--image-size {size!r}: must be a whole number of pixels >= 1")
+    return given
 
 
 def _check_choice(flag: str, value: Any, accepted: tuple) -> None:
@@ -257,6 +298,14 @@ class TrialSettings:
     default_data: bool = False
     """``data_dir`` is the workload's embedded default: a node that lacks it (a cluster worker)
     writes it to its own cache first (deterministic, so every node trains on the same data)."""
+    deadline_unix_s: float | None = None
+    """Wall-clock time (``time.time()``, s) the trial must stop by: at the first step boundary
+    past it the trial ends ``timeout`` with the windows it finished (``Plan.with_deadline``
+    sets it from the run's time budget; None: no deadline)."""
+    max_warmup_s: float | None = None
+    """Seconds the warm-up may take after its first step (which holds compile and autotuning,
+    recorded as ``first_step_s``): warm-up steps and steady-state probes stop there. None:
+    twice the measurement's length, ``2 * windows * window_s``."""
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:

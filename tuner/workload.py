@@ -17,9 +17,9 @@ Bring your own::
         references = {"baseline": Knobs(batch_size=32, num_workers=2)}
         def build_model(self, scale): ...
         def build_dataset(self, data_dir, scale): ...
-        def prepare_default_data(self, cache_dir, scale): ...
         def training_step(self, model, batch): ...
         def sample_shape(self, scale): ...
+        # optional: def prepare_default_data(self, cache_dir, scale): ...  (runs without --data)
 
     workload = MyWorkload()
     trainable = make_trainable(workload)
@@ -30,12 +30,19 @@ Built-ins are found by name (``ddpm``); others by import path (``pkg.module:attr
 file (``path/to/mod.py:attribute``: imported as the module ``mod`` with its directory appended
 to ``sys.path``, which Ray's workers inherit) or by the entry-point group ``tuner.workloads``.
 A module that fails to import is reported in one line naming its file and line.
+
+The built-ins are the package ``workloads`` beside ``tuner`` (``BUILTIN_DIR``). A user's own
+package of that name found first on ``sys.path`` (a ``./workloads/`` in the current directory,
+with tuner importable from a checkout on ``PYTHONPATH``) does not hide them: ``_BuiltinFinder``
+finds every ``workloads.<module>`` that package lacks in ``BUILTIN_DIR``, and built-in workloads
+travel to Ray's workers through it (``Workload.__reduce_ex__``).
 """
 
 from __future__ import annotations
 
 import abc
 import importlib
+import importlib.abc
 import importlib.util
 import os
 import sys
@@ -47,7 +54,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from tuner.errors import TunerError
+from tuner.errors import DataError, TunerError
 from tuner.knobs import Knobs
 from tuner.settings import SCALES, default_cache_dir  # noqa: F401  (public: workloads import them here)
 
@@ -62,6 +69,79 @@ BUILTINS: dict[str, str] = {
     "chargpt": "workloads.chargpt:workload",
 }
 """Built-in workload names and where they live. A name whose module is missing is skipped."""
+
+BUILTIN_PACKAGE = "workloads"
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / BUILTIN_PACKAGE
+"""Where the built-in workloads live: the ``workloads`` package beside the ``tuner`` package
+(in a checkout, or in site-packages after ``pip install``)."""
+
+
+class _BuiltinFinder(importlib.abc.MetaPathFinder):
+    """Finds ``workloads.<module>`` in ``BUILTIN_DIR`` when no other finder does: when the
+    ``workloads`` package Python imported is another one (a user's ``./workloads/`` first on
+    ``sys.path``) that lacks the module, or when no ``workloads`` package is on the path at all.
+    It comes last in ``sys.meta_path``, so a module the normal import finds always wins."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname == BUILTIN_PACKAGE:
+            init = BUILTIN_DIR / "__init__.py"
+            return (importlib.util.spec_from_file_location(
+                fullname, init, submodule_search_locations=[str(BUILTIN_DIR)])
+                if init.is_file() else None)
+        package, _, leaf = fullname.partition(".")
+        if package != BUILTIN_PACKAGE or not leaf.isidentifier():
+            return None
+        file = BUILTIN_DIR / f"{leaf}.py"
+        return importlib.util.spec_from_file_location(fullname, file) if file.is_file() else None
+
+
+if not any(type(f).__name__ == _BuiltinFinder.__name__ for f in sys.meta_path):
+    sys.meta_path.append(_BuiltinFinder())  # once, also when this module is imported again
+
+
+def _in_builtin_dir(file: str | None) -> bool:
+    try:
+        return file is not None and Path(file).resolve().parent == BUILTIN_DIR
+    except OSError:
+        return False
+
+
+def _is_builtin_class(cls: type) -> bool:
+    """Whether ``cls`` is defined at the top of one of the built-in modules in ``BUILTIN_DIR``
+    (so a worker can import it by its module and name)."""
+    module = sys.modules.get(cls.__module__)
+    return (cls.__module__.startswith(BUILTIN_PACKAGE + ".") and module is not None
+            and _in_builtin_dir(getattr(module, "__file__", None))
+            and getattr(module, cls.__qualname__, None) is cls)
+
+
+def _builtin_object(module_name: str, qualname: str) -> "Workload":
+    """An empty instance of a built-in workload class (pickle then restores its attributes):
+    the other half of ``Workload.__reduce_ex__``."""
+    cls = getattr(importlib.import_module(module_name), qualname)
+    return cls.__new__(cls)
+
+
+def _load_builtin(name: str, where: str) -> Any:
+    """The built-in workload ``name`` from ``where`` ('workloads.ddpm:workload'), checked to
+    come from ``BUILTIN_DIR``.
+
+    Raises:
+        TunerError: another ``workloads`` package holds a module of the same name and comes
+            first on ``sys.path``: the message names both files.
+    """
+    obj = _load_import_path(where)
+    module_name = where.partition(":")[0]
+    found = getattr(sys.modules.get(module_name), "__file__", None)
+    if not _in_builtin_dir(found):
+        package = getattr(sys.modules.get(BUILTIN_PACKAGE), "__file__", None)
+        builtin = BUILTIN_DIR / f"{module_name.rpartition('.')[2]}.py"
+        raise TunerError(
+            f"workload {name!r}: the built-in is {builtin}, "
+            f"but {module_name!r} was imported from {found} (the package {BUILTIN_PACKAGE!r} at "
+            f"{Path(package).parent if package else 'another place'} comes first on sys.path); "
+            f"rename that package or run from another directory")
+    return obj
 
 
 class Workload(abc.ABC):
@@ -90,6 +170,24 @@ class Workload(abc.ABC):
     """Learning rate of the default optimizer (AdamW)."""
     data_is_file: ClassVar[bool] = False
     """True when ``--data`` names one file (a text corpus) rather than a directory."""
+    option_names: ClassVar[tuple[str, ...]] = ()
+    """Options ``configure`` takes, by keyword (``--model`` is 'model', ``--image-size``
+    'image_size'); empty (the default): the workload takes none."""
+
+    def configure(self, **options: Any) -> "Workload":
+        """This workload with ``options`` applied: a configured copy whose ``name`` tells its
+        leaderboard rows apart from the unconfigured workload's (e.g. 'classifier-resnet50-224px'),
+        so that rows of different models are never ranked together. The copy is pickled to the
+        Ray workers with its options. Called through ``configured``, which passes only names in
+        ``option_names`` and only options the user gave. The default takes none.
+
+        Raises:
+            TunerError: a value the workload does not accept, in one line naming the option.
+        """
+        if options:
+            raise TunerError(f"workload {self.name!r} takes no options "
+                             f"({', '.join(option_flag(o) for o in options)})")
+        return self
 
     @abc.abstractmethod
     def build_model(self, scale: str) -> nn.Module:
@@ -104,10 +202,25 @@ class Workload(abc.ABC):
                 file that fails to decode in ``__getitem__`` raises it naming the file.
         """
 
-    @abc.abstractmethod
     def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
         """Write the embedded default dataset under ``cache_dir`` once (deterministically) and
-        return its path (what ``build_dataset`` takes). A second call reuses what is there."""
+        return its path (what ``build_dataset`` takes). A second call reuses what is there.
+
+        Optional: a workload that always reads the user's data leaves it out, and every
+        command then needs ``--data`` (``has_default_data`` says which).
+
+        Raises:
+            DataError: (this default) the workload has no embedded dataset: one line asking
+                for ``--data``.
+        """
+        what = "FILE (one file)" if self.data_is_file else "DIR (a directory)"
+        raise DataError(f"workload {self.name!r} has no embedded dataset (it does not "
+                        f"implement prepare_default_data): give your data with --data {what}")
+
+    @property
+    def has_default_data(self) -> bool:
+        """Whether the workload implements ``prepare_default_data`` (runs without ``--data``)."""
+        return type(self).prepare_default_data is not Workload.prepare_default_data
 
     @abc.abstractmethod
     def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
@@ -162,6 +275,16 @@ class Workload(abc.ABC):
 
     def parameter_count(self, scale: str) -> int:
         return sum(p.numel() for p in self.build_model(scale).parameters())
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        """A built-in workload pickles (to Ray's workers) as its module and class names and
+        its attributes, rebuilt by ``_builtin_object``: unpickling imports ``tuner.workload``
+        first, whose finder locates the built-in module even where another ``workloads``
+        package comes first on the worker's ``sys.path``. Any other workload pickles as usual."""
+        cls = type(self)
+        if _is_builtin_class(cls):
+            return _builtin_object, (cls.__module__, cls.__qualname__), dict(self.__dict__)
+        return super().__reduce_ex__(protocol)
 
 
 def _load_import_path(spec: str) -> Any:
@@ -306,6 +429,37 @@ def _load_entry_point(name: str) -> Any:
                          f"{_describe(exc, module_name)}") from None
 
 
+def option_flag(option: str) -> str:
+    """The command-line flag of a workload option: 'image_size' -> '--image-size'."""
+    return "--" + option.replace("_", "-")
+
+
+def configured(workload: Workload, options: Mapping[str, Any] | None) -> Workload:
+    """``workload.configure(**options)`` for the options given (None values are left out);
+    ``workload`` itself when none is given.
+
+    Raises:
+        TunerError: an option the workload does not take (one line naming its flag and the
+            known workloads that take it), or a value it rejects.
+    """
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    for option, value in given.items():
+        if option not in workload.option_names:
+            takers = [name for name in sorted(available()) if _takes(name, option)]
+            raise TunerError(f"{option_flag(option)} {value}: workload {workload.name!r} does "
+                             f"not take {option_flag(option)}; workloads that do: "
+                             f"{', '.join(takers) or 'none'}")
+    return workload.configure(**given) if given else workload
+
+
+def _takes(name: str, option: str) -> bool:
+    """Whether the known workload ``name`` takes ``option`` (False when it fails to load)."""
+    try:
+        return option in resolve(name).option_names
+    except TunerError:
+        return False
+
+
 def available() -> dict[str, str]:
     """Known workload names -> where they come from (built-in import path or entry point)."""
     names = {}
@@ -327,9 +481,15 @@ def resolve(spec: "str | Workload") -> Workload:
             file, a module whose import raises (named with the file and line), or an object
             that is not a Workload.
     """
+    if isinstance(spec, Workload):
+        return _checked(spec, spec.name)
+    if not isinstance(spec, str):
+        raise TunerError(f"workload {spec!r}: give a name, an import path 'package.module:attribute' "
+                         f"or a tuner.workload.Workload instance, not a {type(spec).__name__}")
     known = available()
     if spec in known:
-        obj = _load_import_path(known[spec]) if spec in BUILTINS else _load_entry_point(spec)
+        obj = (_load_builtin(spec, known[spec]) if spec in BUILTINS
+               else _load_entry_point(spec))
     elif ":" in spec:
         obj = _load_import_path(spec)
     else:
@@ -345,6 +505,11 @@ def resolve(spec: "str | Workload") -> Workload:
         except Exception as exc:
             raise TunerError(f"workload {spec!r}: creating {obj.__name__}() raised "
                              f"{_describe(exc, obj.__module__)}") from None
+    return _checked(obj, spec)
+
+
+def _checked(obj: Any, spec: str) -> Workload:
+    """``obj`` if it is a Workload with a baseline reference. Raises TunerError."""
     if not isinstance(obj, Workload):
         raise TunerError(f"workload {spec!r} is a {type(obj).__name__}, not a tuner.workload.Workload")
     if "baseline" not in obj.references:
@@ -360,13 +525,3 @@ def __getattr__(name: str) -> Any:
         raise ImportError("tuner.workload.make_trainable moved in tuner 0.2: use "
                           "`from tuner.harness import make_trainable`")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if isinstance(spec, Workload):
-        return _checked(spec, spec.name)
-    if not isinstance(spec, str):
-        raise TunerError(f"workload {spec!r}: give a name, an import path 'package.module:attribute' "
-                         f"or a tuner.workload.Workload instance, not a {type(spec).__name__}")
-    return _checked(obj, spec)
-
-
-def _checked(obj: Any, spec: str) -> Workload:
-    """``obj`` if it is a Workload with a baseline reference. Raises TunerError."""
