@@ -18,10 +18,14 @@ in log space and ``A/B`` and ``B/A`` get reciprocal intervals:
   freedom (Welch-Satterthwaite), else the rounds' (R - 1). A bootstrap needs more than 3
   rounds to say anything; a t-interval with R - 1 degrees of freedom pays for the few
   rounds in its quantile (12.7 for 2 rounds, 4.3 for 3).
-* One pair (a run without re-measurement, or a round that failed): a Welch t-interval from
-  the two rows' windows alone. It sees the noise within each trial, not a drift between them.
+* One pair (a run without re-measurement, ``--confirm 0``): no interval. The rows' windows
+  see the noise within each trial, not the drift between trials, which is the larger
+  (``bench/repeatability.py``: 2.6-3.4x), and with 2-3 windows a Welch interval on them has
+  one or two degrees of freedom (t = 12.7 or 4.3): a 2.4x lead read as [0.1, 55] on a busy
+  machine. Instead a one-pair speed-up within ``SINGLE_PAIR_FLOOR`` of 1 is a tie.
 
-A speed-up is a *tie within the noise* when its interval contains 1. Where the fastest
+A speed-up is a *tie within the noise* when its interval contains 1 (one pair: within the
+floor). Where the fastest
 configuration ties with a simpler one, the simpler one is the answer (``simplicity``).
 
 A figure that cannot be true (``impossible``) marks a disturbed measurement: such a row never
@@ -38,6 +42,12 @@ from typing import Mapping, Sequence
 
 CONFIDENCE = 0.95
 """Two-sided confidence of every speed-up interval."""
+
+SINGLE_PAIR_FLOOR = 0.10
+"""|ln ratio| below which a speed-up read from one measurement of each configuration is a tie
+(a ratio within 0.905..1.105): above the 7 % median pass-to-pass spread the search-quality
+benchmark measured on a quiet machine (docs/benchmarks.md, "Search quality"), as
+``tuner.pruning.MIN_MARGIN``."""
 
 _MEDIAN_VARIANCE = math.pi / 2
 """Variance of the median of normal windows over that of their mean (a row's rate is the
@@ -60,15 +70,20 @@ class Speedup:
 
     @property
     def tie(self) -> bool:
-        """True when the interval contains 1: A and B are equal within the noise."""
-        return self.low is not None and self.low <= 1.0 <= self.high
+        """True when the interval contains 1: A and B are equal within the noise; without an
+        interval, when the ratio is within ``SINGLE_PAIR_FLOOR`` of 1."""
+        if self.low is None:
+            return abs(math.log(self.ratio)) < SINGLE_PAIR_FLOOR
+        return self.low <= 1.0 <= self.high
 
     def text(self) -> str:
         """'1.16x faster (95 % CI [1.10, 1.22])', '1.25x slower (speed-up 0.80, 95 % CI
         [0.75, 0.85])', or, where the interval contains 1, 'tie within the noise (speed-up 1.01,
         95 % CI [0.97, 1.05])': never 'x faster' for a tie."""
         ci = (f"{100 * CONFIDENCE:.0f} % CI [{self.low:.2f}, {self.high:.2f}]"
-              if self.low is not None else "no interval: one window per measurement")
+              if self.low is not None else
+              f"one measurement each, no interval; within ±{100 * SINGLE_PAIR_FLOOR:.0f} % is a "
+              f"tie; re-measured rounds (--confirm) give one")
         if self.tie:
             return f"tie within the noise (speed-up {self.ratio:.2f}, {ci})"
         if self.ratio < 1:
@@ -119,6 +134,8 @@ def speedup(pairs: Sequence[tuple[Mapping, Mapping]], metric: str = "samples_per
     sign = 1.0 if higher_is_better else -1.0
     d = [sign * (math.log(a[metric]) - math.log(b[metric])) for a, b in pairs]
     mean = sum(d) / len(d)
+    if len(d) == 1:  # no drift between trials measured: no interval (module docstring)
+        return Speedup(math.exp(mean), None, None, 1)
     within = [(_log_variance(a), _log_variance(b)) for a, b in pairs]
     if any(va is None or vb is None for va, vb in within):
         se_within, df_within = None, None

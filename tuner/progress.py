@@ -244,9 +244,8 @@ def verdict_lines(best: dict) -> list[str]:
         if ratio is None or best.get(f"{name}_is_best"):
             continue
         sp = _speedup(best, name)
-        paired = (f"{sp.pairs} interleaved rounds" if sp.pairs > 1 else
-                  "one measurement each: the interval sees only the noise within each trial")
-        lines.append(f"vs {name}: {sp.text()}; {paired}")
+        paired = f"; {sp.pairs} interleaved rounds" if sp.pairs > 1 else ""
+        lines.append(f"vs {name}: {sp.text()}{paired}")
     if best.get("tied_faster"):
         row, sp = best["tied_faster"]
         lines.append(f"fastest measured, {knob_text(row)} at {row['samples_per_sec']:,.1f} "
