@@ -52,7 +52,8 @@ def run_output(env, results) -> subprocess.CompletedProcess:
     the best, compute-only ceiling): one leaderboard row per trial."""
     return tuner("run", "--workload", REGRESSION, "--device", "cpu", "--trials", "4",
                  "--results", str(results), "--windows", "2", "--window-s", "0.2",
-                 "--warmup-steps", "1", "--confirm", "0", "--no-ceiling", env=env, timeout=300)
+                 "--warmup-steps", "1", "--confirm", "0", "--no-ceiling", "--no-early-stop",
+                 env=env, timeout=300)
 
 
 def test_run_prints_plan_progress_and_speedup(run_output):
@@ -257,7 +258,8 @@ CLI_FLAGS = {
             "--data", "--results", "--seed", "--sampler", "--address", "--windows", "--window-s",
             "--warmup-steps", "--objective", "--train-steps", "--max-memory", "--max-host-memory",
             "--global-batch-size", "--probe", "--confirm", "--resume", "--warm-start",
-            "--remeasure", "--ceiling", "--no-ceiling", "--peak-tflops"],
+            "--remeasure", "--ceiling", "--no-ceiling", "--early-stop", "--no-early-stop",
+            "--peak-tflops"],
     "leaderboard": ["--workload", "-w", "--results", "--hardware", "--format", "--limit"],
     "best": ["--workload", "-w", "--results", "--hardware", "--format"],
     "workloads": ["--format"],

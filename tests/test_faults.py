@@ -28,7 +28,9 @@ pytestmark = pytest.mark.slow
 REGRESSION = "tests.fake_workloads:regression"
 SLOW = "tests.fault_workloads:slow"
 SHORT = ["--device", "cpu", "--windows", "2", "--window-s", "0.2", "--warmup-steps", "1",
-         "--confirm", "0", "--no-ceiling"]
+         "--confirm", "0", "--no-ceiling", "--no-early-stop"]
+"""The smallest run of every phase; no early stopping (tests/test_budget.py tests it): these
+tests count rows and statuses."""
 
 
 @pytest.fixture
@@ -309,7 +311,8 @@ def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
     from tuner.settings import RunOptions
     summary = run(RunOptions(workload=SLOW, trials=6, results=str(tmp_path / "results"),
                              address=cluster.address, space_file=space, device="cpu",
-                             windows=2, window_s=1.0, warmup_steps=1, confirm=0, ceiling=False))
+                             windows=2, window_s=1.0, warmup_steps=1, confirm=0, ceiling=False,
+                             early_stop=False))
     rows = rows_of(tmp_path / "results")
     assert len(rows) == 6 and len(summary.rows) == 6
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
@@ -326,7 +329,8 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
     trials = 6
     options = RunOptions(workload=SLOW, trials=trials, results=str(tmp_path / "results"),
                          address=cluster.address, space_file=space, device="cpu", windows=2,
-                         window_s=0.5, warmup_steps=1, confirm=0, ceiling=False)
+                         window_s=0.5, warmup_steps=1, confirm=0, ceiling=False,
+                             early_stop=False)
     outcome: dict = {}
 
     def target():
@@ -396,7 +400,8 @@ def test_each_accelerator_type_gets_its_own_search_and_best(tmp_path, typed_clus
     from tuner.settings import RunOptions
     run(RunOptions(workload=REGRESSION, trials=3, results=str(tmp_path / "results"),
                    address=typed_cluster.address, space_file=space, device="cpu",
-                   windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False))
+                   windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False,
+                             early_stop=False))
     rows = rows_of(tmp_path / "results")
     assert len(rows) == 6
     node_of = {"A": typed_cluster.head_node.node_id, "B": typed_cluster.worker.node_id}

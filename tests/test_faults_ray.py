@@ -146,7 +146,8 @@ def test_a_full_disk_stops_the_run_at_once(tmp_path, tuner_cache, ray_session, m
     results = tmp_path / "results"
     with pytest.raises(RecordFailed, match=r"1 trials of run \S+ are in .*--resume"):
         run(RunOptions(workload=REGRESSION, trials=4, results=str(results), device="cpu",
-                       windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False))
+                       windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False,
+                       early_stop=False))
     assert len(calls) == 2                                    # no trial after the failure
     assert len(leaderboard.read(str(results)).to_pylist()) == 1
 

@@ -242,7 +242,7 @@ def test_a_lightning_module_trains_through_tuner_into_leaderboard_rows(tmp_path,
                                                                        ray_session):
     summary = run(RunOptions(workload="tests.test_lightning:workload", trials=2, device="cpu",
                              results=str(tmp_path / "results"), windows=2, window_s=0.2,
-                             warmup_steps=1, confirm=0, ceiling=False))
+                             warmup_steps=1, confirm=0, ceiling=False, early_stop=False))
     rows = summary.rows
     assert summary.workload == "litregressor" and len(rows) == 2
     assert [r["status"] for r in rows] == ["ok", "ok"], [r["error"] for r in rows]

@@ -30,7 +30,8 @@ from tuner.settings import RunOptions
 OOM = "tests.fake_workloads:oom"
 REGRESSION = "tests.fake_workloads:regression"
 OOM_ABOVE = 16  # tests.fake_workloads.FakeOOM.OOM_ABOVE
-SHORT = dict(device="cpu", windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False)
+SHORT = dict(device="cpu", windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False,
+             early_stop=False)  # these tests count rows and statuses (pruning: test_budget.py)
 """Short measurements and the search phase only (one row per trial)."""
 
 

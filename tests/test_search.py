@@ -25,7 +25,7 @@ def options(tmp_path, workload: str, trials: int) -> RunOptions:
     """The search phase only (no re-measurement or ceiling phase): one row per trial."""
     return RunOptions(workload=workload, trials=trials, results=str(tmp_path / "results"),
                       device="cpu", windows=2, window_s=0.2, warmup_steps=1, confirm=0,
-                      ceiling=False)
+                      ceiling=False, early_stop=False)  # counted rows (pruning: test_budget.py)
 
 
 def test_run_records_references_first_and_complete_rows(tmp_path, tuner_cache, ray_session):
