@@ -70,8 +70,10 @@ def test_readme_example_tunes_ddpm_and_returns_values(tmp_path, monkeypatch, tun
     assert result.best.samples_per_sec >= baseline["samples_per_sec"] > 0
     assert result.speedup["baseline"] == pytest.approx(
         result.best.samples_per_sec / baseline["samples_per_sec"], rel=1e-6)
-    frame = result.leaderboard
-    assert len(frame) == 3 and frame["samples_per_sec"].iloc[0] == result.best.samples_per_sec
+    frame = result.leaderboard                  # ranked: the fastest first (the best may be a
+    speeds = list(frame["samples_per_sec"])     # simpler configuration it ties with)
+    assert len(frame) == 3 and speeds == sorted(speeds, reverse=True)
+    assert result.best.samples_per_sec in speeds
     assert result.table.num_rows == 3
     assert "torch.utils.data.DataLoader(" in result.to_python()
     assert f"batch_size={result.best.knobs.batch_size}" in result.to_python()
