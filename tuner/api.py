@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from tuner.driver import RunSummary, planned, run
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
 from tuner.settings import RunOptions
@@ -48,20 +49,11 @@ class Best:
 
 
 @dataclass(frozen=True)
-class TuneResult:
-    """What a run found. ``rows`` are this run's leaderboard rows (every phase, every status,
-    in the order they finished)."""
+class TuneResult(RunSummary):
+    """What a run found: the driver's ``RunSummary`` (``run_id``, ``workload`` as named in the
+    leaderboard, ``device``, ``scale``, this run's ``rows``, ``wall_s``, ``results_dir``) with
+    the answer read from it."""
 
-    run_id: str
-    workload: str
-    """The workload's name, as in the leaderboard."""
-    device: str
-    scale: str
-    rows: list[dict]
-    wall_s: float
-    """Wall time of the run, seconds."""
-    results_dir: str
-    """The results directory or URI; the leaderboard is ``<results_dir>/leaderboard``."""
     notes: tuple[str, ...] = ()
     """One line each about an option that did nothing in this run (``--max-memory`` on the
     CPU device, ``warm_start`` with no earlier rows); printed at the start with ``progress``."""
@@ -152,7 +144,6 @@ def tune(workload: "str | Workload", *, trials: int | None = None,
     run_options = RunOptions(workload=workload, trials=trials, time_budget_s=time_budget_s,
                              device=device, space_file=space, results=results, data=data,
                              **options)
-    from tuner.driver import planned
     printer = None
     if on_event is None and progress:
         from rich.console import Console
@@ -187,7 +178,5 @@ def _check_option_names(options: dict[str, Any]) -> None:
 def tune_plan(plan: "Plan", on_event: Callable[[str, dict], None] | None = None) -> TuneResult:
     """Run a plan made by ``tuner.driver.planned`` (what the CLI does, with its progress
     printer) and return the result. Raises as ``tune``."""
-    from tuner.driver import run
     summary = run(plan, on_event=on_event)
-    return TuneResult(summary.run_id, summary.workload, summary.device, summary.scale,
-                      summary.rows, summary.wall_s, summary.results_dir, tuple(plan.notes))
+    return TuneResult(**vars(summary), notes=tuple(plan.notes))

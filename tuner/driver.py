@@ -38,8 +38,10 @@ from tuner.status import Phase, Status, phase_of
 from tuner.workload import Workload
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunSummary:
+    """A finished run: its id, workload name, device, scale, this run's leaderboard rows (every
+    phase, every status, in the order they finished), wall time (s) and results location."""
     run_id: str
     workload: str
     device: str
