@@ -16,7 +16,7 @@ import errno
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -26,7 +26,7 @@ from tuner.errors import TunerError
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import Plan, Resources, make_plan, resolve_workload
-from tuner.probe import candidates, probe_batch_limit
+from tuner.probe import candidates, probe_batch_limit, probe_in_process
 from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, hardware_key,
                                ray_session)
 from tuner.pruning import EarlyStopping
@@ -177,20 +177,23 @@ def _probe_trial(workload: Workload, knobs: Knobs, settings: TrialSettings) -> d
 
 
 def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
-    """The plan with its batch size bounded by the memory probe (one short trial per batch
-    size, each in a fresh worker process)."""
+    """The plan with its batch size bounded by the memory probe: every short trial in one
+    worker process (``probe_in_process``), or with a host memory limit each in a fresh one
+    (a process keeps the heap it once held)."""
     import ray
-    # One probe per worker process (max_calls=1): memory a process has held stays in its RSS.
-    task = ray.remote(max_calls=1)(_probe_trial).options(
-        num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0)
-
-    def run_remote(knobs: Knobs, settings: TrialSettings) -> dict:
-        return ray.get(task.remote(plan.workload, knobs, settings))
-
+    clock = time.monotonic()
     base = plan.references[0][1]
     # Up to the dataset's size, not the space file's high: that was written for another card.
     space = plan.device_space.with_batch_high(plan.samples)
-    result = probe_batch_limit(space, base, plan.settings, run_remote)
+    resources = dict(num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0)
+    if plan.max_host_memory_mb is None:
+        task = ray.remote(max_calls=1)(probe_in_process).options(**resources)
+        result = ray.get(task.remote(plan.workload, space, base, plan.settings))
+    else:  # max_calls=1: one process per probe
+        trial = ray.remote(max_calls=1)(_probe_trial).options(**resources)
+        result = probe_batch_limit(space, base, plan.settings, lambda knobs, settings: ray.get(
+            trial.remote(plan.workload, knobs, settings)))
+    result = replace(result, duration_s=time.monotonic() - clock)
     on_event("probe", {"result": result})
     if result.max_batch is None:
         raise TunerError(f"memory probe: not even batch_size {result.probes[0][0]} fits "

@@ -333,18 +333,18 @@ def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: to
                              partial(move_batch, device=device, knobs=knobs)), setup.elapsed()
     training = build_training(workload, knobs, settings.scale, device)
     if settings.compute_only:
-        batches, move = _resident(loader, device, knobs), _on_device
+        batches, move = _resident(loader, device, knobs, settings.resident_batches), _on_device
     else:
         batches, move = cycle(loader), partial(move_batch, device=device, knobs=knobs)
     return Stepper(training, batches, move, sampler), setup.elapsed()
 
 
-def _resident(loader: DataLoader, device: torch.device, knobs: Knobs) -> Iterator:
-    """Four batches moved to the device once, cycled: no loading, decoding or copying is
-    measured (the compute-only ceiling)."""
+def _resident(loader: DataLoader, device: torch.device, knobs: Knobs, count: int) -> Iterator:
+    """``count`` batches moved to the device once, cycled: no loading, decoding or copying is
+    measured (the compute-only ceiling; the memory probe)."""
     source = cycle(loader)
     try:
-        resident = [move_batch(next(source), device, knobs) for _ in range(4)]
+        resident = [move_batch(next(source), device, knobs) for _ in range(count)]
     finally:
         source.close()  # workers are not needed any more
     return repeat(resident)

@@ -4,7 +4,16 @@ cannot fit (a power-then-binary search, as Lightning's batch-size finder does).
 Each probe is a short trial (two optimizer steps, no measurement windows) at one batch size
 with the lowest-memory settings the space offers (mixed precision if searched, no workers, no
 compile), so the bound is optimistic: the search may still meet out-of-memory trials above it
-with hungrier settings, and learns those as constraint violations.
+with hungrier settings, and learns those as constraint violations. A probe trains on one batch
+read once and kept on the device (the compute-only mode): no DataLoader workers, no decoding
+after the first read.
+
+Where only device memory is measured, every probe runs in one process (``probe_in_process``):
+the allocator's peak is reset and its cache emptied between trials, so one process measures
+each batch size on its own, without a process start and CUDA initialisation per probe (the H100
+note of 2026-11-23: ~140 s for the ddpm probe with a fresh process each). A host memory limit
+needs a fresh process per probe: a process keeps the heap it once held, which would be charged
+to the next batch size.
 """
 
 from __future__ import annotations
@@ -16,15 +25,18 @@ from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space
 from tuner.status import TELLS_MEMORY, Status
+from tuner.workload import Workload
 
 
 @dataclass
 class ProbeResult:
     """Largest batch size that fit (None: not even the smallest did), the first that failed,
-    and every probe as (batch_size, status, peak memory MiB)."""
+    every probe as (batch_size, status, peak memory MiB), and the probe's wall time, s (set by
+    the caller that timed it)."""
     max_batch: int | None
     first_failure: int | None
     probes: list[tuple[int, str, float | None]]
+    duration_s: float | None = None
 
 
 def probe_knobs(space: Space, base: Knobs) -> Knobs:
@@ -60,7 +72,8 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
     sizes = candidates(space)
     knobs = probe_knobs(space, base)
     short = replace(settings, warmup_steps=2, windows=1, window_s=0.01, breakdown_steps=0,
-                    max_steady_probes=0, train_steps=None)
+                    max_steady_probes=0, train_steps=None, compute_only=True,
+                    resident_batches=1, ceiling=None)
     probes: list[tuple[int, str, float | None]] = []
     cache: dict[int, bool] = {}
 
@@ -95,3 +108,14 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
                 hi = mid
     return ProbeResult(sizes[lo] if lo >= 0 else None, sizes[hi] if hi is not None else None,
                        sorted(probes))
+
+
+def probe_in_process(workload: Workload, space: Space, base: Knobs,
+                     settings: TrialSettings) -> ProbeResult:
+    """``probe_batch_limit`` with every short trial run here, one after another
+    (``tuner.harness.run_trial``: each trial resets the device's peak memory statistics when it
+    starts and frees the allocator's cache when it ends, an out-of-memory one included).
+    Measures device memory only: with a host memory limit, use a fresh process per probe."""
+    from tuner.harness import run_trial
+    return probe_batch_limit(space, base, settings,
+                             lambda knobs, short: run_trial(workload, knobs, short))

@@ -72,7 +72,8 @@ class Progress:
             steps = ", ".join(f"{bs}:{status}" for bs, status, _ in r.probes)
             bound = (f"batch_size <= {r.max_batch}" + (f" ({r.first_failure} did not fit)"
                                                        if r.first_failure else " (all fit)"))
-            self.console.print(f"  memory probe: {bound} · probes {steps}")
+            took = "" if r.duration_s is None else f" · {r.duration_s:.1f} s"
+            self.console.print(f"  memory probe: {bound} · probes {steps}{took}")
         elif kind == "phase":
             self.console.print(f"  [bold]{_phase_text(data)}[/]", highlight=False)
             self.counter = self.counter.after(data)

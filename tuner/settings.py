@@ -269,6 +269,10 @@ class TrialSettings:
     compute_only: bool = False
     """Compute-only ceiling: cycle a few batches already on the device instead of the
     DataLoader (the throughput a perfect input pipeline would give)."""
+    resident_batches: int = 4
+    """Batches the compute-only mode moves to the device once and cycles: 4 for the
+    compute-only ceiling (a step never reuses the batch it just trained on), 1 for the memory
+    probe (it needs one step's memory, not the loader's cost of reading four batches)."""
     loader_only: bool = False
     """Loader-only ceiling: the configuration's DataLoader and host-to-device copy, no model
     (the samples/sec its input pipeline can feed)."""
