@@ -20,7 +20,7 @@ COLUMNS = [
     "run_id", "trial_id", "workload", "scale", "status", "memory_exceeded", "reference",
     "is_baseline",
     "samples_per_sec", "samples_per_sec_iqr", "samples_per_sec_cv", "tokens_per_sec",
-    "step_time_ms_p50", "step_time_ms_p95", "windows", "measured_s", "warmup_s", "first_step_s",
+    "step_time_ms_p50", "step_time_ms_p95", "windows", "measured_s", "skipped_steps", "warmup_s", "first_step_s",
     "steady_state", "steady_probes",
     "peak_device_memory_mb", "peak_host_memory_mb", "final_loss",
     "phase", "ceiling", "objective", "time_to_train_s", "train_steps", "setup_s", "breakdown_step_ms",
@@ -43,7 +43,7 @@ COLUMNS = [
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 4
+    assert leaderboard.SCHEMA_VERSION == 5
 
 
 def test_schema_has_every_knob_as_a_column():

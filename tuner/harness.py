@@ -27,7 +27,8 @@ from tuner.failures import classify
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadMonitor,
-                           Stopwatch, Window, peak_device_memory_mb, summarise, synchronize)
+                           Stopwatch, Window, counted_window, peak_device_memory_mb, summarise,
+                           synchronize)
 from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir
 from tuner.status import Status
 from tuner.workload import Workload
@@ -257,7 +258,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
 
         time_to_train = partial(_time_to_train, settings, setup_s, sofar["warmup_s"])
         with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
-            windows = _windows(stepper.step, device, settings, window_done, time_to_train)
+            windows = _windows(stepper, device, settings, window_done, time_to_train)
         out = {**sofar, **summarise(windows), **load.as_columns()}
         out.update(peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
@@ -391,6 +392,11 @@ class Stepper:
                                 f"limit of {self.sampler.limit_mb:,.0f} MB", "host")
         return samples
 
+    def loss_scale(self) -> float | None:
+        """The fp16 GradScaler's scale (synchronises with the device), None without one."""
+        scaler = self.training.scaler
+        return None if scaler is None else scaler.get_scale()
+
 
 @dataclass
 class LoaderStepper:
@@ -413,29 +419,41 @@ class LoaderStepper:
             mark("h2d")
         return samples
 
+    def loss_scale(self) -> None:
+        """No optimizer, no GradScaler."""
+        return None
+
 
 def _no_timer(phase: str) -> None:
     pass
 
 
-def _windows(step: Callable[[], int], device: torch.device, settings: TrialSettings,
+def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
              on_window: Report, time_to_train: Callable[[float], float]) -> list[Window]:
     """``settings.windows`` timed windows of at least ``window_s`` each, between device
     synchronisations (nothing synchronises inside one). Each window's result goes to
-    ``on_window``, with the median so far (and ``time_to_train_s`` when ``train_steps`` is set)."""
+    ``on_window``, with the median so far (and ``time_to_train_s`` when ``train_steps`` is set).
+    Steps the fp16 GradScaler skipped are not counted as measured ones (``counted_window``):
+    its scale is read at the synchronised ends of a window, outside the timed span."""
     windows: list[Window] = []
     for index in range(settings.windows):
         synchronize(device)
+        scale_before = stepper.loss_scale()
         t0 = time.perf_counter()
         steps = samples = 0
         while True:
-            samples += step()
+            samples += stepper.step()
             steps += 1
             if time.perf_counter() - t0 >= settings.window_s:
                 break
             _check_deadline(settings, f"window {index + 1}")  # an unfinished window is dropped
         synchronize(device)  # the window ends when the device has finished its work
-        windows.append(Window(steps, samples, time.perf_counter() - t0))
+        seconds = time.perf_counter() - t0
+        try:
+            windows.append(counted_window(steps, samples, seconds, scale_before,
+                                          stepper.loss_scale()))
+        except ValueError as exc:
+            raise TrialFailure(f"window {index + 1}: {exc}") from None
         # The summary so far (median, spread, windows): a trial stopped after this window
         # (pruned, or at the time budget) is recorded with it.
         partial_result = {"window": index,

@@ -39,10 +39,11 @@ from tuner.errors import TunerError
 from tuner.knobs import KNOB_INFO, Knobs
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
 (torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
-the machine when the trial was recorded). 3:
+the machine when the trial was recorded). 5: ``skipped_steps`` (optimizer steps the fp16
+GradScaler skipped inside the windows, not counted as measured). 3:
 ``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``, and
 ``ceiling`` (which ceiling a ceiling-phase row measured), ``load_avg_1m``, ``cpu_steal_pct``,
 ``gpu_other_processes`` (the machine's load while a trial measured). Files of earlier versions read with
@@ -69,6 +70,7 @@ SCHEMA = pa.schema(
         ("step_time_ms_p95", pa.float64()),
         ("windows", pa.int32()),
         ("measured_s", pa.float64()),
+        ("skipped_steps", pa.int32()),      # fp16 GradScaler skips in the windows, not measured
         ("warmup_s", pa.float64()),
         ("first_step_s", pa.float64()),
         ("steady_state", pa.bool_()),       # warm-up probes agreed within the tolerance
@@ -135,8 +137,8 @@ SCHEMA = pa.schema(
 
 MEASURED_COLUMNS = ("samples_per_sec", "samples_per_sec_iqr", "samples_per_sec_cv",
                     "tokens_per_sec", "step_time_ms_p50", "step_time_ms_p95", "windows",
-                    "measured_s", "time_to_train_s", "achieved_tflops", "mfu_pct",
-                    "mfu_impossible")
+                    "measured_s", "skipped_steps", "time_to_train_s", "achieved_tflops",
+                    "mfu_pct", "mfu_impossible")
 """Columns that only mean something for a measured trial: null for oom/error rows (a failed
 trial is never recorded as a throughput of zero)."""
 
@@ -272,8 +274,9 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if out["status"] not in MEASURED:
         for name in MEASURED_COLUMNS:
             out[name] = None
-    if out.get("windows") is not None:
-        out["windows"] = int(out["windows"])
+    for name in ("windows", "skipped_steps"):
+        if out.get(name) is not None:
+            out[name] = int(out[name])
     return out
 
 

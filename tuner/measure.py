@@ -7,6 +7,7 @@ change what it measures.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import threading
@@ -32,6 +33,9 @@ class Window:
     """Samples (micro-batch rows) processed in the window."""
     seconds: float
     """Wall time from the synchronised start to the synchronised end, s."""
+    skipped: int = 0
+    """Optimizer steps the fp16 GradScaler skipped in the window (inf/NaN gradients): not in
+    ``steps`` or ``samples`` (a skipped step updates nothing), their time in ``seconds``."""
 
     @property
     def samples_per_sec(self) -> float:
@@ -67,7 +71,31 @@ def summarise(windows: list[Window]) -> dict[str, float]:
         "step_time_ms_p95": quantile(steps_ms, 0.95),
         "windows": float(len(windows)),
         "measured_s": sum(w.seconds for w in windows),
+        "skipped_steps": sum(w.skipped for w in windows),
     }
+
+
+def counted_window(steps: int, samples: int, seconds: float, scale_before: float | None,
+                   scale_after: float | None) -> Window:
+    """A window of ``steps`` optimizer steps over ``samples`` samples in ``seconds``, less the
+    steps the fp16 GradScaler skipped, read from its scale at the window's ends (None: no
+    scaler): each skip halves the scale (``backoff_factor`` 0.5), and a growth doubles it only
+    after ``growth_interval`` (2,000) steps without one, so a window holding both undercounts
+    its skips by one. Every step is taken to hold the same samples.
+
+    Raises:
+        ValueError: every step of the window was skipped (the loss overflows fp16 at any scale).
+    """
+    skipped = 0
+    if scale_before is not None and scale_after is not None and scale_after < scale_before:
+        skipped = (steps if scale_after <= 0  # halved to nothing: every step overflowed
+                   else min(steps, round(math.log2(scale_before / scale_after))))
+    if skipped >= steps:
+        raise ValueError(f"the fp16 GradScaler skipped all {steps} steps of a window "
+                         f"(inf/NaN gradients; its scale fell from {scale_before:g} to "
+                         f"{scale_after:g})")
+    counted = steps - skipped
+    return Window(counted, samples * counted // steps, seconds, skipped)
 
 
 class HostMemorySampler:
