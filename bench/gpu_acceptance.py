@@ -136,7 +136,9 @@ def validate_ratio(plan, row: dict) -> float | None:
     try:
         v = train_loop(plan.workload, Knobs.from_dict(row, strict=False), scale=row["scale"],
                        device=row["device"], data_dir=plan.data_dir,
-                       warmup_steps=plan.settings.warmup_steps, threads=row.get("torch_threads"))
+                       warmup_steps=plan.settings.warmup_steps, threads=row.get("torch_threads"),
+                       warmup_s=row.get("warmup_s") or 0.0,
+                       min_measured_s=row.get("measured_s") or 0.0)
     except Exception as exc:  # noqa: BLE001 - a failed validation is a figure too
         print(f"  validate of {plan.workload.name} failed: {type(exc).__name__}: {exc}")
         return None

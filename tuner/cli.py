@@ -448,7 +448,8 @@ def _data_for(workload, data: str | None, scale: str):
 @_model_options
 @click.option("--trial", "trial_id", help="Trial id to validate (default: the best).")
 @click.option("--steps", type=click.IntRange(min=1),
-              help="Optimizer steps (default: one epoch, at least 23 steps).")
+              help="Optimizer steps (default: one epoch, at least 23 steps, and on until "
+                   "it has warmed up and measured as long as the trial did).")
 @click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
 def validate(workload: str, results: str, hardware: str | None, model: str | None,
              image_size: int | None, trial_id: str | None, steps: int | None,
@@ -474,9 +475,12 @@ def validate(workload: str, results: str, hardware: str | None, model: str | Non
                                                                int(row["trial_cpus"]))
     where = f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
     with console.status(f"training on {where}…"):
+        # Without --steps: warmed up and measured as long as the trial was (see train_loop).
         v = train_loop(w, knobs, scale=row["scale"], device=row["device"],
                        data_dir=data_dir, steps=steps,
-                       warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0], threads=threads)
+                       warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0], threads=threads,
+                       warmup_s=0.0 if steps else row.get("warmup_s") or 0.0,
+                       min_measured_s=0.0 if steps else row.get("measured_s") or 0.0)
     predicted = row["samples_per_sec"]
     t = Table(title=f"{w.name}: plain training loop vs the trial", title_justify="left")
     for col in ("", "samples/sec"):

@@ -38,10 +38,18 @@ class Validation:
 
 def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, data_dir: Path,
                steps: int | None = None, warmup_steps: int = 3, seed: int = 0,
-               threads: int | None = None) -> Validation:
+               threads: int | None = None, warmup_s: float = 0.0,
+               min_measured_s: float = 0.0) -> Validation:
     """Train ``steps`` optimizer steps (default: one epoch, at least warm-up + 20 steps) as a
     plain loop and time it, in the process-wide state a trial runs in (``trial_state``), with
     ``threads`` torch threads on the CPU device (None: leave torch's setting).
+
+    The steady-state figure starts after ``warmup_steps`` steps and ``warmup_s`` seconds, and
+    the loop goes on past ``steps`` (across epochs) until it has lasted ``min_measured_s``:
+    given the trial's warm-up and measured time, the loop warms up and measures as long as the
+    trial did. (A short loop measures the batches the DataLoader's workers prefetched during
+    the warm-up, faster than they can be produced: on the H100 a 20-step validate read 1.17x
+    the trial's figure for ddpm's recommended configuration.)
 
     Raises:
         DataError: the dataset holds fewer samples than one batch.
@@ -62,27 +70,53 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
         per_epoch = len(loader) // applied.grad_accum
         total = steps or max(per_epoch, warmup_steps + MIN_MEASURED_STEPS)
         training = build_training(workload, applied, scale, dev)
-
-        start = time.perf_counter()
-        steady_start, steady_samples, done, micro = None, 0, 0, 0
-        while done < total:
+        loop = _Loop(start=time.perf_counter(), warmup_steps=warmup_steps, warmup_s=warmup_s,
+                     total=total, min_measured_s=min_measured_s)
+        while not loop.finished:
             for batch in loader:  # a new epoch: workers restart unless persistent
                 batch = move_batch(batch, dev, applied)
                 training.backward(training.forward(batch))
-                if done >= warmup_steps:
-                    steady_samples += workload.samples_in(batch)
-                micro += 1
-                if micro % applied.grad_accum:
+                if loop.steady_start is not None:
+                    loop.steady_samples += workload.samples_in(batch)
+                loop.micro += 1
+                if loop.micro % applied.grad_accum:
                     continue
                 training.step()
-                done += 1
-                if done == warmup_steps:
+                loop.done += 1
+                if loop.steady_start is None and loop.warmed_up():
                     synchronize(dev)
-                    steady_start = time.perf_counter()
-                if done >= total:
+                    loop.steady_start, loop.steady_steps = time.perf_counter(), loop.done
+                if loop.finished:
                     break
         synchronize(dev)
         end = time.perf_counter()
-    return Validation(steps=total, warmup_steps=warmup_steps,
-                      samples_per_sec=steady_samples / (end - steady_start),
-                      total_s=end - start, epochs=total / max(per_epoch, 1))
+    return Validation(steps=loop.done, warmup_steps=loop.steady_steps,
+                      samples_per_sec=loop.steady_samples / (end - loop.steady_start),
+                      total_s=end - loop.start, epochs=loop.done / max(per_epoch, 1))
+
+
+@dataclass
+class _Loop:
+    """Where ``train_loop`` is: steps done, micro-batches, the steady part's start and samples."""
+    start: float
+    warmup_steps: int
+    warmup_s: float
+    total: int
+    min_measured_s: float
+    done: int = 0
+    micro: int = 0
+    steady_start: float | None = None
+    steady_steps: int = 0
+    steady_samples: int = 0
+
+    def warmed_up(self) -> bool:
+        return (self.done >= self.warmup_steps
+                and time.perf_counter() - self.start >= self.warmup_s)
+
+    @property
+    def finished(self) -> bool:
+        """``total`` steps done, the steady part begun and ``min_measured_s`` long (at least
+        one step past its start)."""
+        return (self.done >= self.total and self.steady_start is not None
+                and self.done > self.steady_steps
+                and time.perf_counter() - self.steady_start >= self.min_measured_s)
