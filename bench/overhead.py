@@ -43,6 +43,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=None,
                         help="trials of the search (default: none given, the default run)")
     parser.add_argument("--results", default=None)
+    parser.add_argument("--transcript", default=None,
+                        help="write the run's console output (stdout) to this file")
     args = parser.parse_args()
     results = Path(args.results or tempfile.mkdtemp(prefix="tuner-bench-"))
 
@@ -56,6 +58,8 @@ def main() -> None:
                         *trials, "--results", str(results), "--device", "cpu"])
     if proc.returncode != 0:
         sys.exit(f"run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    if args.transcript:
+        Path(args.transcript).write_text(proc.stdout)
     rows = sorted(pq.read_table(results / "leaderboard").to_pylist(), key=lambda r: r["finished_at"])
     first_start = min(r["started_at"] for r in rows)
     print(f"run start-up (launch -> first trial starts): {(first_start - launched).total_seconds():.1f} s")
