@@ -235,7 +235,10 @@ def _trainable(plan: Plan):
     return tune.with_resources(
         make_trainable(plan.workload),
         resources=TrialResources(1 if plan.device == "cuda" else 0, plan.node_cpus,
-                                 plan.accelerator_type))
+                                 plan.accelerator_type,
+                                 # one trial at a time on this machine: one shape, one process
+                                 whole_node=plan.options.address is None
+                                 and _concurrency(plan) == 1))
 
 
 def _run_config(plan: Plan, writer: "LeaderboardWriter", name: str):

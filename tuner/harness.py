@@ -29,7 +29,7 @@ from tuner.knobs import Knobs
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadMonitor,
                            Stopwatch, Window, counted_window, peak_device_memory_mb, summarise,
                            synchronize)
-from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir
+from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir, trial_cpus
 from tuner.status import Status
 from tuner.workload import Workload
 
@@ -93,8 +93,11 @@ def run_tune_trial(workload: Workload, config: dict) -> None:
 
     settings = TrialSettings(**config["tuner"])
     assigned = ray.get_runtime_context().get_assigned_resources()
-    given = {"trial_cpus": assigned.get("CPU"), "trial_gpus": assigned.get("GPU", 0.0)}
-    cpus = int(given["trial_cpus"]) if given["trial_cpus"] else None
+    # The trial's own CPUs, also when Ray gave it the whole node (TrialResources.whole_node).
+    cpus = (trial_cpus(int(config.get("num_workers", 0)), assigned["CPU"])
+            if assigned.get("CPU") else None)
+    given = {"trial_cpus": None if cpus is None else float(cpus),
+             "trial_gpus": assigned.get("GPU", 0.0)}
     run_trial(workload, config, settings, report=lambda result: tune.report({**result, **given}),
               cpus=cpus)
 

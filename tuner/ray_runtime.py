@@ -12,7 +12,7 @@ import sys
 from typing import Iterator
 
 from tuner.errors import TunerError
-from tuner.settings import DEVICES
+from tuner.settings import DEVICES, trial_cpus
 
 # Quiet Ray: our own progress lines replace its tables. With verbose=0 Ray's new output
 # engine still prints its configuration table and every trial error; these settings and
@@ -27,17 +27,27 @@ _RAY_ENV = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
 
 class TrialResources:
     """Per-trial resource request (picklable; Ray Tune may checkpoint it): CPUs =
-    num_workers + 1 capped at ``max_cpus``, ``gpus_per_trial`` GPUs, and a sliver of
+    num_workers + 1 capped at ``max_cpus`` (``settings.trial_cpus``), or with ``whole_node``
+    ``max_cpus`` for every trial; ``gpus_per_trial`` GPUs; and a sliver of
     ``accelerator_type:<T>`` to pin the trial to nodes of that type (Ray gives each GPU node
-    the resource ``accelerator_type:<T>`` = 1)."""
+    the resource ``accelerator_type:<T>`` = 1).
 
-    def __init__(self, gpus_per_trial: int, max_cpus: int, accelerator_type: str | None = None):
+    ``whole_node`` is for trials that run one at a time on one node: every trial asks for the
+    same resources, so Ray Tune reuses one trial process for all of them. With a request that
+    follows ``num_workers`` each change of shape started a new process (5.7-6.1 s on the
+    2-core machine, ``docs/benchmarks.md``). The trial still counts ``trial_cpus`` CPUs as its
+    own (``tuner.harness.run_tune_trial``), so its torch threads are the same either way."""
+
+    def __init__(self, gpus_per_trial: int, max_cpus: int, accelerator_type: str | None = None,
+                 whole_node: bool = False):
         self.gpus_per_trial = gpus_per_trial
         self.max_cpus = max_cpus
         self.accelerator_type = accelerator_type
+        self.whole_node = whole_node
 
     def __call__(self, config: dict) -> dict:
-        cpus = min(int(config.get("num_workers", 0)) + 1, self.max_cpus)
+        cpus = (self.max_cpus if self.whole_node
+                else trial_cpus(int(config.get("num_workers", 0)), self.max_cpus))
         request = {"cpu": cpus, "gpu": self.gpus_per_trial}
         if self.accelerator_type is not None:
             request[f"accelerator_type:{self.accelerator_type}"] = 0.001

@@ -323,6 +323,13 @@ class TrialSettings:
 
 
 
+def trial_cpus(num_workers: int, available: float) -> int:
+    """The CPUs a trial counts as its own: one for the training process and one per DataLoader
+    worker, at most ``available`` (the node's, or what Ray gave the trial). Its training
+    process runs ``tuner.harness.training_threads`` of them."""
+    return int(min(num_workers + 1, available))
+
+
 def parse_memory(text: str) -> tuple[float | None, float | None]:
     """Parse a memory limit: a fraction of the device ('0.9') or a size ('12GB', '12GiB',
     '500MB', '24g'). Returns (fraction, MiB), one of them None. 'GB' and 'MB' are decimal
