@@ -327,20 +327,27 @@ def test_trial_counter_keeps_the_search_budget_as_its_denominator():
     progress.counter = _Counter("search", 0, 3)
     for i in range(3):
         progress.on_event("trial", {"row": _row(), "index": i + 1, "total": 3})
-    progress.on_event("phase", {"phase": Phase.REMEASURE, "count": 2, "round": 1, "rounds": 3,
-                                "windows": 2})
-    for i in range(2):
-        progress.on_event("trial", {"row": _row("remeasure"), "index": 4 + i, "total": 5})
-    progress.on_event("phase", {"phase": Phase.REMEASURE, "count": 2, "round": 2, "rounds": 3,
-                                "windows": 2})
-    progress.on_event("trial", {"row": _row("remeasure"), "index": 6, "total": 7})
+    # Rounds 1-3 as one experiment (2 configurations: 6 trials), then a 4th round for a
+    # figure that could not be true.
+    progress.on_event("phase", {"phase": Phase.REMEASURE, "count": 6, "round": 1,
+                                "last_round": 3, "rounds": 3, "windows": 2})
+    for i in range(4):
+        progress.on_event("trial", {"row": _row("remeasure"), "index": 4 + i, "total": 9})
+    progress.on_event("phase", {"phase": Phase.REMEASURE, "count": 2, "round": 4,
+                                "last_round": 4, "rounds": 4, "windows": 2})
+    progress.on_event("trial", {"row": _row("remeasure"), "index": 8, "total": 9})
     for label in ("compute", "loader"):
         progress.on_event("phase", {"phase": Phase.CEILING, "count": 1, "ceiling": label})
         progress.on_event("trial", {"row": _row("ceiling", ceiling=label), "index": 8,
                                     "total": 8})
-    counters = re.findall(r"^\s+\[([^\]]+)\] ok", console.export_text(), flags=re.M)
+    printed = console.export_text()
+    counters = re.findall(r"^\s+\[([^\]]+)\] ok", printed, flags=re.M)
     assert counters == ["search 1/3", "search 2/3", "search 3/3", "remeasure 1/6",
-                        "remeasure 2/6", "remeasure 3/6", "ceiling 1", "ceiling 2"]
+                        "remeasure 2/6", "remeasure 3/6", "remeasure 4/6", "remeasure 5/6",
+                        "ceiling 1", "ceiling 2"]
+    text = " ".join(printed.split())
+    assert "re-measuring, rounds 1-3 of 3: 6 trials" in text
+    assert "re-measuring, round 4 of 4: 2 trials" in text
 
 
 def test_the_header_says_what_the_budget_covers(tmp_path, regression_data):

@@ -328,8 +328,8 @@ def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[
     if configs:
         _fit_rounds(plan, writer, configs, on_event)
     if plan.options.ceiling and top:
-        _fit_ceiling(plan, writer, on_event)
         _fit_limits(plan, writer, on_event)
+        _fit_ceiling(plan, writer, on_event)  # again, when it came out below the winner
 
 
 REMEASURE_ROUNDS = 3
@@ -401,36 +401,51 @@ def _round_windows(plan: Plan) -> int:
 
 def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
                 on_event: Callable[[str, dict], None]) -> None:
-    """Re-measure ``configs`` interleaved: round r measures each of them once, in order, as one
-    Tune experiment; ``REMEASURE_ROUNDS`` rounds, and one more when a re-measurement recorded
-    a figure that cannot be true (``tuner.noise.impossible``: measured again). Round r runs
-    the configurations with fewer than r re-measurement rows, so a resumed run measures only
-    what is missing; a round the time budget left cannot hold is not started."""
+    """Re-measure ``configs`` interleaved: round r measures each of them once, in order, and
+    the ``REMEASURE_ROUNDS`` rounds run one after another as ONE Tune experiment (A B C A B C
+    ...: one trial process for all of them, not a new one per round: 5-6 s each on CPU). One
+    more round when a re-measurement recorded a figure that cannot be true
+    (``tuner.noise.impossible``: measured again). Round r runs the configurations with fewer
+    than r re-measurement rows, so a resumed run measures only what is missing; rounds the
+    time budget left cannot hold are not started."""
     windows = _round_windows(plan)
-    r = 0
+    first = 1
     while True:
-        r += 1
         rows = [x for x in writer.rows if x.get("accelerator_type") == plan.accelerator_type]
         again = [x for x in rows if phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
                  and noise.impossible(x)]
         rounds = REMEASURE_ROUNDS + (1 if again else 0)
-        if r > rounds:
-            return
-        counts: dict[Knobs, int] = {}
-        for x in rows:
-            if phase_of(x) == Phase.REMEASURE:
-                knobs = Knobs.from_dict(x, strict=False)
-                counts[knobs] = counts.get(knobs, 0) + 1
-        todo = [(k, ref) for k, ref in configs if counts.get(k, 0) < r]
+        todo = _rounds_todo(plan, rows, configs, range(first, rounds + 1), windows)
         if not todo:
-            continue
-        left = plan.time_left_s()
-        cost = sum(_trial_cost_s(rows, k, windows, plan.settings.window_s) for k, _ in todo)
-        if left is not None and left < cost:
             return
-        on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo), "round": r,
-                           "rounds": rounds, "windows": windows})
-        _fit_fixed(plan, writer, todo, Phase.REMEASURE, label=f"round{r}", windows=windows)
+        last = max(r for r, _ in todo)
+        on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
+                           "last_round": last, "rounds": rounds, "windows": windows})
+        _fit_fixed(plan, writer, [config for _, config in todo], Phase.REMEASURE,
+                   label=f"rounds{todo[0][0]}-{last}", windows=windows)
+        first = last + 1
+
+
+def _rounds_todo(plan: Plan, rows: list[dict], configs: list[tuple[Knobs, str | None]],
+                 rounds: range, windows: int) -> list[tuple[int, tuple[Knobs, str | None]]]:
+    """(round, configuration) of the re-measurements still to run in ``rounds``, in order:
+    round r holds the configurations with fewer than r re-measurement rows; it ends at the
+    first round the time left cannot hold too."""
+    counts: dict[Knobs, int] = {}
+    for x in rows:
+        if phase_of(x) == Phase.REMEASURE:
+            knobs = Knobs.from_dict(x, strict=False)
+            counts[knobs] = counts.get(knobs, 0) + 1
+    left = plan.time_left_s()
+    todo: list[tuple[int, tuple[Knobs, str | None]]] = []
+    cost = 0.0
+    for r in rounds:
+        round_todo = [(k, ref) for k, ref in configs if counts.get(k, 0) < r]
+        cost += sum(_trial_cost_s(rows, k, windows, plan.settings.window_s) for k, _ in round_todo)
+        if left is not None and left < cost:
+            break
+        todo += [(r, config) for config in round_todo]
+    return todo
 
 
 def _remeasure_configs(plan: Plan, rows: list[dict]) -> tuple[list[Knobs], list[tuple[Knobs, str | None]]]:
@@ -472,6 +487,7 @@ def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[st
             return
         knobs = Knobs.from_dict(winner, strict=False)
         measured = [r for r in rows if phase_of(r) == Phase.CEILING
+                    and (r.get("ceiling") or "compute") == "compute"
                     and Knobs.from_dict(r, strict=False) == knobs]
         if (measured and not winner["ceiling_disturbed"]) or len(measured) >= 2:
             return
@@ -481,46 +497,56 @@ def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[st
 
 
 def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
-    """What bounds the winner: its own DataLoader alone ('loader'), and the machine's two
-    limits, whose minimum is the attainable rate: the loader-only rate with every CPU a trial
-    may have as workers ('machine-loader') and the compute-only rate at the largest batch the
-    search allows in the fastest precision ('machine-compute'). Each is measured once per
-    run (a resumed run measures what its rows lack)."""
+    """What bounds the winner, as ONE Tune experiment (one trial process, not one per
+    ceiling): its compute-only ceiling ('compute'), its own DataLoader alone ('loader'), and
+    the machine's two limits, whose minimum is the attainable rate: the loader-only rate with
+    every CPU a trial may have as workers ('machine-loader') and the compute-only rate at the
+    largest batch the search allows in the fastest precision ('machine-compute'). Each is
+    measured once per run (a resumed run measures what its rows lack)."""
     rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
     winner = leaderboard.best_row(rows)
     if winner is None:
         return
     knobs = Knobs.from_dict(winner, strict=False)
-    have = {r.get("ceiling") for r in rows if phase_of(r) == Phase.CEILING}
+    have = {r.get("ceiling") or "compute" for r in rows if phase_of(r) == Phase.CEILING}
     workers = plan.node_cpus
     machine_loader = knobs.replace(num_workers=workers, persistent_workers=True,
                                    prefetch_factor=max(knobs.prefetch_factor or 2, 4))
     largest = max(candidates(plan.device_space))  # the batch sizes the search allows
     machine_compute = knobs.replace(batch_size=max(largest, knobs.batch_size),
                                     amp="bf16" if plan.device == "cuda" else knobs.amp)
-    for label, config, mode in (("loader", knobs, "loader_only"),
-                                ("machine-loader", machine_loader, "loader_only"),
-                                ("machine-compute", machine_compute, "compute_only")):
-        if label in have:
-            continue
-        on_event("phase", {"phase": Phase.CEILING, "count": 1, "ceiling": label})
-        _fit_fixed(plan, writer, [(config.clamp(plan.device)[0], None)], Phase.CEILING,
-                   label=label, ceiling=label, **{mode: True})
+    todo = [(label, config.clamp(plan.device)[0], mode) for label, config, mode in (
+        ("compute", knobs, "compute_only"), ("loader", knobs, "loader_only"),
+        ("machine-loader", machine_loader, "loader_only"),
+        ("machine-compute", machine_compute, "compute_only")) if label not in have]
+    if not todo:
+        return
+    on_event("phase", {"phase": Phase.CEILING, "count": len(todo),
+                       "ceilings": [label for label, _, _ in todo]})
+    _fit_fixed(plan, writer, [(config, None) for _, config, _ in todo], Phase.CEILING,
+               label="ceilings", per_trial=[{"ceiling": label, mode: True}
+                                            for label, _, mode in todo])
 
 
 def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
-               phase: str, label: str | None = None, **settings_changes: Any) -> None:
+               phase: str, label: str | None = None, per_trial: list[dict] | None = None,
+               **settings_changes: Any) -> None:
     """Measure given configurations (knobs, reference name or None) as one Tune experiment
-    (``label`` names it apart from the phase's others)."""
+    (``label`` names it apart from the phase's others), with ``settings_changes`` to the trial
+    settings of all and ``per_trial`` changes for each (Ray Tune merges a configuration's
+    ``"tuner"`` entries into the experiment's)."""
     from ray import tune
     if writer.expected is not None:
         writer.expected += len(configs)
     settings = {**asdict(plan.settings), **settings_changes}
+    changes = per_trial or [{} for _ in configs]
     tuner = tune.Tuner(
         _trainable(plan),
         param_space={"tuner": settings, "phase": Phase(phase).value},
         tune_config=tune.TuneConfig(
-            search_alg=FixedConfigs([{**k.to_dict(), "reference": ref} for k, ref in configs]),
+            search_alg=FixedConfigs([{**k.to_dict(), "reference": ref,
+                                      **({"tuner": change} if change else {})}
+                                     for (k, ref), change in zip(configs, changes)]),
             num_samples=len(configs), max_concurrent_trials=_concurrency(plan),
             reuse_actors=_reuse_actors(plan),
             # the run's deadline bounds the follow-ups too (their trials carry deadline_unix_s)

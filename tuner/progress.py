@@ -279,13 +279,12 @@ class _Counter:
 
     def after(self, data: dict) -> "_Counter":
         """The counter once a driver 'phase' event ``data`` starts: a new phase starts from 0;
-        a re-measurement round counts the rounds still to come (``count`` each); further
+        a re-measurement counts the trials of its rounds (``count``); further
         ceiling measurements add to the ceiling count, which has no total."""
         label = "retry" if data.get("retry") else str(Phase(data["phase"]).value)
         done = self.done if label == self.label else 0
         if label == "remeasure" and data.get("rounds"):
-            rounds_left = data["rounds"] - data["round"] + 1
-            return _Counter(label, done, done + data["count"] * rounds_left)
+            return _Counter(label, done, done + data["count"])
         if label == "ceiling":
             return _Counter(label, done, None)
         return _Counter(label, done, done + data["count"])
@@ -309,9 +308,14 @@ def _phase_text(data: dict) -> str:
         return (f"measuring {', '.join(data['retry'])} once more: its trial failed for a "
                 "transient reason (a process killed)")
     if data["phase"] == Phase.REMEASURE:
-        return (f"re-measuring, round {data['round']} of {data['rounds']}: {data['count']} "
-                f"configurations in turn, {data['windows']} windows each (interleaved: the "
+        first, last = data["round"], data.get("last_round", data["round"])
+        which = (f"round {first} of {data['rounds']}" if first == last
+                 else f"rounds {first}-{last} of {data['rounds']}")
+        return (f"re-measuring, {which}: {data['count']} trials, the configurations in turn "
+                f"round after round, {data['windows']} windows each (interleaved: the "
                 "speed-ups pair rounds)")
+    if data.get("ceilings"):
+        return "; ".join(_CEILINGS[label] for label in data["ceilings"])
     return (_CEILINGS[data.get("ceiling", "compute")]
             + (" again: it came out below the winner" if data.get("again") else ""))
 
