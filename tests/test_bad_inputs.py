@@ -1,22 +1,27 @@
-"""Bad input, as a user types it: ``python -m tuner <argv>`` in a subprocess, one table row per
-mistake. Every row: the exit code, one line on stderr naming the bad value, no traceback, and an
-existing results directory (one valid leaderboard row) byte-for-byte unchanged afterwards.
+"""Bad input, as a user types it: ``python -m tuner <argv>``, one table row per mistake. Every
+row: the exit code, one line on stderr naming the bad value, no traceback, and an existing
+results directory (one valid leaderboard row) byte-for-byte unchanged afterwards.
 
 Every row fails while the run is being planned, before Ray starts (a row that started Ray would
-write ``<results>/ray`` and fail the unchanged-results check). The rows run concurrently, two
-at a time (they are import-bound: ~6 s of imports for ``run``, 0.2-3 s for the other commands
-and for flags click rejects).
+write ``<results>/ray`` and fail the unchanged-results check). The ``SUBPROCESS_ROWS``, one of
+each way a mistake reaches the user, run as real processes, concurrently (they are
+import-bound: ~6 s of imports for ``run``, 0.2-3 s for the other commands and for flags click
+rejects); the others go through the same click entry point in this process after them
+(``_invoke_row``: no interpreter start and no imports per row).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import subprocess
 import sys
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -306,12 +311,72 @@ def _run_row(row_id: str, tmp: Path, results: Path, env: dict) -> dict:
     proc = subprocess.run([sys.executable, "-m", "tuner", *argv], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=120)
     return {"proc": proc, "seconds": time.perf_counter() - started, "before": before,
-            "after": _snapshot(results)}
+            "after": _snapshot(results), "exception": None}
+
+
+SUBPROCESS_ROWS = ("unknown-workload", "module-helper-raises", "module-exits-at-import",
+                   "device-tpu", "cluster-typo")
+"""Rows run as real processes, what a user's shell sees: a TunerError while planning a run, an
+exception raised deep in the user's own module (no traceback of it reaches the terminal), a
+module that exits at import after writing to the process's stderr itself (argparse: two lines
+before tuner's), a flag click rejects, and a command that imports neither torch nor Ray. (An
+image decoder that writes to fd 2 by itself: tests/test_cli.py's corrupt-png process.)"""
+
+PYTHON_DEFAULT_WARNING_FILTERS = [
+    ("default", None, DeprecationWarning, "__main__", 0),
+    ("ignore", None, DeprecationWarning, None, 0),
+    ("ignore", None, PendingDeprecationWarning, None, 0),
+    ("ignore", None, ImportWarning, None, 0),
+    ("ignore", None, ResourceWarning, None, 0),
+]
+"""``warnings.filters`` of a fresh ``python`` (no -W): what a user's process prints."""
+
+
+def _under(module, root: str) -> bool:
+    """Whether ``module`` (a package: any of its directories) was imported from under ``root``."""
+    spec = module.__dict__.get("__spec__")
+    places = [getattr(spec, "origin", None), *(getattr(spec, "submodule_search_locations", None)
+                                               or [])]
+    return any(isinstance(place, str) and place.startswith(root) for place in places)
+
+
+def _invoke_row(row_id: str, tmp: Path, results: Path, cache: Path) -> dict:
+    """A row through ``tuner.cli.main`` in this process, as ``_run_row`` runs it: cwd ``tmp``,
+    ``tmp`` importable, Python's default warning filters. A warning the process would print is
+    one more stderr line here too (its text, as Python prints it). The fixture's modules (some
+    raise at import) are forgotten afterwards, so every row imports them afresh, and sys.path
+    is restored (a file path workload puts its directory on it)."""
+    from click.testing import CliRunner
+    from tuner.cli import main
+    argv = [_fill(a, tmp, results) for a in BY_ID[row_id][1]]
+    before = _snapshot(results)
+    started = time.perf_counter()
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings(record=True) as caught:
+        mp.chdir(tmp)
+        mp.setattr(sys, "path", [str(REPO_ROOT), str(tmp), *sys.path])
+        warnings.resetwarnings()
+        for action, _, category, module, _ in reversed(PYTHON_DEFAULT_WARNING_FILTERS):
+            warnings.filterwarnings(action, category=category, module=module or "")
+        result = CliRunner(env={"TUNER_CACHE": str(cache), "CUDA_VISIBLE_DEVICES": "",
+                                "COLUMNS": "200"}).invoke(main, argv)
+    seconds = time.perf_counter() - started
+    for name, module in list(sys.modules.items()):
+        if isinstance(module, ModuleType) and _under(module, str(tmp)):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+    printed = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno)
+                      for w in caught)
+    proc = subprocess.CompletedProcess(["tuner", *argv], result.exit_code, result.stdout,
+                                       result.stderr + printed)
+    return {"proc": proc, "seconds": seconds, "before": before, "after": _snapshot(results),
+            "exception": result.exception}
 
 
 @pytest.fixture(scope="module")
 def outcomes(request, tmp_path_factory) -> dict[str, dict]:
-    """Runs the selected rows, two at a time: row id -> process, duration, results snapshots."""
+    """Runs the selected rows: the SUBPROCESS_ROWS two at a time, then the others in this
+    process. Row id -> process (or its in-process equivalent), duration, results snapshots,
+    the exception the in-process run ended with."""
     tmp = tmp_path_factory.mktemp("bad-inputs")
     _write_files(tmp)
     env = {**os.environ, "TUNER_CACHE": str(tmp_path_factory.mktemp("cache")),
@@ -328,8 +393,11 @@ def outcomes(request, tmp_path_factory) -> dict[str, dict]:
         rows[row_id] = results
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {row_id: pool.submit(_run_row, row_id, tmp, results, env)
-                   for row_id, results in rows.items()}
+                   for row_id, results in rows.items() if row_id in SUBPROCESS_ROWS}
         out = {row_id: f.result() for row_id, f in futures.items()}
+    # after the processes, so that this process's imports do not slow them (SLOWEST_S)
+    out.update({row_id: _invoke_row(row_id, tmp, results, Path(env["TUNER_CACHE"]))
+                for row_id, results in rows.items() if row_id not in SUBPROCESS_ROWS})
     for o in out.values():
         o["tmp"] = tmp
     return out
@@ -346,6 +414,8 @@ def test_bad_input(row_id, outcomes):
     stderr = proc.stderr
     assert proc.returncode == code, (proc.stdout[-2000:], stderr[-2000:])
     assert "Traceback" not in stderr, stderr[-3000:]
+    # in this process: an exception other than click's exit would have been a traceback
+    assert o["exception"] is None or isinstance(o["exception"], SystemExit), o["exception"]
     fragment = fragment.replace("{tmp}", str(o["tmp"]))
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == lines_expected, stderr

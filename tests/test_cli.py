@@ -1,5 +1,6 @@
-"""The command line end to end, in subprocesses as a user runs it: one real run on the fake
-workload, the leaderboard and best views of it, the workload list, and bad input (exit code 2,
+"""The command line end to end: one real run on the fake workload in a subprocess as a user runs
+it, the leaderboard and best views of it and the workload list through the click entry point in
+this process (their output is the point, not the interpreter start), and bad input (exit code 2,
 one line naming the bad value, no traceback, existing results untouched). Every bad input also
 goes through click in this process, which costs no interpreter start; three of them, one of
 each kind, run as real processes."""
@@ -34,6 +35,19 @@ def tuner(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=timeout)
 
 
+def tuner_in_process(*args: str, env: dict) -> subprocess.CompletedProcess:
+    """``tuner(*args)`` through ``tuner.cli.main`` in this process (CliRunner), as a completed
+    process: exit code, stdout, stderr."""
+    from click.testing import CliRunner
+    from tuner.cli import main
+    result = CliRunner(env={"TUNER_CACHE": env["TUNER_CACHE"], "COLUMNS": "200"}).invoke(
+        main, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        result.exception)
+    return subprocess.CompletedProcess(["tuner", *args], result.exit_code, result.stdout,
+                                       result.stderr)
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict:
     cache = tmp_path_factory.mktemp("cli-cache")
@@ -48,10 +62,12 @@ def results(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def run_output(env, results) -> subprocess.CompletedProcess:
-    """One run of 4 trials (the references and 2 searched), no follow-up phases (re-measuring
-    the best, compute-only ceiling): one leaderboard row per trial."""
-    return tuner("run", "--workload", REGRESSION, "--device", "cpu", "--trials", "4",
-                 "--results", str(results), "--windows", "2", "--window-s", "0.2",
+    """One run of 3 trials (the references and 1 searched), no follow-up phases (re-measuring
+    the best, compute-only ceiling): one leaderboard row per trial. Seed 2: the searched trial
+    (batch 12) starts no DataLoader workers (~8 s each on 2 CPUs)."""
+    return tuner("run", "--workload", REGRESSION, "--device", "cpu", "--trials", "3",
+                 "--seed", "2",
+                 "--results", str(results), "--windows", "2", "--window-s", "0.1",
                  "--warmup-steps", "1", "--confirm", "0", "--no-ceiling", "--no-early-stop",
                  env=env, timeout=300)
 
@@ -63,7 +79,7 @@ def test_run_prints_plan_progress_and_speedup(run_output):
     assert "tiny" in out
     assert "baseline" in out and "recommended" in out
     assert "x faster" in out
-    assert "4 trials" in out
+    assert "3 trials" in out
     assert "Traceback" not in run_output.stderr
 
 
@@ -73,9 +89,9 @@ def _json(proc: subprocess.CompletedProcess):
 
 
 def test_leaderboard_json_has_every_trial_ranked(run_output, env, results):
-    rows = _json(tuner("leaderboard", "--workload", "fake-regression", "--results", str(results),
-                       "--format", "json", env=env))
-    assert len(rows) == 4
+    rows = _json(tuner_in_process("leaderboard", "--workload", "fake-regression", "--results",
+                                  str(results), "--format", "json", env=env))
+    assert len(rows) == 3
     assert set(rows[0]) == set(leaderboard.SCHEMA.names)
     speeds = [r["samples_per_sec"] for r in rows]
     assert speeds == sorted(speeds, reverse=True)
@@ -84,19 +100,19 @@ def test_leaderboard_json_has_every_trial_ranked(run_output, env, results):
 
 
 def test_leaderboard_csv_has_a_header(run_output, env, results):
-    proc = tuner("leaderboard", "--workload", "fake-regression", "--results", str(results),
-                 "--format", "csv", env=env)
+    proc = tuner_in_process("leaderboard", "--workload", "fake-regression", "--results",
+                            str(results), "--format", "csv", env=env)
     assert proc.returncode == 0, proc.stderr
     reader = csv.DictReader(io.StringIO(proc.stdout))
     assert reader.fieldnames == leaderboard.SCHEMA.names
     rows = list(reader)
-    assert len(rows) == 4
+    assert len(rows) == 3
     assert all(float(r["samples_per_sec"]) > 0 for r in rows)
 
 
 def _best(env, results, fmt: str) -> subprocess.CompletedProcess:
-    return tuner("best", "--workload", "fake-regression", "--results", str(results),
-                 "--format", fmt, env=env)
+    return tuner_in_process("best", "--workload", "fake-regression", "--results", str(results),
+                            "--format", fmt, env=env)
 
 
 def test_best_json(run_output, env, results):
@@ -126,7 +142,8 @@ def test_best_yaml_parses(run_output, env, results):
 
 
 def test_workloads_json_lists_builtins_with_sizes(env):
-    entries = {e["name"]: e for e in _json(tuner("workloads", "--format", "json", env=env))}
+    entries = {e["name"]: e for e in _json(tuner_in_process("workloads", "--format", "json",
+                                                             env=env))}
     assert {"ddpm", "chargpt"} <= set(entries)
     assert entries["ddpm"]["parameters_seed"] == pytest.approx(12.8e6, rel=0.10)
     assert entries["chargpt"]["parameters_seed"] == pytest.approx(10.7e6, rel=0.10)

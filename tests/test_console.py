@@ -20,7 +20,7 @@ def test_a_small_run_prints_no_library_warning_and_keeps_its_width_when_piped(tm
     proc = subprocess.run(
         [sys.executable, "-m", "tuner", "run", "--workload", "tests.fake_workloads:regression",
          "--device", "cpu", "--trials", "2", "--confirm", "0", "--no-ceiling", "--windows", "1",
-         "--window-s", "0.2", "--warmup-steps", "1", "--results", str(tmp_path / "results")],
+         "--window-s", "0.1", "--warmup-steps", "1", "--results", str(tmp_path / "results")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     console = proc.stdout + proc.stderr

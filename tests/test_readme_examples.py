@@ -32,7 +32,7 @@ KNOWN_EXAMPLES = (WORKLOAD_EXAMPLE, SPACE_EXAMPLE, LEADERBOARD_EXAMPLE)
 FENCE_LANGUAGE = {".py": "python", ".yaml": "yaml", ".yml": "yaml"}
 
 # The smallest measurement that still runs every phase of a trial (added to the README's command).
-QUICK_RUN = ["--device", "cpu", "--trials", "2", "--windows", "1", "--window-s", "0.3",
+QUICK_RUN = ["--device", "cpu", "--trials", "2", "--windows", "1", "--window-s", "0.1",
              "--warmup-steps", "1", "--confirm", "0", "--no-ceiling"]
 RUN_TIMEOUT_S = 240
 
@@ -257,19 +257,24 @@ def readme_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_readme_run_command_end_to_end(readme_run):
+def test_readme_run_command_end_to_end(readme_run, monkeypatch):
+    from click.testing import CliRunner
+    from tuner.cli import main
     proc = readme_run["proc"]
     assert proc.returncode == 0, (
         f"{shlex.join(readme_run['argv'])} exited {proc.returncode}\n"
         f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
     assert (readme_run["results"] / "leaderboard").is_dir()
 
-    board = subprocess.run(
-        [sys.executable, "-m", "tuner", "leaderboard", "--workload", readme_run["workload"],
-         "--results", str(readme_run["results"]), "--format", "json"],
-        cwd=readme_run["root"], env=readme_run["env"], capture_output=True, text=True,
-        timeout=120)
-    assert board.returncode == 0, f"leaderboard exited {board.returncode}:\n{board.stderr[-3000:]}"
+    # `python -m tuner leaderboard` through its click entry point in this process, from the
+    # run's directory with the example importable (the run's PYTHONPATH)
+    monkeypatch.chdir(readme_run["root"])
+    monkeypatch.syspath_prepend(str(readme_run["root"]))
+    board = CliRunner(env={"TUNER_CACHE": readme_run["env"]["TUNER_CACHE"]}).invoke(
+        main, ["leaderboard", "--workload", readme_run["workload"],
+               "--results", str(readme_run["results"]), "--format", "json"])
+    assert board.exit_code == 0, f"leaderboard exited {board.exit_code}:\n{board.stderr[-3000:]}"
+    assert board.exception is None, board.exception
     rows = json.loads(board.stdout)
     assert len(rows) == 2, f"--trials 2 recorded {len(rows)} rows: {rows}"
     assert all(r["status"] == "ok" for r in rows), [(r["status"], r.get("error")) for r in rows]

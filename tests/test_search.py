@@ -21,15 +21,18 @@ MEASURED = ("samples_per_sec", "step_time_ms_p50", "warmup_s")
 """Non-null in every ok row."""
 
 
-def options(tmp_path, workload: str, trials: int) -> RunOptions:
+def options(tmp_path, workload: str, trials: int, seed: int = 0) -> RunOptions:
     """The search phase only (no re-measurement or ceiling phase): one row per trial."""
     return RunOptions(workload=workload, trials=trials, results=str(tmp_path / "results"),
-                      device="cpu", windows=2, window_s=0.2, warmup_steps=1, confirm=0,
-                      ceiling=False, early_stop=False)  # counted rows (pruning: test_budget.py)
+                      device="cpu", windows=2, window_s=0.1, warmup_steps=1, confirm=0,
+                      ceiling=False, early_stop=False,  # counted rows (pruning: test_budget.py)
+                      seed=seed)
 
 
 def test_run_records_references_first_and_complete_rows(tmp_path, tuner_cache, ray_session):
-    summary = run(options(tmp_path, "tests.fake_workloads:regression", trials=5))
+    # Seed 35: the first searched trial (bs=13 nw=0) starts no DataLoader workers (a trial
+    # with workers spends ~8 s starting them on 2 CPUs).
+    summary = run(options(tmp_path, "tests.fake_workloads:regression", trials=5, seed=35))
     rows = summary.rows
     assert len(rows) == 5
     assert (summary.workload, summary.device, summary.scale) == ("fake-regression", "cpu", "tiny")
@@ -59,10 +62,11 @@ def test_run_records_references_first_and_complete_rows(tmp_path, tuner_cache, r
 
 
 def test_oom_trials_are_recorded_and_the_run_goes_on(tmp_path, tuner_cache, ray_session):
-    # Seed 0, default sampler (GP): after the references (batch 4 and 16) the start-up and
-    # model-driven proposals include batches above 16, so OOM and ok trials both occur.
+    # Seed 15, default sampler (GP): after the references (batch 4 and 16) the start-up
+    # proposal is batch 42 without DataLoader workers (an OOM), the model-driven ones then
+    # include batches up to 16, so OOM and ok trials both occur.
     trials = 6
-    summary = run(options(tmp_path, "tests.fake_workloads:oom", trials=trials))
+    summary = run(options(tmp_path, "tests.fake_workloads:oom", trials=trials, seed=15))
     rows = summary.rows
     assert len(rows) == trials                                   # every trial ran and was written
     statuses = [r["status"] for r in rows]
