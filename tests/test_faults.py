@@ -168,97 +168,141 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
 
 # ------------------------------------------------------------ the driver stops; resume
 
-def _interrupted_then_resumed(tmp_path, env, space, sig: int) -> None:
-    results = tmp_path / "results"
-    args = ["run", "--workload", SLOW, "--space", space, "--trials", "6",
-            "--results", str(results), *SHORT, "--window-s", "0.3"]
+STOPPED_TRIALS = 5
+"""Search trials of the run the driver-stop tests share; enough that two stops in the search
+leave some of it to the resume."""
+
+
+def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int) -> dict:
+    """Start ``args``, send ``sig`` to its driver once ``until(rows)`` holds; what it left."""
     kwargs = {"start_new_session": True} if sig == signal.SIGKILL else {}
     proc = start(args, env, **kwargs)
     try:
-        wait_for(lambda: len(rows_of(results)) >= 2, 180, "two recorded trials", proc)
+        wait_for(lambda: until(rows_of(results)), 240, what, proc)
         tree = psutil.Process(proc.pid).children(recursive=True)  # Ray started by this run
         os.kill(proc.pid, sig)
     finally:
         out, err = finish(proc)
-    before = {r["trial_id"]: r for r in rows_of(results)}
-    assert 2 <= len(before) < 6
-    (run_id,) = {r["run_id"] for r in before.values()}
-    if sig != signal.SIGKILL:   # Ctrl-C, and what a scheduler or a closed terminal sends
-        assert proc.returncode == 130, err[-3000:]
-        assert f"--resume {run_id}" in " ".join(err.split()), err[-3000:]  # rich wraps lines
-        assert "Traceback" not in err
-        assert "SIGTERM received" not in err and "*** " not in err, err[-3000:]  # Ray's native
-    else:
-        assert proc.returncode == -signal.SIGKILL
+    alive = []
+    if sig == signal.SIGKILL:
         # The killed driver's Ray processes go with it: GCS, raylet and workers share its
         # fate; its runtime-env and dashboard agents (which outlived it by 62 s) are ended by
         # the reaper ray_init starts (tuner/ray_runtime.py). Any left are ended here, by PID.
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        names = [p.name() for p in alive if p.is_running()]
-        for p in alive:
+        _, left = psutil.wait_procs(tree, timeout=10)
+        alive = [p.name() for p in left if p.is_running()]
+        for p in left:
             p.kill()
-        assert not names, f"outlived the killed driver by 10 s: {names}"
+    return {"returncode": proc.returncode, "out": out, "err": err, "alive": alive,
+            "before": {r["trial_id"]: r for r in rows_of(results)}}
 
-    resumed = start([*args, "--resume", run_id], env)
-    out, err = finish(resumed)
-    assert resumed.returncode == 0, err[-3000:]
-    assert f"resuming run {run_id}" in out
-    rows = [r for r in rows_of(results) if r["run_id"] == run_id]
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory) -> dict:
+    """One run (--confirm 1 --ceiling) stopped four ways, each stop then resumed: Ctrl-C
+    (SIGINT) in the search, SIGKILL of the resumed driver later in the search, SIGTERM of the
+    next resume while it re-measures, a resume that finishes, and one more that finds nothing
+    left. Each stage's output and the rows it left; the tests below assert on them."""
+    tmp = tmp_path_factory.mktemp("stopped")
+    (tmp / "pids").mkdir()
+    space = tmp / "no-workers.yaml"
+    space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
+    env = {**os.environ, "TUNER_CACHE": str(tmp / "cache"), "COLUMNS": "200",
+           "TUNER_TEST_PID_DIR": str(tmp / "pids"), "TUNER_TEST_STEP_SLEEP": "0.05"}
+    results = tmp / "results"
+    args = ["run", "--workload", SLOW, "--space", str(space), "--trials", str(STOPPED_TRIALS),
+            "--results", str(results), "--device", "cpu", "--windows", "2", "--window-s",
+            "0.2", "--warmup-steps", "1", "--confirm", "1", "--ceiling", "--no-early-stop"]
+    stages = {"SIGINT": _stop(args, env, results, lambda rows: len(rows) >= 1,
+                              "a recorded trial", signal.SIGINT)}
+    (run_id,) = {r["run_id"] for r in stages["SIGINT"]["before"].values()}
+    resume = [*args, "--resume", run_id]
+    first = len(stages["SIGINT"]["before"])
+    stages["SIGKILL"] = _stop(resume, env, results, lambda rows: len(rows) > first,
+                              "one more recorded trial", signal.SIGKILL)
+    stages["SIGTERM"] = _stop(resume, env, results,
+                              lambda rows: any(r["phase"] == "remeasure" for r in rows),
+                              "a re-measured trial", signal.SIGTERM)
+    proc = start(resume, env)
+    out, err = finish(proc)
+    stages["resumed"] = {"returncode": proc.returncode, "out": out, "err": err,
+                         "rows": [r for r in rows_of(results) if r["run_id"] == run_id]}
+    again = start(resume, env)                                     # now there is nothing left
+    out, err = finish(again)
+    stages["again"] = {"returncode": again.returncode, "out": out, "err": err,
+                       "rows": [r for r in rows_of(results) if r["run_id"] == run_id]}
+    return {"run_id": run_id, **stages}
+
+
+def _resumed_exactly_once(stopped_run: dict, stage: str) -> None:
+    """The resumes after ``stage`` finished the run: every search trial recorded once, the
+    rows recorded before the stop unchanged."""
+    done = stopped_run["resumed"]
+    assert done["returncode"] == 0, done["err"][-3000:]
+    assert f"resuming run {stopped_run['run_id']}" in done["out"]
+    rows = done["rows"]
     assert len(rows) == len({r["trial_id"] for r in rows})          # no trial recorded twice
-    assert [r["phase"] for r in rows].count("search") == 6
-    assert len(rows) == 6
+    search = [r for r in rows if r["phase"] == "search"]
+    assert len(search) == STOPPED_TRIALS
     after = {r["trial_id"]: r for r in rows}
-    for trial_id, row in before.items():                             # earlier rows unchanged
+    for trial_id, row in stopped_run[stage]["before"].items():      # earlier rows unchanged
         assert after[trial_id] == row
-    assert sorted(r["reference"] for r in rows if r["reference"]) == ["baseline", "recommended"]
+    assert sorted(r["reference"] for r in search if r["reference"]) == ["baseline",
+                                                                         "recommended"]
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_driver_interrupted_then_resumed(tmp_path, env, space, sig):
-    _interrupted_then_resumed(tmp_path, env, space, sig)
+def test_driver_interrupted_then_resumed(stopped_run, sig):
+    """Ctrl-C, and what a scheduler or a closed terminal sends (SIGTERM: sent while the run
+    re-measures), stop the run in one line naming the --resume command."""
+    stage = stopped_run[sig.name]
+    (run_id,) = {r["run_id"] for r in stage["before"].values()}
+    assert run_id == stopped_run["run_id"]
+    assert 1 <= len([r for r in stage["before"].values() if r["phase"] == "search"])
+    if sig == signal.SIGINT:
+        assert len(stage["before"]) < STOPPED_TRIALS                # stopped in the search
+    err = stage["err"]
+    assert stage["returncode"] == 130, err[-3000:]
+    assert f"--resume {run_id}" in " ".join(err.split()), err[-3000:]  # rich wraps lines
+    assert "Traceback" not in err
+    assert "SIGTERM received" not in err and "*** " not in err, err[-3000:]  # Ray's native
+    _resumed_exactly_once(stopped_run, sig.name)
 
 
-def test_driver_killed_then_resumed(tmp_path, env, space):
-    _interrupted_then_resumed(tmp_path, env, space, signal.SIGKILL)
+def test_driver_killed_then_resumed(stopped_run):
+    stage = stopped_run["SIGKILL"]
+    assert stage["returncode"] == -signal.SIGKILL
+    assert not stage["alive"], f"outlived the killed driver by 10 s: {stage['alive']}"
+    before = stage["before"]
+    assert len(stopped_run["SIGINT"]["before"]) < len(before) < STOPPED_TRIALS
+    assert {r["run_id"] for r in before.values()} == {stopped_run["run_id"]}
+    _resumed_exactly_once(stopped_run, "SIGKILL")
 
 
-def test_stopped_during_remeasurement_resume_finishes_that_phase_and_the_ceiling(tmp_path, env,
-                                                                               space):
+def test_stopped_during_remeasurement_resume_finishes_that_phase_and_the_ceiling(stopped_run):
     """A run stopped while it re-measures resumes there: the re-measurements it lacks run, each
     configuration once, then the ceiling (it used to answer 'already complete' and never
     finish, comparing a re-measured winner with references that were not re-measured)."""
-    results = tmp_path / "results"
-    args = ["run", "--workload", SLOW, "--space", space, "--trials", "4", "--results",
-            str(results), "--device", "cpu", "--windows", "2", "--window-s", "0.2",
-            "--warmup-steps", "1", "--confirm", "2", "--ceiling"]
-    proc = start(args, env)
-    try:
-        wait_for(lambda: any(r["phase"] == "remeasure" for r in rows_of(results)), 240,
-                 "a re-measured trial", proc)
-        os.kill(proc.pid, signal.SIGTERM)
-    finally:
-        out, err = finish(proc)
-    assert proc.returncode == 130, err[-3000:]
-    before = rows_of(results)
-    (run_id,) = {r["run_id"] for r in before}
+    stopped = stopped_run["SIGTERM"]
+    assert stopped["returncode"] == 130, stopped["err"][-3000:]
+    before = stopped["before"].values()
+    assert any(r["phase"] == "remeasure" for r in before)
     assert not any(r["phase"] == "ceiling" for r in before)
-    resumed = start([*args, "--resume", run_id], env)
-    out, err = finish(resumed)
-    assert resumed.returncode == 0, err[-3000:]
-    assert "already complete" not in out
-    rows = [r for r in rows_of(results) if r["run_id"] == run_id]
+    resumed = stopped_run["resumed"]
+    assert resumed["returncode"] == 0, resumed["err"][-3000:]
+    assert "already complete" not in resumed["out"]
+    rows = resumed["rows"]
     phases = [r["phase"] for r in rows]
-    assert phases.count("search") == 4 and phases.count("ceiling") >= 1
+    assert phases.count("search") == STOPPED_TRIALS and phases.count("ceiling") >= 1
     remeasured = [(r["batch_size"], r["reference"]) for r in rows if r["phase"] == "remeasure"]
     assert len(set(remeasured)) >= 2
     assert all(remeasured.count(c) == REMEASURE_ROUNDS for c in remeasured)  # once a round
     refs = {r["reference"] for r in rows if r["phase"] == "remeasure" and r["reference"]}
     assert refs == {"baseline", "recommended"}                      # beside the winner, again
-    again = start([*args, "--resume", run_id], env)                 # now there is nothing left
-    out, err = finish(again)
-    assert again.returncode == 0 and "already complete" in " ".join(out.split()), err[-2000:]
-    assert len([r for r in rows_of(results) if r["run_id"] == run_id]) == len(rows)
+    again = stopped_run["again"]
+    assert again["returncode"] == 0 and "already complete" in " ".join(again["out"].split()), \
+        again["err"][-2000:]
+    assert len(again["rows"]) == len(rows)
 
 
 def test_sighup_is_handled_as_ctrl_c_in_process():
@@ -274,17 +318,66 @@ def test_sighup_is_handled_as_ctrl_c_in_process():
     assert (signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM)) == before
 
 
-# ---------------------------------------------------------------- two nodes, one machine
+# ------------------------------------------------------- one node per accelerator type
 
 @pytest.fixture
-def cluster(tmp_path, monkeypatch):
-    """A Ray cluster of two 1-CPU nodes on this machine (head + worker), not connected."""
+def typed_cluster(tmp_path, monkeypatch):
+    """Two 1-CPU nodes carrying the fake accelerator types A and B (Ray resources
+    ``accelerator_type:A`` / ``accelerator_type:B``), not connected."""
     import ray
     from ray.cluster_utils import Cluster
     assert not ray.is_initialized(), "a fixture left Ray initialised: the run would not connect"
     monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
+    import ray._private.ray_constants as ray_constants
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # see `two_nodes`
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "node_ip_address": "127.0.0.1", "resources": {"accelerator_type:A": 1}})
+    try:
+        c.worker = c.add_node(num_cpus=1, node_ip_address="127.0.0.1",
+                              resources={"accelerator_type:B": 1})
+        c.wait_for_nodes()
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def test_each_accelerator_type_gets_its_own_search_and_best(tmp_path, typed_cluster, space):
+    from tuner import leaderboard
+    from tuner.driver import run
+    from tuner.settings import RunOptions
+    run(RunOptions(workload=REGRESSION, trials=3, results=str(tmp_path / "results"),
+                   address=typed_cluster.address, space_file=space, device="cpu",
+                   windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False,
+                             early_stop=False))
+    rows = rows_of(tmp_path / "results")
+    assert len(rows) == 6
+    node_of = {"A": typed_cluster.head_node.node_id, "B": typed_cluster.worker.node_id}
+    for accel in ("A", "B"):
+        mine = [r for r in rows if r["accelerator_type"] == accel]
+        assert len(mine) == 3                                     # the full budget per type
+        assert {r["node_id"] for r in mine} == {node_of[accel]}   # pinned to that type's node
+        assert {r["hardware_key"][-2:] for r in mine} == {f"@{accel}"}
+        assert sorted(r["reference"] or "" for r in mine) == ["", "baseline", "recommended"]
+        table = leaderboard.read(tmp_path / "results", workload="fake-regression",
+                                 hardware_key=mine[0]["hardware_key"])
+        assert leaderboard.best_row(table.to_pylist())["accelerator_type"] == accel
+
+
+# ---------------------------------------------------------------- two nodes, one machine
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    """A Ray cluster of two 1-CPU nodes on this machine (head + worker), not connected; one
+    for the module (its nodes' workers see the environment set here)."""
+    import ray
+    from ray.cluster_utils import Cluster
+    assert not ray.is_initialized(), "a fixture left Ray initialised: the run would not connect"
+    tmp = tmp_path_factory.mktemp("two-nodes")
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("TUNER_CACHE", str(tmp / "cache"))
     monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.05")
-    pids = tmp_path / "pids"
+    pids = tmp / "pids"
     pids.mkdir()
     monkeypatch.setenv("TUNER_TEST_PID_DIR", str(pids))
     # Nodes on the loopback only (notes section 4). Ray rewrites a bootstrap address of
@@ -302,6 +395,21 @@ def cluster(tmp_path, monkeypatch):
     finally:
         ray.shutdown()
         c.shutdown()
+        monkeypatch.undo()
+
+
+@pytest.fixture
+def cluster(two_nodes):
+    """The module's two nodes, a worker node added again where a test removed it, and no trial
+    announced yet in $TUNER_TEST_PID_DIR."""
+    import ray
+    assert not ray.is_initialized(), "a test left Ray initialised: the run would not connect"
+    if two_nodes.worker not in two_nodes.worker_nodes:
+        two_nodes.worker = two_nodes.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+        two_nodes.wait_for_nodes()
+    for p in Path(os.environ["TUNER_TEST_PID_DIR"]).iterdir():
+        p.unlink()
+    return two_nodes
 
 
 def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
@@ -370,47 +478,3 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
     for r in rows:
         if r["status"] == "ok" and r["started_at"] > removed_at:
             assert r["node_id"] == cluster.head_node.node_id
-
-
-@pytest.fixture
-def typed_cluster(tmp_path, monkeypatch):
-    """Two 1-CPU nodes carrying the fake accelerator types A and B (Ray resources
-    ``accelerator_type:A`` / ``accelerator_type:B``), not connected."""
-    import ray
-    from ray.cluster_utils import Cluster
-    assert not ray.is_initialized(), "a fixture left Ray initialised: the run would not connect"
-    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
-    import ray._private.ray_constants as ray_constants
-    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # see `cluster` above
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "node_ip_address": "127.0.0.1", "resources": {"accelerator_type:A": 1}})
-    try:
-        c.worker = c.add_node(num_cpus=1, node_ip_address="127.0.0.1",
-                              resources={"accelerator_type:B": 1})
-        c.wait_for_nodes()
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
-def test_each_accelerator_type_gets_its_own_search_and_best(tmp_path, typed_cluster, space):
-    from tuner import leaderboard
-    from tuner.driver import run
-    from tuner.settings import RunOptions
-    run(RunOptions(workload=REGRESSION, trials=3, results=str(tmp_path / "results"),
-                   address=typed_cluster.address, space_file=space, device="cpu",
-                   windows=2, window_s=0.2, warmup_steps=1, confirm=0, ceiling=False,
-                             early_stop=False))
-    rows = rows_of(tmp_path / "results")
-    assert len(rows) == 6
-    node_of = {"A": typed_cluster.head_node.node_id, "B": typed_cluster.worker.node_id}
-    for accel in ("A", "B"):
-        mine = [r for r in rows if r["accelerator_type"] == accel]
-        assert len(mine) == 3                                     # the full budget per type
-        assert {r["node_id"] for r in mine} == {node_of[accel]}   # pinned to that type's node
-        assert {r["hardware_key"][-2:] for r in mine} == {f"@{accel}"}
-        assert sorted(r["reference"] or "" for r in mine) == ["", "baseline", "recommended"]
-        table = leaderboard.read(tmp_path / "results", workload="fake-regression",
-                                 hardware_key=mine[0]["hardware_key"])
-        assert leaderboard.best_row(table.to_pylist())["accelerator_type"] == accel
