@@ -9,13 +9,10 @@ import html.parser
 import math
 import os
 import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.harness import PHASES, run_trial
@@ -95,15 +92,33 @@ def simulate(seed: int, trials: int, oom_as_failure: bool = False,
         return configs, searcher
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op torch thread for the test: Optuna's GPSampler fits tiny matrices, where a
+    second thread only adds synchronisation (measured on a busy 2-core machine: 2.3x the CPU
+    time and 1.5x the wall time of one, the same proposals)."""
+    import torch
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
 @pytest.mark.parametrize("sampler", ["gp", "tpe"])
-def test_searcher_learns_the_infeasible_region_without_ray(module_cache, sampler):
+def test_searcher_learns_the_infeasible_region_without_ray(module_cache, one_torch_thread,
+                                                           sampler):
     """Out-of-memory trials reach the sampler as infeasible (constraint violated), not as
     failures: in every seed the second half of the trials runs fewer configurations that do not
     fit than the first; no trial runs a configuration that an earlier failure implies cannot
     fit (same knobs, batch at least as large); the study's best is a batch that fits. A
-    searcher that sees OOM as a failure (invisible to the sampler) keeps spending trials there."""
+    searcher that sees OOM as a failure (invisible to the sampler) keeps spending trials there.
+    The GP learns after 3 start-up trials (``make_sampler``) and is slow to fit (about 3 CPU
+    seconds a trial at 40 trials): 20 trials; TPE starts up for 10 and is fast: 40."""
     import optuna
-    trials, half = 40, 20
+    trials = {"gp": 20, "tpe": 40}[sampler]
+    half = trials // 2
     second_infeasible = second_if_failed = 0
     for seed in (0, 1):
         configs, searcher = simulate(seed, trials, sampler=sampler)
@@ -153,10 +168,12 @@ def test_searcher_survives_a_space_with_fewer_points_than_trials(tmp_path, modul
 # ----------------------------------------------------------------------- runs through Ray
 
 def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_workers_space):
-    summary = run(short_options(tmp_path / "results", OOM, trials=8, probe="off",
+    """The references (batch 4 and 16) fit; the GP's start-up trial (seed 0) is batch 17, which
+    does not; the fourth trial is the GP's."""
+    summary = run(short_options(tmp_path / "results", OOM, trials=4, probe="off",
                                 space_file=no_workers_space))
     rows = leaderboard.read(summary.results_dir).to_pylist()
-    assert len(rows) == 8
+    assert len(rows) == 4
     oom = [r for r in rows if r["status"] == "oom"]
     assert oom, [(r["batch_size"], r["status"]) for r in rows]
     for r in oom:
@@ -197,9 +214,11 @@ def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
 
 def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tmp_path, ray_local,
                                                                               no_workers_space):
+    """One search trial (the baseline: the winner, nothing to re-measure beside it), then its
+    ceilings, the compute-only one measured again."""
     events = []
     summary = run(short_options(tmp_path / "results", "tests.fake_workloads:slow_ceiling",
-                                trials=2, confirm=1, ceiling=True, space_file=no_workers_space),
+                                trials=1, confirm=1, ceiling=True, space_file=no_workers_space),
                   on_event=lambda kind, data: events.append((kind, data)))
     ceilings = [r for r in summary.rows if r["phase"] == "ceiling" and r["ceiling"] == "compute"]
     assert len(ceilings) == 2 and all(r["status"] == "ok" for r in ceilings)
@@ -458,13 +477,19 @@ class _Html(html.parser.HTMLParser):
 
 
 def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_run, tmp_path):
+    """The three commands through ``tuner.cli.main`` in this process (CliRunner): this process
+    has imported torch and the workload already, where a ``python -m tuner`` each would again."""
+    from click.testing import CliRunner
+    from tuner.cli import main
     results = followup_run.results_dir
     out = tmp_path / "report"
-    env = {**os.environ, "COLUMNS": "200"}
 
     def tuner(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=REPO_ROOT, env=env,
-                              capture_output=True, text=True, timeout=240)
+        result = CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args))
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            args[0], result.exception)
+        return subprocess.CompletedProcess(["tuner", *args], result.exit_code, result.stdout,
+                                           result.stderr)
 
     commands = {
         "profile": ["profile", "--workload", REGRESSION, "--results", results, "--device", "cpu",
@@ -473,9 +498,7 @@ def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_ru
         "report": ["report", "--workload", "fake-regression", "--results", results,
                    "--out", str(out)],
     }
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(tuner, *args) for name, args in commands.items()}
-        procs = {name: f.result() for name, f in futures.items()}
+    procs = {name: tuner(*args) for name, args in commands.items()}
     for name, proc in procs.items():
         assert proc.returncode == 0, (name, proc.stdout[-2000:], proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr, name
@@ -506,8 +529,6 @@ def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_ru
     assert "fake-regression" in page
 
     # A bad limit is a user error: exit code 2, one line naming the value, before Ray starts.
-    from click.testing import CliRunner
-    from tuner.cli import main
     before = sorted(p.name for p in Path(results, "leaderboard").iterdir())
     bad = CliRunner(env={"COLUMNS": "200"}).invoke(main, [
         "run", "--workload", REGRESSION, "--device", "cpu", "--results", results,
