@@ -13,8 +13,6 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 import torch
-import torchvision
-from torchvision.io import ImageReadMode, decode_image
 
 from tuner.errors import DataError
 
@@ -83,19 +81,23 @@ def write_image_folder(root: Path, counts: dict[str, int], size: tuple[int, int]
 
 def read_image(path: str | Path) -> torch.Tensor:
     """Decode an image file to uint8 ``(3, H, W)``. Raises DataError naming the file."""
+    # torchvision is imported where it is used: writing or checking data does not need it (an
+    # import that costs 2-3 s, torch._dynamo included, in every trial process).
+    from torchvision.io import ImageReadMode, decode_image, read_file
     try:
-        data = torchvision.io.read_file(str(path))
+        data = read_file(str(path))
         return decode_image(data, mode=ImageReadMode.RGB)
     except (RuntimeError, OSError, ValueError) as exc:
         raise DataError(f"image {path} cannot be decoded: {exc}") from None
 
 
-def image_folder(data_dir: Path, transform: Callable) -> torchvision.datasets.ImageFolder:
+def image_folder(data_dir: Path, transform: Callable) -> "torchvision.datasets.ImageFolder":
     """torchvision's ImageFolder over ``data_dir`` decoding with ``read_image``.
 
     Raises:
         DataError: the directory is missing or holds no class folder with images.
     """
+    import torchvision
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError(f"data directory {data_dir} does not exist")
@@ -120,7 +122,7 @@ def verify_images(paths: list[str]) -> None:
             raise DataError(f"image {p} cannot be decoded: {exc}") from None
 
 
-def check_image_folder(dataset: torchvision.datasets.ImageFolder) -> int:
+def check_image_folder(dataset: "torchvision.datasets.ImageFolder") -> int:
     """Decode every image of an ImageFolder before the run starts; returns the image count.
 
     Raises:
