@@ -47,7 +47,7 @@ def test_a_trial_stops_at_its_deadline_keeping_the_windows_it_finished(settings)
     assert late["status"] == "timeout" and late["samples_per_sec"] is None
     assert late["windows"] == 0 and "set-up" in late["error"]
     reports = []
-    deadline = time.time() + 2.5
+    deadline = time.time() + 4.0  # set-up took 1.8 s of it while a benchmark ran beside
     result = run_trial(paced, Knobs(batch_size=20),
                        replace(settings, windows=40, deadline_unix_s=deadline),
                        report=reports.append)
@@ -98,6 +98,38 @@ def test_early_stopping_stops_clearly_slower_trials_and_never_a_reference():
     assert not rule.decide("late", False, _window(2, 80.0))
     # A final result (not a window's report) is never a reason to stop.
     assert not rule.decide("done", False, {"status": "ok", "samples_per_sec": 1.0})
+
+
+def test_a_long_step_trial_is_judged_on_its_warm_up_step_with_a_stricter_margin():
+    """Steps of seconds (a large batch on a CPU) report their last warm-up step as window -1:
+    far behind the best it stops before any window; it never becomes the best nor noise."""
+    rule = EarlyStopping("samples_per_sec", "max", windows=3)
+    assert not rule.decide("early", False, _window(-1, 1.0))   # no best, no noise yet: runs
+    for i, rate in enumerate((400.0, 404.0, 398.0)):
+        rule.decide("ref", True, _window(i, rate))
+    assert rule.margin() == pytest.approx(MIN_MARGIN)
+    noise = rule.noise()
+    assert rule.decide("huge-batch", False, _window(-1, 40.0))     # 10x behind: stopped
+    # 1.15x behind is beyond one margin (a window would stop) but not two: one step is noisy.
+    assert not rule.decide("big-batch", False, _window(-1, 400.0 / 1.15))
+    assert rule.decide("big-batch", False, _window(0, 400.0 / 1.15))
+    assert not rule.decide("ref2", True, _window(-1, 1.0))         # a reference: never
+    rule.decide("fast", False, _window(-1, 4000.0))                 # not a best from one step
+    assert rule.gap(400.0) == pytest.approx(0.0, abs=0.02) and rule.noise() == noise
+
+
+def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settings):
+    reports = []
+    result = run_trial(paced, Knobs(batch_size=20), replace(settings, window_s=0.05),
+                       report=reports.append)
+    assert result["status"] == "ok", result.get("error")
+    early = [r for r in reports if r.get("window") == -1]
+    assert len(early) == 1 and reports[0] is early[0]              # first, before the windows
+    assert early[0]["status"] == "running" and early[0]["window_samples_per_sec"] is None
+    assert early[0]["samples_per_sec"] == pytest.approx(20 / paced.STEP_S, rel=0.5)
+    quick = []                                                      # steps shorter than half a window
+    run_trial(paced, Knobs(batch_size=20), replace(settings, window_s=1.0), report=quick.append)
+    assert not [r for r in quick if r.get("window") == -1]
 
 
 def test_the_margin_grows_with_the_noise_and_works_for_a_min_objective():

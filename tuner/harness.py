@@ -250,16 +250,18 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     sofar["setup_s"] = setup_s
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
-        long_steps = _warm_up(stepper, device, settings, sofar)
+        long_steps, last_step = _warm_up(stepper, device, settings, sofar)
         if not torch.isfinite(stepper.loss):
             raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
+        time_to_train = partial(_time_to_train, settings, setup_s, sofar["warmup_s"])
+        if last_step is not None:  # steps of seconds: early stopping may judge one already
+            on_window(_warm_up_report(sofar, *last_step, settings, time_to_train))
 
         def window_done(window: dict) -> None:  # each report carries the memory peaks so far
             sofar.update(window, peak_device_memory_mb=peak_device_memory_mb(device),
                          peak_host_memory_mb=sampler.peak_mb)
             on_window(dict(sofar))
 
-        time_to_train = partial(_time_to_train, settings, setup_s, sofar["warmup_s"])
         with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
             windows = _windows(stepper, device, settings, window_done, time_to_train)
         out = {**sofar, **summarise(windows), **load.as_columns()}
@@ -282,17 +284,19 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
 
 
 def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
-             sofar: dict) -> bool:
+             sofar: dict) -> tuple[bool, tuple[int, float] | None]:
     """Warm-up steps, then steady-state probes, recorded in ``sofar`` (``first_step_s``,
     ``warmup_s``, ``steady_state``, ``steady_probes``). After the first step (compile and
     autotuning land there, however long) both stop at ``max_warmup_s`` (default: twice the
     windows' length). Returns whether a step takes half a window or more: then a probe could
     hold only one whole step, so none is run (``steady_state`` null) and the windows measure
-    whole steps."""
+    whole steps; and with such long steps, the samples and seconds of the last warm-up step
+    after the first (None: there was none), which ``_measure`` reports for early stopping."""
     clock = Stopwatch()
     stepper.step()
     synchronize(device)
     first_step_s = step_s = clock.elapsed()
+    last = None
     sofar.update(first_step_s=first_step_s, warmup_s=first_step_s)
     cap_s = (settings.max_warmup_s if settings.max_warmup_s is not None
              else 2 * settings.windows * settings.window_s)
@@ -301,9 +305,10 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
             break
         _check_deadline(settings, "warm-up")
         step = Stopwatch()
-        stepper.step()
+        samples = stepper.step()
         synchronize(device)
         step_s = step.elapsed()
+        last = (samples, step_s) if step_s > 0 else None
         sofar["warmup_s"] = clock.elapsed()
     long_steps = step_s >= settings.window_s / 2
     left_s = cap_s - (clock.elapsed() - first_step_s)
@@ -311,7 +316,21 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
                       else _settle(stepper.step, device, settings, left_s))
     synchronize(device)
     sofar.update(warmup_s=clock.elapsed(), steady_state=steady, steady_probes=probes)
-    return long_steps
+    return long_steps, last if long_steps else None
+
+
+def _warm_up_report(sofar: dict, samples: int, step_s: float, settings: TrialSettings,
+                    time_to_train: Callable[[float], float]) -> dict:
+    """The report after a warm-up of long steps (``window`` -1, before any window): the last
+    warm-up step's samples/sec as the objective so far, so that early stopping can stop a
+    configuration far behind the best before it measures windows of whole multi-second steps
+    (``tuner.pruning``: a stricter margin for this one step). A trial stopped here is recorded
+    ``pruned`` with this figure and no window."""
+    out = {**sofar, "window": -1, "window_samples_per_sec": None,
+           "samples_per_sec": samples / step_s}
+    if settings.train_steps is not None:  # Ray Tune wants the objective in every result
+        out["time_to_train_s"] = time_to_train(1000 * step_s)
+    return out
 
 
 def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,

@@ -29,6 +29,11 @@ the noise:
 On an H100 (window CV ~1 %) the margin is the 10 % floor; on this busy 2-core CPU machine
 (window CV ~5 %) it is ~30 %.
 
+**Steps of seconds.** A trial whose steps take half a window or more (a large batch on a CPU)
+measures whole steps, each window one or a few of them: it reports its last warm-up step before
+any window (``window`` -1), and stops there when that step is behind the best by more than
+``WARM_UP_FACTOR`` margins. That figure is never a best and adds nothing to the noise.
+
 **Why not ASHA or the median-stopping rule as they are.** Both cut at a quantile of the other
 trials (ASHA's rungs keep the top 1/reduction_factor; the median rule stops what is below the
 median): when several good configurations lie within the noise of each other, they stop some of
@@ -54,6 +59,12 @@ DRIFT = 3.0
 
 MIN_MARGIN = 0.10
 """The smallest margin, in log ratio (a trial at 0.905 of the best or slower is beyond it)."""
+
+WARM_UP_FACTOR = 2.0
+"""A trial whose steps take half a window or more reports its last warm-up step before any
+window (``tuner.harness``: on the 2-core CPU, ddpm at batch 256 in bf16 took 33-67 s a step,
+198 s a trial); judged on that one step, it stops when it is behind the best by more than this
+many margins (one step is noisier than a window's median)."""
 
 MIN_NOISE_DOF = 2
 """Degrees of freedom (windows less one per trial) the noise estimate needs before any stop."""
@@ -106,6 +117,10 @@ class EarlyStopping(FIFOScheduler):
         rate = result.get("window_samples_per_sec")
         if result.get("status") != Status.RUNNING or window is None:
             return False
+        if window < 0:  # one warm-up step of a long-step trial: judged, never a best or noise
+            return (not is_reference and value is not None and value > 0
+                    and self._best is not None
+                    and self.gap(value) > WARM_UP_FACTOR * self.margin())
         if rate is not None and rate > 0:
             self._logs.setdefault(trial_id, []).append(math.log(rate))
         if value is None or value <= 0:
