@@ -261,15 +261,16 @@ def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits)
     configs = [(FAST, None), (BASE, "baseline")]
     writer = SimpleNamespace(rows=search_rows())
     driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
+    # One experiment (one trial process): A B, A B, A B.
     assert [(label, done) for _, label, done, _ in fits] == [
-        (f"round{r}", [(32, None), (8, "baseline")]) for r in (1, 2, 3)]
+        ("rounds1-3", [(32, None), (8, "baseline")] * 3)]
     assert {c["windows"] for *_, c in fits} == {2}               # 3 rounds x 2 = twice 3
     # Stopped after round 2's first trial: the resumed run measures the rest only.
     fits.clear()
     writer.rows = writer.rows[:4 + 2 + 1]
     driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
     assert [(label, done) for _, label, done, _ in fits] == [
-        ("round2", [(8, "baseline")]), ("round3", [(32, None), (8, "baseline")])]
+        ("rounds2-3", [(8, "baseline"), (32, None), (8, "baseline")])]
     fits.clear()
     driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
     assert fits == []                                            # complete: nothing to run
@@ -280,8 +281,25 @@ def test_an_impossible_round_is_measured_again_once(fits):
     writer.rows.append(row(9, knobs=FAST, phase="remeasure", sps=100.0, step_time_ms_p50=0.0))
     driver._fit_rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
                        lambda kind, data: None)
-    assert [label for _, label, _, _ in fits] == ["round1", "round2", "round3", "round4"]
-    assert fits[0][2] == [(8, "baseline")]                      # FAST had its round 1
+    assert [label for _, label, _, _ in fits] == ["rounds1-4"]   # 3 rounds and one more
+    assert fits[0][2] == [(8, "baseline")] + [(32, None), (8, "baseline")] * 3  # FAST had round 1
+
+
+def test_an_impossible_figure_found_in_the_rounds_adds_one_round_after_them(fits, monkeypatch):
+    """The experiment of rounds 1-3 records a figure that cannot be true: one more round runs
+    as its own experiment, once."""
+    writer = SimpleNamespace(rows=search_rows())
+
+    def fit_then_impossible(plan, writer, configs, phase, label=None, **changes):
+        fits.append((str(phase), label, [(k.batch_size, ref) for k, ref in configs], changes))
+        for i, (knobs, ref) in enumerate(configs):
+            writer.rows.append(row(len(writer.rows), knobs=knobs, reference=ref, phase=str(phase),
+                                   sps=100.0, **({"step_time_ms_p50": 0.0} if i == 0 else {})))
+    monkeypatch.setattr(driver, "_fit_fixed", fit_then_impossible)
+    driver._fit_rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
+                       lambda kind, data: None)
+    assert [label for _, label, _, _ in fits] == ["rounds1-3", "rounds4-4"]
+    assert fits[1][2] == [(32, None), (8, "baseline")]
 
 
 def test_rounds_the_time_budget_cannot_hold_are_not_started(fits):
