@@ -3,6 +3,7 @@ README's example of it is executed here."""
 
 from __future__ import annotations
 
+import math
 import runpy
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 import tuner
 from tests.test_readme_examples import README, REPO_ROOT, parse_examples
 from tuner.errors import TunerError
+from tuner.noise import SINGLE_PAIR_FLOOR
 
 QUICK = {"windows": 1, "window_s": 0.3, "warmup_steps": 1, "confirm": 0, "ceiling": False}
 """The smallest measurement that still runs every phase of a trial (as the README CLI test)."""
@@ -67,7 +69,12 @@ def test_readme_example_tunes_ddpm_and_returns_values(tmp_path, monkeypatch, tun
     (result,) = calls
     assert result.workload == "ddpm" and result.device == "cpu" and len(result.rows) == 3
     baseline = next(r for r in result.rows if r["reference"] == "baseline")
-    assert result.best.samples_per_sec >= baseline["samples_per_sec"] > 0
+    # The fastest, or a simpler configuration tied with it (one measurement each: within
+    # SINGLE_PAIR_FLOOR; seen in CI: nw=2 at 30.11 chosen over the nw=4 baseline at 30.34).
+    fastest = max(r["samples_per_sec"] for r in result.rows if r["status"] == "ok")
+    assert abs(math.log(fastest / result.best.samples_per_sec)) < SINGLE_PAIR_FLOOR
+    assert result.best.samples_per_sec >= baseline["samples_per_sec"] * math.exp(
+        -SINGLE_PAIR_FLOOR) and baseline["samples_per_sec"] > 0
     assert result.speedup["baseline"] == pytest.approx(
         result.best.samples_per_sec / baseline["samples_per_sec"], rel=1e-6)
     frame = result.leaderboard                  # ranked: the fastest first (the best may be a
