@@ -418,7 +418,7 @@ def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Kno
         todo = _rounds_todo(plan, rows, configs, range(first, rounds + 1), windows)
         if not todo:
             return
-        last = max(r for r, _ in todo)
+        last = todo[-1][0]  # in round order
         on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
                            "last_round": last, "rounds": rounds, "windows": windows})
         _fit_fixed(plan, writer, [config for _, config in todo], Phase.REMEASURE,

@@ -278,13 +278,11 @@ class _Counter:
         return f"{self.label} {self.done:>{len(str(self.total))}}/{self.total}"
 
     def after(self, data: dict) -> "_Counter":
-        """The counter once a driver 'phase' event ``data`` starts: a new phase starts from 0;
-        a re-measurement counts the trials of its rounds (``count``); further
-        ceiling measurements add to the ceiling count, which has no total."""
+        """The counter once a driver 'phase' event ``data`` starts: a new phase starts from 0,
+        a further event of the same phase adds its ``count`` trials (a re-measurement's extra
+        round); ceiling measurements add to the ceiling count, which has no total."""
         label = "retry" if data.get("retry") else str(Phase(data["phase"]).value)
         done = self.done if label == self.label else 0
-        if label == "remeasure" and data.get("rounds"):
-            return _Counter(label, done, done + data["count"])
         if label == "ceiling":
             return _Counter(label, done, None)
         return _Counter(label, done, done + data["count"])
