@@ -4,6 +4,7 @@ local Ray session per module that needs it."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,20 @@ def pytest_configure(config) -> None:
     ``pytest -m gpu`` (tests/gpu/), which keeps CUDA visible."""
     if "gpu" not in (config.getoption("markexpr") or "") and not os.environ.get(GPU_ONLY_ENV):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def tuner_in_process(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``tuner(*args)`` through ``tuner.cli.main`` in this process (click's CliRunner, 200
+    columns; ``env["TUNER_CACHE"]`` when given), as a completed process: exit code, stdout,
+    stderr. Asserts that nothing but click's exit left the command (no traceback)."""
+    from click.testing import CliRunner
+    from tuner.cli import main
+    extra = {"TUNER_CACHE": env["TUNER_CACHE"]} if env else {}
+    result = CliRunner(env={**extra, "COLUMNS": "200"}).invoke(main, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        args[0], result.exception)
+    return subprocess.CompletedProcess(["tuner", *args], result.exit_code, result.stdout,
+                                       result.stderr)
 
 
 @pytest.fixture(scope="session")

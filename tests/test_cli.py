@@ -21,7 +21,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, tuner_in_process
 from tuner import leaderboard, workload as workload_mod
 from tuner.knobs import Knobs
 
@@ -33,19 +33,6 @@ REGRESSION = "tests.fake_workloads:regression"
 def tuner(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
-
-
-def tuner_in_process(*args: str, env: dict) -> subprocess.CompletedProcess:
-    """``tuner(*args)`` through ``tuner.cli.main`` in this process (CliRunner), as a completed
-    process: exit code, stdout, stderr."""
-    from click.testing import CliRunner
-    from tuner.cli import main
-    result = CliRunner(env={"TUNER_CACHE": env["TUNER_CACHE"], "COLUMNS": "200"}).invoke(
-        main, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        result.exception)
-    return subprocess.CompletedProcess(["tuner", *args], result.exit_code, result.stdout,
-                                       result.stderr)
 
 
 @pytest.fixture(scope="module")

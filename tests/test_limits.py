@@ -8,11 +8,11 @@ from __future__ import annotations
 import html.parser
 import math
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import tuner_in_process
 from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.harness import PHASES, run_trial
@@ -484,13 +484,6 @@ def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_ru
     results = followup_run.results_dir
     out = tmp_path / "report"
 
-    def tuner(*args: str) -> subprocess.CompletedProcess:
-        result = CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args))
-        assert result.exception is None or isinstance(result.exception, SystemExit), (
-            args[0], result.exception)
-        return subprocess.CompletedProcess(["tuner", *args], result.exit_code, result.stdout,
-                                           result.stderr)
-
     commands = {
         "profile": ["profile", "--workload", REGRESSION, "--results", results, "--device", "cpu",
                     "--steps", "5"],
@@ -498,7 +491,7 @@ def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_ru
         "report": ["report", "--workload", "fake-regression", "--results", results,
                    "--out", str(out)],
     }
-    procs = {name: tuner(*args) for name, args in commands.items()}
+    procs = {name: tuner_in_process(*args) for name, args in commands.items()}
     for name, proc in procs.items():
         assert proc.returncode == 0, (name, proc.stdout[-2000:], proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr, name
