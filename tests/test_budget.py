@@ -18,7 +18,8 @@ from tuner.knobs import Knobs
 from tuner.plan import FOLLOWUP_SHARE, Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
 from tuner.searcher import ConstrainedSearch, SearchSpec
-from tuner.settings import BUDGET_GRACE_S, DEFAULT_CUDA_TIME_BUDGET_S, RunOptions, TrialSettings
+from tuner.settings import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
+                            RunOptions, TrialSettings)
 from tuner.space import load_space
 
 PACED = "tests.fake_workloads:paced"
@@ -176,7 +177,11 @@ def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_
     assert started.search_time_s() == pytest.approx(100 * (1 - FOLLOWUP_SHARE), abs=1)
     bare = make_plan(replace(options, confirm=0, ceiling=False)).with_deadline(time.monotonic() + 100)
     assert bare.search_time_s() == pytest.approx(100, abs=1)
-    assert make_plan(replace(options, time_budget_s=None)).time_budget_s is None   # CPU
+    # CPU: the default run (no --trials) ends within 4 minutes; asked for N trials, it runs them
+    default = make_plan(replace(options, time_budget_s=None))
+    assert default.time_budget_s == DEFAULT_CPU_TIME_BUDGET_S and default.trials == 12
+    assert DEFAULT_CPU_TIME_BUDGET_S + BUDGET_GRACE_S <= 235
+    assert make_plan(replace(options, time_budget_s=None, trials=3)).time_budget_s is None
     cuda = make_plan(replace(options, time_budget_s=None), Resources("cuda", 1, 2))
     assert cuda.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S and cuda.trials == 40
 

@@ -18,7 +18,7 @@ import tuner.leaderboard as leaderboard
 from tuner.errors import DataError, TunerError
 from tuner.flops import has_image_layout, model_flops_per_sample
 from tuner.knobs import Knobs
-from tuner.settings import (DEFAULT_CUDA_TIME_BUDGET_S, DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit,
+from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S, DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit,
                             RunOptions, TrialSettings, default_cache_dir)
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Space, load_space
@@ -92,8 +92,8 @@ class Plan:
     """One line each about an option that does nothing in this run (``--max-memory`` on the
     CPU device, ``--warm-start`` with no earlier rows), for the CLI to print."""
     time_budget_s: float | None = None
-    """Seconds the whole run may take: ``--time-budget``, or on CUDA without it
-    ``settings.DEFAULT_CUDA_TIME_BUDGET_S``; None: no time budget."""
+    """Seconds the whole run may take: ``--time-budget``, or without it the default
+    (``default_time_budget_s``); None: no time budget."""
     deadline_monotonic: float | None = None
     """When the run must end, on the driver's ``time.monotonic()`` clock (``with_deadline``,
     as the run starts); None: no deadline."""
@@ -241,8 +241,7 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         model_flops_per_sample=model_flops_per_sample(workload, scale, data_dir),
         peak_tflops=options.peak_tflops)
     trials = options.trials or (None if options.time_budget_s else (40 if device == "cuda" else 12))
-    time_budget_s = options.time_budget_s or (DEFAULT_CUDA_TIME_BUDGET_S if device == "cuda"
-                                              else None)
+    time_budget_s = options.time_budget_s or default_time_budget_s(device, options.trials)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_id, prior_rows = f"{workload.name}-{stamp}-{secrets.token_hex(2)}", ()
     if options.resume is not None:
@@ -259,6 +258,15 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
                 notes=tuple(notes), time_budget_s=time_budget_s, planned_at=planned_at)
     plan.reference_params  # a reference outside the space fails here, before Ray starts
     return plan
+
+
+def default_time_budget_s(device: str, trials: int | None) -> float | None:
+    """The time budget of a run without ``--time-budget``, seconds: on CUDA
+    ``DEFAULT_CUDA_TIME_BUDGET_S``; on CPU ``DEFAULT_CPU_TIME_BUDGET_S`` for the default run (no
+    ``--trials`` either), none when the user asked for a number of trials."""
+    if device == "cuda":
+        return DEFAULT_CUDA_TIME_BUDGET_S
+    return DEFAULT_CPU_TIME_BUDGET_S if trials is None else None
 
 
 def _resumed_run(options: RunOptions, workload: str, scale: str,

@@ -61,6 +61,13 @@ DEFAULT_CUDA_TIME_BUDGET_S = 1800.0
 re-measurement and ceilings included (the default 40 trials at seed scale took 25-60 s each on
 an H100, so most runs end on the trial count; a space of slow compiles ends here)."""
 
+DEFAULT_CPU_TIME_BUDGET_S = 225.0
+"""Time budget of the default run on CPU (neither ``--trials`` nor ``--time-budget``): 3 min 45 s,
+so that with ``BUDGET_GRACE_S`` and the seconds before planning it ends within 4 minutes (issue
+13's target for a default run on 2 quiet cores). Its 12 search trials usually fit; a space whose
+large batches take tens of seconds per step on the CPU (ddpm's batch 256: 19-67 s steps on 2
+cores) ends on the budget instead, its re-measurement sized to the time left."""
+
 BUDGET_GRACE_S = 10.0
 """A run with a time budget S ends within S + this many seconds: a trial stops at the first
 step boundary past the deadline, a step that runs on (a long compile) is stopped by Ray Tune
@@ -126,7 +133,8 @@ class RunOptions:
     """Trials in all, references included; None: 12 on CPU, 40 on CUDA (or until time budget)."""
     time_budget_s: float | None = None
     """Seconds the whole run may take (probe, search, re-measurement and ceilings; it ends
-    within ``BUDGET_GRACE_S`` more); None: ``DEFAULT_CUDA_TIME_BUDGET_S`` on CUDA, none on CPU."""
+    within ``BUDGET_GRACE_S`` more); None: ``DEFAULT_CUDA_TIME_BUDGET_S`` on CUDA; on CPU
+    ``DEFAULT_CPU_TIME_BUDGET_S`` when ``trials`` is None too (the default run), else none."""
     device: Device = "auto"
     scale: Scale | None = None
     """None: 'seed' on CUDA, 'tiny' on CPU."""
