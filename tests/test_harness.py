@@ -234,3 +234,19 @@ def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, 
     monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0")          # quick steps: probed as before
     quick = run_trial(slow, Knobs(batch_size=16), replace(settings, max_steady_probes=6))
     assert quick["steady_probes"] >= 2 and quick["steady_state"] is not None
+
+
+def test_a_warm_up_step_that_would_end_past_the_cap_is_not_started(settings, monkeypatch):
+    """Without torch.compile the last step predicts the next: a warm-up step that would end
+    past ``max_warmup_s`` is not started (ddpm's batch 256 on 2 CPU cores repeated a 19-67 s
+    step as warm-up). Before, the cap was only checked before each step, so a second 0.3 s
+    step started at 0.3 s of a 0.5 s cap."""
+    from dataclasses import replace
+    from tests.fault_workloads import slow
+    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.3")
+    result = run_trial(slow, Knobs(batch_size=16), replace(settings, warmup_steps=5,
+                                                            max_warmup_s=0.5))
+    assert result["status"] == "ok", result.get("error")
+    after_first_s = result["warmup_s"] - result["first_step_s"]
+    assert 0.3 <= after_first_s < 0.5                          # one step, not two
+    assert result["windows"] == settings.windows

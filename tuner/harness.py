@@ -288,7 +288,8 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
     """Warm-up steps, then steady-state probes, recorded in ``sofar`` (``first_step_s``,
     ``warmup_s``, ``steady_state``, ``steady_probes``). After the first step (compile and
     autotuning land there, however long) both stop at ``max_warmup_s`` (default: twice the
-    windows' length). Returns whether a step takes half a window or more: then a probe could
+    windows' length); without torch.compile a step the last one says would end past it is not
+    started. Returns whether a step takes half a window or more: then a probe could
     hold only one whole step, so none is run (``steady_state`` null) and the windows measure
     whole steps; and with such long steps, the samples and seconds of the last warm-up step
     after the first (None: there was none), which ``_measure`` reports for early stopping."""
@@ -300,8 +301,13 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
     sofar.update(first_step_s=first_step_s, warmup_s=first_step_s)
     cap_s = (settings.max_warmup_s if settings.max_warmup_s is not None
              else 2 * settings.windows * settings.window_s)
+    # Without torch.compile (whose first steps may compile again) a step the last one says
+    # would end past the cap is not started: the first step held the one-time costs, and a
+    # step of 19-67 s (ddpm's batch 256 on 2 CPU cores) repeated as warm-up measured nothing.
+    predictable = stepper.knobs.compile == "off"
     for _ in range(settings.warmup_steps - 1):
-        if clock.elapsed() - first_step_s >= cap_s:
+        spent_s = clock.elapsed() - first_step_s
+        if spent_s >= cap_s or (predictable and spent_s + step_s > cap_s):
             break
         _check_deadline(settings, "warm-up")
         step = Stopwatch()
@@ -391,6 +397,10 @@ class Stepper:
     """Checked after each step: a host memory limit ends the trial as soon as it is crossed."""
     loss: torch.Tensor | None = None
     """The last micro-batch's loss (scaled for gradient accumulation)."""
+
+    @property
+    def knobs(self) -> Knobs:
+        return self.training.knobs
 
     def step(self, timer: Callable[[str], None] | None = None) -> int:
         """One optimizer step; returns the samples processed. With ``timer``, calls
