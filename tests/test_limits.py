@@ -266,6 +266,9 @@ def test_remeasure_and_ceiling_phases(followup_run):
                                                         "machine-loader"]
     assert labels.count("compute") in (1, 2) and len(labels) == labels.count("compute") + 3
     assert len(rows) == len(search) + len(remeasured) + len(ceilings)
+    # The per-phase breakdown is timed in the search only: the follow-ups repeat its configurations
+    assert all(r["breakdown_step_ms"] is not None for r in search)
+    assert all(r["breakdown_step_ms"] is None for r in remeasured + ceilings)
     # The two fastest distinct configurations of the search that can still win (at least half
     # the best's rate), and beside them the references, measured again in interleaved rounds
     # (A B C, A B C, A B C) of the windows that make twice the search's in all.

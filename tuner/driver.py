@@ -534,11 +534,15 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knob
     """Measure given configurations (knobs, reference name or None) as one Tune experiment
     (``label`` names it apart from the phase's others), with ``settings_changes`` to the trial
     settings of all and ``per_trial`` changes for each (Ray Tune merges a configuration's
-    ``"tuner"`` entries into the experiment's)."""
+    ``"tuner"`` entries into the experiment's). Only search-phase trials time the per-phase
+    breakdown (``breakdown_*`` columns; null in re-measurement and ceiling rows)."""
     from ray import tune
     if writer.expected is not None:
         writer.expected += len(configs)
-    settings = {**asdict(plan.settings), **settings_changes}
+    # The per-phase breakdown (synchronised steps after the windows, ~1.5 s of a CPU trial) is
+    # the search's: a re-measurement or a ceiling repeats a configuration the search measured.
+    follow_up = {} if phase == Phase.SEARCH else {"breakdown_steps": 0}
+    settings = {**asdict(plan.settings), **follow_up, **settings_changes}
     changes = per_trial or [{} for _ in configs]
     tuner = tune.Tuner(
         _trainable(plan),
