@@ -68,7 +68,8 @@ def rows_of(results: Path) -> list[dict]:
     return leaderboard.read(str(results)).to_pylist()
 
 
-def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None,
+             every_s: float = 0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -77,7 +78,7 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
         if proc is not None and proc.poll() is not None:
             out, err = proc.communicate()
             pytest.fail(f"the run exited ({proc.returncode}) before {what}: {err[-3000:]}")
-        time.sleep(0.05)
+        time.sleep(every_s)
     pytest.fail(f"timed out waiting for {what}")
 
 
@@ -178,7 +179,8 @@ def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int)
     kwargs = {"start_new_session": True} if sig == signal.SIGKILL else {}
     proc = start(args, env, **kwargs)
     try:
-        wait_for(lambda: until(rows_of(results)), 240, what, proc)
+        # reading the leaderboard 20 times a second took CPU from the run on 2 cores
+        wait_for(lambda: until(rows_of(results)), 240, what, proc, every_s=0.5)
         tree = psutil.Process(proc.pid).children(recursive=True)  # Ray started by this run
         os.kill(proc.pid, sig)
     finally:
