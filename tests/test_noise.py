@@ -309,6 +309,18 @@ def test_rounds_the_time_budget_cannot_hold_are_not_started(fits):
     assert fits == []
 
 
+def test_no_ceiling_is_started_without_the_time_for_one(fits):
+    """A default CPU run past its follow-up time started two experiments for the compute
+    ceiling again (5-6 s each on 2 cores) after the deadline, and ended 16 s late."""
+    writer = SimpleNamespace(rows=search_rows())
+    for left in (2.0, 0.0):
+        driver._fit_limits(plan_for(left=left), writer, lambda kind, data: None)
+        driver._fit_ceiling(plan_for(left=left), writer, lambda kind, data: None)
+    assert fits == []
+    driver._fit_ceiling(plan_for(left=None), writer, lambda kind, data: None)   # no budget
+    assert [(phase, done) for phase, _, done, _ in fits] == [("ceiling", [(32, None)])]
+
+
 @pytest.mark.parametrize("error, status, retried", [
     ("DataLoader worker failure: RuntimeError: DataLoader worker (pid 12) is killed", "error", True),
     ("RayActorError: The actor died unexpectedly before finishing this task.", "error", True),

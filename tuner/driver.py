@@ -367,6 +367,15 @@ def _trial_cost_s(rows: list[dict], knobs: Knobs, windows: int, window_s: float)
     return setup + windows * window_s + TRIAL_OVERHEAD_S
 
 
+def _holds(plan: Plan, rows: list[dict], knobs: Knobs) -> bool:
+    """Whether the time budget left holds one more trial of ``knobs`` (``_trial_cost_s``);
+    always without a budget. A Tune experiment started without it costs its start-up (5-6 s
+    on 2 CPU cores) past the deadline, its trial stopped before a window."""
+    left = plan.time_left_s()
+    return left is None or left >= _trial_cost_s(rows, knobs, plan.settings.windows,
+                                                 plan.settings.window_s)
+
+
 def _transient(row: dict) -> bool:
     """True for an ``error`` row whose error may not recur (``_TRANSIENT``)."""
     return row["status"] == Status.ERROR and any(p in (row.get("error") or "") for p in _TRANSIENT)
@@ -491,6 +500,8 @@ def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[st
                     and Knobs.from_dict(r, strict=False) == knobs]
         if (measured and not winner["ceiling_disturbed"]) or len(measured) >= 2:
             return
+        if not _holds(plan, rows, knobs):
+            return
         on_event("phase", {"phase": Phase.CEILING, "count": 1, "again": bool(measured)})
         _fit_fixed(plan, writer, [(knobs, None)], Phase.CEILING, compute_only=True,
                    ceiling="compute")
@@ -508,6 +519,8 @@ def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str
     if winner is None:
         return
     knobs = Knobs.from_dict(winner, strict=False)
+    if not _holds(plan, rows, knobs):  # the deadline stops the later ones, recorded timeout
+        return
     have = {r.get("ceiling") or "compute" for r in rows if phase_of(r) == Phase.CEILING}
     workers = plan.node_cpus
     machine_loader = knobs.replace(num_workers=workers, persistent_workers=True,
