@@ -15,7 +15,7 @@ import pytest
 from tests.fake_workloads import paced
 from tuner.harness import run_trial
 from tuner.knobs import Knobs
-from tuner.plan import FOLLOWUP_SHARE, Resources, make_plan
+from tuner.plan import FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
 from tuner.searcher import ConstrainedSearch, SearchSpec
 from tuner.settings import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
@@ -182,6 +182,13 @@ def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_
     assert default.time_budget_s == DEFAULT_CPU_TIME_BUDGET_S and default.trials == 12
     assert DEFAULT_CPU_TIME_BUDGET_S + BUDGET_GRACE_S <= 235
     assert make_plan(replace(options, time_budget_s=None, trials=3)).time_budget_s is None
+    # With a trial count the follow-ups keep their trials' share: the default CPU run (12 trials;
+    # 5 configurations x 3 rounds, 4 ceilings) half, the default CUDA run (40 trials) less
+    assert default.followup_share() == MAX_FOLLOWUP_SHARE
+    cuda_share = make_plan(replace(options, time_budget_s=None),
+                           Resources("cuda", 1, 2)).followup_share()
+    assert FOLLOWUP_SHARE < cuda_share < MAX_FOLLOWUP_SHARE
+    assert make_plan(replace(options, trials=12, confirm=0, ceiling=False)).followup_share() == 0
     cuda = make_plan(replace(options, time_budget_s=None), Resources("cuda", 1, 2))
     assert cuda.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S and cuda.trials == 40
 

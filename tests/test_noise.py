@@ -224,6 +224,7 @@ def plan_for(confirm: int = 3, left: float | None = None, windows: int = 3):
         metric="samples_per_sec", mode="max", accelerator_type=None,
         options=SimpleNamespace(confirm=confirm),
         settings=SimpleNamespace(windows=windows, window_s=1.0),
+        round_windows=max(2, math.ceil(2 * windows / 3)),   # Plan.round_windows
         references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left)
     return plan
 

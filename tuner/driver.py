@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import signal
 import time
 from dataclasses import asdict, dataclass, replace
@@ -25,7 +24,7 @@ import tuner.noise as noise
 from tuner.errors import TunerError
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
-from tuner.plan import Plan, Resources, make_plan, resolve_workload
+from tuner.plan import REMEASURE_ROUNDS, Plan, Resources, make_plan, resolve_workload
 from tuner.probe import candidates, probe_batch_limit, probe_in_process
 from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, hardware_key,
                                ray_session)
@@ -332,11 +331,6 @@ def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[
         _fit_ceiling(plan, writer, on_event)  # again, when it came out below the winner
 
 
-REMEASURE_ROUNDS = 3
-"""Interleaved re-measurement rounds (A B C, A B C, A B C). Each round gives one paired ratio
-per configuration; three give a t-interval with 2 degrees of freedom (quantile 4.3, where two
-rounds have 12.7: ``tuner.noise``)."""
-
 CAN_WIN_FRACTION = 0.5
 """A searched configuration is re-measured only when its search rate is at least this share of
 the best search rate (for ``time_to_train_s``: a time at most 1/this of the best): a busy
@@ -402,12 +396,6 @@ def _retry_references(plan: Plan, writer: "LeaderboardWriter",
     _fit_fixed(plan, writer, todo, Phase.SEARCH, label="retry")
 
 
-def _round_windows(plan: Plan) -> int:
-    """Windows per re-measurement round: the rounds together about twice the search's windows
-    (as one re-measurement with twice the windows was), at least 2 per round (a spread)."""
-    return max(2, math.ceil(2 * plan.settings.windows / REMEASURE_ROUNDS))
-
-
 def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
                 on_event: Callable[[str, dict], None]) -> None:
     """Re-measure ``configs`` interleaved: round r measures each of them once, in order, and
@@ -417,7 +405,7 @@ def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Kno
     (``tuner.noise.impossible``: measured again). Round r runs the configurations with fewer
     than r re-measurement rows, so a resumed run measures only what is missing; rounds the
     time budget left cannot hold are not started."""
-    windows = _round_windows(plan)
+    windows = plan.round_windows
     first = 1
     while True:
         rows = [x for x in writer.rows if x.get("accelerator_type") == plan.accelerator_type]

@@ -8,6 +8,7 @@ before it passes. A cluster address is checked where Ray connects (``tuner.ray_r
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import secrets
 import time
@@ -27,10 +28,21 @@ from tuner.workload import Workload, configured, resolve
 
 
 FOLLOWUP_SHARE = 0.2
-"""Share of the time budget kept for the re-measurement and the ceilings (on the default
-CUDA budget, 6 of 30 minutes; an estimate, not a measurement: at seed scale a re-measured
-configuration is 10 windows of 2 s plus its warm-up, 30-40 s, and a run re-measures up to
-five and measures four ceilings of half that)."""
+"""Least share of the time budget kept for the re-measurement and the ceilings, and the share
+when the search has no trial count (``--time-budget`` alone). With a trial count the share
+follows the trials (``Plan.followup_share``), at most ``MAX_FOLLOWUP_SHARE``."""
+
+MAX_FOLLOWUP_SHARE = 0.5
+"""Most of the time budget kept for the follow-ups: the search is what finds the answer."""
+
+REMEASURE_ROUNDS = 3
+"""Interleaved re-measurement rounds (A B C, A B C, A B C). Each round gives one paired ratio
+per configuration; three give a t-interval with 2 degrees of freedom (quantile 4.3, where two
+rounds have 12.7: ``tuner.noise``)."""
+
+CEILING_TRIALS = 4
+"""Ceiling trials after the re-measurement: the winner's compute-only and loader-only rates,
+the machine's loader and compute limits (``tuner.driver._fit_limits``)."""
 
 
 @dataclass(frozen=True)
@@ -189,13 +201,40 @@ class Plan:
         return max(0.0, self.deadline_monotonic - time.monotonic())
 
     def search_time_s(self) -> float | None:
-        """Seconds the search may take: the time left less ``FOLLOWUP_SHARE`` of the budget,
-        kept for the re-measurement and the ceilings when they are on; None: no budget."""
+        """Seconds the search may take: the time left less ``followup_share()`` of the
+        budget, kept for the re-measurement and the ceilings; None: no budget."""
         left = self.time_left_s()
         if left is None:
             return None
-        followups = self.options.confirm > 0 or self.options.ceiling
-        return max(0.0, left - (FOLLOWUP_SHARE * self.time_budget_s if followups else 0.0))
+        return max(0.0, left - self.followup_share() * self.time_budget_s)
+
+    @property
+    def round_windows(self) -> int:
+        """Windows per re-measurement round: the rounds together about twice the search's
+        windows (as one re-measurement with twice the windows was), at least 2 per round (a
+        spread)."""
+        return max(2, math.ceil(2 * self.settings.windows / REMEASURE_ROUNDS))
+
+    def followup_share(self) -> float:
+        """Share of the time budget kept for the follow-ups: 0 without them; with a trial
+        count, their trials' share of all trials, each weighted by its windows plus the
+        search's windows again for its warm-up and overhead (measured: a ddpm tiny search
+        trial took 10.6 s median for 4.5 s of windows), so a re-measurement of
+        ``round_windows`` weighs (round_windows + windows) / (2 windows) of a search trial and
+        a ceiling one; at least ``FOLLOWUP_SHARE``, at most ``MAX_FOLLOWUP_SHARE``. The default
+        CPU run (12 trials, 3 windows; 5 configurations x 3 rounds of 2 windows, 4 ceilings)
+        keeps 0.5, the default CUDA run (40 trials, 5 windows) 0.30. Without a trial count
+        ``FOLLOWUP_SHARE``."""
+        confirm, ceiling = self.options.confirm > 0, self.options.ceiling
+        if not (confirm or ceiling):
+            return 0.0
+        if self.trials is None:
+            return FOLLOWUP_SHARE
+        windows = self.settings.windows
+        weight = (self.round_windows + windows) / (2 * windows)
+        units = ((self.options.confirm + len(self.references)) * REMEASURE_ROUNDS * weight
+                 if confirm else 0.0) + (CEILING_TRIALS if ceiling else 0)
+        return min(MAX_FOLLOWUP_SHARE, max(FOLLOWUP_SHARE, units / (units + self.trials)))
 
     def for_accelerator(self, accelerator: str | None, *, type_slots: int,
                         node_cpus: int) -> "Plan":
