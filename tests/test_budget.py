@@ -226,3 +226,10 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
     assert slow_ref["samples_per_sec"] < rows[20]["samples_per_sec"] / 3     # never pruned
     assert rows[5]["status"] == "pruned" and 1 <= rows[5]["windows"] < 3
     assert rows[5]["samples_per_sec"] > 0                   # its partial measurement kept
+
+
+def test_a_budget_is_printed_to_the_second_under_ten_minutes():
+    """The default CPU budget of 210 s was printed as '4 min'."""
+    from tuner.progress import _duration
+    assert [_duration(s) for s in (20, 210, 240, 599, 1800, 5400)] == [
+        "20 s", "3 min 30 s", "4 min", "9 min 59 s", "30 min", "1 h 30 min"]

@@ -18,9 +18,13 @@ _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
                   "random": "random search"}
 
 def _duration(seconds: float) -> str:
-    """'20 s', '30 min', '1 h 30 min'."""
+    """'20 s', '3 min 30 s', '30 min', '1 h 30 min': exact to the second under 10 minutes (a
+    budget of 210 s is not '4 min')."""
     if seconds < 120:
         return f"{seconds:.0f} s"
+    if seconds < 600:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes} min" + (f" {rest} s" if rest else "")
     minutes = round(seconds / 60)
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
