@@ -359,3 +359,18 @@ def test_a_ratio_below_one_reads_slower_never_faster():
     sp = noise.Speedup(0.8, 0.75, 0.85, 3)
     assert sp.short() == "1.25x slower" and sp.text().startswith("1.25x slower (speed-up 0.80, 95 % CI [0.75")
     assert noise.Speedup(1.02, 0.97, 1.07, 3).short() == "tie"
+
+
+@pytest.mark.parametrize("measured, how", [(1, "once (the time budget left none"), (2, "twice")])
+def test_a_disturbed_ceiling_says_how_often_it_was_measured(measured, how):
+    """The default CPU run measured its compute ceiling once (no time left for a second) and
+    the table said 'twice'."""
+    rows = rounds([(FAST, None, [100.0, 101.0, 99.0]), (BASE, "baseline", [50.0, 51.0, 49.0])])
+    for i in range(measured):
+        rows.append({**row(90 + i, knobs=FAST, sps=90.0 + i, phase="ceiling"),
+                     "ceiling": "compute"})
+    console = Console(record=True, width=300)
+    Progress(console)._print_best(rows, SimpleNamespace(workload="fake-regression", scale="tiny",
+                                                        results_dir="res"))
+    out = " ".join(console.export_text().split())
+    assert f"measured below the pipeline it bounds, {how}" in out
