@@ -27,7 +27,7 @@ COLUMNS = [
     "data_wait_ms", "data_wait_pct", "h2d_ms", "h2d_pct", "forward_ms", "forward_pct",
     "backward_ms", "backward_pct", "optimizer_ms", "optimizer_pct",
     "model_flops_per_sample", "achieved_tflops", "mfu_pct", "mfu_impossible",
-    "load_avg_1m", "cpu_steal_pct", "gpu_other_processes", "other_runs", "compile_s",
+    "load_avg_1m", "cpu_steal_pct", "other_cpu_pct", "gpu_other_processes", "other_runs", "compile_s",
     "gpu_util_pct", "gpu_power_w", "max_memory_mb", "max_host_memory_mb", "global_batch_size",
     "accelerator_type",
     "batch_size", "grad_accum", "num_workers", "prefetch_factor", "pin_memory",
@@ -43,7 +43,7 @@ COLUMNS = [
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 5
+    assert leaderboard.SCHEMA_VERSION == 6
 
 
 def test_schema_has_every_knob_as_a_column():

@@ -15,11 +15,53 @@ def test_load_is_recorded_around_a_measurement():
     assert columns["load_avg_1m"] is not None and columns["load_avg_1m"] >= 0
     assert columns["cpu_steal_pct"] is None or 0 <= columns["cpu_steal_pct"] <= 100
     assert columns["gpu_other_processes"] is None                      # CPU: no GPU to share
+    assert 0 <= columns["other_cpu_pct"] <= 100
+
+
+def test_other_processes_cpu_time_is_told_apart_from_the_trials_own(tmp_path):
+    """The load average counts the trial's own DataLoader workers: on 2 cores a quiet run was
+    warned 'busy' at load 2.4. ``other_cpu_pct`` counts only processes outside the trial's own
+    tree: a busy loop in a child of this process is its own (as a DataLoader worker is), the
+    same loop in a process that is not its descendant is another's (one core of the machine's
+    CPUs). Each is compared with the machine measured the same way just before."""
+    import subprocess
+    import sys
+    import time
+    import psutil
+    script = tmp_path / "spin.py"
+    script.write_text("import time\nt = time.time()\nwhile time.time() - t < 1.5: pass\n")
+    core_pct = 100 / psutil.cpu_count()
+
+    def other_pct() -> float:
+        with LoadMonitor(torch.device("cpu")) as load:
+            time.sleep(0.8)
+        return load.other_cpu_pct
+
+    before = other_pct()
+    child = subprocess.Popen([sys.executable, str(script)])      # a descendant: its own
+    try:
+        time.sleep(0.3)
+        own = other_pct()
+    finally:
+        child.wait()                                              # the process this test started
+    before_orphan = other_pct()
+    # not a descendant: started through a shell that exits at once (it ends by itself in 1.5 s)
+    subprocess.run(f"{sys.executable} {script} &", shell=True, check=True)
+    time.sleep(0.3)
+    orphan = other_pct()
+    time.sleep(0.6)
+    assert own - before < 0.4 * core_pct, (before, own)
+    assert orphan - before_orphan > 0.6 * core_pct, (before_orphan, orphan)
 
 
 def test_a_busy_machine_is_said_in_one_line_and_a_quiet_one_not_at_all():
     quiet = [{"load_avg_1m": 1.2, "cpu_count": 2, "cpu_steal_pct": 0.0, "gpu_other_processes": None}]
     assert busy_note(quiet) is None
+    # its own workers raise the load average over the CPU count; other processes used 3 %
+    own_load = [{"load_avg_1m": 2.4, "cpu_count": 2, "cpu_steal_pct": 0.0, "other_cpu_pct": 3.0}]
+    assert busy_note(own_load) is None
+    others = [{"load_avg_1m": 1.9, "cpu_count": 2, "cpu_steal_pct": 0.0, "other_cpu_pct": 40.0}]
+    assert "other processes used up to 40 % of its CPU time" in busy_note(others)
     busy = quiet + [{"load_avg_1m": 5.5, "cpu_count": 2, "cpu_steal_pct": 12.0,
                      "gpu_other_processes": 1}, {"load_avg_1m": None}]
     note = busy_note(busy)

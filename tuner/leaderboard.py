@@ -39,11 +39,12 @@ from tuner.errors import TunerError
 from tuner.knobs import KNOB_INFO, Knobs
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
 (torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
 the machine when the trial was recorded). 5: ``skipped_steps`` (optimizer steps the fp16
-GradScaler skipped inside the windows, not counted as measured). 3:
+GradScaler skipped inside the windows, not counted as measured). 6: ``other_cpu_pct`` (the
+share of the machine's CPU time processes other than the trial's own used while it measured). 3:
 ``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``, and
 ``ceiling`` (which ceiling a ceiling-phase row measured), ``load_avg_1m``, ``cpu_steal_pct``,
 ``gpu_other_processes`` (the machine's load while a trial measured). Files of earlier versions read with
@@ -97,6 +98,7 @@ SCHEMA = pa.schema(
         ("mfu_impossible", pa.bool_()),     # mfu_pct > 100: a disturbed measurement or a wrong peak
         ("load_avg_1m", pa.float64()),      # the machine's 1-min load average while measuring
         ("cpu_steal_pct", pa.float64()),    # CPU time the hypervisor stole while measuring, %
+        ("other_cpu_pct", pa.float64()),    # machine CPU time used by other processes, %
         ("gpu_other_processes", pa.int32()),  # other processes on the trial's GPU (NVML)
         ("other_runs", pa.int32()),         # other tuner runs active on this machine (tuner.runlock)
         ("compile_s", pa.float64()),        # s: the first step beyond a steady one, with compile on

@@ -7,6 +7,8 @@ change what it measures.
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import os
 import statistics
@@ -262,32 +264,60 @@ class LimitExceeded(Exception):
 
 class LoadMonitor:
     """The machine's load while a trial measures, so a figure taken under contention is never
-    mistaken for a clean one: the 1-minute load average (the higher of start and end), the
-    share of CPU time the hypervisor stole (``/proc/stat`` steal; 0 on bare metal), and how
-    many other processes run on the trial's GPU (NVML; None on CPU or without NVML)."""
+    mistaken for a clean one: the 1-minute load average (the higher of start and end; it
+    counts the trial's own threads and DataLoader workers too), the share of the machine's CPU
+    time that processes other than the trial's own (it and its DataLoader workers) used
+    (``other_cpu_pct``: what says the machine was busy), the share the hypervisor stole
+    (``/proc/stat`` steal; 0 on bare metal), and how many other processes run on the trial's
+    GPU (NVML; None on CPU or without NVML)."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.load_avg_1m: float | None = None
         self.cpu_steal_pct: float | None = None
+        self.other_cpu_pct: float | None = None
         self.gpu_other_processes: int | None = None
 
     def __enter__(self) -> "LoadMonitor":
         self._times = psutil.cpu_times()
+        self._own_s = own_cpu_s()
         self._load = os.getloadavg()[0]
         return self
 
     def __exit__(self, *exc) -> None:
         after = psutil.cpu_times()
+        own_s = own_cpu_s()
         total = sum(after) - sum(self._times)
         steal = getattr(after, "steal", 0.0) - getattr(self._times, "steal", 0.0)
+        idle = sum(getattr(after, n, 0.0) - getattr(self._times, n, 0.0)
+                   for n in ("idle", "iowait", "steal"))
         self.cpu_steal_pct = 100.0 * steal / total if total > 0 else None
+        if total > 0 and own_s is not None and self._own_s is not None:
+            other = (total - idle) - (own_s - self._own_s)
+            self.other_cpu_pct = min(100.0, max(0.0, 100.0 * other / total))
         self.load_avg_1m = max(self._load, os.getloadavg()[0])
         self.gpu_other_processes = _other_gpu_processes(self.device)
 
     def as_columns(self) -> dict:
         return {"load_avg_1m": self.load_avg_1m, "cpu_steal_pct": self.cpu_steal_pct,
+                "other_cpu_pct": self.other_cpu_pct,
                 "gpu_other_processes": self.gpu_other_processes}
+
+
+def own_cpu_s() -> float | None:
+    """CPU seconds (user + system) of this process, its live descendants (DataLoader workers)
+    and its reaped children; None where psutil cannot read them."""
+    try:
+        me = psutil.Process()
+        times = me.cpu_times()
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                t = child.cpu_times()
+                total += t.user + t.system
+        return total
+    except psutil.Error:
+        return None
 
 
 def _other_gpu_processes(device: torch.device) -> int | None:

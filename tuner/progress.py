@@ -396,20 +396,36 @@ def _attainable_row(t: Table, best: dict) -> None:
 BUSY_STEAL_PCT = 5.0
 """CPU steal above this share of a trial's time means a busy host (a shared VM)."""
 
+BUSY_OTHER_CPU_PCT = 15.0
+"""Processes other than the trial's own using more than this share of the machine's CPU time
+while it measured mean a busy machine (on 2 cores: 0.3 of a core; this run's Ray processes
+and driver use a few %)."""
+
+
+def _busy_cpu(r: dict) -> bool:
+    """Other processes took the trial's CPUs: ``other_cpu_pct`` over ``BUSY_OTHER_CPU_PCT``; for
+    rows without it (schema < 6), a 1-minute load average above the CPU count (which a trial's
+    own DataLoader workers can reach by themselves)."""
+    if r.get("other_cpu_pct") is not None:
+        return r["other_cpu_pct"] > BUSY_OTHER_CPU_PCT
+    return bool(r.get("cpu_count")) and r["load_avg_1m"] > r["cpu_count"]
+
 
 def busy_note(rows: list[dict]) -> str | None:
-    """One line when trials were measured on a busy machine, or None: a 1-minute load average
-    above the machine's CPU count (a trial alone keeps it at or below: its threads plus its
-    workers fit its CPUs), CPU steal over ``BUSY_STEAL_PCT``, other processes on the GPU, or
+    """One line when trials were measured on a busy machine, or None: other processes used
+    the CPUs (``_busy_cpu``), CPU steal over ``BUSY_STEAL_PCT``, other processes on the GPU, or
     another tuner run active on the machine (``other_runs``)."""
     measured = [r for r in rows if r.get("load_avg_1m") is not None]
-    busy = [r for r in measured if (r.get("cpu_count") and r["load_avg_1m"] > r["cpu_count"])
+    busy = [r for r in measured if _busy_cpu(r)
             or (r.get("cpu_steal_pct") or 0) > BUSY_STEAL_PCT or (r.get("gpu_other_processes") or 0)
             or (r.get("other_runs") or 0)]
     if not busy:
         return None
     worst = max(busy, key=lambda r: r["load_avg_1m"])
     parts = [f"load average up to {worst['load_avg_1m']:.1f} on {worst.get('cpu_count')} CPUs"]
+    other = max((r.get("other_cpu_pct") or 0) for r in busy)
+    if other > BUSY_OTHER_CPU_PCT:
+        parts.append(f"other processes used up to {other:.0f} % of its CPU time")
     steal = max((r.get("cpu_steal_pct") or 0) for r in busy)
     if steal > BUSY_STEAL_PCT:
         parts.append(f"CPU steal up to {steal:.0f} %")
