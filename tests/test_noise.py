@@ -310,6 +310,33 @@ def test_rounds_the_time_budget_cannot_hold_are_not_started(fits):
     assert fits == []
 
 
+def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
+    """A default CPU run re-measured 4 configurations in 2 rounds (no interval worth reading):
+    the lowest-ranked searched configuration is left out so that 3 rounds fit; the best and the
+    references always stay. A trial costs 2 windows of 1 s + 1.5 s, plus 4.6 s of set-up and
+    warm-up where a search row says so (all but ``mid``): a round of the 4 configurations
+    27.8 s, of 3 24.3 s."""
+    mid = Knobs(batch_size=16)
+    writer = SimpleNamespace(rows=search_rows())
+    configs = [(FAST, None), (BUSY, "recommended"), (mid, None), (BASE, "baseline")]
+    events = []
+    driver._fit_rounds(plan_for(left=75.0), writer, configs,
+                       lambda kind, data: events.append(data))
+    assert [(label, done) for _, label, done, _ in fits] == [
+        ("rounds1-3", [(32, None), (32, "recommended"), (8, "baseline")] * 3)]
+    assert events[0]["dropped"] == 1
+    from tuner.progress import _phase_text
+    assert "1 lower-ranked searched configuration(s) left out" in _phase_text(events[0])
+    fits.clear()
+    writer = SimpleNamespace(rows=search_rows())                  # time for all: none left out
+    driver._fit_rounds(plan_for(left=90.0), writer, configs, lambda kind, data: None)
+    assert [len(done) for _, _, done, _ in fits] == [12]
+    fits.clear()
+    writer = SimpleNamespace(rows=search_rows())   # not even 3 rounds of the best and references
+    driver._fit_rounds(plan_for(left=50.0), writer, configs, lambda kind, data: None)
+    assert fits[0][2] == [(32, None), (32, "recommended"), (8, "baseline")] * 2   # 2 rounds fit
+
+
 def test_no_ceiling_is_started_without_the_time_for_one(fits):
     """A default CPU run past its follow-up time started two experiments for the compute
     ceiling again (5-6 s each on 2 cores) after the deadline, and ended 16 s late."""

@@ -406,6 +406,8 @@ def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Kno
     than r re-measurement rows, so a resumed run measures only what is missing; rounds the
     time budget left cannot hold are not started."""
     windows = plan.round_windows
+    configs, dropped = _fitting_configs(plan, [x for x in writer.rows if x.get(
+        "accelerator_type") == plan.accelerator_type], configs, windows)
     first = 1
     while True:
         rows = [x for x in writer.rows if x.get("accelerator_type") == plan.accelerator_type]
@@ -417,23 +419,43 @@ def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Kno
             return
         last = todo[-1][0]  # in round order
         on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
-                           "last_round": last, "rounds": rounds, "windows": windows})
+                           "last_round": last, "rounds": rounds, "windows": windows,
+                           "dropped": dropped if first == 1 else 0})
         _fit_fixed(plan, writer, [config for _, config in todo], Phase.REMEASURE,
                    label=f"rounds{todo[0][0]}-{last}", windows=windows)
         first = last + 1
 
 
+def _fitting_configs(plan: Plan, rows: list[dict], configs: list[tuple[Knobs, str | None]],
+                     windows: int) -> tuple[list[tuple[Knobs, str | None]], int]:
+    """``configs`` less their lowest-ranked searched ones while the time budget left cannot
+    hold all ``REMEASURE_ROUNDS`` rounds of them, and how many were left out: three rounds of
+    fewer configurations give every speed-up a t-interval, two rounds of more give none worth
+    reading (quantile 12.7; a default CPU run re-measured 4 configurations in 2 rounds). The
+    first-ranked configuration and the references stay, and so does a configuration already
+    re-measured (a resumed run)."""
+    rounds = range(1, REMEASURE_ROUNDS + 1)
+    again = {Knobs.from_dict(x, strict=False) for x in rows if phase_of(x) == Phase.REMEASURE}
+    kept = list(configs)
+    droppable = [c for c in kept[1:] if c[1] is None and c[0] not in again]
+    while droppable and (len(_rounds_todo(plan, rows, kept, rounds, windows))
+                         < len(_rounds_todo(plan, rows, kept, rounds, windows, timed=False))):
+        kept.remove(droppable.pop())  # the lowest-ranked first
+    return kept, len(configs) - len(kept)
+
+
 def _rounds_todo(plan: Plan, rows: list[dict], configs: list[tuple[Knobs, str | None]],
-                 rounds: range, windows: int) -> list[tuple[int, tuple[Knobs, str | None]]]:
+                 rounds: range, windows: int,
+                 timed: bool = True) -> list[tuple[int, tuple[Knobs, str | None]]]:
     """(round, configuration) of the re-measurements still to run in ``rounds``, in order:
     round r holds the configurations with fewer than r re-measurement rows; it ends at the
-    first round the time left cannot hold too."""
+    first round the time left cannot hold too (unless ``timed`` is False)."""
     counts: dict[Knobs, int] = {}
     for x in rows:
         if phase_of(x) == Phase.REMEASURE:
             knobs = Knobs.from_dict(x, strict=False)
             counts[knobs] = counts.get(knobs, 0) + 1
-    left = plan.time_left_s()
+    left = plan.time_left_s() if timed else None
     todo: list[tuple[int, tuple[Knobs, str | None]]] = []
     cost = 0.0
     for r in rounds:

@@ -321,9 +321,12 @@ def _phase_text(data: dict) -> str:
         first, last = data["round"], data.get("last_round", data["round"])
         which = (f"round {first} of {data['rounds']}" if first == last
                  else f"rounds {first}-{last} of {data['rounds']}")
+        dropped = data.get("dropped") or 0
+        left_out = (f"; {dropped} lower-ranked searched configuration(s) left out: the time "
+                    f"left holds all {data['rounds']} rounds only without them" if dropped else "")
         return (f"re-measuring, {which}: {data['count']} trials, the configurations in turn "
                 f"round after round, {data['windows']} windows each (interleaved: the "
-                "speed-ups pair rounds)")
+                f"speed-ups pair rounds){left_out}")
     if data.get("ceilings"):
         return "; ".join(_CEILINGS[label] for label in data["ceilings"])
     return (_CEILINGS[data.get("ceiling", "compute")]
