@@ -201,9 +201,12 @@ class Progress:
                         and r["status"] == Status.OK and Knobs.from_dict(r, strict=False) == knobs)
             how = ("twice" if times >= 2 else
                    "once (the time budget left none to measure it again)")
+            close = best["ceiling_samples_per_sec"] >= (1 - CEILING_NOISE) * best["samples_per_sec"]
+            why = ("within the noise of it: the pipeline runs at its compute-only rate, bound by "
+                   "compute" if close else "the machine was busy; run again on a quiet one")
             t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
                       "disturbed", f"measured below the pipeline it bounds, {how}: no efficiency "
-                      "shown (the machine was busy; run again on a quiet one)")
+                      f"shown ({why})")
         elif best["ceiling_samples_per_sec"]:
             t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
                       f"{100 * best['pipeline_efficiency']:.0f}% of it",
@@ -395,6 +398,12 @@ def _attainable_row(t: Table, best: dict) -> None:
               "loader-only with every CPU a worker)" if share is not None else
               "the best ran faster than this machine's measured limit: a disturbed measurement")
 
+
+CEILING_NOISE = 0.05
+"""A compute-only ceiling at most this share below the pipeline it bounds is read as the
+pipeline's own rate within the noise (a compute-bound configuration: the default CPU ddpm run
+measured 48.1 against 49.0 on a quiet machine), not as a busy machine. Either way no efficiency
+is shown."""
 
 BUSY_STEAL_PCT = 5.0
 """CPU steal above this share of a trial's time means a busy host (a shared VM)."""
