@@ -404,7 +404,8 @@ def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Kno
     more round when a re-measurement recorded a figure that cannot be true
     (``tuner.noise.impossible``: measured again). Round r runs the configurations with fewer
     than r re-measurement rows, so a resumed run measures only what is missing; rounds the
-    time budget left cannot hold are not started."""
+    time budget left cannot hold are not started, and where it cannot hold all three rounds of
+    every configuration, lower-ranked searched ones are left out first (``_fitting_configs``)."""
     windows = plan.round_windows
     configs, dropped = _fitting_configs(plan, [x for x in writer.rows if x.get(
         "accelerator_type") == plan.accelerator_type], configs, windows)
@@ -435,9 +436,9 @@ def _fitting_configs(plan: Plan, rows: list[dict], configs: list[tuple[Knobs, st
     first-ranked configuration and the references stay, and so does a configuration already
     re-measured (a resumed run)."""
     rounds = range(1, REMEASURE_ROUNDS + 1)
-    again = {Knobs.from_dict(x, strict=False) for x in rows if phase_of(x) == Phase.REMEASURE}
+    remeasured = {Knobs.from_dict(x, strict=False) for x in rows if phase_of(x) == Phase.REMEASURE}
     kept = list(configs)
-    droppable = [c for c in kept[1:] if c[1] is None and c[0] not in again]
+    droppable = [c for c in kept[1:] if c[1] is None and c[0] not in remeasured]
     while droppable and (len(_rounds_todo(plan, rows, kept, rounds, windows))
                          < len(_rounds_todo(plan, rows, kept, rounds, windows, timed=False))):
         kept.remove(droppable.pop())  # the lowest-ranked first
