@@ -322,7 +322,7 @@ def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[
     ceilings. A resumed run measures only what its rows lack, so a run stopped in any of these
     phases finishes it."""
     _retry_references(plan, writer, on_event)
-    rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+    rows = _type_rows(plan, writer)
     top, configs = _remeasure_configs(plan, rows)
     if configs:
         _fit_rounds(plan, writer, configs, on_event)
@@ -361,13 +361,18 @@ def _trial_cost_s(rows: list[dict], knobs: Knobs, windows: int, window_s: float)
     return setup + windows * window_s + TRIAL_OVERHEAD_S
 
 
-def _holds(plan: Plan, rows: list[dict], knobs: Knobs) -> bool:
-    """Whether the time budget left holds one more trial of ``knobs`` (``_trial_cost_s``);
-    always without a budget. A Tune experiment started without it costs its start-up (5-6 s
-    on 2 CPU cores) past the deadline, its trial stopped before a window."""
+def _type_rows(plan: Plan, writer: "LeaderboardWriter") -> list[dict]:
+    """The run's rows of the accelerator type being tuned (all of them on one type)."""
+    return [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+
+
+def _holds(plan: Plan, rows: list[dict], knobs: list[Knobs]) -> bool:
+    """Whether the time budget left holds one more trial of each of ``knobs``
+    (``_trial_cost_s``); always without a budget. A Tune experiment started without it costs
+    its start-up (5-6 s on 2 CPU cores) past the deadline, its trial stopped before a window."""
     left = plan.time_left_s()
-    return left is None or left >= _trial_cost_s(rows, knobs, plan.settings.windows,
-                                                 plan.settings.window_s)
+    return left is None or left >= sum(
+        _trial_cost_s(rows, k, plan.settings.windows, plan.settings.window_s) for k in knobs)
 
 
 def _transient(row: dict) -> bool:
@@ -382,15 +387,13 @@ def _retry_references(plan: Plan, writer: "LeaderboardWriter",
     an out-of-memory): without it the run has no speed-up over that reference. A reference is
     retried once: a resumed run whose rows hold the retry does not retry again. Skipped when
     the time budget left cannot hold the trial."""
-    rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+    rows = _type_rows(plan, writer)
     todo = []
     for name, _ in plan.references:
         mine = [r for r in rows if r.get("reference") == name and phase_of(r) == Phase.SEARCH]
         if len(mine) == 1 and _transient(mine[0]):
             todo.append((Knobs.from_dict(mine[0], strict=False), name))
-    left = plan.time_left_s()
-    if not todo or (left is not None and left < sum(
-            _trial_cost_s(rows, k, plan.settings.windows, plan.settings.window_s) for k, _ in todo)):
+    if not todo or not _holds(plan, rows, [k for k, _ in todo]):
         return
     on_event("phase", {"phase": Phase.SEARCH, "count": len(todo), "retry": [n for _, n in todo]})
     _fit_fixed(plan, writer, todo, Phase.SEARCH, label="retry")
@@ -407,11 +410,10 @@ def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Kno
     time budget left cannot hold are not started, and where it cannot hold all three rounds of
     every configuration, lower-ranked searched ones are left out first (``_fitting_configs``)."""
     windows = plan.round_windows
-    configs, dropped = _fitting_configs(plan, [x for x in writer.rows if x.get(
-        "accelerator_type") == plan.accelerator_type], configs, windows)
+    configs, dropped = _fitting_configs(plan, _type_rows(plan, writer), configs, windows)
     first = 1
     while True:
-        rows = [x for x in writer.rows if x.get("accelerator_type") == plan.accelerator_type]
+        rows = _type_rows(plan, writer)
         again = [x for x in rows if phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
                  and noise.impossible(x)]
         rounds = REMEASURE_ROUNDS + (1 if again else 0)
@@ -501,7 +503,7 @@ def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[st
     winner (a disturbed measurement, never an efficiency over 100 %), and not again when this
     run's rows already hold it."""
     for _ in range(2):
-        rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+        rows = _type_rows(plan, writer)
         winner = leaderboard.best_row(rows)
         if winner is None:
             return
@@ -511,7 +513,7 @@ def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[st
                     and Knobs.from_dict(r, strict=False) == knobs]
         if (measured and not winner["ceiling_disturbed"]) or len(measured) >= 2:
             return
-        if not _holds(plan, rows, knobs):
+        if not _holds(plan, rows, [knobs]):
             return
         on_event("phase", {"phase": Phase.CEILING, "count": 1, "again": bool(measured)})
         _fit_fixed(plan, writer, [(knobs, None)], Phase.CEILING, compute_only=True,
@@ -525,12 +527,12 @@ def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str
     every CPU a trial may have as workers ('machine-loader') and the compute-only rate at the
     largest batch the search allows in the fastest precision ('machine-compute'). Each is
     measured once per run (a resumed run measures what its rows lack)."""
-    rows = [r for r in writer.rows if r.get("accelerator_type") == plan.accelerator_type]
+    rows = _type_rows(plan, writer)
     winner = leaderboard.best_row(rows)
     if winner is None:
         return
     knobs = Knobs.from_dict(winner, strict=False)
-    if not _holds(plan, rows, knobs):  # the deadline stops the later ones, recorded timeout
+    if not _holds(plan, rows, [knobs]):  # the deadline stops the later ones, recorded timeout
         return
     have = {r.get("ceiling") or "compute" for r in rows if phase_of(r) == Phase.CEILING}
     workers = plan.node_cpus
