@@ -524,20 +524,19 @@ def best(table: pa.Table) -> dict | None:
     return best_row(table.to_pylist())
 
 
-def _ceilings(rows: list[dict], knobs: dict) -> dict[str, float | None]:
-    """The highest measurement of each ceiling among one run's rows: the winner's own
-    ('compute', 'loader': rows with its knobs; rows before the ``ceiling`` column are compute
-    ceilings) and the machine's ('machine-compute', 'machine-loader')."""
-    out: dict[str, float | None] = dict.fromkeys(
-        ("compute", "loader", "machine-compute", "machine-loader"))
+def _ceilings(rows: list[dict], knobs: dict) -> dict[str, list[float]]:
+    """The successful measurements (samples/sec) of each ceiling among one run's rows: the
+    winner's own ('compute', 'loader': rows with its knobs; rows before the ``ceiling`` column
+    are compute ceilings) and the machine's ('machine-compute', 'machine-loader')."""
+    out: dict[str, list[float]] = {k: [] for k in ("compute", "loader", "machine-compute",
+                                                   "machine-loader")}
     for r in rows:
         if phase_of(r) != Phase.CEILING or r["status"] != Status.OK:
             continue
         kind = r.get("ceiling") or "compute"
         if not kind.startswith("machine") and any(r[n] != v for n, v in knobs.items()):
             continue
-        if out[kind] is None or r["samples_per_sec"] > out[kind]:
-            out[kind] = r["samples_per_sec"]
+        out[kind].append(r["samples_per_sec"])
     return out
 
 
@@ -588,7 +587,7 @@ def best_row(rows: list[dict]) -> dict | None:
       over the winner) when the tie rule chose a simpler winner.
     * ``disturbed``: (trial id, reason) of the run's rows set aside as impossible.
     * ``ceiling_samples_per_sec`` (the highest of the winner's compute-only ceiling
-      measurements), ``ceiling_disturbed`` (that ceiling is below the winner: the measurement
+      measurements), ``ceiling_measurements`` (how many there are), ``ceiling_disturbed`` (that ceiling is below the winner: the measurement
       was disturbed) and ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a
       ceiling row or with a disturbed one); ``loader_ceiling_samples_per_sec`` (the winner's
       DataLoader alone); ``attainable_samples_per_sec``, ``attainable_bound_by`` ('compute' or
@@ -721,11 +720,13 @@ def _vs_reference(key: tuple, top: dict, groups: dict[tuple, list[dict]],
 def _add_ceilings(top: dict, same_run: list[dict]) -> None:
     """The ceiling and attainable keys of ``best_row``, added to ``top``."""
     knobs = {name: top[name] for name in Knobs.names()}
-    ceilings = _ceilings(same_run, knobs)
+    measured = _ceilings(same_run, knobs)
+    ceilings = {kind: max(rates, default=None) for kind, rates in measured.items()}
     # A ceiling below what it bounds is a disturbed measurement (measured again by the run):
     # the highest of its measurements counts, and none below the winner gives an efficiency.
     bound = ceilings["compute"]
     top["ceiling_samples_per_sec"] = bound
+    top["ceiling_measurements"] = len(measured["compute"])
     top["ceiling_disturbed"] = bound is not None and bound < top["samples_per_sec"]
     top["pipeline_efficiency"] = (top["samples_per_sec"] / bound
                                   if bound is not None and not top["ceiling_disturbed"] else None)

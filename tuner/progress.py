@@ -11,7 +11,7 @@ from rich.table import Table
 
 import tuner.leaderboard as leaderboard
 import tuner.noise as noise
-from tuner.knobs import Knobs, knob_text
+from tuner.knobs import knob_text
 from tuner.status import STATUSES, Phase, Status, phase_of
 
 _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
@@ -195,11 +195,7 @@ class Progress:
         t.add_row(f"[bold]best[/] ({chosen})", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
         _reference_rows(t, best, rows)
         if best["ceiling_disturbed"]:
-            knobs = Knobs.from_dict(best, strict=False)
-            times = sum(1 for r in rows if phase_of(r) == Phase.CEILING
-                        and (r.get("ceiling") or "compute") == "compute"
-                        and r["status"] == Status.OK and Knobs.from_dict(r, strict=False) == knobs)
-            how = ("twice" if times >= 2 else
+            how = ("twice" if best["ceiling_measurements"] >= 2 else
                    "once (the time budget left none to measure it again)")
             close = best["ceiling_samples_per_sec"] >= (1 - CEILING_NOISE) * best["samples_per_sec"]
             why = ("within the noise of it: the pipeline runs at its compute-only rate, bound by "
