@@ -8,7 +8,6 @@ change what it measures.
 from __future__ import annotations
 
 import contextlib
-
 import math
 import os
 import statistics

@@ -19,8 +19,9 @@ import tuner.leaderboard as leaderboard
 from tuner.errors import DataError, TunerError
 from tuner.flops import has_image_layout, model_flops_per_sample
 from tuner.knobs import Knobs
-from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S, DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit,
-                            RunOptions, TrialSettings, default_cache_dir)
+from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S, DEVICES,
+                            MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
+                            default_cache_dir)
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
