@@ -587,8 +587,8 @@ def best_row(rows: list[dict]) -> dict | None:
       over the winner) when the tie rule chose a simpler winner.
     * ``disturbed``: (trial id, reason) of the run's rows set aside as impossible.
     * ``ceiling_samples_per_sec`` (the highest of the winner's compute-only ceiling
-      measurements), ``ceiling_measurements`` (how many there are), ``ceiling_disturbed`` (that ceiling is below the winner: the measurement
-      was disturbed) and ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a
+      measurements), ``ceiling_measurements`` (how many there are), ``ceiling_disturbed``
+      (that ceiling is below the winner: the measurement was disturbed) and ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a
       ceiling row or with a disturbed one); ``loader_ceiling_samples_per_sec`` (the winner's
       DataLoader alone); ``attainable_samples_per_sec``, ``attainable_bound_by`` ('compute' or
       'input pipeline') and ``attainable_share`` (winner ÷ attainable; see ``_attainable``).

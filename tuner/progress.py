@@ -111,9 +111,9 @@ class Progress:
         budget = (f"{plan.trials} search trials (references included)" if plan.trials
                   else "no trial limit")
         if plan.time_budget_s:
+            where = "CUDA" if plan.device == "cuda" else "CPU without --trials"
             default = ("" if plan.options.time_budget_s else
-                       f" (default on {'CUDA' if plan.device == 'cuda' else 'CPU without --trials'};"
-                       " --time-budget S)")
+                       f" (default on {where}; --time-budget S)")
             left = plan.time_left_s()
             budget += (f", time budget {_duration(plan.time_budget_s)}{default}, ends by "
                        f"{_clock_after(plan.time_budget_s if left is None else left)}")
