@@ -18,6 +18,7 @@ from scipy import stats
 import tuner.driver as driver
 import tuner.leaderboard as leaderboard
 import tuner.noise as noise
+from tuner.plan import Plan
 from tests.test_leaderboard import T0, row
 from tuner.knobs import Knobs
 from tuner.progress import Progress, verdict_lines
@@ -224,7 +225,8 @@ def plan_for(confirm: int = 3, left: float | None = None, windows: int = 3):
         metric="samples_per_sec", mode="max", accelerator_type=None,
         options=SimpleNamespace(confirm=confirm),
         settings=SimpleNamespace(windows=windows, window_s=1.0),
-        round_windows=max(2, math.ceil(2 * windows / 3)),   # Plan.round_windows
+        round_windows=Plan.round_windows.fget(SimpleNamespace(settings=SimpleNamespace(
+            windows=windows))),
         references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left)
     return plan
 
