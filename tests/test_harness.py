@@ -37,10 +37,11 @@ def test_ok_trial_measures_and_reports_every_window(settings):
     assert result["batch_size"] == 32 and result["clamped"] is None
     assert result["device"] == "cpu" and result["hardware_key"].startswith("cpu:")
     assert result["started_at"] < result["finished_at"]
-    assert [r["status"] for r in reports] == ["running", "running", "ok"]
+    measured = 2 + result["steady_probes"]                    # windows dropped as warm-up too
+    assert [r["status"] for r in reports] == ["running"] * measured + ["ok"]
     assert result["load_avg_1m"] is not None                  # the machine's load, recorded
-    assert [r.get("window") for r in reports[:2]] == [0, 1]
-    assert all(r["window_samples_per_sec"] > 0 for r in reports[:2])
+    assert [r.get("window") for r in reports[:measured]] == list(range(measured))
+    assert all(r["window_samples_per_sec"] > 0 for r in reports[:measured])
     assert reports[-1] == result
 
 
@@ -231,9 +232,57 @@ def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, 
     assert result["status"] == "ok", result.get("error")
     assert result["steady_probes"] == 0 and result["steady_state"] is None
     assert result["windows"] == settings.windows
-    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0")          # quick steps: probed as before
+    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0")          # quick steps: judged as before
     quick = run_trial(slow, Knobs(batch_size=16), replace(settings, max_steady_probes=6))
-    assert quick["steady_probes"] >= 2 and quick["steady_state"] is not None
+    assert quick["steady_state"] is not None
+
+
+def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_dropped(
+        regression_data):
+    """Issue 13 ('warm-up by evidence'): no probes before the windows; a first window slower
+    than the others by more than ``steady_tolerance`` is warm-up, dropped (its time counted
+    in ``warmup_s``, not ``measured_s``) and one more measured, so the kept windows are the
+    steady ones."""
+    from dataclasses import replace
+    from tests.fake_workloads import transient
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.15, warmup_steps=1, breakdown_steps=0,
+                             steady_tolerance=0.35, max_warmup_s=2.0)  # a busy CI's noise agrees
+    reports = []
+    result = run_trial(transient, Knobs(batch_size=8), settings, report=reports.append)
+    assert result["status"] == "ok", result.get("error")
+    assert result["steady_state"] is True and result["steady_probes"] >= 1
+    assert result["windows"] == 3                          # three kept, the transient dropped
+    windows = [r["window_samples_per_sec"] for r in reports if r["status"] == "running"]
+    assert len(windows) == 3 + result["steady_probes"]     # every window was reported
+    assert windows[0] < 0.5 * result["samples_per_sec"]    # the slow one is not in the median
+    dropped_s = result["warmup_s"] - result["first_step_s"]
+    assert dropped_s >= result["steady_probes"] * settings.window_s
+    assert result["measured_s"] < 3 * settings.window_s + 0.2
+
+    # Caps: one dropped window at most (a tolerance of 0 finds every window unsteady), or a
+    # warm-up cap that holds no more window: measured anyway, recorded not steady; 0 probes
+    # turns the judgement off.
+    capped = run_trial(transient, Knobs(batch_size=8),
+                       replace(settings, max_steady_probes=1, steady_tolerance=0.0))
+    assert capped["status"] == "ok" and capped["steady_probes"] == 1
+    assert capped["steady_state"] is False and capped["windows"] == 3
+    timed = run_trial(transient, Knobs(batch_size=8), replace(settings, max_warmup_s=0.1))
+    assert timed["status"] == "ok" and timed["steady_probes"] == 0
+    assert timed["steady_state"] is False and timed["windows"] == 3
+    off = run_trial(transient, Knobs(batch_size=8), replace(settings, max_steady_probes=0))
+    assert off["steady_probes"] == 0 and off["steady_state"] is None
+
+
+def test_a_steady_trial_runs_no_probe_before_its_windows(regression_data):
+    """Nothing is measured twice when the windows agree: the warm-up is the warm-up steps."""
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.2, warmup_steps=1, breakdown_steps=0,
+                             steady_tolerance=0.9)          # any noise of a busy CI agrees
+    result = run_trial(regression, Knobs(batch_size=16), settings)
+    assert result["status"] == "ok", result.get("error")
+    assert result["steady_state"] is True and result["steady_probes"] == 0
+    assert result["warmup_s"] == pytest.approx(result["first_step_s"], abs=0.02)  # no probe
 
 
 def test_a_warm_up_step_that_would_end_past_the_cap_is_not_started(settings, monkeypatch):

@@ -3,7 +3,9 @@
 The loop reads like nanoGPT's ``bench.py``: warm-up steps (compile, cuDNN autotuning and worker
 start-up land there and are recorded, not measured), then timed windows between device
 synchronisations. Windows cross epoch boundaries, so the per-epoch worker restart that
-``persistent_workers`` removes is part of the measured cost.
+``persistent_workers`` removes is part of the measured cost. Whether the trial had reached its
+steady state is judged from the windows themselves: a first window out of line with the others
+is warm-up, dropped and replaced (``_windows``).
 """
 
 from __future__ import annotations
@@ -250,10 +252,13 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     sofar["setup_s"] = setup_s
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
-        long_steps, last_step = _warm_up(stepper, device, settings, sofar)
+        long_steps, last_step, settle_s = _warm_up(stepper, device, settings, sofar)
         if not torch.isfinite(stepper.loss):
             raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
-        time_to_train = partial(_time_to_train, settings, setup_s, sofar["warmup_s"])
+
+        def time_to_train(step_time_ms: float) -> float:  # warm-up as measured when asked
+            return _time_to_train(settings, setup_s, sofar["warmup_s"], step_time_ms)
+
         if last_step is not None:  # steps of seconds: early stopping may judge one already
             on_window(_warm_up_report(sofar, *last_step, settings, time_to_train))
 
@@ -263,7 +268,12 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             on_window(dict(sofar))
 
         with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
-            windows = _windows(stepper, device, settings, window_done, time_to_train)
+            windows, dropped = _windows(stepper, device, settings, window_done, time_to_train,
+                                        settle_s)
+        if settle_s > 0:  # the steady state was judged from the windows: dropped ones warmed up
+            sofar.update(steady_state=not _unsteady(windows, settings.steady_tolerance),
+                         steady_probes=len(dropped),
+                         warmup_s=sofar["warmup_s"] + sum(w.seconds for w in dropped))
         out = {**sofar, **summarise(windows), **load.as_columns()}
         out.update(peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
@@ -284,15 +294,19 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
 
 
 def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
-             sofar: dict) -> tuple[bool, tuple[int, float] | None]:
-    """Warm-up steps, then steady-state probes, recorded in ``sofar`` (``first_step_s``,
-    ``warmup_s``, ``steady_state``, ``steady_probes``). After the first step (compile and
-    autotuning land there, however long) both stop at ``max_warmup_s`` (default: twice the
-    windows' length); without torch.compile a step the last one says would end past it is not
-    started. Returns whether a step takes half a window or more: then a probe could
-    hold only one whole step, so none is run (``steady_state`` null) and the windows measure
-    whole steps; and with such long steps, the samples and seconds of the last warm-up step
-    after the first (None: there was none), which ``_measure`` reports for early stopping."""
+             sofar: dict) -> tuple[bool, tuple[int, float] | None, float]:
+    """Warm-up steps, recorded in ``sofar`` (``first_step_s``, ``warmup_s``, ``steady_state``,
+    ``steady_probes``). After the first step (compile and autotuning land there, however long)
+    the warm-up stops at ``max_warmup_s`` (default: twice the windows' length); without
+    torch.compile a step the last one says would end past it is not started.
+
+    Returns (long steps, last step, settle seconds). Long steps: a step takes half a window or
+    more, so a window holds one or two whole steps and no steady state is judged
+    (``steady_state`` null); with them, the samples and seconds of the last warm-up step after
+    the first (None: there was none), which ``_measure`` reports for early stopping. Settle
+    seconds: what is left of the cap for windows dropped as warm-up (``_windows`` judges the
+    steady state from the windows themselves when there are two or more; 0 with one window,
+    whose steady state half-window probes judge here, as they did for every trial before)."""
     clock = Stopwatch()
     stepper.step()
     synchronize(device)
@@ -318,11 +332,14 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
         sofar["warmup_s"] = clock.elapsed()
     long_steps = step_s >= settings.window_s / 2
     left_s = cap_s - (clock.elapsed() - first_step_s)
-    steady, probes = ((None, 0) if long_steps or left_s <= 0
+    by_windows = settings.windows >= 2
+    judged = not long_steps and left_s > 0 and settings.max_steady_probes > 0
+    steady, probes = ((None, 0) if not judged or by_windows
                       else _settle(stepper.step, device, settings, left_s))
     synchronize(device)
     sofar.update(warmup_s=clock.elapsed(), steady_state=steady, steady_probes=probes)
-    return long_steps, last if long_steps else None
+    settle_s = left_s if judged and by_windows else 0.0
+    return long_steps, last if long_steps else None, settle_s
 
 
 def _warm_up_report(sofar: dict, samples: int, step_s: float, settings: TrialSettings,
@@ -461,41 +478,76 @@ def _no_timer(phase: str) -> None:
 
 
 def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
-             on_window: Report, time_to_train: Callable[[float], float]) -> list[Window]:
+             on_window: Report, time_to_train: Callable[[float], float],
+             settle_s: float = 0.0) -> tuple[list[Window], list[Window]]:
     """``settings.windows`` timed windows of at least ``window_s`` each, between device
     synchronisations (nothing synchronises inside one). Each window's result goes to
-    ``on_window``, with the median so far (and ``time_to_train_s`` when ``train_steps`` is set).
-    Steps the fp16 GradScaler skipped are not counted as measured ones (``counted_window``):
-    its scale is read at the synchronised ends of a window, outside the timed span."""
-    windows: list[Window] = []
-    for index in range(settings.windows):
-        synchronize(device)
-        scale_before = stepper.loss_scale()
-        t0 = time.perf_counter()
-        steps = samples = 0
-        while True:
-            samples += stepper.step()
-            steps += 1
-            if time.perf_counter() - t0 >= settings.window_s:
-                break
-            _check_deadline(settings, f"window {index + 1}")  # an unfinished window is dropped
-        synchronize(device)  # the window ends when the device has finished its work
-        seconds = time.perf_counter() - t0
-        try:
-            windows.append(counted_window(steps, samples, seconds, scale_before,
-                                          stepper.loss_scale()))
-        except ValueError as exc:
-            raise TrialFailure(f"window {index + 1}: {exc}") from None
+    ``on_window``, with the median so far of the windows kept (and ``time_to_train_s`` when
+    ``train_steps`` is set).
+
+    With ``settle_s`` > 0 the steady state is judged from the windows themselves, not from
+    probes run before them: while the first kept window's samples/sec differs from the median
+    of the others by more than ``steady_tolerance`` (``_unsteady``: a transient such as workers
+    starting, a prefetched queue draining, the allocator growing), it is dropped as warm-up and
+    one more window measured; at most ``max_steady_probes`` are dropped, and none once dropping
+    it and measuring another would pass ``settle_s`` seconds of dropped windows. A steady
+    trial so measures nothing twice (the half-window probes took 1-1.5 s of a 6-s ddpm trial on
+    CPU). Returns (windows kept, windows dropped)."""
+    kept: list[Window] = []
+    dropped: list[Window] = []
+    index = 0
+    while True:
+        kept.append(_window(stepper, device, settings, index))
         # The summary so far (median, spread, windows): a trial stopped after this window
         # (pruned, or at the time budget) is recorded with it.
-        partial_result = {"window": index,
-                          "window_samples_per_sec": windows[-1].samples_per_sec,
-                          **summarise(windows)}
+        partial_result = {"window": index, "window_samples_per_sec": kept[-1].samples_per_sec,
+                          **summarise(kept)}
         if settings.train_steps is not None:  # Ray Tune wants the objective in every result
             partial_result["time_to_train_s"] = time_to_train(
-                statistics.median(w.step_time_ms for w in windows))
+                statistics.median(w.step_time_ms for w in kept))
         on_window(partial_result)
-    return windows
+        index += 1
+        if len(kept) < settings.windows:
+            continue
+        spent_s = sum(w.seconds for w in dropped) + kept[0].seconds
+        if (settle_s <= 0 or len(dropped) >= settings.max_steady_probes
+                or spent_s + settings.window_s > settle_s
+                or not _unsteady(kept, settings.steady_tolerance)):
+            return kept, dropped
+        dropped.append(kept.pop(0))
+
+
+def _window(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
+            index: int) -> Window:
+    """One timed window (``index`` counts from 0): steps until ``window_s`` has passed, then a
+    device synchronisation. Steps the fp16 GradScaler skipped are not counted as measured ones
+    (``counted_window``): its scale is read at the synchronised ends, outside the timed span.
+    Raises DeadlineReached past the run's deadline (an unfinished window is dropped) and
+    TrialFailure when the scaler skipped every step."""
+    synchronize(device)
+    scale_before = stepper.loss_scale()
+    t0 = time.perf_counter()
+    steps = samples = 0
+    while True:
+        samples += stepper.step()
+        steps += 1
+        if time.perf_counter() - t0 >= settings.window_s:
+            break
+        _check_deadline(settings, f"window {index + 1}")
+    synchronize(device)  # the window ends when the device has finished its work
+    seconds = time.perf_counter() - t0
+    try:
+        return counted_window(steps, samples, seconds, scale_before, stepper.loss_scale())
+    except ValueError as exc:
+        raise TrialFailure(f"window {index + 1}: {exc}") from None
+
+
+def _unsteady(windows: list[Window], tolerance: float) -> bool:
+    """Whether the first of ``windows`` (two or more) differs from the median samples/sec of
+    the others by more than ``tolerance`` of the larger of the two."""
+    first = windows[0].samples_per_sec
+    rest = statistics.median(w.samples_per_sec for w in windows[1:])
+    return abs(first - rest) > tolerance * max(first, rest)
 
 
 def _settle(train_step: Callable, device: torch.device, settings: TrialSettings,

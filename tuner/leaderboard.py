@@ -74,8 +74,8 @@ SCHEMA = pa.schema(
         ("skipped_steps", pa.int32()),      # fp16 GradScaler skips in the windows, not measured
         ("warmup_s", pa.float64()),
         ("first_step_s", pa.float64()),
-        ("steady_state", pa.bool_()),       # warm-up probes agreed within the tolerance
-        ("steady_probes", pa.int32()),      # warm-up probes run before measuring
+        ("steady_state", pa.bool_()),       # the windows (or probes) agreed within the tolerance
+        ("steady_probes", pa.int32()),      # windows dropped as warm-up (probes, with 1 window)
         # Every *_mb column holds MiB (2**20 bytes), as torch's allocator statistics do; a
         # --max-memory of 12GB means 12 * 10**9 bytes, i.e. 11,444 MiB.
         ("peak_device_memory_mb", pa.float64()),   # MiB: peak reserved + CUDA context

@@ -267,11 +267,14 @@ class TrialSettings:
     seed: int = 0
     """Seed for torch (model init, augmentation, shuffling)."""
     steady_tolerance: float = 0.10
-    """Warm-up goes on past ``warmup_steps`` in short synchronised probes (half a window each)
-    until two consecutive probes' samples/sec differ by at most this fraction."""
+    """Steady state: with two or more windows, the first window kept is dropped as warm-up
+    (one more measured) while its samples/sec differs from the median of the others by more
+    than this fraction; with one window, warm-up goes on past ``warmup_steps`` in synchronised
+    probes of half a window until two consecutive ones differ by at most this fraction."""
     max_steady_probes: int = 6
-    """At most this many probes; a trial that never settles is measured anyway and recorded
-    with ``steady_state`` false."""
+    """At most this many windows dropped (or probes run), within ``max_warmup_s``; a trial
+    that never settles is measured anyway and recorded with ``steady_state`` false. 0: no
+    steady-state judgement (``steady_state`` null)."""
     breakdown_steps: int = 3
     """Synchronised steps, after the windows, timed per phase (data wait, host-to-device,
     forward, backward, optimizer); 0 turns the breakdown off."""
