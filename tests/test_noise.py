@@ -351,6 +351,28 @@ def test_no_ceiling_is_started_without_the_time_for_one(fits):
     assert [(phase, done) for phase, _, done, _ in fits] == [("ceiling", [(32, None)])]
 
 
+def test_a_ceiling_the_time_left_cannot_hold_is_left_out_and_said():
+    """The default CPU run started the machine's compute limit (batch 256: a 7.6-s step on 2
+    cores) with 12.6 s left: it measured nothing. Its cost counts each window as at least one
+    of its steps (9.4 s + 3 x 7.6 s + 1.5 s = 33.7 s), the others 4.6 s + 3 x 1 s + 1.5 s."""
+    big = Knobs(batch_size=256)
+    rows = search_rows() + [row(9, knobs=big, sps=33.7, measured_s=7.6,
+                                step_time_ms_p50=7600.0,
+                                started_at=T0 + dt.timedelta(seconds=100),
+                                finished_at=T0 + dt.timedelta(seconds=117))]
+    todo = [("compute", FAST, "compute_only"), ("loader", FAST, "loader_only"),
+            ("machine-compute", big, "compute_only")]
+    kept, left_out = driver._fitting_ceilings(plan_for(left=35.0), rows, todo)
+    assert [label for label, _, _ in kept] == ["compute", "loader"]
+    assert left_out == ["machine-compute"]
+    assert driver._fitting_ceilings(plan_for(left=52.0), rows, todo) == (todo, [])
+    assert driver._fitting_ceilings(plan_for(left=None), rows, todo) == (todo, [])
+    from tuner.progress import _phase_text
+    text = _phase_text({"phase": "ceiling", "ceilings": ["compute", "loader"],
+                        "left_out": ["machine-compute"]})
+    assert text.endswith("left out, the time left cannot hold it: machine-compute")
+
+
 @pytest.mark.parametrize("error, status, retried", [
     ("DataLoader worker failure: RuntimeError: DataLoader worker (pid 12) is killed", "error", True),
     ("RayActorError: The actor died unexpectedly before finishing this task.", "error", True),

@@ -349,16 +349,18 @@ Out-of-memory is a status of its own (``oom``), never transient."""
 
 def _trial_cost_s(rows: list[dict], knobs: Knobs, windows: int, window_s: float) -> float:
     """Seconds one more trial of ``knobs`` takes with ``windows`` windows: its last search
-    trial's wall time less what that trial measured, plus the new windows and Ray's overhead
-    (without such a row: the windows and the overhead)."""
+    trial's wall time less what that trial measured, plus the new windows (each at least one
+    of that trial's steps: ddpm's batch 256 takes 8-67 s a step on 2 CPU cores) and Ray's
+    overhead (without such a row: the windows and the overhead)."""
     mine = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
             and r.get("finished_at") and Knobs.from_dict(r, strict=False) == knobs]
-    setup = 0.0
+    setup, step_s = 0.0, 0.0
     if mine:
         r = mine[-1]
         setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
                     - (r.get("measured_s") or 0.0))
-    return setup + windows * window_s + TRIAL_OVERHEAD_S
+        step_s = (r.get("step_time_ms_p50") or 0.0) / 1000
+    return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
 
 
 def _type_rows(plan: Plan, writer: "LeaderboardWriter") -> list[dict]:
@@ -545,13 +547,35 @@ def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str
         ("compute", knobs, "compute_only"), ("loader", knobs, "loader_only"),
         ("machine-loader", machine_loader, "loader_only"),
         ("machine-compute", machine_compute, "compute_only")) if label not in have]
+    todo, left_out = _fitting_ceilings(plan, rows, todo)
     if not todo:
         return
     on_event("phase", {"phase": Phase.CEILING, "count": len(todo),
-                       "ceilings": [label for label, _, _ in todo]})
+                       "ceilings": [label for label, _, _ in todo], "left_out": left_out})
     _fit_fixed(plan, writer, [(config, None) for _, config, _ in todo], Phase.CEILING,
                label="ceilings", per_trial=[{"ceiling": label, mode: True}
                                             for label, _, mode in todo])
+
+
+def _fitting_ceilings(plan: Plan, rows: list[dict], todo: list[tuple[str, Knobs, str]]
+                      ) -> tuple[list[tuple[str, Knobs, str]], list[str]]:
+    """The ceilings of ``todo`` (label, knobs, mode) whose trials the time budget left holds,
+    one after another in order (``_trial_cost_s``), and the labels of those left out. A
+    ceiling started without the time for it measures nothing: on 2 CPU cores the machine's
+    compute limit at batch 256 (8-67 s a step) ended ``timeout`` after 12.6 s of the default
+    run's 220 s."""
+    left = plan.time_left_s()
+    if left is None:
+        return todo, []
+    kept, left_out, total = [], [], 0.0
+    for entry in todo:
+        cost = _trial_cost_s(rows, entry[1], plan.settings.windows, plan.settings.window_s)
+        if total + cost <= left:
+            kept.append(entry)
+            total += cost
+        else:
+            left_out.append(entry[0])
+    return kept, left_out
 
 
 def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],

@@ -327,7 +327,10 @@ def _phase_text(data: dict) -> str:
                 f"round after round, {data['windows']} windows each (interleaved: the "
                 f"speed-ups pair rounds){left_out}")
     if data.get("ceilings"):
-        return "; ".join(_CEILINGS[label] for label in data["ceilings"])
+        left_out = data.get("left_out") or []
+        return "; ".join([_CEILINGS[label] for label in data["ceilings"]] + (
+            [f"left out, the time left cannot hold it: {', '.join(left_out)}"]
+            if left_out else []))
     return (_CEILINGS[data.get("ceiling", "compute")]
             + (" again: it came out below the winner" if data.get("again") else ""))
 
