@@ -62,7 +62,9 @@ def test_steps_the_grad_scaler_skips_are_not_counted_as_measured(regression_data
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=2, window_s=0.05)
     seen = []
-    windows = _windows(stepper, torch.device("cpu"), settings, seen.append, lambda ms: 0.0)
+    windows, dropped = _windows(stepper, torch.device("cpu"), settings, seen.append,
+                                lambda ms: 0.0)
+    assert dropped == []  # no settle_s: no window is dropped as warm-up
     for window in windows:
         total = window.steps + window.skipped
         assert window.skipped == total // 3 or window.skipped == (total + 2) // 3
