@@ -412,22 +412,34 @@ def test_a_ratio_below_one_reads_slower_never_faster():
     assert noise.Speedup(1.02, 0.97, 1.07, 3).short() == "tie"
 
 
-@pytest.mark.parametrize("measured, how, ceiling_sps, why", [
-    (1, "once (the time budget left none", 90.0, "the machine was busy"),
-    (2, "twice", 90.0, "the machine was busy"),
-    (1, "once (the time budget left none", 98.0, "within the noise of it: the pipeline runs at "
-                                                 "its compute-only rate, bound by compute")])
-def test_a_disturbed_ceiling_says_how_often_it_was_measured(measured, how, ceiling_sps, why):
-    """The default CPU run measured its compute ceiling once (no time left for a second) and
-    the table said 'twice'; a ceiling 2 % under a compute-bound pipeline on a quiet machine was
-    blamed on a busy one."""
-    rows = rounds([(FAST, None, [100.0, 101.0, 99.0]), (BASE, "baseline", [50.0, 51.0, 49.0])])
-    for i in range(measured):
-        rows.append({**row(90 + i, knobs=FAST, sps=ceiling_sps + i / 10, phase="ceiling"),
-                     "ceiling": "compute"})
+def _best_table(rows: list[dict]) -> str:
     console = Console(record=True, width=300)
     Progress(console)._print_best(rows, SimpleNamespace(workload="fake-regression", scale="tiny",
                                                         results_dir="res"))
-    out = " ".join(console.export_text().split())
+    return " ".join(console.export_text().replace("│", " ").split())
+
+
+def _with_ceilings(rates: list[float]) -> list[dict]:
+    rows = rounds([(FAST, None, [100.0, 101.0, 99.0]), (BASE, "baseline", [50.0, 51.0, 49.0])])
+    return rows + [{**row(90 + i, knobs=FAST, sps=rate, phase="ceiling"), "ceiling": "compute"}
+                   for i, rate in enumerate(rates)]
+
+
+@pytest.mark.parametrize("rates, how", [
+    ([90.0], "once (the time budget left none"), ([90.0, 90.1], "twice")])
+def test_a_disturbed_ceiling_says_how_often_it_was_measured(rates, how):
+    """The default CPU run measured its compute ceiling once (no time left for a second) and
+    the table said 'twice'."""
+    out = _best_table(_with_ceilings(rates))
+    assert f"compute-only ceiling 90.{len(rates) - 1} disturbed" in out
     assert f"measured below the pipeline it bounds, {how}" in out
-    assert f"no efficiency shown ({why}" in out
+    assert "no efficiency shown (the machine was busy" in out and "% of it" not in out
+
+
+def test_a_ceiling_just_below_the_pipeline_reads_as_its_own_rate_not_as_disturbed():
+    """A ceiling 2 % under a compute-bound pipeline on a quiet machine was blamed on a busy
+    one, then shown as 'disturbed'; the default CPU run's 53.0 against 53.8 (2026-11-24)."""
+    out = _best_table(_with_ceilings([98.0]))
+    assert "compute-only ceiling 98.0 at it same knobs, batches on the device: 2 % below" in out
+    assert "within the noise: it runs at its compute-only rate, bound by compute" in out
+    assert "disturbed" not in out and "% of it" not in out

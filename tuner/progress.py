@@ -195,14 +195,8 @@ class Progress:
         t.add_row(f"[bold]best[/] ({chosen})", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
         _reference_rows(t, best, rows)
         if best["ceiling_disturbed"]:
-            how = ("twice" if best["ceiling_measurements"] >= 2 else
-                   "once (the time budget left none to measure it again)")
-            close = best["ceiling_samples_per_sec"] >= (1 - CEILING_NOISE) * best["samples_per_sec"]
-            why = ("within the noise of it: the pipeline runs at its compute-only rate, bound by "
-                   "compute" if close else "the machine was busy; run again on a quiet one")
             t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
-                      "disturbed", f"measured below the pipeline it bounds, {how}: no efficiency "
-                      f"shown ({why})")
+                      *_low_ceiling_cells(best))
         elif best["ceiling_samples_per_sec"]:
             t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
                       f"{100 * best['pipeline_efficiency']:.0f}% of it",
@@ -396,6 +390,21 @@ def _attainable_row(t: Table, best: dict) -> None:
               f"bound by {best['attainable_bound_by']}: min(the best compute-only rate measured, "
               "loader-only with every CPU a worker)" if share is not None else
               "the best ran faster than this machine's measured limit: a disturbed measurement")
+
+
+def _low_ceiling_cells(best: dict) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of a compute-only ceiling measured below the best: within
+    ``CEILING_NOISE`` it is the pipeline's own rate ('at it': bound by compute), further below a
+    disturbed measurement. No efficiency either way (it would read over 100 %)."""
+    below = 1 - best["ceiling_samples_per_sec"] / best["samples_per_sec"]
+    if below <= CEILING_NOISE:
+        return "at it", (f"same knobs, batches on the device: {100 * below:.0f} % below the "
+                         "pipeline, within the noise: it runs at its compute-only rate, bound by "
+                         "compute")
+    how = ("twice" if best["ceiling_measurements"] >= 2 else
+           "once (the time budget left none to measure it again)")
+    return "disturbed", (f"measured below the pipeline it bounds, {how}: no efficiency shown "
+                         "(the machine was busy; run again on a quiet one)")
 
 
 CEILING_NOISE = 0.05
