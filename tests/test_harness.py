@@ -274,6 +274,30 @@ def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_d
     assert off["steady_probes"] == 0 and off["steady_state"] is None
 
 
+def test_one_warm_up_step_of_one_time_costs_does_not_make_the_steps_long(regression_data):
+    """With one warm-up step (the tiny scale's default) the first step, one-time costs and all,
+    is no measure of a step: the default ddpm run's recommended configuration took 2.1 s for
+    it, then 0.65-s steps, and was measured as if a window held one step, its transient kept.
+    The windows judge the steady state."""
+    from tests.fake_workloads import Transient
+
+    class SlowStart(Transient):
+        def training_step(self, model, batch):
+            if model.__dict__.get("_steps", 0) == 0:
+                import time
+                time.sleep(0.4)                          # worker start-up, lazy init
+            return super().training_step(model, batch)
+
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.15, warmup_steps=1, breakdown_steps=0,
+                             steady_tolerance=0.35, max_warmup_s=2.0)
+    result = run_trial(SlowStart(), Knobs(batch_size=8), settings)
+    assert result["status"] == "ok", result.get("error")
+    assert result["first_step_s"] >= 0.4 > settings.window_s / 2
+    assert result["steady_state"] is True and result["steady_probes"] >= 1   # judged, dropped
+    assert result["windows"] == 3
+
+
 def test_a_steady_trial_runs_no_probe_before_its_windows(regression_data):
     """Nothing is measured twice when the windows agree: the warm-up is the warm-up steps."""
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),

@@ -252,7 +252,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     sofar["setup_s"] = setup_s
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
-        long_steps, last_step, settle_s = _warm_up(stepper, device, settings, sofar)
+        last_step, settle_s = _warm_up(stepper, device, settings, sofar)
         if not torch.isfinite(stepper.loss):
             raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
 
@@ -283,6 +283,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             out.pop(key, None)
         # No breakdown past the deadline: the windows are measured, the budget is spent.
         past = settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s
+        long_steps = (out["step_time_ms_p50"] or 0) >= 500 * settings.window_s  # the windows say
         out.update(_breakdown(stepper.step, device, 0 if past else
                               min(1, settings.breakdown_steps) if long_steps
                               else settings.breakdown_steps))
@@ -294,16 +295,17 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
 
 
 def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
-             sofar: dict) -> tuple[bool, tuple[int, float] | None, float]:
+             sofar: dict) -> tuple[tuple[int, float] | None, float]:
     """Warm-up steps, recorded in ``sofar`` (``first_step_s``, ``warmup_s``, ``steady_state``,
     ``steady_probes``). After the first step (compile and autotuning land there, however long)
     the warm-up stops at ``max_warmup_s`` (default: twice the windows' length); without
     torch.compile a step the last one says would end past it is not started.
 
-    Returns (long steps, last step, settle seconds). Long steps: a step takes half a window or
-    more, so a window holds one or two whole steps and no steady state is judged
-    (``steady_state`` null); with them, the samples and seconds of the last warm-up step after
-    the first (None: there was none), which ``_measure`` reports for early stopping. Settle
+    Returns (last step, settle seconds). Last step: when a warm-up step after the first takes
+    half a window or more (long steps: a window holds one or two whole steps and no steady state
+    is judged, ``steady_state`` null), the samples and seconds of the last one, which
+    ``_measure`` reports for early stopping; None otherwise. With one warm-up step the windows
+    alone judge the steady state. Settle
     seconds: what is left of the cap for windows dropped as warm-up (``_windows`` judges the
     steady state from the windows themselves when there are two or more; 0 with one window,
     whose steady state half-window probes judge here, as they did for every trial before)."""
@@ -330,7 +332,10 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
         step_s = step.elapsed()
         last = (samples, step_s) if step_s > 0 else None
         sofar["warmup_s"] = clock.elapsed()
-    long_steps = step_s >= settings.window_s / 2
+    # With one warm-up step (the tiny scale's default) nothing says how long a step is: the
+    # first holds the one-time costs (the default ddpm run's recommended configuration: 2.1 s,
+    # then steps of 0.65 s), so the windows judge the steady state.
+    long_steps = settings.warmup_steps > 1 and step_s >= settings.window_s / 2
     left_s = cap_s - (clock.elapsed() - first_step_s)
     by_windows = settings.windows >= 2
     judged = not long_steps and left_s > 0 and settings.max_steady_probes > 0
@@ -339,7 +344,7 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
     synchronize(device)
     sofar.update(warmup_s=clock.elapsed(), steady_state=steady, steady_probes=probes)
     settle_s = left_s if judged and by_windows else 0.0
-    return long_steps, last if long_steps else None, settle_s
+    return last if long_steps else None, settle_s
 
 
 def _warm_up_report(sofar: dict, samples: int, step_s: float, settings: TrialSettings,
@@ -510,8 +515,9 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
         if len(kept) < settings.windows:
             continue
         spent_s = sum(w.seconds for w in dropped) + kept[0].seconds
+        next_s = max(settings.window_s, statistics.median(w.seconds for w in kept))
         if (settle_s <= 0 or len(dropped) >= settings.max_steady_probes
-                or spent_s + settings.window_s > settle_s
+                or spent_s + next_s > settle_s
                 or not _unsteady(kept, settings.steady_tolerance)):
             return kept, dropped
         dropped.append(kept.pop(0))
