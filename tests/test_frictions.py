@@ -361,6 +361,7 @@ def test_the_header_says_what_the_budget_covers(tmp_path, regression_data):
     Progress(console).on_event("start", {"plan": plan, "concurrency": 1})
     text = console.export_text()
     assert "budget: 3 search trials (references included)" in text
+    assert "per trial: 1 warm-up step, 3 windows of 2 s" in text     # the tiny scale's defaults
     assert ("after the search, beyond its budget: the 3 best re-measured beside the references "
             "(--confirm 3) · the ceilings, one short trial each (--no-ceiling skips them)") in text
     quiet = make_plan(RunOptions(workload="tests.fake_workloads:regression", trials=3,

@@ -17,6 +17,11 @@ from tuner.status import STATUSES, Phase, Status, phase_of
 _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
                   "random": "random search"}
 
+def _count(n: int, noun: str) -> str:
+    """'1 warm-up step', '3 windows': a count with its noun in the right number."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _duration(seconds: float) -> str:
     """'20 s', '3 min 30 s', '30 min', '1 h 30 min': exact to the second under 10 minutes (a
     budget of 210 s is not '4 min')."""
@@ -119,8 +124,9 @@ class Progress:
                        f"{_clock_after(plan.time_budget_s if left is None else left)}")
         budget += ", early stopping " + ("on" if plan.options.early_stop else "off")
         s = plan.settings
-        c.print(f"  budget: {budget}, {concurrency} at a time · per trial: {s.warmup_steps} warm-up "
-                f"steps, {s.windows} windows of {s.window_s:g} s · run id {plan.run_id}")
+        c.print(f"  budget: {budget}, {concurrency} at a time · per trial: "
+                f"{_count(s.warmup_steps, 'warm-up step')}, {_count(s.windows, 'window')} of "
+                f"{s.window_s:g} s · run id {plan.run_id}")
         if _followups_text(plan):
             c.print(f"  {_followups_text(plan)}")
         if plan.prior_rows:
