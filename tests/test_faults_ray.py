@@ -123,6 +123,25 @@ def test_a_failed_row_write_is_kept_for_the_step_end_and_nothing_after_it_is_wri
     assert message.endswith(f"--resume {plan.run_id}")
 
 
+@pytest.mark.parametrize("windows, said", [
+    (1, "after 1 window"), (2, "after 2 windows"),
+    (0, "before its first window (set-up, compile or warm-up)")])
+def test_a_trial_past_the_time_budget_is_recorded_with_the_windows_it_finished(
+        plan, windows, said):
+    """The row of a trial stopped by the time budget keeps what it measured, and its error
+    says how many windows that was, in words a person reads ('1 window', not '1 windows')."""
+    from tuner.status import Status
+    writer, events = _writer(plan)
+    trial = _Trial(0)
+    trial.last_result = {"status": Status.RUNNING, "windows": windows, "trial_cpus": 1,
+                         "samples_per_sec": 12.5 if windows else None}
+    writer._write_timeout(trial)
+    (row,) = writer.rows
+    assert row["status"] == "timeout" and events == ["trial"]
+    assert row["error"] == f"stopped by the time budget {said}"
+    assert row["samples_per_sec"] == (12.5 if windows else None)
+
+
 def test_rays_pickled_copy_of_the_writer_does_not_grow_with_the_rows(plan):
     """Ray Tune pickles the run config with each experiment (tuner.pkl under <results>/ray);
     with the rows in it, Ray's state outgrew the leaderboard and filled a small disk."""

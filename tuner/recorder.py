@@ -209,7 +209,7 @@ class LeaderboardWriter(Callback):
         if not windows:
             result = {k: v for k, v in result.items() if k not in leaderboard.MEASURED_COLUMNS}
         result.update(status=Status.TIMEOUT.value, error=(
-            f"stopped by the time budget after {windows} windows" if windows else
+            f"stopped by the time budget after {windows} window{'s' * (windows != 1)}" if windows else
             "stopped by the time budget before its first window (set-up, compile or warm-up)"))
         result.setdefault("samples_per_sec", None)
         _stamp(trial, result)
