@@ -316,8 +316,8 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
     """A default CPU run re-measured 4 configurations in 2 rounds (no interval worth reading):
     the lowest-ranked searched configuration is left out so that 3 rounds fit; the best and the
     references always stay. A trial costs 2 windows of 1 s + 1.5 s, plus 4.6 s of set-up and
-    warm-up where a search row says so (all but ``mid``): a round of the 4 configurations
-    27.8 s, of 3 24.3 s."""
+    warm-up from its search row (``mid``, never searched: from the nearest batch's): a round of
+    the 4 configurations 32.4 s, of 3 24.3 s."""
     mid = Knobs(batch_size=16)
     writer = SimpleNamespace(rows=search_rows())
     configs = [(FAST, None), (BUSY, "recommended"), (mid, None), (BASE, "baseline")]
@@ -331,7 +331,7 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
     assert "1 lower-ranked searched configuration(s) left out" in _phase_text(events[0])
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())                  # time for all: none left out
-    driver._fit_rounds(plan_for(left=90.0), writer, configs, lambda kind, data: None)
+    driver._fit_rounds(plan_for(left=100.0), writer, configs, lambda kind, data: None)
     assert [len(done) for _, _, done, _ in fits] == [12]
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())   # not even 3 rounds of the best and references
@@ -371,6 +371,46 @@ def test_a_ceiling_the_time_left_cannot_hold_is_left_out_and_said():
     text = _phase_text({"phase": "ceiling", "ceilings": ["compute", "loader"],
                         "left_out": ["machine-compute"]})
     assert text.endswith("left out, the time left cannot hold it: machine-compute")
+    text = _phase_text({"phase": "ceiling", "ceilings": [],
+                        "left_out": ["machine-loader", "machine-compute"]})
+    assert text == "left out, the time left cannot hold them: machine-loader, machine-compute"
+
+
+def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
+    """A resumed run with three ceilings measured and no time for the machine's compute limit
+    said nothing: the phase event came only with a ceiling to measure."""
+    big = Knobs(batch_size=256)
+    rows = search_rows() + [
+        row(9, knobs=big, sps=33.7, measured_s=7.6, step_time_ms_p50=7600.0),
+        row(10, knobs=BUSY, sps=59.0, phase="ceiling", ceiling="compute"),
+        row(11, knobs=BUSY, sps=900.0, phase="ceiling", ceiling="loader"),
+        row(12, knobs=BUSY, sps=1500.0, phase="ceiling", ceiling="machine-loader")]
+    from tuner.space import Choices, Space
+    plan = plan_for(left=12.0)
+    plan.node_cpus, plan.device = 2, "cpu"
+    plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
+    events = []
+    driver._fit_limits(plan, SimpleNamespace(rows=rows),
+                       lambda kind, data: events.append((kind, data)))
+    assert fits == []
+    assert [(kind, data["ceilings"], data["left_out"]) for kind, data in events] == [
+        ("phase", [], ["machine-compute"])]
+
+
+def test_the_machines_compute_limit_never_searched_is_costed_from_the_nearest_batch():
+    """The machine's compute limit runs the winner's knobs at the largest batch, which no
+    search trial matches: costed at the windows alone (7.5 s) it was started with 12.6 s
+    left and measured nothing. The nearest searched batch (64: a 2-s step, 1 s of warm-up)
+    scaled to 256: 8-s steps, set-up 4.6 s + 3 x 1 s, so 7.6 + 3 x 8 + 1.5 = 33.1 s."""
+    near = Knobs(batch_size=64)
+    rows = search_rows() + [row(9, knobs=near, sps=32.0, measured_s=0.4, warmup_s=1.0,
+                                step_time_ms_p50=2000.0)]
+    big = Knobs(batch_size=256, num_workers=1)
+    assert driver._trial_cost_s(rows, big, 3, 1.0) == pytest.approx(33.1)
+    todo = [("compute", FAST, "compute_only"), ("machine-compute", big, "compute_only")]
+    kept, left_out = driver._fitting_ceilings(plan_for(left=20.0), rows, todo)
+    assert [label for label, _, _ in kept] == ["compute"] and left_out == ["machine-compute"]
+    assert driver._trial_cost_s([], big, 3, 1.0) == pytest.approx(4.5)   # nothing timed yet
 
 
 @pytest.mark.parametrize("error, status, retried", [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import signal
 import time
 from dataclasses import asdict, dataclass, replace
@@ -351,15 +352,26 @@ def _trial_cost_s(rows: list[dict], knobs: Knobs, windows: int, window_s: float)
     """Seconds one more trial of ``knobs`` takes with ``windows`` windows: its last search
     trial's wall time less what that trial measured, plus the new windows (each at least one
     of that trial's steps: ddpm's batch 256 takes 8-67 s a step on 2 CPU cores) and Ray's
-    overhead (without such a row: the windows and the overhead)."""
-    mine = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
-            and r.get("finished_at") and Knobs.from_dict(r, strict=False) == knobs]
-    setup, step_s = 0.0, 0.0
+    overhead. Knobs never searched (the machine's compute limit at the largest batch) take
+    the search trial nearest in batch size, its step time scaled to the batch (samples/sec
+    held) and its warm-up with it; without any timed search row: the windows and the
+    overhead."""
+    search = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
+              and r.get("finished_at")]
+    mine = [r for r in search if Knobs.from_dict(r, strict=False) == knobs]
+    timed = [r for r in search if r.get("step_time_ms_p50") and r.get("batch_size")]
+    scale = 1.0
     if mine:
         r = mine[-1]
-        setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
-                    - (r.get("measured_s") or 0.0))
-        step_s = (r.get("step_time_ms_p50") or 0.0) / 1000
+    elif timed:
+        r = min(timed, key=lambda x: abs(math.log(x["batch_size"] / knobs.batch_size)))
+        scale = max(1.0, knobs.batch_size / r["batch_size"])
+    else:
+        return windows * window_s + TRIAL_OVERHEAD_S
+    setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
+                - (r.get("measured_s") or 0.0))
+    setup += (scale - 1.0) * (r.get("warmup_s") or 0.0)
+    step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
     return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
 
 
@@ -548,10 +560,11 @@ def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str
         ("machine-loader", machine_loader, "loader_only"),
         ("machine-compute", machine_compute, "compute_only")) if label not in have]
     todo, left_out = _fitting_ceilings(plan, rows, todo)
+    if todo or left_out:  # a ceiling left out is said even when none is measured
+        on_event("phase", {"phase": Phase.CEILING, "count": len(todo),
+                           "ceilings": [label for label, _, _ in todo], "left_out": left_out})
     if not todo:
         return
-    on_event("phase", {"phase": Phase.CEILING, "count": len(todo),
-                       "ceilings": [label for label, _, _ in todo], "left_out": left_out})
     _fit_fixed(plan, writer, [(config, None) for _, config, _ in todo], Phase.CEILING,
                label="ceilings", per_trial=[{"ceiling": label, mode: True}
                                             for label, _, mode in todo])

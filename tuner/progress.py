@@ -326,10 +326,11 @@ def _phase_text(data: dict) -> str:
         return (f"re-measuring, {which}: {data['count']} trials, the configurations in turn "
                 f"round after round, {data['windows']} windows each (interleaved: the "
                 f"speed-ups pair rounds){left_out}")
-    if data.get("ceilings"):
+    if data.get("ceilings") or data.get("left_out"):
         left_out = data.get("left_out") or []
-        return "; ".join([_CEILINGS[label] for label in data["ceilings"]] + (
-            [f"left out, the time left cannot hold it: {', '.join(left_out)}"]
+        them = "it" if len(left_out) == 1 else "them"
+        return "; ".join([_CEILINGS[label] for label in data.get("ceilings") or []] + (
+            [f"left out, the time left cannot hold {them}: {', '.join(left_out)}"]
             if left_out else []))
     return (_CEILINGS[data.get("ceiling", "compute")]
             + (" again: it came out below the winner" if data.get("again") else ""))
