@@ -119,6 +119,30 @@ def test_a_long_step_trial_is_judged_on_its_warm_up_step_with_a_stricter_margin(
     assert rule.gap(400.0) == pytest.approx(0.0, abs=0.02) and rule.noise() == noise
 
 
+def test_windows_still_settling_are_judged_like_a_warm_up_step_and_dropped_from_noise():
+    """With the steady state judged from the windows, a trial's first window may be a
+    transient it drops once all its windows are in: a slow one (workers starting) must not
+    stop a trial only one margin behind, a fast one (a prefetched queue draining) must not make
+    the best, and once dropped it leaves the noise."""
+    rule = EarlyStopping("samples_per_sec", "max", windows=3)
+    for i, rate in enumerate((400.0, 404.0, 398.0)):
+        rule.decide("ref", True, _window(i, rate))
+    noise = rule.noise()
+    settling = {"window_settling": True}
+    slow = 400.0 / 1.15                           # beyond one margin, not two
+    assert not rule.decide("slow-start", False, {**_window(0, slow), **settling})
+    assert not rule.decide("slow-start", False, {**_window(1, slow), **settling})
+    assert rule.decide("unsettled", False, _window(1, slow))           # no settling: one margin
+    assert rule.decide("far-behind", False, {**_window(0, 40.0), **settling})
+    rule.decide("burst", False, {**_window(0, 4000.0), **settling})     # not a best
+    rule.decide("burst", False, {**_window(1, 410.0, median=2205.0), **settling})
+    assert rule.gap(400.0) == pytest.approx(0.0, abs=0.02)
+    rule.decide("burst", False, _window(2, 405.0, median=410.0))       # all in: the median
+    assert rule.noise() > 3 * noise                                     # the burst counts ...
+    rule.decide("burst", False, {**_window(3, 408.0, median=408.0), "windows_dropped": 1})
+    assert rule.noise() < 2 * noise                                     # ... until dropped
+
+
 def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settings):
     reports = []
     result = run_trial(paced, Knobs(batch_size=20), replace(settings, window_s=0.05),

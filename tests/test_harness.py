@@ -9,7 +9,7 @@ import torch
 
 from tests.fake_workloads import N_FILES, broken, oom, regression
 from tuner.failures import is_oom, oom_memory
-from tuner.harness import run_trial
+from tuner.harness import WINDOW_REPORT_KEYS, run_trial
 from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 
@@ -256,6 +256,11 @@ def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_d
     windows = [r["window_samples_per_sec"] for r in reports if r["status"] == "running"]
     assert len(windows) == 3 + result["steady_probes"]     # every window was reported
     assert windows[0] < 0.5 * result["samples_per_sec"]    # the slow one is not in the median
+    running = [r for r in reports if r["status"] == "running"]   # what early stopping reads
+    assert [r["window_settling"] for r in running[:3]] == [True, True, False]
+    assert [r["windows_dropped"] for r in running] == [0, 0, 0] + list(
+        range(1, result["steady_probes"] + 1))
+    assert not set(WINDOW_REPORT_KEYS) & set(result)         # no leaderboard column
     dropped_s = result["warmup_s"] - result["first_step_s"]
     assert dropped_s >= result["steady_probes"] * settings.window_s
     assert result["measured_s"] < 3 * settings.window_s + 0.2

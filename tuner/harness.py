@@ -52,6 +52,10 @@ def _check_deadline(settings: TrialSettings, where: str) -> None:
         raise DeadlineReached(where)
 
 
+WINDOW_REPORT_KEYS = ("window", "window_samples_per_sec", "window_settling", "windows_dropped")
+"""Keys of a window's report (early stopping reads them) that are no leaderboard column."""
+
+
 COMPILE_NEEDS_S = {"default": 90.0, "reduce-overhead": 120.0, "max-autotune": 600.0}
 """Seconds a ``torch.compile`` mode needs before its first step ends, for a trial that would
 start one with less time left (``TrialSettings.deadline_unix_s``). Source: the H100 note of
@@ -193,8 +197,8 @@ def _timed_out(sofar: dict, where: str, settings: TrialSettings) -> dict:
     out = {"samples_per_sec": None, "windows": 0, "time_to_train_s": None, **sofar}
     out.update(status=Status.TIMEOUT, error=f"stopped by the time budget during {where}, "
                f"after {done} of {settings.windows} windows")
-    out.pop("window", None)
-    out.pop("window_samples_per_sec", None)
+    for key in WINDOW_REPORT_KEYS:
+        out.pop(key, None)
     return out
 
 
@@ -279,7 +283,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
                    final_loss=None if settings.loader_only
                    else float(stepper.loss.detach().float().item()) * knobs.grad_accum)
-        for key in ("window", "window_samples_per_sec"):
+        for key in WINDOW_REPORT_KEYS:
             out.pop(key, None)
         # No breakdown past the deadline: the windows are measured, the budget is spent.
         past = settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s
@@ -505,8 +509,12 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
         kept.append(_window(stepper, device, settings, index))
         # The summary so far (median, spread, windows): a trial stopped after this window
         # (pruned, or at the time budget) is recorded with it.
+        # ``window_settling``: until all windows are in, the first may still be dropped as a
+        # transient and the median holds it (early stopping judges it as one warm-up step,
+        # never a best); ``windows_dropped``: windows dropped so far.
         partial_result = {"window": index, "window_samples_per_sec": kept[-1].samples_per_sec,
-                          **summarise(kept)}
+                          "window_settling": settle_s > 0 and index < settings.windows - 1,
+                          "windows_dropped": len(dropped), **summarise(kept)}
         if settings.train_steps is not None:  # Ray Tune wants the objective in every result
             partial_result["time_to_train_s"] = time_to_train(
                 statistics.median(w.step_time_ms for w in kept))

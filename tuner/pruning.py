@@ -34,6 +34,13 @@ measures whole steps, each window one or a few of them: it reports its last warm
 any window (``window`` -1), and stops there when that step is behind the best by more than
 ``WARM_UP_FACTOR`` margins. That figure is never a best and adds nothing to the noise.
 
+**Windows still settling.** When the steady state is judged from the windows
+(``tuner.harness._windows``), the first window may be a transient the trial drops once all
+its windows are in (workers starting: slower; a prefetched queue draining: faster), and the
+median before then holds it. Until then a trial is judged like a warm-up step
+(``WARM_UP_FACTOR`` margins, never a best: the best comes from whole trials); a dropped
+window leaves the noise.
+
 **Why not ASHA or the median-stopping rule as they are.** Both cut at a quantile of the other
 trials (ASHA's rungs keep the top 1/reduction_factor; the median rule stops what is below the
 median): when several good configurations lie within the noise of each other, they stop some of
@@ -95,6 +102,8 @@ class EarlyStopping(FIFOScheduler):
         self._best: float | None = None
         self._logs: dict[str, list[float]] = {}
         """Trial id -> log of each window's samples/sec."""
+        self._dropped: dict[str, int] = {}
+        """Trial id -> its first windows dropped as transients (``tuner.harness._windows``)."""
         self.stopped: list[str] = []
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
@@ -117,12 +126,14 @@ class EarlyStopping(FIFOScheduler):
         rate = result.get("window_samples_per_sec")
         if result.get("status") != Status.RUNNING or window is None:
             return False
-        if window < 0:  # one warm-up step of a long-step trial: judged, never a best or noise
-            return (not is_reference and value is not None and value > 0
-                    and self._best is not None
-                    and self.gap(value) > WARM_UP_FACTOR * self.margin())
-        if rate is not None and rate > 0:
+        settling = window < 0 or bool(result.get("window_settling"))
+        if window >= 0 and rate is not None and rate > 0:
             self._logs.setdefault(trial_id, []).append(math.log(rate))
+        self._dropped[trial_id] = int(result.get("windows_dropped") or 0)
+        if settling:  # a warm-up step, or windows that may hold a transient: never a best
+            return (not is_reference and value is not None and value > 0
+                    and self._best is not None and window + 1 < self.windows
+                    and self.gap(value) > WARM_UP_FACTOR * self.margin())
         if value is None or value <= 0:
             return False
         better = (lambda a, b: a > b) if self._mode == "max" else (lambda a, b: a < b)
@@ -141,7 +152,8 @@ class EarlyStopping(FIFOScheduler):
         """Pooled within-trial standard deviation of log window samples/sec (None until there
         are ``MIN_NOISE_DOF`` degrees of freedom)."""
         squares, dof = 0.0, 0
-        for logs in self._logs.values():
+        for trial_id, logs in self._logs.items():
+            logs = logs[self._dropped.get(trial_id, 0):]  # dropped: transients, not noise
             if len(logs) > 1:
                 mean = sum(logs) / len(logs)
                 squares += sum((x - mean) ** 2 for x in logs)
