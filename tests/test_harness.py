@@ -237,6 +237,25 @@ def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, 
     assert quick["steady_state"] is not None
 
 
+def test_windows_of_whole_long_steps_drop_nothing_and_judge_no_steady_state(regression_data):
+    """With one warm-up step nothing says how long a step is before the windows; windows of one
+    or two steps of half a window or more (ddpm's batch 185-256 on 2 CPU cores) are too few to
+    tell a transient from a step's own spread, and dropping one repeats a multi-second step:
+    none is dropped (a tolerance of 0 would find every window unsteady), steady_state null."""
+    from tests.fake_workloads import paced
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.06, warmup_steps=1, breakdown_steps=0,
+                             steady_tolerance=0.0, max_steady_probes=3, max_warmup_s=5.0)
+    reports = []
+    result = run_trial(paced, Knobs(batch_size=20), settings, report=reports.append)
+    assert result["status"] == "ok", result.get("error")
+    assert result["step_time_ms_p50"] >= 500 * settings.window_s     # long steps, as built
+    assert result["steady_probes"] == 0 and result["steady_state"] is None
+    assert result["windows"] == 3
+    running = [r for r in reports if r["status"] == "running"]
+    assert len(running) == 3 and not any(r["window_settling"] for r in running)
+
+
 def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_dropped(
         regression_data):
     """Issue 13 ('warm-up by evidence'): no probes before the windows; a first window slower

@@ -274,7 +274,9 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
             windows, dropped = _windows(stepper, device, settings, window_done, time_to_train,
                                         settle_s)
-        if settle_s > 0:  # the steady state was judged from the windows: dropped ones warmed up
+        # The steady state was judged from the windows (not for steps of half a window or
+        # more, which keep steady_state null): dropped ones warmed up.
+        if settle_s > 0 and (dropped or not _long_windows(windows, settings)):
             sofar.update(steady_state=not _unsteady(windows, settings.steady_tolerance),
                          steady_probes=len(dropped),
                          warmup_s=sofar["warmup_s"] + sum(w.seconds for w in dropped))
@@ -287,9 +289,8 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             out.pop(key, None)
         # No breakdown past the deadline: the windows are measured, the budget is spent.
         past = settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s
-        long_steps = (out["step_time_ms_p50"] or 0) >= 500 * settings.window_s  # the windows say
         out.update(_breakdown(stepper.step, device, 0 if past else
-                              min(1, settings.breakdown_steps) if long_steps
+                              min(1, settings.breakdown_steps) if _long_windows(windows, settings)
                               else settings.breakdown_steps))
         if settings.train_steps is not None:
             out["time_to_train_s"] = time_to_train(out["step_time_ms_p50"])
@@ -309,10 +310,11 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
     half a window or more (long steps: a window holds one or two whole steps and no steady state
     is judged, ``steady_state`` null), the samples and seconds of the last one, which
     ``_measure`` reports for early stopping; None otherwise. With one warm-up step the windows
-    alone judge the steady state. Settle
-    seconds: what is left of the cap for windows dropped as warm-up (``_windows`` judges the
-    steady state from the windows themselves when there are two or more; 0 with one window,
-    whose steady state half-window probes judge here, as they did for every trial before)."""
+    alone judge the steady state. Settle seconds: what is left of the cap for windows dropped
+    as warm-up (``_windows`` judges the steady state from the windows themselves when there
+    are two or more); 0 when nothing is judged there: one window (half-window probes judge
+    it here, as they did for every trial before), long steps, the cap spent, or
+    ``max_steady_probes`` 0."""
     clock = Stopwatch()
     stepper.step()
     synchronize(device)
@@ -498,8 +500,9 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
     probes run before them: while the first kept window's samples/sec differs from the median
     of the others by more than ``steady_tolerance`` (``_unsteady``: a transient such as workers
     starting, a prefetched queue draining, the allocator growing), it is dropped as warm-up and
-    one more window measured; at most ``max_steady_probes`` are dropped, and none once dropping
-    it and measuring another would pass ``settle_s`` seconds of dropped windows. A steady
+    one more window measured; at most ``max_steady_probes`` are dropped, none once the dropped
+    windows with the one measured in its place would pass ``settle_s`` seconds, and none when
+    the windows' steps take half a window or more (``_long_windows``). A steady
     trial so measures nothing twice (the half-window probes took 1-1.5 s of a 6-s ddpm trial on
     CPU). Returns (windows kept, windows dropped)."""
     kept: list[Window] = []
@@ -513,7 +516,8 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
         # transient and the median holds it (early stopping judges it as one warm-up step,
         # never a best); ``windows_dropped``: windows dropped so far.
         partial_result = {"window": index, "window_samples_per_sec": kept[-1].samples_per_sec,
-                          "window_settling": settle_s > 0 and index < settings.windows - 1,
+                          "window_settling": (settle_s > 0 and index < settings.windows - 1
+                                              and not _long_windows(kept, settings)),
                           "windows_dropped": len(dropped), **summarise(kept)}
         if settings.train_steps is not None:  # Ray Tune wants the objective in every result
             partial_result["time_to_train_s"] = time_to_train(
@@ -525,7 +529,7 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
         spent_s = sum(w.seconds for w in dropped) + kept[0].seconds
         next_s = max(settings.window_s, statistics.median(w.seconds for w in kept))
         if (settle_s <= 0 or len(dropped) >= settings.max_steady_probes
-                or spent_s + next_s > settle_s
+                or spent_s + next_s > settle_s or _long_windows(kept, settings)
                 or not _unsteady(kept, settings.steady_tolerance)):
             return kept, dropped
         dropped.append(kept.pop(0))
@@ -554,6 +558,13 @@ def _window(stepper: "Stepper | LoaderStepper", device: torch.device, settings: 
         return counted_window(steps, samples, seconds, scale_before, stepper.loss_scale())
     except ValueError as exc:
         raise TrialFailure(f"window {index + 1}: {exc}") from None
+
+
+def _long_windows(windows: list[Window], settings: TrialSettings) -> bool:
+    """Whether the windows' median step takes half a window or more: each window holds one or
+    two whole steps, too few to tell a transient from a step's own spread, and dropping one
+    would repeat a multi-second step (ddpm's batch 185-256 on 2 CPU cores: 4-8 s)."""
+    return statistics.median(w.step_time_ms for w in windows) >= 500 * settings.window_s
 
 
 def _unsteady(windows: list[Window], tolerance: float) -> bool:

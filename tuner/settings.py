@@ -55,7 +55,7 @@ MEASUREMENT_DEFAULTS = {
     # tiny (the CPU default): one warm-up step for the one-time costs, then windows that judge
     # the steady state themselves (a transient first window is dropped, harness._windows).
     # With (3, 3, 1.0) the default CPU ddpm run spent as long warming up as measuring (72 s
-    # and 90 s of 209 s, 43 % measured); with (1, 3, 2.0) 57-61 % (docs/benchmarks.md,
+    # and 90 s of 209 s, 43 % measured); with (1, 3, 2.0) 56-61 % (docs/benchmarks.md,
     # 2026-11-24).
     "tiny": (1, 3, 2.0),
     "seed": (10, 5, 2.0),
@@ -325,8 +325,9 @@ class TrialSettings:
     sets it from the run's time budget; None: no deadline)."""
     max_warmup_s: float | None = None
     """Seconds the warm-up may take after its first step (which holds compile and autotuning,
-    recorded as ``first_step_s``): warm-up steps and steady-state probes stop there. None:
-    twice the measurement's length, ``2 * windows * window_s``."""
+    recorded as ``first_step_s``): warm-up steps, steady-state probes and windows dropped as
+    transients stop there (a window is dropped only while the cap holds it and the one
+    measured in its place). None: twice the measurement's length, ``2 * windows * window_s``."""
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
