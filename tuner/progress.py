@@ -17,6 +17,7 @@ from tuner.status import STATUSES, Phase, Status, phase_of
 _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
                   "random": "random search"}
 
+
 def _count(n: int, noun: str) -> str:
     """'1 warm-up step', '3 windows': a count with its noun in the right number."""
     return f"{n} {noun}" + ("" if n == 1 else "s")

@@ -208,8 +208,9 @@ class LeaderboardWriter(Callback):
         windows = int(result.get("windows") or 0) if result.get("status") == Status.RUNNING else 0
         if not windows:
             result = {k: v for k, v in result.items() if k not in leaderboard.MEASURED_COLUMNS}
+        plural = "" if windows == 1 else "s"
         result.update(status=Status.TIMEOUT.value, error=(
-            f"stopped by the time budget after {windows} window{'s' * (windows != 1)}" if windows else
+            f"stopped by the time budget after {windows} window{plural}" if windows else
             "stopped by the time budget before its first window (set-up, compile or warm-up)"))
         result.setdefault("samples_per_sec", None)
         _stamp(trial, result)
