@@ -187,6 +187,40 @@ def test_a_stopped_trial_is_told_to_the_sampler_as_its_partial_measurement(paced
     assert late.suggest("t") == "FINISHED"
 
 
+def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_started(paced_space):
+    """A default CPU run started batch 256 with 15 s of its search left: set-up and one 5.8-s
+    step measured nothing before the budget stopped it. A proposal is costed from the finished
+    trial nearest in batch size (batch 4: 0.1 s steps, 2 s before its windows), scaled to the
+    batch: at batch 20 that is 10 s + 0.5 s."""
+    space = load_space(paced_space, is_file=True).for_device("cpu", max_workers=2, max_batch=64)
+
+    def search(left_s: float) -> ConstrainedSearch:
+        one = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec", mode="max",
+                                           sampler="random", window_s=0.25,
+                                           deadline_unix_s=time.time() + left_s))
+        one.suggest("first")
+        one._batch["first"] = 4
+        one.on_trial_complete("first", {"status": "ok", "samples_per_sec": 40.0,
+                                        "step_time_ms_p50": 100.0, "setup_s": 1.5,
+                                        "warmup_s": 0.5})
+        assert one.timings == [(4, 0.1, 2.0)]
+        return one
+
+    assert search(60.0)._first_window_fits(20) and search(60.0)._first_window_fits(4)
+    assert search(2.5)._first_window_fits(4) and not search(2.5)._first_window_fits(20)
+    short = search(5.0)                       # batch 9 or less fits: 4, 5, 6 of the space
+    answers = [short.suggest(f"t{i}") for i in range(8)]
+    finished = answers.index("FINISHED")      # the first proposal of batch 20 or 32
+    assert all(a["batch_size"] <= 6 for a in answers[:finished])
+    assert set(answers[finished:]) == {"FINISHED"}                 # and nothing after it
+    told = [t.params["batch_size"] for t in short.study.trials
+            if t.state == optuna.trial.TrialState.FAIL]
+    assert len(told) == 1 and told[0] >= 20                        # the sampler learns nothing
+    no_deadline = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec",
+                                               mode="max", sampler="random"))
+    assert no_deadline._first_window_fits(10_000)
+
+
 # ------------------------------------------------------------------------------ the plan
 
 def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_path):

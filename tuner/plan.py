@@ -160,7 +160,8 @@ class Plan:
             limits=MemoryLimits(self.options.max_memory, self.max_host_memory_mb),
             seed_rows=tuple(self._seed_rows()),
             deadline_unix_s=(None if self.deadline_monotonic is None
-                             else time.time() + (self.search_time_s() or 0.0)))
+                             else time.time() + (self.search_time_s() or 0.0)),
+            window_s=self.settings.window_s)
 
     def _seed_rows(self) -> list[tuple[dict, bool]]:
         """Rows the search starts from, each with whether a proposal equal to it is answered

@@ -24,7 +24,9 @@
   ``timeout`` at the time budget) is told as COMPLETE with the median of the windows it ran:
   a shorter but real measurement, which the GP (it learns from COMPLETE trials only) and TPE
   both use. One stopped before any window is told FAIL (nothing measured). No trial is started
-  after ``SearchSpec.deadline_unix_s``.
+  after ``SearchSpec.deadline_unix_s``, nor a proposal whose first window would end past it
+  (its set-up, warm-up and one window costed from the finished trial nearest in batch size,
+  scaled to the batch: a batch of 256 proposed with 15 s left on 2 CPU cores measured nothing).
 * A resumed run's rows (and, with warm start, earlier runs' rows) seed the study; their
   constraint is worked out against this run's limits.
 """
@@ -204,6 +206,9 @@ class SearchSpec:
     whether a proposal equal to it is answered from it instead of measured again."""
     deadline_unix_s: float | None = None
     """When the search's time is up (``time.time()``): no trial is started after it."""
+    window_s: float = 0.0
+    """Seconds of one measurement window (``TrialSettings.window_s``), for costing a proposal
+    against the deadline."""
 
     @property
     def worst(self) -> float:
@@ -238,6 +243,12 @@ class ConstrainedSearch(Searcher):
         self.infeasible = KnownInfeasible()
         self.answered = 0
         """Proposals answered without a trial (known outcome)."""
+        self._batch: dict[str, int] = {}
+        """Ray trial id -> its batch size."""
+        self.timings: list[tuple[int, float, float]] = []
+        """Finished trials' (batch size, step time s, set-up and warm-up s)."""
+        self._out_of_time = False
+        """A proposal's first window would have ended past the deadline: nothing more starts."""
         self._seed(spec.seed_rows)
 
     def params(self, trial_id: str) -> dict:
@@ -245,7 +256,8 @@ class ConstrainedSearch(Searcher):
         return dict(self._params[trial_id])
 
     def suggest(self, trial_id: str) -> dict | str | None:
-        if self.spec.deadline_unix_s is not None and time.time() >= self.spec.deadline_unix_s:
+        if self._out_of_time or (self.spec.deadline_unix_s is not None
+                                 and time.time() >= self.spec.deadline_unix_s):
             return Searcher.FINISHED  # the search's time is up: start nothing more
         if self._references:
             name, params, knobs = self._references.pop(0)
@@ -255,9 +267,28 @@ class ConstrainedSearch(Searcher):
         else:
             trial, config = self._propose()
             config["reference"] = None
+            if not self._first_window_fits(int(config["batch_size"])):
+                from optuna.trial import TrialState
+                self.study.tell(trial, state=TrialState.FAIL)
+                self._out_of_time = True
+                return Searcher.FINISHED  # it would end before its first window: measure nothing
         self._live[trial_id] = trial
+        self._batch[trial_id] = int(config["batch_size"])
         self._params[trial_id] = dict(trial.params)
         return config
+
+    def _first_window_fits(self, batch_size: int) -> bool:
+        """Whether a trial at ``batch_size`` started now ends its first window before the
+        search's deadline: the finished trial nearest in batch size (log ratio) gives set-up,
+        warm-up and step time, scaled up to a larger batch (samples/sec held); True without a
+        deadline or a finished trial to go by."""
+        if self.spec.deadline_unix_s is None or not self.timings:
+            return True
+        batch, step_s, before_s = min(
+            self.timings, key=lambda t: abs(math.log(t[0] / batch_size)))
+        scale = max(1.0, batch_size / batch)
+        need_s = scale * before_s + max(self.spec.window_s, scale * step_s)
+        return time.time() + need_s <= self.spec.deadline_unix_s
 
     def _config(self, trial) -> dict:
         """The trial's knob values: the sampled parameters and the space's constants."""
@@ -325,6 +356,10 @@ class ConstrainedSearch(Searcher):
         if trial is None:  # completed already, or not ours
             return
         result = result or {}
+        batch = self._batch.pop(trial_id, None)
+        if batch and result.get("step_time_ms_p50"):
+            self.timings.append((batch, result["step_time_ms_p50"] / 1000,
+                                 (result.get("setup_s") or 0.0) + (result.get("warmup_s") or 0.0)))
         status, value = result.get("status"), result.get(self.metric)
         key = _params_key(trial.params)
         if status in (Status.OOM, Status.OVER_LIMIT):
