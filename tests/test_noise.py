@@ -351,6 +351,23 @@ def test_no_ceiling_is_started_without_the_time_for_one(fits):
     assert [(phase, done) for phase, _, done, _ in fits] == [("ceiling", [(32, None)])]
 
 
+@pytest.mark.parametrize("ceiling_sps, again", [(55.0, False), (48.0, True), (70.0, False)])
+def test_a_compute_ceiling_is_measured_again_only_when_it_is_below_the_best_beyond_the_noise(
+        fits, ceiling_sps, again):
+    """A ceiling within CEILING_NOISE below the winner is the pipeline's own compute-bound rate
+    ('at it'): a second trial (14 s of the default CPU run) could not change that reading.
+    Further below it is disturbed and measured again; above the winner it is a ceiling."""
+    winner = leaderboard.best_row(search_rows())
+    assert winner["samples_per_sec"] == 56.4                    # FAST, the searched best
+    rows = search_rows() + [row(9, knobs=Knobs.from_dict(winner, strict=False),
+                                sps=ceiling_sps, phase="ceiling", ceiling="compute")]
+    events = []
+    driver._fit_ceiling(plan_for(), SimpleNamespace(rows=rows),
+                        lambda kind, data: events.append(data))
+    assert [done for _, _, done, _ in fits] == ([[(32, None)]] if again else [])
+    assert [e["again"] for e in events] == ([True] if again else [])
+
+
 def test_a_ceiling_the_time_left_cannot_hold_is_left_out_and_said():
     """The default CPU run started the machine's compute limit (batch 256: a 7.6-s step on 2
     cores) with 12.6 s left: it measured nothing. Its cost counts each window as at least one

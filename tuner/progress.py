@@ -402,10 +402,10 @@ def _attainable_row(t: Table, best: dict) -> None:
 
 def _low_ceiling_cells(best: dict) -> tuple[str, str]:
     """The 'best is' and 'knobs' cells of a compute-only ceiling measured below the best: within
-    ``CEILING_NOISE`` it is the pipeline's own rate ('at it': bound by compute), further below a
+    ``leaderboard.CEILING_NOISE`` it is the pipeline's own rate ('at it': bound by compute), further below a
     disturbed measurement. No efficiency either way (it would read over 100 %)."""
     below = 1 - best["ceiling_samples_per_sec"] / best["samples_per_sec"]
-    if below <= CEILING_NOISE:
+    if below <= leaderboard.CEILING_NOISE:
         return "at it", (f"same knobs, batches on the device: {100 * below:.0f} % below the "
                          "pipeline, within the noise: it runs at its compute-only rate, bound by "
                          "compute")
@@ -414,12 +414,6 @@ def _low_ceiling_cells(best: dict) -> tuple[str, str]:
     return "disturbed", (f"measured below the pipeline it bounds, {how}: no efficiency shown "
                          "(the machine was busy; run again on a quiet one)")
 
-
-CEILING_NOISE = 0.05
-"""A compute-only ceiling at most this share below the pipeline it bounds is read as the
-pipeline's own rate within the noise (a compute-bound configuration: the default CPU ddpm run
-measured 48.1 against 49.0 on a quiet machine), not as a busy machine. Either way no efficiency
-is shown."""
 
 BUSY_STEAL_PCT = 5.0
 """CPU steal above this share of a trial's time means a busy host (a shared VM)."""
