@@ -604,8 +604,9 @@ def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knob
     from ray import tune
     if writer.expected is not None:
         writer.expected += len(configs)
-    # The per-phase breakdown (synchronised steps after the windows, ~1.5 s of a CPU trial) is
-    # the search's: a re-measurement or a ceiling repeats a configuration the search measured.
+    # The per-phase breakdown (synchronised steps after the windows on CUDA; on CPU timed in
+    # them) is the search's: a re-measurement or a ceiling repeats a configuration the search
+    # measured.
     follow_up = {} if phase == Phase.SEARCH else {"breakdown_steps": 0}
     settings = {**asdict(plan.settings), **follow_up, **settings_changes}
     changes = per_trial or [{} for _ in configs]

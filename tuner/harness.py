@@ -271,9 +271,12 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                          peak_host_memory_mb=sampler.peak_mb)
             on_window(dict(sofar))
 
+        # On CPU the per-phase breakdown is timed inside the windows (nothing to synchronise:
+        # free); on CUDA apart from them, after, in synchronised steps.
+        phases = [] if device.type == "cpu" and settings.breakdown_steps > 0 else None
         with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
             windows, dropped = _windows(stepper, device, settings, window_done, time_to_train,
-                                        settle_s)
+                                        settle_s, phases)
         # The steady state was judged from the windows (not for steps of half a window or
         # more, which keep steady_state null): dropped ones warmed up.
         if settle_s > 0 and (dropped or not _long_windows(windows, settings)):
@@ -289,9 +292,14 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             out.pop(key, None)
         # No breakdown past the deadline: the windows are measured, the budget is spent.
         past = settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s
-        out.update(_breakdown(stepper.step, device, 0 if past else
-                              min(1, settings.breakdown_steps) if _long_windows(windows, settings)
-                              else settings.breakdown_steps))
+        if phases is not None:
+            out.update(_phase_columns({p: sum(w[p] for w in phases) for p in PHASES},
+                                      sum(w["steps"] for w in phases)))
+        else:
+            out.update(_breakdown(stepper.step, device, 0 if past else
+                                  min(1, settings.breakdown_steps)
+                                  if _long_windows(windows, settings)
+                                  else settings.breakdown_steps))
         if settings.train_steps is not None:
             out["time_to_train_s"] = time_to_train(out["step_time_ms_p50"])
         return out
@@ -490,7 +498,8 @@ def _no_timer(phase: str) -> None:
 
 def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
              on_window: Report, time_to_train: Callable[[float], float],
-             settle_s: float = 0.0) -> tuple[list[Window], list[Window]]:
+             settle_s: float = 0.0, phases: list[dict[str, float]] | None = None
+             ) -> tuple[list[Window], list[Window]]:
     """``settings.windows`` timed windows of at least ``window_s`` each, between device
     synchronisations (nothing synchronises inside one). Each window's result goes to
     ``on_window``, with the median so far of the windows kept (and ``time_to_train_s`` when
@@ -502,14 +511,18 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
     starting, a prefetched queue draining, the allocator growing), it is dropped as warm-up and
     one more window measured; at most ``max_steady_probes`` are dropped, none once the dropped
     windows with the one measured in its place would pass ``settle_s`` seconds, and none when
-    the windows' steps take half a window or more (``_long_windows``). A steady
+    the windows' steps take half a window or more (``_long_windows``). With ``phases`` (a
+    list, CPU only) each kept window's per-phase seconds are appended to it (``_window``). A steady
     trial so measures nothing twice (the half-window probes took 1-1.5 s of a 6-s ddpm trial on
     CPU). Returns (windows kept, windows dropped)."""
     kept: list[Window] = []
     dropped: list[Window] = []
     index = 0
     while True:
-        kept.append(_window(stepper, device, settings, index))
+        window_phases = None if phases is None else {**dict.fromkeys(PHASES, 0.0), "steps": 0}
+        kept.append(_window(stepper, device, settings, index, window_phases))
+        if phases is not None:
+            phases.append(window_phases)
         # The summary so far (median, spread, windows): a trial stopped after this window
         # (pruned, or at the time budget) is recorded with it.
         # ``window_settling``: until all windows are in, the first may still be dropped as a
@@ -533,22 +546,29 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
                 or not _unsteady(kept, settings.steady_tolerance)):
             return kept, dropped
         dropped.append(kept.pop(0))
+        if phases is not None:
+            phases.pop(0)
 
 
 def _window(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
-            index: int) -> Window:
+            index: int, phases: dict[str, float] | None = None) -> Window:
     """One timed window (``index`` counts from 0): steps until ``window_s`` has passed, then a
     device synchronisation. Steps the fp16 GradScaler skipped are not counted as measured ones
     (``counted_window``): its scale is read at the synchronised ends, outside the timed span.
+    With ``phases`` (CPU only: nothing to synchronise, so timing costs two clock reads a
+    phase), each phase's seconds over the window's steps are added to it, with ``"steps"``.
     Raises DeadlineReached past the run's deadline (an unfinished window is dropped) and
     TrialFailure when the scaler skipped every step."""
     synchronize(device)
     scale_before = stepper.loss_scale()
     t0 = time.perf_counter()
+    timer = None if phases is None else _phase_timer(phases, t0)
     steps = samples = 0
     while True:
-        samples += stepper.step()
+        samples += stepper.step(timer)
         steps += 1
+        if phases is not None:
+            phases["steps"] += 1
         if time.perf_counter() - t0 >= settings.window_s:
             break
         _check_deadline(settings, f"window {index + 1}")
@@ -558,6 +578,19 @@ def _window(stepper: "Stepper | LoaderStepper", device: torch.device, settings: 
         return counted_window(steps, samples, seconds, scale_before, stepper.loss_scale())
     except ValueError as exc:
         raise TrialFailure(f"window {index + 1}: {exc}") from None
+
+
+def _phase_timer(phases: dict[str, float], start: float) -> Callable[[str], None]:
+    """A ``Stepper.step`` timer adding to ``phases`` the seconds since the last mark (the
+    first: ``start``); the loop's own time between steps lands in the next data wait."""
+    last = start
+
+    def timer(phase: str) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        phases[phase] += now - last
+        last = now
+    return timer
 
 
 def _long_windows(windows: list[Window], settings: TrialSettings) -> bool:
@@ -609,7 +642,8 @@ def _time_to_train(settings: TrialSettings, setup_s: float, warmup_s: float,
 
 def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
     """Mean ms per optimizer step in each phase over ``steps`` synchronised steps, and each
-    phase's share. Kept apart from the windows: the synchronisations slow the step down."""
+    phase's share (CUDA; on CPU the windows time it, ``_window``). Kept apart from the
+    windows: the synchronisations slow the step down."""
     if steps <= 0:
         return {}
     totals = dict.fromkeys(PHASES, 0.0)
@@ -625,7 +659,16 @@ def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
             last = now
 
         train_step(timer)
-    step_ms = sum(totals.values()) * 1000 / steps
+    return _phase_columns(totals, steps)
+
+
+def _phase_columns(totals: dict[str, float], steps: int) -> dict:
+    """The breakdown columns from each phase's seconds over ``steps`` steps: mean ms per
+    optimizer step in each phase (``<phase>_ms``), its share (``<phase>_pct``) and their sum
+    (``breakdown_step_ms``); none without a step."""
+    if steps <= 0:
+        return {}
+    step_ms = sum(totals[phase] for phase in PHASES) * 1000 / steps
     out = {"breakdown_step_ms": step_ms}
     for phase in PHASES:
         ms = totals[phase] * 1000 / steps

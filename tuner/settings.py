@@ -282,7 +282,8 @@ class TrialSettings:
     steady-state judgement (``steady_state`` null)."""
     breakdown_steps: int = 3
     """Synchronised steps, after the windows, timed per phase (data wait, host-to-device,
-    forward, backward, optimizer); 0 turns the breakdown off."""
+    forward, backward, optimizer) on CUDA; on CPU (nothing to synchronise) any number above 0
+    times the windows' own steps instead; 0 turns the breakdown off."""
     compute_only: bool = False
     """Compute-only ceiling: cycle a few batches already on the device instead of the
     DataLoader (the throughput a perfect input pipeline would give)."""
