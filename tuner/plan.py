@@ -18,6 +18,7 @@ from pathlib import Path
 import tuner.leaderboard as leaderboard
 from tuner.errors import DataError, TunerError
 from tuner.flops import has_image_layout, model_flops_per_sample
+from tuner.hardware import cpu_has_native_bf16
 from tuner.knobs import Knobs
 from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S, DEVICES,
                             MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
@@ -267,6 +268,14 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
     device_space = space.for_device(device, max_workers=resources.node_cpus, max_batch=samples)
     if not has_image_layout(workload, scale):  # no Conv2d/3d: channels_last changes nothing
         device_space = device_space.fixed("channels_last", False)
+    bf16 = device_space.domains.get("amp")
+    if (device == "cpu" and options.address is None and bf16 is not None
+            and "bf16" in getattr(bf16, "values", ()) and not cpu_has_native_bf16()):
+        device_space = device_space.without("amp", "bf16")
+        notes.append("amp=bf16 is not searched: this CPU has no native bf16 (AVX512-BF16, AMX "
+                     "or Arm BF16 in /proc/cpuinfo), where torch emulates it through fp32 (~10x "
+                     "slower than fp32 for ddpm on a 2-core AVX2 EPYC); a reference using it "
+                     "still runs")
     if options.global_batch_size is not None:
         device_space = device_space.with_global_batch(options.global_batch_size)
     references = device_space.fit_references(

@@ -116,6 +116,18 @@ class Space:
         return Space(self.source, {**self.domains, "batch_size": dom}, self.constants,
                      self.overrides, self.global_batch)
 
+    def without(self, name: str, value: Any) -> "Space":
+        """The space with ``value`` no longer sampled for the choice knob ``name`` (held at the
+        one value left, when one is); unchanged when ``name`` does not sample ``value``."""
+        dom = self.domains.get(name)
+        if not isinstance(dom, Choices) or value not in dom.values:
+            return self
+        kept = tuple(v for v in dom.values if v != value)
+        if len(kept) == 1:
+            return self.fixed(name, kept[0])
+        return Space(self.source, {**self.domains, name: Choices(kept)}, self.constants,
+                     self.overrides, self.global_batch)
+
     def fixed(self, name: str, value: Any) -> "Space":
         """The space with knob ``name`` no longer sampled: held at ``value``."""
         if name not in self.domains:
