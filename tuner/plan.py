@@ -265,19 +265,7 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
     notes = check_limits(options, device)
     scale = options.scale or ("seed" if device == "cuda" else "tiny")
     data_dir, samples = checked_data(workload, options.data, scale)
-    device_space = space.for_device(device, max_workers=resources.node_cpus, max_batch=samples)
-    if not has_image_layout(workload, scale):  # no Conv2d/3d: channels_last changes nothing
-        device_space = device_space.fixed("channels_last", False)
-    bf16 = device_space.domains.get("amp")
-    if (device == "cpu" and options.address is None and bf16 is not None
-            and "bf16" in getattr(bf16, "values", ()) and not cpu_has_native_bf16()):
-        device_space = device_space.without("amp", "bf16")
-        notes.append("amp=bf16 is not searched: this CPU has no native bf16 (AVX512-BF16, AMX "
-                     "or Arm BF16 in /proc/cpuinfo), where torch emulates it through fp32 (~10x "
-                     "slower than fp32 for ddpm on a 2-core AVX2 EPYC); a reference using it "
-                     "still runs")
-    if options.global_batch_size is not None:
-        device_space = device_space.with_global_batch(options.global_batch_size)
+    device_space = _device_space(space, workload, options, resources, scale, samples, notes)
     references = device_space.fit_references(
         {name: knobs.clamp(device)[0] for name, knobs in workload.references.items()})
     max_host_memory_mb = _host_limit_mb(options.max_host_memory)
@@ -357,6 +345,28 @@ def checked_data(workload: Workload, data: str | None, scale: str) -> tuple[Path
     """
     data_dir = _data_dir(workload, data, scale)
     return data_dir, workload.check_data(data_dir, scale)
+
+
+def _device_space(space: Space, workload: Workload, options: RunOptions, resources: Resources,
+                  scale: str, samples: int, notes: list[str]) -> Space:
+    """The space a run samples on its device (``Space.for_device``), less what cannot change
+    anything there: ``channels_last`` for a model without Conv2d/3d, bf16 on a CPU that only
+    emulates it (said in ``notes``); fitted to ``--global-batch-size``."""
+    device = resources.device
+    device_space = space.for_device(device, max_workers=resources.node_cpus, max_batch=samples)
+    if not has_image_layout(workload, scale):  # no Conv2d/3d: channels_last changes nothing
+        device_space = device_space.fixed("channels_last", False)
+    amp = device_space.domains.get("amp")
+    if (device == "cpu" and options.address is None
+            and "bf16" in getattr(amp, "values", ()) and not cpu_has_native_bf16()):
+        device_space = device_space.without("amp", "bf16")
+        notes.append("amp=bf16 is not searched: this CPU has no native bf16 (AVX512-BF16, AMX "
+                     "or Arm BF16 in /proc/cpuinfo), where torch emulates it through fp32 (~10x "
+                     "slower than fp32 for ddpm on a 2-core AVX2 EPYC); a reference using it "
+                     "still runs")
+    if options.global_batch_size is not None:
+        device_space = device_space.with_global_batch(options.global_batch_size)
+    return device_space
 
 
 def check_limits(options: RunOptions, device: str) -> list[str]:
