@@ -290,16 +290,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                    else float(stepper.loss.detach().float().item()) * knobs.grad_accum)
         for key in WINDOW_REPORT_KEYS:
             out.pop(key, None)
-        # No breakdown past the deadline: the windows are measured, the budget is spent.
-        past = settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s
-        if phases is not None:
-            out.update(_phase_columns({p: sum(w[p] for w in phases) for p in PHASES},
-                                      sum(w["steps"] for w in phases)))
-        else:
-            out.update(_breakdown(stepper.step, device, 0 if past else
-                                  min(1, settings.breakdown_steps)
-                                  if _long_windows(windows, settings)
-                                  else settings.breakdown_steps))
+        out.update(_breakdown_after(stepper, device, settings, windows, phases))
         if settings.train_steps is not None:
             out["time_to_train_s"] = time_to_train(out["step_time_ms_p50"])
         return out
@@ -638,6 +629,21 @@ def _time_to_train(settings: TrialSettings, setup_s: float, warmup_s: float,
     workers), the warm-up steps as measured (compile included), the rest at steady state."""
     remaining = max(0, settings.train_steps - settings.warmup_steps)
     return setup_s + warmup_s + remaining * step_time_ms / 1000
+
+
+def _breakdown_after(stepper: "Stepper | LoaderStepper", device: torch.device,
+                     settings: TrialSettings, windows: list[Window],
+                     phases: list[dict[str, float]] | None) -> dict:
+    """The per-phase breakdown columns once the windows are in: summed from the windows'
+    ``phases`` (CPU), else timed in ``breakdown_steps`` synchronised steps (one for long
+    steps; none past the deadline: the windows are measured, the budget is spent)."""
+    if phases is not None:
+        return _phase_columns({p: sum(w[p] for w in phases) for p in PHASES},
+                              sum(w["steps"] for w in phases))
+    past = settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s
+    steps = (0 if past else min(1, settings.breakdown_steps)
+             if _long_windows(windows, settings) else settings.breakdown_steps)
+    return _breakdown(stepper.step, device, steps)
 
 
 def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
