@@ -374,3 +374,32 @@ def test_a_warm_up_step_that_would_end_past_the_cap_is_not_started(settings, mon
     after_first_s = result["warmup_s"] - result["first_step_s"]
     assert 0.3 <= after_first_s < 0.5                          # one step, not two
     assert result["windows"] == settings.windows
+
+
+def test_no_window_begins_past_the_deadline(regression_data):
+    """The deadline passes while a window is reported: the next window runs no step (it ran
+    one, as long as a step is, for a window that is dropped anyway)."""
+    import time
+    from tests.fake_workloads import Regression
+    steps_at: list[float] = []
+
+    class Logged(Regression):
+        name = "fake-logged"
+
+        def training_step(self, model, batch):
+            steps_at.append(time.time())
+            return super().training_step(model, batch)
+
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.1, warmup_steps=1, breakdown_steps=0,
+                             deadline_unix_s=time.time() + 600)
+    passed_at: list[float] = []
+
+    def report(result):
+        if result["status"] == "running" and not passed_at:  # after window 1: time is up
+            passed_at.append(time.time())
+            object.__setattr__(settings, "deadline_unix_s", passed_at[0])  # frozen dataclass
+    row = run_trial(Logged(), Knobs(batch_size=8), settings, report=report)
+    assert row["status"] == "timeout" and "during window 2, after 1 of 3" in row["error"]
+    assert row["windows"] == 1 and row["samples_per_sec"] > 0
+    assert steps_at and max(steps_at) < passed_at[0]           # no step past the deadline

@@ -548,8 +548,11 @@ def _window(stepper: "Stepper | LoaderStepper", device: torch.device, settings: 
     (``counted_window``): its scale is read at the synchronised ends, outside the timed span.
     With ``phases`` (CPU only: nothing to synchronise, so timing costs two clock reads a
     phase), each phase's seconds over the window's steps are added to it, with ``"steps"``.
-    Raises DeadlineReached past the run's deadline (an unfinished window is dropped) and
-    TrialFailure when the scaler skipped every step."""
+    Raises DeadlineReached past the run's deadline, before its first step too (an unfinished
+    window is dropped, so a window begun past it ran a step for nothing, however long, and
+    one longer than ``recorder.OVERDUE_S`` got its process killed), and TrialFailure when the
+    scaler skipped every step."""
+    _check_deadline(settings, f"window {index + 1}")
     synchronize(device)
     scale_before = stepper.loss_scale()
     t0 = time.perf_counter()
