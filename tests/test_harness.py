@@ -325,6 +325,33 @@ def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_d
     assert off["steady_probes"] == 0 and off["steady_state"] is None
 
 
+def test_a_trial_stopped_in_the_window_after_a_drop_is_recorded_without_the_dropped_one(
+        regression_data, monkeypatch):
+    """The time budget stops the trial in the window measured in place of a dropped one: the
+    row holds the two windows kept (not the transient, nor 'after 3 of 3 windows'), the
+    dropped window's time in ``warmup_s``."""
+    from tuner import harness
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.2, warmup_steps=1, breakdown_steps=0,
+                             steady_tolerance=0.0, max_steady_probes=1, max_warmup_s=5.0)
+
+    def deadline_in_window_4(settings, where):  # the budget runs out in the 4th window
+        if where == "window 4":
+            raise harness.DeadlineReached(where)
+    monkeypatch.setattr(harness, "_check_deadline", deadline_in_window_4)
+    reports = []
+    # A tolerance of 0 finds every first window unsteady: one is dropped, one measured after.
+    row = run_trial(regression, Knobs(batch_size=8), settings, report=reports.append)
+    assert row["status"] == "timeout", row["error"]
+    assert "during window 4, after 2 of 3 windows" in row["error"]
+    running = [r["window_samples_per_sec"] for r in reports if r["status"] == "running"]
+    assert len(running) == 3                        # the 4th window never finished
+    assert row["windows"] == 2 and row["steady_probes"] == 1
+    assert row["samples_per_sec"] == pytest.approx((running[1] + running[2]) / 2)
+    assert row["warmup_s"] >= row["first_step_s"] + settings.window_s     # the dropped window
+    assert row["measured_s"] < 2 * settings.window_s + 0.2
+
+
 def test_one_warm_up_step_of_one_time_costs_does_not_make_the_steps_long(regression_data):
     """With one warm-up step (the tiny scale's default) the first step, one-time costs and all,
     is no measure of a step: the default ddpm run's recommended configuration took 2.1 s for

@@ -421,7 +421,8 @@ def test_time_to_train_needs_train_steps(tmp_path, module_cache):
 def test_time_to_train_prediction(regression_data):
     from tests.fake_workloads import regression
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
-                             warmup_steps=2, windows=2, window_s=0.2, train_steps=1000)
+                             warmup_steps=2, windows=2, window_s=0.2, train_steps=1000,
+                             max_steady_probes=0)   # no window dropped: the next test's case
     reports = []
     row = run_trial(regression, Knobs(batch_size=8), settings, report=reports.append)
     assert row["status"] == "ok", row["error"]
@@ -435,6 +436,27 @@ def test_time_to_train_prediction(regression_data):
         scale="tiny", device="cpu", data_dir=str(regression_data), warmup_steps=1, windows=1,
         window_s=0.05, breakdown_steps=0))
     assert plain.get("time_to_train_s") is None
+
+
+def test_time_to_train_counts_the_steps_of_a_dropped_window_once(regression_data):
+    """A window dropped as warm-up is in ``warmup_s`` with its steps: the prediction does not
+    run those steps again at steady state (it did, a window's steps too many)."""
+    from tests.fake_workloads import regression
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             warmup_steps=1, windows=3, window_s=0.2, breakdown_steps=0,
+                             steady_tolerance=0.0, max_steady_probes=1, max_warmup_s=5.0,
+                             train_steps=1000)
+    reports = []
+    row = run_trial(regression, Knobs(batch_size=8), settings, report=reports.append)
+    assert row["status"] == "ok", row["error"]
+    assert row["steady_probes"] == 1                   # one window dropped (tolerance 0)
+    # The dropped window's steps, from its report: its seconds are warmup_s beyond the step.
+    dropped_s = row["warmup_s"] - row["first_step_s"]
+    dropped_steps = round(reports[0]["window_samples_per_sec"] * dropped_s / 8)
+    assert dropped_steps >= 1
+    expected = (row["setup_s"] + row["warmup_s"]
+                + (1000 - 1 - dropped_steps) * row["step_time_ms_p50"] / 1000)
+    assert row["time_to_train_s"] == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -260,8 +260,11 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         if not torch.isfinite(stepper.loss):
             raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
 
+        warm_steps = [stepper.steps_run]  # steps of the warm-up, windows dropped included
+
         def time_to_train(step_time_ms: float) -> float:  # warm-up as measured when asked
-            return _time_to_train(settings, setup_s, sofar["warmup_s"], step_time_ms)
+            return _time_to_train(settings, setup_s, sofar["warmup_s"], warm_steps[0],
+                                  step_time_ms)
 
         if last_step is not None:  # steps of seconds: early stopping may judge one already
             on_window(_warm_up_report(sofar, *last_step, settings, time_to_train))
@@ -271,18 +274,23 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
                          peak_host_memory_mb=sampler.peak_mb)
             on_window(dict(sofar))
 
+        def window_dropped(window: Window, kept: list[Window]) -> None:
+            # Warm-up from now on: a trial the budget stops in the window measured in its
+            # place is recorded with the windows kept, not with the transient.
+            warm_steps[0] += window.steps + window.skipped
+            sofar.update(summarise(kept), warmup_s=sofar["warmup_s"] + window.seconds,
+                         steady_probes=sofar["steady_probes"] + 1)
+
         # On CPU the per-phase breakdown is timed inside the windows (nothing to synchronise:
         # free); on CUDA apart from them, after, in synchronised steps.
         phases = [] if device.type == "cpu" and settings.breakdown_steps > 0 else None
         with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
             windows, dropped = _windows(stepper, device, settings, window_done, time_to_train,
-                                        settle_s, phases)
+                                        settle_s, phases, window_dropped)
         # The steady state was judged from the windows (not for steps of half a window or
-        # more, which keep steady_state null): dropped ones warmed up.
+        # more, which keep steady_state null): dropped ones warmed up (``window_dropped``).
         if settle_s > 0 and (dropped or not _long_windows(windows, settings)):
-            sofar.update(steady_state=not _unsteady(windows, settings.steady_tolerance),
-                         steady_probes=len(dropped),
-                         warmup_s=sofar["warmup_s"] + sum(w.seconds for w in dropped))
+            sofar.update(steady_state=not _unsteady(windows, settings.steady_tolerance))
         out = {**sofar, **summarise(windows), **load.as_columns()}
         out.update(peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
@@ -424,6 +432,8 @@ class Stepper:
     """Checked after each step: a host memory limit ends the trial as soon as it is crossed."""
     loss: torch.Tensor | None = None
     """The last micro-batch's loss (scaled for gradient accumulation)."""
+    steps_run: int = 0
+    """Optimizer steps run so far (warm-up, probes and windows; skipped ones too)."""
 
     @property
     def knobs(self) -> Knobs:
@@ -446,6 +456,7 @@ class Stepper:
             samples += self.training.workload.samples_in(batch)
         self.training.step()
         mark("optimizer")
+        self.steps_run += 1
         if self.sampler.exceeded.is_set():
             raise LimitExceeded(f"host memory (process + DataLoader workers) went over the "
                                 f"limit of {self.sampler.limit_mb:,.0f} MB", "host")
@@ -467,6 +478,8 @@ class LoaderStepper:
     move: Callable[[Any], Any]
     loss: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
     """No loss: zero, so the warm-up's finiteness check passes."""
+    steps_run: int = 0
+    """Steps run so far."""
 
     def step(self, timer: Callable[[str], None] | None = None) -> int:
         mark = timer or _no_timer
@@ -476,6 +489,7 @@ class LoaderStepper:
             mark("data_wait")
             samples += self.workload.samples_in(self.move(raw))
             mark("h2d")
+        self.steps_run += 1
         return samples
 
     def loss_scale(self) -> None:
@@ -489,7 +503,8 @@ def _no_timer(phase: str) -> None:
 
 def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
              on_window: Report, time_to_train: Callable[[float], float],
-             settle_s: float = 0.0, phases: list[dict[str, float]] | None = None
+             settle_s: float = 0.0, phases: list[dict[str, float]] | None = None,
+             on_drop: Callable[[Window, list[Window]], None] | None = None
              ) -> tuple[list[Window], list[Window]]:
     """``settings.windows`` timed windows of at least ``window_s`` each, between device
     synchronisations (nothing synchronises inside one). Each window's result goes to
@@ -503,7 +518,8 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
     one more window measured; at most ``max_steady_probes`` are dropped, none once the dropped
     windows with the one measured in its place would pass ``settle_s`` seconds, and none when
     the windows' steps take half a window or more (``_long_windows``). With ``phases`` (a
-    list, CPU only) each kept window's per-phase seconds are appended to it (``_window``). A steady
+    list, CPU only) each kept window's per-phase seconds are appended to it (``_window``).
+    ``on_drop(window, kept)`` is called for each window dropped, with the windows kept. A steady
     trial so measures nothing twice (the half-window probes took 1-1.5 s of a 6-s ddpm trial on
     CPU). Returns (windows kept, windows dropped)."""
     kept: list[Window] = []
@@ -539,6 +555,8 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
         dropped.append(kept.pop(0))
         if phases is not None:
             phases.pop(0)
+        if on_drop is not None:
+            on_drop(dropped[-1], kept)
 
 
 def _window(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
@@ -627,10 +645,11 @@ def _settle(train_step: Callable, device: torch.device, settings: TrialSettings,
 
 
 def _time_to_train(settings: TrialSettings, setup_s: float, warmup_s: float,
-                   step_time_ms: float) -> float:
+                   warmup_steps: int, step_time_ms: float) -> float:
     """Predicted wall time of the user's ``train_steps``-step job: setup (dataset, model,
-    workers), the warm-up steps as measured (compile included), the rest at steady state."""
-    remaining = max(0, settings.train_steps - settings.warmup_steps)
+    workers), the ``warmup_steps`` steps of the warm-up as measured in ``warmup_s`` (compile,
+    steady-state probes and windows dropped as warm-up included), the rest at steady state."""
+    remaining = max(0, settings.train_steps - warmup_steps)
     return setup_s + warmup_s + remaining * step_time_ms / 1000
 
 
