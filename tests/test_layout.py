@@ -57,6 +57,28 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, line, native):
     assert cpu_has_native_bf16(str(tmp_path / "missing")) is True   # cannot tell: keep it
 
 
+X86 = "processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: AMD EPYC\n"
+ARM = "processor\t: {n}\nBogoMIPS\t: 243.75\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n"
+
+
+@pytest.mark.parametrize("text, key", [
+    # one VM model name, two generations: each its own key, so no answer crosses between them
+    (X86.format(n=0, family=26, model=2) + "\n" + X86.format(n=1, family=26, model=2),
+     "cpu:AMD EPYC (family 26 model 2):2cpu"),
+    (X86.format(n=0, family=25, model=1), "cpu:AMD EPYC (family 25 model 1):2cpu"),
+    (ARM.format(n=0), "cpu:{name}:2cpu"),  # no model name: the platform's, then the part
+])
+def test_the_hardware_key_tells_cpu_generations_apart(tmp_path, text, key):
+    import platform
+    from tuner.hardware import cpu_key
+    info = tmp_path / "cpuinfo"
+    info.write_text(text)
+    name = (platform.processor() or platform.machine()) + " (implementer 0x41 part 0xd4f)"
+    assert cpu_key(2, str(info)) == key.format(name=name)
+    missing = str(tmp_path / "missing")   # not Linux: the model name alone, as before
+    assert cpu_key(4, missing) == f"cpu:{platform.processor() or platform.machine()}:4cpu"
+
+
 @pytest.mark.parametrize("native", [False, True])
 def test_bf16_is_not_searched_on_a_cpu_that_only_emulates_it(tmp_path, regression_data,
                                                               monkeypatch, native):

@@ -1,7 +1,7 @@
 """Hardware fingerprint: what a measurement is only valid for.
 
 ``hardware_key`` groups leaderboard rows: the best configuration is always per workload and
-hardware key (GPU model and memory, or CPU model and core count).
+hardware key (GPU model and memory, or CPU model, generation and core count).
 """
 
 from __future__ import annotations
@@ -14,15 +14,56 @@ import psutil
 import torch
 
 
-def cpu_model() -> str:
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name ('AMD EPYC 9454P'; a VM may say only 'AMD EPYC')."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
                 if line.startswith("model name"):
                     return re.sub(r"\s+", " ", line.split(":", 1)[1]).strip()
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+CPU_GENERATION_FIELDS = (("cpu family", "family"), ("model", "model"),
+                         ("CPU implementer", "implementer"), ("CPU part", "part"))
+"""/proc/cpuinfo fields that name a CPU's generation (x86 family and model; Arm implementer
+and part), with the words the hardware key gives them."""
+
+
+def cpu_generation(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's generation as /proc/cpuinfo gives it for the first processor: 'family 26
+    model 2' on x86, 'implementer 0x41 part 0xd4f' on Arm; None where it cannot be read.
+
+    Cloud VMs often report a model name without a model number: this project's machine
+    said 'AMD EPYC' both as a Zen 5 (family 26, AVX512-BF16: ddpm at ~140 samples/sec with
+    bf16) and as an AVX2-only EPYC that trained it at ~50, so the name alone would let one
+    machine's answer be handed out on the other."""
+    found: dict[str, str] = {}
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if not line.strip():
+                    if found:
+                        break      # the first processor's block is enough
+                    continue
+                name, _, value = line.partition(":")
+                found.setdefault(name.strip(), value.strip())
+    except OSError:
+        return None
+    words = [f"{word} {found[field]}" for field, word in CPU_GENERATION_FIELDS
+             if found.get(field)]
+    return " ".join(words) or None
+
+
+def cpu_key(cpus: int, cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The hardware key of a CPU device: 'cpu:<model name> (<generation>):<cpus>cpu', e.g.
+    'cpu:AMD EPYC (family 26 model 2):2cpu'; without a readable generation
+    'cpu:<model name>:<cpus>cpu'."""
+    generation = cpu_generation(cpuinfo)
+    name = cpu_model(cpuinfo) + (f" ({generation})" if generation else "")
+    return f"cpu:{name}:{cpus}cpu"
 
 
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
@@ -67,7 +108,7 @@ def fingerprint(device: torch.device) -> dict:
         info["gpu_memory_mb"] = props.total_memory / 2**20
         info["hardware_key"] = f"cuda:{props.name}:{round(props.total_memory / 2**30)}GiB"
     else:
-        info["hardware_key"] = f"cpu:{info['cpu_model']}:{cpus}cpu"
+        info["hardware_key"] = cpu_key(cpus)
     return info
 
 
