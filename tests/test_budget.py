@@ -130,9 +130,11 @@ def test_windows_still_settling_are_judged_like_a_warm_up_step_and_dropped_from_
     noise = rule.noise()
     settling = {"window_settling": True}
     slow = 400.0 / 1.15                           # beyond one margin, not two
-    assert not rule.decide("slow-start", False, {**_window(0, slow), **settling})
-    assert not rule.decide("slow-start", False, {**_window(1, slow), **settling})
     assert rule.decide("unsettled", False, _window(1, slow))           # no settling: one margin
+    assert not rule.decide("slow-start", False, {**_window(0, slow), **settling})
+    # its second window is at the best's rate: the first was a transient, it runs on
+    assert not rule.decide("slow-start", False, {**_window(1, 400.0, median=370.0), **settling})
+    rule.decide("slow-start", False, {**_window(2, 401.0, median=400.0), "windows_dropped": 1})
     assert rule.decide("far-behind", False, {**_window(0, 40.0), **settling})
     rule.decide("burst", False, {**_window(0, 4000.0), **settling})     # not a best
     rule.decide("burst", False, {**_window(1, 410.0, median=2205.0), **settling})
@@ -141,6 +143,29 @@ def test_windows_still_settling_are_judged_like_a_warm_up_step_and_dropped_from_
     assert rule.noise() > 3 * noise                                     # the burst counts ...
     rule.decide("burst", False, {**_window(3, 408.0, median=408.0), "windows_dropped": 1})
     assert rule.noise() < 2 * noise                                     # ... until dropped
+
+
+def test_a_settling_trial_whose_fastest_window_is_behind_stops_at_its_second_window():
+    """From its second window on, a trial whose windows may still hold a transient is judged
+    on its fastest window against one margin: slow in both windows, it stops there (it would
+    have run to its end under the two-margin rule); fast in one of them, it runs on."""
+    rule = EarlyStopping("samples_per_sec", "max", windows=3)
+    for i, rate in enumerate((400.0, 404.0, 398.0)):
+        rule.decide("ref", True, _window(i, rate))
+    settling = {"window_settling": True}
+    slow = 400.0 / 1.15                           # beyond one margin, not two
+    assert not rule.decide("slow", False, {**_window(0, slow), **settling})
+    assert rule.decide("slow", False, {**_window(1, slow * 1.01, median=slow), **settling})
+    assert not rule.decide("one-fast", False, {**_window(0, 395.0), **settling})
+    assert not rule.decide("one-fast", False, {**_window(1, slow, median=371.0), **settling})
+    # never after the last window, never a reference, and time-to-train keeps two margins
+    assert not rule.decide("ref2", True, {**_window(0, slow), **settling})
+    assert not rule.decide("ref2", True, {**_window(1, slow), **settling})
+    ttt = EarlyStopping("time_to_train_s", "min", windows=3)
+    for i in range(3):
+        ttt.decide("ref", True, {**_window(i, 400.0), "time_to_train_s": 100.0 + i})
+    assert not ttt.decide("slow", False, {**_window(0, slow), "time_to_train_s": 115.0, **settling})
+    assert not ttt.decide("slow", False, {**_window(1, slow), "time_to_train_s": 115.0, **settling})
 
 
 def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settings):

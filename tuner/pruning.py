@@ -37,9 +37,14 @@ any window (``window`` -1), and stops there when that step is behind the best by
 **Windows still settling.** When the steady state is judged from the windows
 (``tuner.harness._windows``), the first window may be a transient the trial drops once all
 its windows are in (workers starting: slower; a prefetched queue draining: faster), and the
-median before then holds it. Until then a trial is judged like a warm-up step
-(``WARM_UP_FACTOR`` margins, never a best: the best comes from whole trials); a dropped
-window leaves the noise.
+median before then holds it. Until then a trial is never a best (the best comes from whole
+trials), and it is judged on one window: after its first, that window against
+``WARM_UP_FACTOR`` margins, as a warm-up step; from its second on (samples/sec objective), its
+fastest window so far against one margin. A slow transient is then outweighed by the window
+after it and a fast one only makes the trial look better, so neither stops a trial that is
+not behind; only a transient longer than two windows could. With three windows, the default,
+the two-margin rule alone let trials at 0.65-0.75 of the best run to the end (ddpm tiny on the
+Zen 5 EPYC of docs/benchmarks.md, 2026-11-24). A dropped window leaves the noise.
 
 **Why not ASHA or the median-stopping rule as they are.** Both cut at a quantile of the other
 trials (ASHA's rungs keep the top 1/reduction_factor; the median rule stops what is below the
@@ -131,8 +136,12 @@ class EarlyStopping(FIFOScheduler):
             self._logs.setdefault(trial_id, []).append(math.log(rate))
         self._dropped[trial_id] = int(result.get("windows_dropped") or 0)
         if settling:  # a warm-up step, or windows that may hold a transient: never a best
-            return (not is_reference and value is not None and value > 0
-                    and self._best is not None and window + 1 < self.windows
+            if is_reference or self._best is None or window + 1 >= self.windows:
+                return False
+            logs = self._logs.get(trial_id, [])
+            if window >= 1 and self._metric == "samples_per_sec" and len(logs) >= 2:
+                return self.gap(math.exp(max(logs))) > self.margin()  # its fastest window
+            return (value is not None and value > 0
                     and self.gap(value) > WARM_UP_FACTOR * self.margin())
         if value is None or value <= 0:
             return False
