@@ -341,11 +341,19 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
 
 def test_no_ceiling_is_started_without_the_time_for_one(fits):
     """A default CPU run past its follow-up time started two experiments for the compute
-    ceiling again (5-6 s each on 2 cores) after the deadline, and ended 16 s late."""
+    ceiling again (5-6 s each on 2 cores) after the deadline, and ended 16 s late. None is
+    started now, and the run says all four were left out (run S of docs/benchmarks.md, third
+    session, said nothing of its ceilings)."""
+    from tuner.space import Choices, Space
     writer = SimpleNamespace(rows=search_rows())
     for left in (2.0, 0.0):
-        driver._fit_limits(plan_for(left=left), writer, lambda kind, data: None)
+        plan, events = plan_for(left=left), []
+        plan.node_cpus, plan.device = 2, "cpu"
+        plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
+        driver._fit_limits(plan, writer, lambda kind, data: events.append(data))
         driver._fit_ceiling(plan_for(left=left), writer, lambda kind, data: None)
+        assert [(e["ceilings"], e["left_out"]) for e in events] == [
+            ([], ["compute", "loader", "machine-loader", "machine-compute"])]
     assert fits == []
     driver._fit_ceiling(plan_for(left=None), writer, lambda kind, data: None)   # no budget
     assert [(phase, done) for phase, _, done, _ in fits] == [("ceiling", [(32, None)])]

@@ -548,8 +548,6 @@ def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str
     if winner is None:
         return
     knobs = Knobs.from_dict(winner, strict=False)
-    if not _holds(plan, rows, [knobs]):  # the deadline stops the later ones, recorded timeout
-        return
     have = {r.get("ceiling") or "compute" for r in rows if phase_of(r) == Phase.CEILING}
     workers = plan.node_cpus
     machine_loader = knobs.replace(num_workers=workers, persistent_workers=True,
@@ -561,7 +559,10 @@ def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str
         ("compute", knobs, "compute_only"), ("loader", knobs, "loader_only"),
         ("machine-loader", machine_loader, "loader_only"),
         ("machine-compute", machine_compute, "compute_only")) if label not in have]
-    todo, left_out = _fitting_ceilings(plan, rows, todo)
+    if _holds(plan, rows, [knobs]):
+        todo, left_out = _fitting_ceilings(plan, rows, todo)
+    else:  # not even the winner's own: none is started, and the run says so
+        todo, left_out = [], [label for label, _, _ in todo]
     if todo or left_out:  # a ceiling left out is said even when none is measured
         on_event("phase", {"phase": Phase.CEILING, "count": len(todo),
                            "ceilings": [label for label, _, _ in todo], "left_out": left_out})
