@@ -14,32 +14,12 @@ import psutil
 import torch
 
 
-def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's model name ('AMD EPYC 9454P'; a VM may say only 'AMD EPYC')."""
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return re.sub(r"\s+", " ", line.split(":", 1)[1]).strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+CPUINFO = "/proc/cpuinfo"
 
 
-CPU_GENERATION_FIELDS = (("cpu family", "family"), ("model", "model"),
-                         ("CPU implementer", "implementer"), ("CPU part", "part"))
-"""/proc/cpuinfo fields that name a CPU's generation (x86 family and model; Arm implementer
-and part), with the words the hardware key gives them."""
-
-
-def cpu_generation(cpuinfo: str = "/proc/cpuinfo") -> str | None:
-    """The CPU's generation as /proc/cpuinfo gives it for the first processor: 'family 26
-    model 2' on x86, 'implementer 0x41 part 0xd4f' on Arm; None where it cannot be read.
-
-    Cloud VMs often report a model name without a model number: this project's machine
-    said 'AMD EPYC' both as a Zen 5 (family 26, AVX512-BF16: ddpm at ~140 samples/sec with
-    bf16) and as an AVX2-only EPYC that trained it at ~50, so the name alone would let one
-    machine's answer be handed out on the other."""
+def _first_processor(cpuinfo: str = CPUINFO) -> dict[str, str]:
+    """The fields of the first processor's block of /proc/cpuinfo ('model name', 'cpu
+    family', ...); empty where it cannot be read (not Linux)."""
     found: dict[str, str] = {}
     try:
         with open(cpuinfo) as f:
@@ -51,19 +31,45 @@ def cpu_generation(cpuinfo: str = "/proc/cpuinfo") -> str | None:
                 name, _, value = line.partition(":")
                 found.setdefault(name.strip(), value.strip())
     except OSError:
-        return None
-    words = [f"{word} {found[field]}" for field, word in CPU_GENERATION_FIELDS
-             if found.get(field)]
-    return " ".join(words) or None
+        pass
+    return found
 
 
-def cpu_key(cpus: int, cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The hardware key of a CPU device: 'cpu:<model name> (<generation>):<cpus>cpu', e.g.
-    'cpu:AMD EPYC (family 26 model 2):2cpu'; without a readable generation
-    'cpu:<model name>:<cpus>cpu'."""
-    generation = cpu_generation(cpuinfo)
-    name = cpu_model(cpuinfo) + (f" ({generation})" if generation else "")
+def _model_name(fields: dict[str, str]) -> str:
+    name = fields.get("model name")
+    return re.sub(r"\s+", " ", name).strip() if name else (platform.processor()
+                                                           or platform.machine())
+
+
+def cpu_model(cpuinfo: str = CPUINFO) -> str:
+    """The CPU's model name ('AMD EPYC 9454P'; a VM may say only 'AMD EPYC')."""
+    return _model_name(_first_processor(cpuinfo))
+
+
+CPU_GENERATION_FIELDS = (("cpu family", "family"), ("model", "model"),
+                         ("CPU implementer", "implementer"), ("CPU part", "part"))
+"""/proc/cpuinfo fields that name a CPU's generation (x86 family and model; Arm implementer
+and part), with the words the hardware key gives them."""
+
+
+def _cpu_key(fields: dict[str, str], cpus: int) -> str:
+    generation = " ".join(f"{word} {fields[field]}" for field, word in CPU_GENERATION_FIELDS
+                          if fields.get(field))
+    name = _model_name(fields) + (f" ({generation})" if generation else "")
     return f"cpu:{name}:{cpus}cpu"
+
+
+def cpu_key(cpus: int, cpuinfo: str = CPUINFO) -> str:
+    """The hardware key of a CPU device: 'cpu:<model name> (<generation>):<cpus>cpu', the
+    generation as /proc/cpuinfo gives it for the first processor ('family 26 model 2' on x86,
+    'implementer 0x41 part 0xd4f' on Arm), e.g. 'cpu:AMD EPYC (family 26 model 2):2cpu';
+    without a readable generation 'cpu:<model name>:<cpus>cpu'.
+
+    Cloud VMs often report a model name without a model number: this project's machine
+    said 'AMD EPYC' both as a Zen 5 (family 26, AVX512-BF16: ddpm at ~140 samples/sec with
+    bf16) and as an AVX2-only EPYC that trained it at ~50, so the name alone would let one
+    machine's answer be handed out on the other."""
+    return _cpu_key(_first_processor(cpuinfo), cpus)
 
 
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
@@ -93,12 +99,13 @@ def fingerprint(device: torch.device) -> dict:
     cpu_model, cpu_count, host_memory_mb.
     """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu = _first_processor()  # read once: the model name and the key come from it
     info = {
         "device": device.type,
         "gpu_name": None,
         "gpu_memory_mb": None,
         "cuda_version": torch.version.cuda,
-        "cpu_model": cpu_model(),
+        "cpu_model": _model_name(cpu),
         "cpu_count": cpus,
         "host_memory_mb": psutil.virtual_memory().total / 2**20,
     }
@@ -108,7 +115,7 @@ def fingerprint(device: torch.device) -> dict:
         info["gpu_memory_mb"] = props.total_memory / 2**20
         info["hardware_key"] = f"cuda:{props.name}:{round(props.total_memory / 2**30)}GiB"
     else:
-        info["hardware_key"] = cpu_key(cpus)
+        info["hardware_key"] = _cpu_key(cpu, cpus)
     return info
 
 
