@@ -173,6 +173,20 @@ def test_nvml_process_memory_is_none_when_unknown(nvml, monkeypatch, fake_kwargs
     assert measure.cuda_process_memory_mb(torch.device("cuda", 0)) is None
 
 
+@pytest.mark.parametrize("processes, others", [
+    ([_proc(os.getpid(), 6_520)], 0),                                   # this process alone
+    ([_proc(os.getpid(), 6_520), _proc(os.getpid() + 1, 30_000)], 1),   # and one other
+    ([_proc(os.getpid() + 7, 6_520)], 0),          # a container: this one under a host PID
+    ([_proc(os.getpid() + 7, 6_520), _proc(os.getpid() + 8, 30_000)], 1),
+    ([], 0),                                       # a driver that lists none
+])
+def test_other_processes_on_the_card_do_not_count_this_one_under_a_host_pid(
+        nvml, monkeypatch, processes, others):
+    nvml(processes=processes)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert measure._other_gpu_processes(torch.device("cuda", 0)) == others
+
+
 # ---------------------------------------------------------------------- utilisation and power
 
 def test_gpu_telemetry_averages_utilisation_and_power_in_watts(nvml, monkeypatch):

@@ -320,9 +320,13 @@ def own_cpu_s() -> float | None:
 
 
 def _other_gpu_processes(device: torch.device) -> int | None:
-    """Compute processes on the device other than this one, per NVML (None where unknown)."""
+    """Compute processes on the device other than this one, per NVML (None where unknown).
+    Called at the end of a trial's measurement, when this process holds a CUDA context, so
+    NVML lists it: under its own PID, or in a container under a host PID that matches none
+    here. Either way it is one of those listed; counting the PIDs unlike ours instead would
+    call every containerised CUDA trial busy."""
     procs = _compute_processes(device) if device.type == "cuda" else None
-    return None if procs is None else sum(1 for p in procs if p.pid != os.getpid())
+    return None if procs is None else max(0, len(procs) - 1)
 
 
 class GpuTelemetry:
