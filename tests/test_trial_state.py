@@ -43,6 +43,19 @@ def test_flags_are_set_inside_and_restored_after_a_trial_that_raises(saved_state
     assert torch.backends.cuda.matmul.allow_tf32 is False
 
 
+@pytest.mark.parametrize("tf32", [False, True])
+def test_tf32_switches_matmuls_and_convolutions_keep_torchs_default(saved_state, tf32):
+    """A configuration without TF32 (every reference) runs as an untouched script does: cuDNN
+    convolutions in TF32 (torch's default), matmuls in full fp32."""
+    torch.backends.cuda.matmul.allow_tf32 = not tf32
+    torch.backends.cudnn.allow_tf32 = False                      # left so by an earlier trial
+    with trial_state(Knobs(batch_size=8, tf32=tf32), torch.device("cuda")):
+        assert torch.backends.cuda.matmul.allow_tf32 is tf32
+        assert torch.backends.cudnn.allow_tf32 is True
+    assert torch.backends.cuda.matmul.allow_tf32 is (not tf32)
+    assert torch.backends.cudnn.allow_tf32 is False
+
+
 def test_cpu_flags_changed_by_the_trial_are_restored(saved_state):
     torch.backends.cudnn.benchmark = True
     with pytest.raises(ValueError):

@@ -98,7 +98,8 @@ class Knobs:
     """``torch.backends.cudnn.benchmark`` (cuDNN autotuning of convolution algorithms)."""
     tf32: bool = field(default=False, metadata=_knob(
         short="tf32", kind="bool", memory="none", cuda_only=True))
-    """TF32 for matmuls and cuDNN convolutions (Ampere or newer GPUs)."""
+    """TF32 matmuls (``torch.backends.cuda.matmul.allow_tf32``; Ampere or newer GPUs).
+    cuDNN convolutions use TF32 by torch's default with or without it."""
     fused_optimizer: bool = field(default=False, metadata=_knob(
         short="fused", kind="bool", memory="device"))
     """AdamW/Adam with ``fused=True``."""
@@ -217,7 +218,7 @@ class Knobs:
         if device == "cuda":
             lines.append(f"torch.backends.cudnn.benchmark = {self.cudnn_benchmark}")
             lines.append(f"torch.backends.cuda.matmul.allow_tf32 = {self.tf32}")
-            lines.append(f"torch.backends.cudnn.allow_tf32 = {self.tf32}")
+            lines.append("torch.backends.cudnn.allow_tf32 = True  # torch's default")
             lines.append("")
         args = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs().items())
         lines.append(f"loader = torch.utils.data.DataLoader(dataset, shuffle=True, drop_last=True, {args})")
