@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import statistics
+
+import pytest
 import torch
 
+from tuner import noise
 from tuner.measure import LoadMonitor
-from tuner.progress import busy_note
+from tuner.progress import busy_note, drift_note
 
 
 def test_load_is_recorded_around_a_measurement():
@@ -75,6 +79,37 @@ def test_a_trial_recorded_beside_another_tuner_run_is_marked_busy():
     note = busy_note([dict(quiet, other_runs=0), dict(quiet, other_runs=1)])
     assert note.startswith("the machine was busy during 1 of 2 measured trials")
     assert "1 other tuner run(s) on this machine" in note
+
+
+def _round(knobs: dict, rate: float, window_cv: float = 0.01, phase: str = "remeasure") -> dict:
+    from tuner.knobs import Knobs
+    return {**Knobs(**knobs).to_dict(), "run_id": "r1", "phase": phase, "status": "ok",
+            "samples_per_sec": rate, "samples_per_sec_cv": window_cv}
+
+
+def test_rounds_that_drift_far_beyond_their_windows_are_said_and_steady_ones_not():
+    """The 2-core VM of 2026-11-25: one configuration re-measured at 34.5, 46.7, 47.8
+    samples/sec with windows agreeing within 1 %, no load to show for it; every speed-up read
+    as a tie and nothing said why."""
+    a, b = {"batch_size": 37, "num_workers": 2}, {"batch_size": 8, "num_workers": 4}
+    drifting = [_round(a, 34.5), _round(b, 39.1), _round(a, 46.7), _round(b, 31.5),
+                _round(a, 47.8), _round(b, 32.0)]
+    drift = noise.round_drift(drifting)
+    assert drift.configurations == 2 and drift.within_cv == pytest.approx(0.01)
+    assert drift.between_cv == pytest.approx(
+        statistics.median([statistics.stdev(x) / statistics.mean(x)
+                           for x in ([34.5, 46.7, 47.8], [39.1, 31.5, 32.0])]))
+    note = drift_note(drifting)
+    assert note.startswith("the machine's speed drifted between the re-measured rounds")
+    assert "moved 15 % (CV, median of 2 configurations)" in note and "within 1 %" in note
+    steady = [_round(a, 46.0), _round(b, 39.1), _round(a, 46.7), _round(b, 38.5),
+              _round(a, 47.0), _round(b, 39.0)]
+    assert noise.round_drift(steady).between_cv < noise.DRIFT_NOTE_CV
+    assert drift_note(steady) is None
+    # search trials and single rounds are no rounds to compare
+    assert noise.round_drift([_round(a, 34.5, phase="search"), _round(a, 47.8, phase="search"),
+                              _round(b, 39.1)]) is None
+    assert drift_note([_round(a, 34.5)]) is None
 
 
 def test_compile_time_is_the_first_step_beyond_a_steady_one():

@@ -37,8 +37,11 @@ Torch-free: the leaderboard and the CLI use it.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Mapping, Sequence
+
+from tuner.status import Phase, Status, phase_of
 
 CONFIDENCE = 0.95
 """Two-sided confidence of every speed-up interval."""
@@ -181,3 +184,45 @@ def impossible(row: Mapping) -> str | None:
         return f"MFU {mfu:.0f} % is above 100 % of the card's peak" if mfu is not None else \
             "MFU above 100 % of the card's peak"
     return None
+
+
+DRIFT_NOTE_CV = 0.05
+"""Between-round CV (a configuration re-measured in interleaved rounds, median over the
+configurations) above which a run says the machine drifted: with 3 rounds a paired speed-up's
+95 % interval is then about +-17 % wide (t = 4.3, sqrt 2 for the pair, sqrt 3 rounds), so
+most differences between configurations read as ties. On a quiet machine rounds repeat within
+1-5 % (docs/benchmarks.md, 2026-11-24); the 2-core VM of 2026-11-25 drifted 12 %."""
+
+
+@dataclass(frozen=True)
+class RoundDrift:
+    """How far the machine's speed moved between re-measured rounds, beside how closely each
+    trial's own windows agreed: a large gap is the host's drift, which no window sees."""
+    between_cv: float
+    """Median over configurations of the CV (stdev / mean) of their round rates."""
+    within_cv: float | None
+    """Median of the rounds' window CV (``samples_per_sec_cv``); None where none has one."""
+    configurations: int
+    """Configurations re-measured in two rounds or more."""
+
+
+def round_drift(rows: Sequence[Mapping]) -> RoundDrift | None:
+    """The between-round spread of the ``ok`` re-measurement rows (phase ``remeasure``), per
+    run and configuration (the knob values); None without a configuration measured in two
+    rounds."""
+    from tuner.knobs import Knobs  # the knob names only
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in rows:
+        if (phase_of(r) == Phase.REMEASURE and r.get("status") == Status.OK
+                and (r.get("samples_per_sec") or 0) > 0):
+            key = (r.get("run_id"), tuple(r.get(name) for name in Knobs.names()))
+            groups.setdefault(key, []).append(r)
+    spreads = [statistics.stdev(rates) / statistics.mean(rates) for g in groups.values()
+               if len(rates := [r["samples_per_sec"] for r in g]) >= 2]
+    if not spreads:
+        return None
+    within = [r["samples_per_sec_cv"] for g in groups.values() if len(g) >= 2 for r in g
+              if r.get("samples_per_sec_cv") is not None]
+    return RoundDrift(statistics.median(spreads),
+                      statistics.median(within) if within else None, len(spreads))
+

@@ -179,9 +179,9 @@ class Progress:
         for key in keys:
             for line in paste_commands(self.plan, summary, key if len(keys) > 1 else None):
                 self.console.print(f"  {line}", highlight=False, soft_wrap=True)
-        note = busy_note(rows)
-        if note:
-            self.console.print(f"[yellow]warning:[/] {note}", highlight=False)
+        for note in (busy_note(rows), drift_note(rows)):
+            if note:
+                self.console.print(f"[yellow]warning:[/] {note}", highlight=False)
 
     def _print_best(self, rows: list[dict], summary) -> None:
         best = leaderboard.best_row(rows)
@@ -459,3 +459,20 @@ def busy_note(rows: list[dict]) -> str | None:
         parts.append(f"{runs} other tuner run(s) on this machine")
     return (f"the machine was busy during {len(busy)} of {len(measured)} measured trials "
             f"({'; '.join(parts)}): their figures, and speed-ups read from them, may be disturbed")
+
+
+def drift_note(rows: list[dict]) -> str | None:
+    """One line when the re-measured rounds spread more than ``noise.DRIFT_NOTE_CV``
+    (``noise.round_drift``): the machine's own speed moved between them, which its load figures
+    may not show (a shared VM's host), and the speed-ups' intervals are that wide; else None."""
+    drift = noise.round_drift(rows)
+    if drift is None or drift.between_cv <= noise.DRIFT_NOTE_CV:
+        return None
+    windows = ("" if drift.within_cv is None else
+               f" while each trial's windows agreed within {100 * drift.within_cv:.0f} %")
+    return (f"the machine's speed drifted between the re-measured rounds: the same "
+            f"configuration moved {100 * drift.between_cv:.0f} % (CV, median of "
+            f"{_count(drift.configurations, 'configuration')}) from round to round{windows}; "
+            "the speed-ups' intervals widen with it and most differences read as ties; a "
+            "quieter machine narrows them")
+
