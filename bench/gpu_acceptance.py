@@ -25,8 +25,8 @@ Options: --workloads NAME... (default: all built-ins), --time-budget S (per work
 answer and validate add per workload, so one H100 needs about 9-11 minutes in all, an
 estimate never run on a GPU yet; where one command may run at most 10 minutes, run ddpm and
 the others as two commands), --trials N (instead of a budget), --results DIR,
---out FILE.md (the tables, also printed; rewritten after each workload, so a command cut off by
-a time limit keeps the workloads that finished).
+--out FILE.md (the tables, also printed; rewritten after each workload's tuner run, peers'
+answer and validate, so a command cut off by a time limit keeps what finished).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -62,9 +63,11 @@ DDPM_MAX_MEMORY = "12GB"
 """The DDPM report's card: an RTX 5070 with 12 GB."""
 
 
-def tune_workload(name: str, args: argparse.Namespace, results: Path) -> dict:
+def tune_workload(name: str, args: argparse.Namespace, results: Path,
+                  save: Callable[[dict], None] = lambda out: None) -> dict:
     """One workload: the tuner's run, the peers' answer, the validate ratio; a dict of COLUMNS
-    (numbers unformatted) plus the rows the targets read."""
+    (numbers unformatted). ``save(out)`` gets the row after each of the three (a command cut
+    off by a time limit keeps the figures it has), and a line is printed before each."""
     budget = args.time_budget or (None if args.trials else
                                   (300.0 if name == "ddpm" else 40.0) if args.device == "cuda"
                                   else None)
@@ -75,6 +78,7 @@ def tune_workload(name: str, args: argparse.Namespace, results: Path) -> dict:
         if kind in ("probe", "start") and not probed:
             probed.append(time.perf_counter() - started)
 
+    print(f"{name}: tuner run ({_budget_text(budget, args.trials)})", flush=True)
     result = tuner.tune(name, device=args.device, scale=args.scale, trials=args.trials,
                         time_budget_s=budget, results=str(results / name), max_memory=limit,
                         progress=False, on_event=on_event)
@@ -99,12 +103,21 @@ def tune_workload(name: str, args: argparse.Namespace, results: Path) -> dict:
                 "peak host MiB": row.get("peak_host_memory_mb")})
     out["recommended"] = row.get("recommended_samples_per_sec") or out["recommended"]
     out["baseline"] = row.get("baseline_samples_per_sec") or out["baseline"]
+    save(out)
     plan = make_plan(RunOptions(workload=name, device=args.device, scale=args.scale,
                                 max_memory=limit, results=str(results / f"{name}-peers"),
                                 probe="off"))
+    print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
     out.update(peers_answer(plan))
+    save(out)
+    print(f"{name}: validate", flush=True)
     out["validate ratio"] = validate_ratio(plan, row)
     return out
+
+
+def _budget_text(budget: float | None, trials: int | None) -> str:
+    return (f"time budget {budget:.0f} s" if budget is not None else
+            f"{trials} trials" if trials else "the default budget")
 
 
 def _sps(row: dict | None) -> float | None:
@@ -117,14 +130,17 @@ def peers_answer(plan) -> dict:
     then measured with the run's trial settings. In this process: one trial at a time.
 
     Each fit is checked as the tuner's memory probe checks one (``tuner.probe``): two steps on
-    one batch resident on the device, no DataLoader workers: the workers hold no device
-    memory, and starting them for every doubling is most of a check's cost at a small batch
-    (CPU, 2026-11-24, median of 3: ddpm 1.62 s with its 6 workers, 0.89 s without; headpose
-    3.53 s with 8, 2.29 s without)."""
+    one batch resident on the device, no DataLoader workers, no ``torch.compile``. The workers
+    hold no device memory, and starting them for every doubling is most of a check's cost at a
+    small batch (CPU, 2026-11-24, median of 3: ddpm 1.62 s with its 6 workers, 0.89 s without;
+    headpose 3.53 s with 8, 2.29 s without). A trial resets the compiler's caches when it
+    ends, so a compiled recommended configuration (chargpt's) would compile again at every
+    doubling (~14 s each on an H100); the measured trial at the batch found keeps its compile."""
     knobs = dict(plan.references).get("recommended") or dict(plan.references)["baseline"]
     short = replace(plan.settings, warmup_steps=2, windows=1, window_s=0.01, breakdown_steps=0,
                     max_steady_probes=0, compute_only=True, resident_batches=1)
-    no_workers = knobs.replace(num_workers=0, prefetch_factor=None, persistent_workers=False)
+    no_workers = knobs.replace(num_workers=0, prefetch_factor=None, persistent_workers=False,
+                               compile="off")
     largest_allowed = max(plan.samples, max(candidates(plan.device_space)))
     batch, fits = knobs.batch_size, None
     while batch <= largest_allowed:
@@ -220,12 +236,16 @@ def main(argv: list[str] | None = None) -> None:
     results = Path(args.results or tempfile.mkdtemp(prefix="tuner-acceptance-"))
     started = time.perf_counter()
     rows = []
+    def save(partial: dict | None = None) -> None:  # a command cut off keeps what it has
+        if args.out:
+            done = rows + ([partial] if partial is not None else [])
+            Path(args.out).write_text(report(done, names, args, results, started) + "\n")
+
     for name in names:
         t0 = time.perf_counter()
-        rows.append(tune_workload(name, args, results))
+        rows.append(tune_workload(name, args, results, save))
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
-        if args.out and len(rows) < len(names):   # a command cut off keeps the finished ones
-            Path(args.out).write_text(report(rows, names, args, results, started) + "\n")
+        save()
     text = report(rows, names, args, results, started)
     print(text)
     if args.out:
