@@ -191,7 +191,7 @@ DRIFT_NOTE_CV = 0.05
 configurations) above which a run says the machine drifted: with 3 rounds a paired speed-up's
 95 % interval is then about +-17 % wide (t = 4.3, sqrt 2 for the pair, sqrt 3 rounds), so
 most differences between configurations read as ties. On a quiet machine rounds repeat within
-1-5 % (docs/benchmarks.md, 2026-11-24); the 2-core VM of 2026-11-25 drifted 12 %."""
+1-5 % (docs/benchmarks.md, 2026-11-24); the 2-core VM of 2026-11-25 drifted 12-20 %."""
 
 
 @dataclass(frozen=True)
@@ -225,4 +225,3 @@ def round_drift(rows: Sequence[Mapping]) -> RoundDrift | None:
               if r.get("samples_per_sec_cv") is not None]
     return RoundDrift(statistics.median(spreads),
                       statistics.median(within) if within else None, len(spreads))
-
