@@ -168,6 +168,23 @@ def test_a_settling_trial_whose_fastest_window_is_behind_stops_at_its_second_win
     assert not ttt.decide("slow", False, {**_window(1, slow), "time_to_train_s": 115.0, **settling})
 
 
+def test_windows_of_whole_long_steps_leave_the_noise_to_the_other_trials():
+    """ddpm at batch 232 on the 2-core VM of 2026-11-25: three one-step windows (CV 0.27, a
+    transient kept) doubled the noise pooled over sixteen trials, and the margin with it."""
+    rule = EarlyStopping("samples_per_sec", "max", windows=3)
+    long = {"windows_long": True}
+    for i, rate in enumerate((30.0, 40.0, 45.0)):                   # the long one, alone
+        rule.decide("bs232", True, {**_window(i, rate), **long})
+    alone = rule.noise()
+    assert alone == pytest.approx(0.209, abs=0.002)               # no other: it counts
+    for i, rate in enumerate((400.0, 404.0, 398.0)):
+        rule.decide("ref", True, _window(i, rate))
+    assert rule.noise() < 0.02 and rule.margin() == pytest.approx(MIN_MARGIN)
+    # a long-step trial is still judged, against the margin the other trials give
+    assert rule.decide("bs256", False, {**_window(0, 200.0), **long})
+    assert not rule.decide("bs128", False, {**_window(0, 380.0), **long})
+
+
 def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settings):
     reports = []
     result = run_trial(paced, Knobs(batch_size=20), replace(settings, window_s=0.05),

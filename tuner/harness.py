@@ -52,7 +52,8 @@ def _check_deadline(settings: TrialSettings, where: str) -> None:
         raise DeadlineReached(where)
 
 
-WINDOW_REPORT_KEYS = ("window", "window_samples_per_sec", "window_settling", "windows_dropped")
+WINDOW_REPORT_KEYS = ("window", "window_samples_per_sec", "window_settling", "windows_dropped",
+                      "windows_long")
 """Keys of a window's report (early stopping reads them) that are no leaderboard column."""
 
 
@@ -534,11 +535,14 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
         # (pruned, or at the time budget) is recorded with it.
         # ``window_settling``: until all windows are in, the first may still be dropped as a
         # transient and the median holds it (early stopping judges it as one warm-up step,
-        # never a best); ``windows_dropped``: windows dropped so far.
+        # never a best); ``windows_dropped``: windows dropped so far; ``windows_long``: each
+        # holds one or two whole steps (``_long_windows``), whose spread is not window noise.
+        long = _long_windows(kept, settings)
         partial_result = {"window": index, "window_samples_per_sec": kept[-1].samples_per_sec,
                           "window_settling": (settle_s > 0 and index < settings.windows - 1
-                                              and not _long_windows(kept, settings)),
-                          "windows_dropped": len(dropped), **summarise(kept)}
+                                              and not long),
+                          "windows_dropped": len(dropped), "windows_long": long,
+                          **summarise(kept)}
         if settings.train_steps is not None:  # Ray Tune wants the objective in every result
             partial_result["time_to_train_s"] = time_to_train(
                 statistics.median(w.step_time_ms for w in kept))

@@ -15,7 +15,12 @@ the noise:
   log(window samples/sec) within trials (each trial's windows about their own mean), over every
   window reported so far (for small values, the coefficient of variation of one window). The
   references run first, so their windows give it before any searched trial can be stopped;
-  until there are ``MIN_NOISE_DOF`` degrees of freedom nothing is stopped.
+  until there are ``MIN_NOISE_DOF`` degrees of freedom nothing is stopped. Trials whose
+  windows hold one or two whole steps (``windows_long``: a large batch on a CPU) are left out
+  of it while other trials give it: their spread is that of single steps, with any transient
+  kept (such windows drop none), not the noise of a window of many steps. One such trial
+  (ddpm at batch 232 on the 2-core VM of 2026-11-25, window CV 0.27) doubled the pooled noise
+  of sixteen (0.087 against 0.044 without it), and the margin with it.
 * ``DRIFT`` = 3: one configuration measured again in another trial moves more than its own
   windows scatter. ``bench/repeatability.py`` (docs/benchmarks.md, "Repeatability") found the
   CV across repeats 2.6-3.4x the median within-trial CV (0.024 vs 0.009 on a quiet machine,
@@ -57,7 +62,7 @@ measured against the best and the noise instead of a quantile.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
@@ -109,6 +114,8 @@ class EarlyStopping(FIFOScheduler):
         """Trial id -> log of each window's samples/sec."""
         self._dropped: dict[str, int] = {}
         """Trial id -> its first windows dropped as transients (``tuner.harness._windows``)."""
+        self._long: set[str] = set()
+        """Trials whose windows hold one or two whole steps (``windows_long``): not noise."""
         self.stopped: list[str] = []
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
@@ -135,6 +142,7 @@ class EarlyStopping(FIFOScheduler):
         if window >= 0 and rate is not None and rate > 0:
             self._logs.setdefault(trial_id, []).append(math.log(rate))
         self._dropped[trial_id] = int(result.get("windows_dropped") or 0)
+        (self._long.add if result.get("windows_long") else self._long.discard)(trial_id)
         if settling:  # a warm-up step, or windows that may hold a transient: never a best
             if is_reference or self._best is None or window + 1 >= self.windows:
                 return False
@@ -159,9 +167,16 @@ class EarlyStopping(FIFOScheduler):
 
     def noise(self) -> float | None:
         """Pooled within-trial standard deviation of log window samples/sec (None until there
-        are ``MIN_NOISE_DOF`` degrees of freedom)."""
+        are ``MIN_NOISE_DOF`` degrees of freedom), from the trials whose windows hold several
+        steps; from all while those alone have too few degrees of freedom."""
+        short = self._pooled(lambda trial_id: trial_id not in self._long)
+        return short if short is not None else self._pooled(lambda trial_id: True)
+
+    def _pooled(self, counts: Callable[[str], bool]) -> float | None:
         squares, dof = 0.0, 0
         for trial_id, logs in self._logs.items():
+            if not counts(trial_id):
+                continue
             logs = logs[self._dropped.get(trial_id, 0):]  # dropped: transients, not noise
             if len(logs) > 1:
                 mean = sum(logs) / len(logs)
