@@ -8,7 +8,10 @@ too, so that a machine getting busier does not favour one), and prints for each 
   * the best samples/sec the search found, its configuration, and how many trials were pruned;
 
 then, per pair, the share of the search's wall time early stopping saved (target: >= 30 %)
-and the ratio of the two bests (target: within the noise, the best row's window CV).
+and the ratio of the two bests (target: within the noise), against the best rows' window CV
+and against the between-trial noise measured from the pair itself (the configurations both
+runs measured to their end: on a drifting host the same configuration moves far more between
+trials than within one).
 
 The re-measurement and the ceilings are off (``--confirm 0 --no-ceiling``): they are the same
 with and without early stopping and would only dilute the figure.
@@ -20,6 +23,8 @@ Usage: python bench/early_stopping.py [--workload ddpm] [--trials 12] [--windows
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -44,7 +49,27 @@ def search_run(args: argparse.Namespace, early_stop: bool, results: Path) -> dic
             "best_knobs": f"batch_size={best['batch_size']} num_workers={best['num_workers']} "
                           f"amp={best.get('amp')}",
             "trials": len(rows), "pruned": sum(r["status"] == "pruned" for r in rows),
-            "statuses": sorted({r["status"] for r in rows})}
+            "statuses": sorted({r["status"] for r in rows}), "rows": rows}
+
+
+def between_trial_noise(a: list[dict], b: list[dict]) -> tuple[float | None, int]:
+    """The standard deviation of one trial's log samples/sec between trials, from the
+    configurations both runs measured to their end (status ok): the SD of their log ratios
+    over sqrt 2 (each ratio holds two measurements' noise); None with fewer than 3 such
+    configurations. With the random sampler both runs of a pair propose the same ones. This is
+    the noise that decides whether the two bests differ, which a trial's own windows (its
+    window CV) do not see on a host that drifts."""
+    from tuner.knobs import Knobs
+
+    def measured(rows: list[dict]) -> dict:
+        return {tuple(r.get(n) for n in Knobs.names()): r["samples_per_sec"] for r in rows
+                if r["status"] == "ok" and r["samples_per_sec"]}
+
+    x, y = measured(a), measured(b)
+    logs = [math.log(x[k] / y[k]) for k in x.keys() & y.keys()]
+    if len(logs) < 3:
+        return None, len(logs)
+    return statistics.stdev(logs) / math.sqrt(2), len(logs)
 
 
 def main() -> None:
@@ -79,10 +104,18 @@ def main() -> None:
         saved = 1 - on["search_s"] / off["search_s"]
         ratio = on["best"] / off["best"]
         noise = max(on["best_cv"], off["best_cv"])
+        between, shared = between_trial_noise(on["rows"], off["rows"])
         print(f"  pair {pair + 1}: early stopping saved {100 * saved:.0f} % of the search's wall "
               f"time (target >= 30 %); best with / without = {ratio:.3f} "
               f"({'within' if abs(ratio - 1) <= 2 * noise else 'outside'} the noise, "
               f"2 x window CV = {2 * noise:.3f})")
+        if between is not None:  # two single measurements: sqrt 2 x one's noise, 2 SD
+            bound = 2 * math.sqrt(2) * between
+            print(f"  pair {pair + 1}: between-trial noise from the {shared} configurations "
+                  f"both runs measured to their end: {between:.3f} (log SD of one trial); the "
+                  f"bests are {'within' if abs(math.log(ratio)) <= bound else 'outside'} it "
+                  f"(|log ratio| {abs(math.log(ratio)):.3f}, 2 x sqrt 2 x noise = {bound:.3f}); "
+                  f"same configuration: {'yes' if on['best_knobs'] == off['best_knobs'] else 'no'}")
 
 
 if __name__ == "__main__":
