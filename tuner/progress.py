@@ -475,4 +475,3 @@ def drift_note(rows: list[dict]) -> str | None:
             f"{_count(drift.configurations, 'configuration')}) from round to round{windows}; "
             "the speed-ups' intervals widen with it and most differences read as ties; a "
             "quieter machine narrows them")
-
