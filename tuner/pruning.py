@@ -69,7 +69,7 @@ measured against the best and the noise instead of a quantile.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
@@ -176,13 +176,13 @@ class EarlyStopping(FIFOScheduler):
         """Pooled within-trial standard deviation of log window samples/sec (None until there
         are ``MIN_NOISE_DOF`` degrees of freedom), from the trials whose windows hold several
         steps; from all while those alone have too few degrees of freedom."""
-        short = self._pooled(lambda trial_id: trial_id not in self._long)
-        return short if short is not None else self._pooled(lambda trial_id: True)
+        short = self._pooled(leaving_out=self._long)
+        return short if short is not None else self._pooled(leaving_out=set())
 
-    def _pooled(self, counts: Callable[[str], bool]) -> float | None:
+    def _pooled(self, leaving_out: set[str]) -> float | None:
         squares, dof = 0.0, 0
         for trial_id, logs in self._logs.items():
-            if not counts(trial_id):
+            if trial_id in leaving_out:
                 continue
             logs = logs[self._dropped.get(trial_id, 0):]  # dropped: transients, not noise
             if len(logs) > 1:
