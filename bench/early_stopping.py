@@ -62,7 +62,7 @@ def between_trial_noise(a: list[dict], b: list[dict]) -> tuple[float | None, int
     from tuner.knobs import Knobs
 
     def measured(rows: list[dict]) -> dict:
-        return {tuple(r.get(n) for n in Knobs.names()): r["samples_per_sec"] for r in rows
+        return {Knobs.from_dict(r, strict=False): r["samples_per_sec"] for r in rows
                 if r["status"] == "ok" and r["samples_per_sec"]}
 
     x, y = measured(a), measured(b)

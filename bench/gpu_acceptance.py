@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     results = Path(args.results or tempfile.mkdtemp(prefix="tuner-acceptance-"))
     started = time.perf_counter()
     rows = []
+
     def save(partial: dict | None = None) -> None:  # a command cut off keeps what it has
         if args.out:
             done = rows + ([partial] if partial is not None else [])
