@@ -101,6 +101,26 @@ def test_early_stopping_stops_clearly_slower_trials_and_never_a_reference():
     assert not rule.decide("done", False, {"status": "ok", "samples_per_sec": 1.0})
 
 
+def test_a_follow_up_trial_of_the_runs_one_experiment_is_never_judged():
+    """The search and its follow-ups share one Ray Tune experiment, and so this scheduler: a
+    re-measurement or a ceiling is measured whole, and adds nothing to the best or the noise
+    (a compute-only ceiling is no configuration's rate)."""
+    from types import SimpleNamespace
+    from ray.tune.schedulers import TrialScheduler
+    rule = EarlyStopping("samples_per_sec", "max", windows=3)
+    search = SimpleNamespace(trial_id="s", config={"phase": "search", "reference": None})
+    for i, rate in enumerate((400.0, 404.0, 398.0)):
+        assert rule.on_trial_result(None, search, _window(i, rate)) == TrialScheduler.CONTINUE
+    ceiling = SimpleNamespace(trial_id="c", config={"phase": "ceiling", "reference": None})
+    for i, rate in enumerate((4000.0, 9000.0, 2000.0)):                # never the best
+        assert rule.on_trial_result(None, ceiling, _window(i, rate)) == TrialScheduler.CONTINUE
+    slow = SimpleNamespace(trial_id="r", config={"phase": "remeasure", "reference": None})
+    assert rule.on_trial_result(None, slow, _window(0, 40.0)) == TrialScheduler.CONTINUE
+    assert rule.noise() < 0.02 and rule.stopped == []
+    behind = SimpleNamespace(trial_id="b", config={"phase": "search", "reference": None})
+    assert rule.on_trial_result(None, behind, _window(0, 80.0)) == TrialScheduler.STOP
+
+
 def test_a_long_step_trial_is_judged_on_its_warm_up_step_with_a_stricter_margin():
     """Steps of seconds (a large batch on a CPU) report their last warm-up step as window -1:
     far behind the best it stops before any window; it never becomes the best nor noise."""

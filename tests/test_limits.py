@@ -255,6 +255,19 @@ def followup_run(tmp_path_factory, ray_local, no_workers_space):
     return run(options)
 
 
+def test_the_search_and_its_follow_ups_run_in_one_trial_process(followup_run):
+    """An experiment per phase started a new trial process for each (torch and the workload
+    imported again: 6-7 s on 2 CPU cores). The whole run is one Ray Tune experiment, and its
+    search, re-measurement and ceiling trials all ran in one process, reused."""
+    from ray.tune import ExperimentAnalysis
+    experiments = [p for p in (Path(followup_run.results_dir) / "ray").iterdir() if p.is_dir()]
+    assert len(experiments) == 1
+    trials = ExperimentAnalysis(str(experiments[0])).trials
+    assert len(trials) == len(followup_run.rows)
+    assert {t.config["phase"] for t in trials} == {"search", "remeasure", "ceiling"}
+    assert len({t.last_result["pid"] for t in trials}) == 1
+
+
 def test_remeasure_and_ceiling_phases(followup_run):
     rows = leaderboard.read(followup_run.results_dir).to_pylist()
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]

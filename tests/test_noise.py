@@ -231,19 +231,26 @@ def plan_for(confirm: int = 3, left: float | None = None, windows: int = 3):
     return plan
 
 
-@pytest.fixture
-def fits(monkeypatch):
-    """Ray Tune replaced: each ``_fit_fixed`` call is recorded and appends one ok row per
-    configuration to the writer, as the LeaderboardWriter would."""
-    calls = []
+class Fits(list):
+    """Ray Tune replaced: ``measure(batches, writer)`` runs a follow-up's batches as the run's
+    experiment would, appending one ok row per configuration to the writer (as the
+    LeaderboardWriter does) before the next batch is planned, and records each batch as
+    (phase, [(batch size, reference)], settings). ``impossible_first``: the first row of
+    each batch has a figure that cannot be true."""
 
-    def fake_fit(plan, writer, configs, phase, label=None, **changes):
-        calls.append((str(phase), label, [(k.batch_size, ref) for k, ref in configs], changes))
-        for knobs, ref in configs:
-            writer.rows.append(row(len(writer.rows), knobs=knobs, reference=ref, phase=str(phase),
-                                   sps=100.0))
-    monkeypatch.setattr(driver, "_fit_fixed", fake_fit)
-    return calls
+    def measure(self, batches, writer, impossible_first: bool = False) -> None:
+        for batch in batches:
+            self.append((str(batch.phase), [(k.batch_size, ref) for k, ref in batch.configs],
+                         batch.settings))
+            for i, (knobs, ref) in enumerate(batch.configs):
+                bad = {"step_time_ms_p50": 0.0} if impossible_first and i == 0 else {}
+                writer.rows.append(row(len(writer.rows), knobs=knobs, reference=ref,
+                                       phase=str(batch.phase), sps=100.0, **bad))
+
+
+@pytest.fixture
+def fits():
+    return Fits()
 
 
 def search_rows() -> list[dict]:
@@ -263,52 +270,53 @@ def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits)
     plan = plan_for(windows=3)
     configs = [(FAST, None), (BASE, "baseline")]
     writer = SimpleNamespace(rows=search_rows())
-    driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
-    # One experiment (one trial process): A B, A B, A B.
-    assert [(label, done) for _, label, done, _ in fits] == [
-        ("rounds1-3", [(32, None), (8, "baseline")] * 3)]
+    events = []
+    fits.measure(driver._rounds(plan, writer, configs, lambda kind, data: events.append(data)),
+                 writer)
+    # One batch: A B, A B, A B.
+    assert [(phase, done) for phase, done, _ in fits] == [
+        ("remeasure", [(32, None), (8, "baseline")] * 3)]
+    assert [(e["round"], e["last_round"]) for e in events] == [(1, 3)]
     assert {c["windows"] for *_, c in fits} == {2}               # 3 rounds x 2 = twice 3
     # Stopped after round 2's first trial: the resumed run measures the rest only.
     fits.clear()
+    events.clear()
     writer.rows = writer.rows[:4 + 2 + 1]
-    driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
-    assert [(label, done) for _, label, done, _ in fits] == [
-        ("rounds2-3", [(8, "baseline"), (32, None), (8, "baseline")])]
+    fits.measure(driver._rounds(plan, writer, configs, lambda kind, data: events.append(data)),
+                 writer)
+    assert [done for _, done, _ in fits] == [[(8, "baseline"), (32, None), (8, "baseline")]]
+    assert [(e["round"], e["last_round"]) for e in events] == [(2, 3)]
     fits.clear()
-    driver._fit_rounds(plan, writer, configs, lambda kind, data: None)
+    fits.measure(driver._rounds(plan, writer, configs, lambda kind, data: None), writer)
     assert fits == []                                            # complete: nothing to run
 
 
 def test_an_impossible_round_is_measured_again_once(fits):
     writer = SimpleNamespace(rows=search_rows())
     writer.rows.append(row(9, knobs=FAST, phase="remeasure", sps=100.0, step_time_ms_p50=0.0))
-    driver._fit_rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
-                       lambda kind, data: None)
-    assert [label for _, label, _, _ in fits] == ["rounds1-4"]   # 3 rounds and one more
-    assert fits[0][2] == [(8, "baseline")] + [(32, None), (8, "baseline")] * 3  # FAST had round 1
+    events = []
+    fits.measure(driver._rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
+                                lambda kind, data: events.append(data)), writer)
+    assert [(e["round"], e["last_round"]) for e in events] == [(1, 4)]  # 3 rounds and one more
+    assert fits[0][1] == [(8, "baseline")] + [(32, None), (8, "baseline")] * 3  # FAST had round 1
 
 
-def test_an_impossible_figure_found_in_the_rounds_adds_one_round_after_them(fits, monkeypatch):
-    """The experiment of rounds 1-3 records a figure that cannot be true: one more round runs
-    as its own experiment, once."""
+def test_an_impossible_figure_found_in_the_rounds_adds_one_round_after_them(fits):
+    """The batch of rounds 1-3 records a figure that cannot be true: one more round is
+    planned from those rows, as a batch of its own, once."""
     writer = SimpleNamespace(rows=search_rows())
-
-    def fit_then_impossible(plan, writer, configs, phase, label=None, **changes):
-        fits.append((str(phase), label, [(k.batch_size, ref) for k, ref in configs], changes))
-        for i, (knobs, ref) in enumerate(configs):
-            writer.rows.append(row(len(writer.rows), knobs=knobs, reference=ref, phase=str(phase),
-                                   sps=100.0, **({"step_time_ms_p50": 0.0} if i == 0 else {})))
-    monkeypatch.setattr(driver, "_fit_fixed", fit_then_impossible)
-    driver._fit_rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
-                       lambda kind, data: None)
-    assert [label for _, label, _, _ in fits] == ["rounds1-3", "rounds4-4"]
-    assert fits[1][2] == [(32, None), (8, "baseline")]
+    events = []
+    fits.measure(driver._rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
+                                lambda kind, data: events.append(data)),
+                 writer, impossible_first=True)
+    assert [(e["round"], e["last_round"]) for e in events] == [(1, 3), (4, 4)]
+    assert fits[1][1] == [(32, None), (8, "baseline")]
 
 
 def test_rounds_the_time_budget_cannot_hold_are_not_started(fits):
     writer = SimpleNamespace(rows=search_rows())
-    driver._fit_rounds(plan_for(left=2.0), writer, [(FAST, None), (BASE, "baseline")],
-                       lambda kind, data: None)
+    fits.measure(driver._rounds(plan_for(left=2.0), writer, [(FAST, None), (BASE, "baseline")],
+                                lambda kind, data: None), writer)
     assert fits == []
 
 
@@ -322,21 +330,23 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
     writer = SimpleNamespace(rows=search_rows())
     configs = [(FAST, None), (BUSY, "recommended"), (mid, None), (BASE, "baseline")]
     events = []
-    driver._fit_rounds(plan_for(left=75.0), writer, configs,
-                       lambda kind, data: events.append(data))
-    assert [(label, done) for _, label, done, _ in fits] == [
-        ("rounds1-3", [(32, None), (32, "recommended"), (8, "baseline")] * 3)]
+    fits.measure(driver._rounds(plan_for(left=75.0), writer, configs,
+                                lambda kind, data: events.append(data)), writer)
+    assert [done for _, done, _ in fits] == [
+        [(32, None), (32, "recommended"), (8, "baseline")] * 3]
     assert events[0]["dropped"] == 1
     from tuner.progress import _phase_text
     assert "1 lower-ranked searched configuration(s) left out" in _phase_text(events[0])
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())                  # time for all: none left out
-    driver._fit_rounds(plan_for(left=100.0), writer, configs, lambda kind, data: None)
-    assert [len(done) for _, _, done, _ in fits] == [12]
+    fits.measure(driver._rounds(plan_for(left=100.0), writer, configs, lambda kind, data: None),
+                 writer)
+    assert [len(done) for _, done, _ in fits] == [12]
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())   # not even 3 rounds of the best and references
-    driver._fit_rounds(plan_for(left=50.0), writer, configs, lambda kind, data: None)
-    assert fits[0][2] == [(32, None), (32, "recommended"), (8, "baseline")] * 2   # 2 rounds fit
+    fits.measure(driver._rounds(plan_for(left=50.0), writer, configs, lambda kind, data: None),
+                 writer)
+    assert fits[0][1] == [(32, None), (32, "recommended"), (8, "baseline")] * 2   # 2 rounds fit
 
 
 def test_no_ceiling_is_started_without_the_time_for_one(fits):
@@ -350,13 +360,16 @@ def test_no_ceiling_is_started_without_the_time_for_one(fits):
         plan, events = plan_for(left=left), []
         plan.node_cpus, plan.device = 2, "cpu"
         plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
-        driver._fit_limits(plan, writer, lambda kind, data: events.append(data))
-        driver._fit_ceiling(plan_for(left=left), writer, lambda kind, data: None)
+        fits.measure(driver._limits(plan, writer, lambda kind, data: events.append(data)),
+                     writer)
+        fits.measure(driver._ceiling_again(plan_for(left=left), writer, lambda kind, data: None),
+                     writer)
         assert [(e["ceilings"], e["left_out"]) for e in events] == [
             ([], ["compute", "loader", "machine-loader", "machine-compute"])]
     assert fits == []
-    driver._fit_ceiling(plan_for(left=None), writer, lambda kind, data: None)   # no budget
-    assert [(phase, done) for phase, _, done, _ in fits] == [("ceiling", [(32, None)])]
+    fits.measure(driver._ceiling_again(plan_for(left=None), writer,            # no budget
+                                       lambda kind, data: None), writer)
+    assert [(phase, done) for phase, done, _ in fits] == [("ceiling", [(32, None)])]
 
 
 @pytest.mark.parametrize("ceiling_sps, again", [(55.0, False), (48.0, True), (70.0, False)])
@@ -370,9 +383,10 @@ def test_a_compute_ceiling_is_measured_again_only_when_it_is_below_the_best_beyo
     rows = search_rows() + [row(9, knobs=Knobs.from_dict(winner, strict=False),
                                 sps=ceiling_sps, phase="ceiling", ceiling="compute")]
     events = []
-    driver._fit_ceiling(plan_for(), SimpleNamespace(rows=rows),
-                        lambda kind, data: events.append(data))
-    assert [done for _, _, done, _ in fits] == ([[(32, None)]] if again else [])
+    writer = SimpleNamespace(rows=rows)
+    fits.measure(driver._ceiling_again(plan_for(), writer,
+                                       lambda kind, data: events.append(data)), writer)
+    assert [done for _, done, _ in fits] == ([[(32, None)]] if again else [])
     assert [e["again"] for e in events] == ([True] if again else [])
 
 
@@ -415,8 +429,9 @@ def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
     plan.node_cpus, plan.device = 2, "cpu"
     plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
     events = []
-    driver._fit_limits(plan, SimpleNamespace(rows=rows),
-                       lambda kind, data: events.append((kind, data)))
+    writer = SimpleNamespace(rows=rows)
+    fits.measure(driver._limits(plan, writer, lambda kind, data: events.append((kind, data))),
+                 writer)
     assert fits == []
     assert [(kind, data["ceilings"], data["left_out"]) for kind, data in events] == [
         ("phase", [], ["machine-compute"])]
@@ -449,13 +464,15 @@ def test_a_reference_failed_for_a_transient_reason_is_retried_once(fits, error, 
     rows[0].update(status=status, samples_per_sec=None, error=error)
     writer = SimpleNamespace(rows=rows)
     events = []
-    driver._retry_references(plan_for(), writer, lambda kind, data: events.append(data))
+    fits.measure(driver._retry_references(plan_for(), writer,
+                                          lambda kind, data: events.append(data)), writer)
     assert bool(fits) == retried
     if retried:
-        assert fits == [("search", "retry", [(8, "baseline")], {})]
+        assert fits == [("search", [(8, "baseline")], {})]
         assert events[0]["retry"] == ["baseline"]
         writer.rows[-1].update(status="error", error=error)           # failed again
-        driver._retry_references(plan_for(), writer, lambda kind, data: None)
+        fits.measure(driver._retry_references(plan_for(), writer, lambda kind, data: None),
+                     writer)
         assert len(fits) == 1                                          # once only
 
 

@@ -191,3 +191,71 @@ def test_warm_start_under_a_tighter_limit_marks_what_no_longer_fits(run_under_12
     assert by_batch[32].constraints["memory"] == pytest.approx(9 / 8 - 1)   # > 0: infeasible
     assert by_batch[32].value == 0.0
     assert by_batch[64].constraints == {"memory": OOM_VIOLATION}
+
+
+# ----------------------------------------------------------- one experiment for the whole run
+
+class _Search:
+    """A stand-in for the search's searcher: ``configs`` in order, then FINISHED."""
+
+    def __init__(self, configs):
+        self.configs, self.completed = list(configs), []
+
+    def suggest(self, trial_id):
+        from ray.tune.search import Searcher
+        return self.configs.pop(0) if self.configs else Searcher.FINISHED
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self.completed.append(trial_id)
+
+
+def test_staged_runs_the_search_then_each_batch_once_the_trials_before_it_are_recorded():
+    from ray.tune.search import Searcher
+    from tuner.searcher import Staged
+    recorded: set[str] = set()
+    planned = []
+
+    def batches():
+        planned.append(sorted(recorded))       # planned from the rows recorded so far
+        yield [{"batch_size": 1, "phase": "remeasure"}, {"batch_size": 2, "phase": "remeasure"}]
+        planned.append(sorted(recorded))
+        yield [{"batch_size": 3, "phase": "ceiling"}]
+
+    gen = batches()
+    search = _Search([{"batch_size": 8}, {"batch_size": 16}, {"batch_size": 32}])
+    staged = Staged(lambda: next(gen, None), recorded.__contains__, search=search,
+                    search_trials=2)
+    assert staged.suggest("a") == {"batch_size": 8}
+    assert staged.suggest("b") == {"batch_size": 16}
+    assert staged.suggest("c") is None     # the search's 2 trials given: wait for their rows
+    staged.on_trial_complete("a")
+    recorded.add("a")
+    assert staged.suggest("c") is None and planned == []
+    staged.on_trial_complete("b")
+    recorded.add("b")
+    assert staged.suggest("c") == {"batch_size": 1, "phase": "remeasure"}
+    assert planned == [["a", "b"]] and search.completed == ["a", "b"]
+    assert staged.suggest("d") == {"batch_size": 2, "phase": "remeasure"}  # the batch goes on
+    assert staged.suggest("e") is None     # the next batch waits for c and d
+    recorded.update({"c", "d"})
+    assert staged.suggest("e") == {"batch_size": 3, "phase": "ceiling"}
+    assert planned[-1] == ["a", "b", "c", "d"]
+    recorded.add("e")
+    assert staged.suggest("f") == Searcher.FINISHED
+    assert staged.suggest("g") == Searcher.FINISHED and staged.error is None
+
+
+def test_staged_without_a_search_and_a_failing_plan_ends_the_experiment_keeping_the_error():
+    import pickle
+    from ray.tune.search import Searcher
+    from tuner.searcher import Staged
+
+    def broken():
+        raise ValueError("planning failed")
+    staged = Staged(broken, lambda trial_id: True)
+    assert staged.suggest("a") == Searcher.FINISHED
+    assert isinstance(staged.error, ValueError)
+    with pytest.raises(NotImplementedError):
+        staged.save("unused")              # nothing to save: the leaderboard resumes a run
+    # Ray Tune pickles it with the tune config: the driver's live callables stay behind.
+    assert pickle.loads(pickle.dumps(Staged(lambda: iter(()), set().__contains__)))._next_batch is None

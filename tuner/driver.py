@@ -2,8 +2,9 @@
 (``tuner.searcher``) over a validated plan (``tuner.plan``).
 
 * Phases: optional memory probe, the search, re-measurement of the best configurations, and
-  the winner's compute-only ceiling; on a cluster with several accelerator types, all of it
-  once per type.
+  the winner's ceilings; on a cluster with several accelerator types, all of it once per type.
+  The search and the follow-ups are one Ray Tune experiment (``tuner.searcher.Staged``), so
+  one trial process serves them all.
 * Resources per trial: CPUs = num_workers + 1 (capped at the node's CPUs), one whole GPU on
   CUDA; one trial per GPU (per node on CPU) at a time, so trials do not steal each other's cores.
 * The driver writes a leaderboard row as each trial finishes.
@@ -16,7 +17,7 @@ import errno
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -32,7 +33,7 @@ from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resour
 from tuner.pruning import EarlyStopping
 from tuner.recorder import LeaderboardWriter, RecordFailed, ignore_event
 from tuner.runlock import registered
-from tuner.searcher import FixedConfigs, make_searcher
+from tuner.searcher import Staged, make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
 from tuner.status import Phase, Status, phase_of
 from tuner.workload import Workload
@@ -89,10 +90,7 @@ def run(what: RunOptions | Plan, *,
                 plan = _pin(plan, accelerator)
                 writer.plan = plan  # this type's rows are assembled with its plan
                 on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
-                if plan.remaining_trials != 0 and _has_time(plan.search_time_s()):
-                    _fit_search(plan, writer)
-                if _has_time(plan.time_left_s()):
-                    _fit_followups(plan, writer, on_event)
+                _fit(plan, writer, on_event)
             if writer.failed is not None:  # a row of the last experiment's end
                 raise writer.failed
             if plan.prior_rows and len(writer.rows) == len(plan.prior_rows):
@@ -252,10 +250,9 @@ def _run_config(plan: Plan, writer: "LeaderboardWriter", name: str):
                           failure_config=tune.FailureConfig(max_failures=0))
 
 
-def _experiment_name(plan: Plan, phase: str, label: str | None = None) -> str:
-    """Ray Tune experiment directory name: one per phase (and label), accelerator type and
-    resume."""
-    parts = [plan.run_id, phase] + ([label] if label else [])
+def _experiment_name(plan: Plan) -> str:
+    """Ray Tune experiment directory name: one per run, accelerator type and resume."""
+    parts = [plan.run_id]
     if plan.accelerator_type:
         parts.append(plan.accelerator_type)
     if plan.prior_rows:
@@ -264,8 +261,9 @@ def _experiment_name(plan: Plan, phase: str, label: str | None = None) -> str:
 
 
 MIN_PHASE_S = 3.0
-"""A phase is not started with less time left than this: starting Ray Tune and a trial's
-process takes 1.5-3 s (more on a loaded machine), so it would start trials only to stop them."""
+"""The search, or the follow-ups, are not started with less time left than this: a trial's
+set-up and first step take 1.5-3 s (more on a loaded machine; starting Ray Tune and the trial
+process more again), so it would start trials only to stop them."""
 
 
 def _has_time(seconds: float | None) -> bool:
@@ -283,7 +281,7 @@ last report; Tune then stops what is left."""
 def tune_time_budget_s(seconds: float | None) -> float | None:
     """``TuneConfig.time_budget_s`` for an experiment whose trials must end ``seconds`` from
     now (their ``deadline_unix_s``): that, plus ``TUNE_STOP_GRACE_S``; None: no budget.
-    Follow-up phases pass ``plan.time_left_s()``."""
+    The run's experiment passes ``plan.time_left_s()``."""
     return None if seconds is None else seconds + TUNE_STOP_GRACE_S
 
 
@@ -295,41 +293,89 @@ def _scheduler(plan: Plan) -> EarlyStopping | None:
     return EarlyStopping(plan.metric, plan.mode, plan.settings.windows)
 
 
-def _fit_search(plan: Plan, writer: "LeaderboardWriter") -> None:
+@dataclass(frozen=True)
+class Batch:
+    """Configurations a follow-up phase measures next, one trial each, in order: (knobs,
+    reference name or None) with ``settings`` changed for all of them and ``per_trial``
+    changes for each."""
+    configs: list[tuple[Knobs, str | None]]
+    phase: Phase
+    settings: dict = field(default_factory=dict)
+    per_trial: list[dict] | None = None
+
+
+def _fit(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
+    """The search and its follow-ups (``_followups``) as ONE Tune experiment (``Staged``):
+    one trial process throughout, where an experiment per phase started a new one each time
+    (6-7 s on 2 CPU cores). The search runs while it has trials and time left (its trials
+    end where the follow-ups' share of the budget begins, ``Plan.search_time_s``); early
+    stopping judges search trials only. Raises what the follow-ups' planning raised."""
     from ray import tune
-    spec = plan.search_spec()
-    # Search trials end where the follow-ups' share of the budget begins (Plan.search_time_s).
-    settings = {**asdict(plan.settings), "deadline_unix_s": spec.deadline_unix_s}
+    searching = plan.remaining_trials != 0 and _has_time(plan.search_time_s())
+    spec = plan.search_spec() if searching else None
+    settings = asdict(plan.settings)
+    if spec is not None:
+        settings["deadline_unix_s"] = spec.deadline_unix_s
+    batches = _followups(plan, writer, on_event)
+
+    def next_batch() -> list[dict] | None:
+        batch = next(batches, None)
+        return None if batch is None else _trial_configs(plan, writer, batch)
+
+    staged = Staged(next_batch, writer.recorded, search=make_searcher(spec) if spec else None,
+                    search_trials=plan.remaining_trials if plan.trials else None)
     tuner = tune.Tuner(
         _trainable(plan),
         param_space={"tuner": settings, "phase": Phase.SEARCH.value},
         tune_config=tune.TuneConfig(
-            search_alg=make_searcher(spec),
-            scheduler=_scheduler(plan),
-            num_samples=plan.remaining_trials if plan.trials else -1,
-            time_budget_s=tune_time_budget_s(plan.search_time_s()),
+            search_alg=staged,
+            scheduler=_scheduler(plan) if searching else None,
+            num_samples=-1,  # until the searcher is finished (Staged counts the search's)
+            time_budget_s=tune_time_budget_s(plan.time_left_s()),
             max_concurrent_trials=_concurrency(plan),
             reuse_actors=_reuse_actors(plan),
         ),
-        run_config=_run_config(plan, writer, _experiment_name(plan, Phase.SEARCH)),
+        run_config=_run_config(plan, writer, _experiment_name(plan)),
     )
     tuner.fit()
+    if staged.error is not None:
+        raise staged.error
 
 
-def _fit_followups(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
-    """Measure once more a reference that failed for a transient reason, re-measure the best
-    configurations that can still win beside the references that succeeded, in interleaved
-    rounds (the winner and its speed-ups are read from these), then measure the winner's
-    ceilings. A resumed run measures only what its rows lack, so a run stopped in any of these
-    phases finishes it."""
-    _retry_references(plan, writer, on_event)
+def _followups(plan: Plan, writer: "LeaderboardWriter",
+               on_event: Callable[[str, dict], None]) -> Iterator[Batch]:
+    """After the search: measure once more a reference that failed for a transient reason,
+    re-measure the best configurations that can still win beside the references that
+    succeeded, in interleaved rounds (the winner and its speed-ups are read from these), then
+    measure the winner's ceilings. Each batch is planned from the rows recorded before it. A
+    resumed run measures only what its rows lack, so a run stopped in any of these phases
+    finishes it."""
+    if not _has_time(plan.time_left_s()):
+        return
+    yield from _retry_references(plan, writer, on_event)
     rows = _type_rows(plan, writer)
     top, configs = _remeasure_configs(plan, rows)
     if configs:
-        _fit_rounds(plan, writer, configs, on_event)
+        yield from _rounds(plan, writer, configs, on_event)
     if plan.options.ceiling and top:
-        _fit_limits(plan, writer, on_event)
-        _fit_ceiling(plan, writer, on_event)  # again, when it came out below the winner
+        yield from _limits(plan, writer, on_event)
+        yield from _ceiling_again(plan, writer, on_event)
+
+
+def _trial_configs(plan: Plan, writer: "LeaderboardWriter", batch: Batch) -> list[dict]:
+    """The Tune configurations of a batch's trials (Ray Tune merges a configuration's
+    ``"tuner"`` entries into the experiment's settings, which are the search's): the run's
+    deadline, not the search's; only search-phase trials time the per-phase breakdown
+    (``breakdown_*`` columns; null in re-measurement and ceiling rows: they repeat a
+    configuration the search measured)."""
+    if writer.expected is not None:
+        writer.expected += len(batch.configs)
+    follow_up = {} if batch.phase == Phase.SEARCH else {"breakdown_steps": 0}
+    settings = {"deadline_unix_s": plan.settings.deadline_unix_s, **follow_up, **batch.settings}
+    changes = batch.per_trial or [{} for _ in batch.configs]
+    return [{**knobs.to_dict(), "reference": ref, "phase": Phase(batch.phase).value,
+             "tuner": {**settings, **change}}
+            for (knobs, ref), change in zip(batch.configs, changes)]
 
 
 CAN_WIN_FRACTION = 0.5
@@ -382,8 +428,8 @@ def _type_rows(plan: Plan, writer: "LeaderboardWriter") -> list[dict]:
 
 def _holds(plan: Plan, rows: list[dict], knobs: list[Knobs]) -> bool:
     """Whether the time budget left holds one more trial of each of ``knobs``
-    (``_trial_cost_s``); always without a budget. A Tune experiment started without it costs
-    its start-up (5-6 s on 2 CPU cores) past the deadline, its trial stopped before a window."""
+    (``_trial_cost_s``); always without a budget. A trial started without it is stopped
+    before a window: its set-up and warm-up measured nothing."""
     left = plan.time_left_s()
     return left is None or left >= sum(
         _trial_cost_s(rows, k, plan.settings.windows, plan.settings.window_s) for k in knobs)
@@ -395,7 +441,7 @@ def _transient(row: dict) -> bool:
 
 
 def _retry_references(plan: Plan, writer: "LeaderboardWriter",
-                      on_event: Callable[[str, dict], None]) -> None:
+                      on_event: Callable[[str, dict], None]) -> Iterator[Batch]:
     """Measure once more (a search-phase trial) each reference whose only search trial failed
     for a transient reason (``_transient``: a killed DataLoader worker or trial process, never
     an out-of-memory): without it the run has no speed-up over that reference. A reference is
@@ -410,14 +456,13 @@ def _retry_references(plan: Plan, writer: "LeaderboardWriter",
     if not todo or not _holds(plan, rows, [k for k, _ in todo]):
         return
     on_event("phase", {"phase": Phase.SEARCH, "count": len(todo), "retry": [n for _, n in todo]})
-    _fit_fixed(plan, writer, todo, Phase.SEARCH, label="retry")
+    yield Batch(todo, Phase.SEARCH)
 
 
-def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
-                on_event: Callable[[str, dict], None]) -> None:
+def _rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
+            on_event: Callable[[str, dict], None]) -> Iterator[Batch]:
     """Re-measure ``configs`` interleaved: round r measures each of them once, in order, and
-    the ``REMEASURE_ROUNDS`` rounds run one after another as ONE Tune experiment (A B C A B C
-    ...: one trial process for all of them, not a new one per round: 5-6 s each on CPU). One
+    the ``REMEASURE_ROUNDS`` rounds run one after another as one batch (A B C A B C ...). One
     more round when a re-measurement recorded a figure that cannot be true
     (``tuner.noise.impossible``: measured again). Round r runs the configurations with fewer
     than r re-measurement rows, so a resumed run measures only what is missing; rounds the
@@ -438,8 +483,7 @@ def _fit_rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Kno
         on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
                            "last_round": last, "rounds": rounds, "windows": windows,
                            "dropped": dropped if first == 1 else 0})
-        _fit_fixed(plan, writer, [config for _, config in todo], Phase.REMEASURE,
-                   label=f"rounds{todo[0][0]}-{last}", windows=windows)
+        yield Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows})
         first = last + 1
 
 
@@ -512,7 +556,8 @@ def _remeasure_configs(plan: Plan, rows: list[dict]) -> tuple[list[Knobs], list[
     return top, (configs if top and len(configs) >= 2 else [])
 
 
-def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
+def _ceiling_again(plan: Plan, writer: "LeaderboardWriter",
+                   on_event: Callable[[str, dict], None]) -> Iterator[Batch]:
     """The winner's compute-only ceiling; measured once more when it came out below the
     winner by more than the noise (``leaderboard.ceiling_far_below``: a disturbed measurement,
     never an efficiency over 100 %; within the noise it is the pipeline's own rate, and a
@@ -532,13 +577,12 @@ def _fit_ceiling(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[st
         if not _holds(plan, rows, [knobs]):
             return
         on_event("phase", {"phase": Phase.CEILING, "count": 1, "again": bool(measured)})
-        _fit_fixed(plan, writer, [(knobs, None)], Phase.CEILING, compute_only=True,
-                   ceiling="compute")
+        yield Batch([(knobs, None)], Phase.CEILING, {"compute_only": True, "ceiling": "compute"})
 
 
-def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
-    """What bounds the winner, as ONE Tune experiment (one trial process, not one per
-    ceiling): its compute-only ceiling ('compute'), its own DataLoader alone ('loader'), and
+def _limits(plan: Plan, writer: "LeaderboardWriter",
+            on_event: Callable[[str, dict], None]) -> Iterator[Batch]:
+    """What bounds the winner, as one batch: its compute-only ceiling ('compute'), its own DataLoader alone ('loader'), and
     the machine's two limits, whose minimum is the attainable rate: the loader-only rate with
     every CPU a trial may have as workers ('machine-loader') and the compute-only rate at the
     largest batch the search allows in the fastest precision ('machine-compute'). Each is
@@ -568,9 +612,8 @@ def _fit_limits(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str
                            "ceilings": [label for label, _, _ in todo], "left_out": left_out})
     if not todo:
         return
-    _fit_fixed(plan, writer, [(config, None) for _, config, _ in todo], Phase.CEILING,
-               label="ceilings", per_trial=[{"ceiling": label, mode: True}
-                                            for label, _, mode in todo])
+    yield Batch([(config, None) for _, config, _ in todo], Phase.CEILING,
+                per_trial=[{"ceiling": label, mode: True} for label, _, mode in todo])
 
 
 def _fitting_ceilings(plan: Plan, rows: list[dict], todo: list[tuple[str, Knobs, str]]
@@ -592,38 +635,3 @@ def _fitting_ceilings(plan: Plan, rows: list[dict], todo: list[tuple[str, Knobs,
         else:
             left_out.append(entry[0])
     return kept, left_out
-
-
-def _fit_fixed(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, str | None]],
-               phase: str, label: str | None = None, per_trial: list[dict] | None = None,
-               **settings_changes: Any) -> None:
-    """Measure given configurations (knobs, reference name or None) as one Tune experiment
-    (``label`` names it apart from the phase's others), with ``settings_changes`` to the trial
-    settings of all and ``per_trial`` changes for each (Ray Tune merges a configuration's
-    ``"tuner"`` entries into the experiment's). Only search-phase trials time the per-phase
-    breakdown (``breakdown_*`` columns; null in re-measurement and ceiling rows)."""
-    from ray import tune
-    if writer.expected is not None:
-        writer.expected += len(configs)
-    # The per-phase breakdown (synchronised steps after the windows on CUDA; on CPU timed in
-    # them) is the search's: a re-measurement or a ceiling repeats a configuration the search
-    # measured.
-    follow_up = {} if phase == Phase.SEARCH else {"breakdown_steps": 0}
-    settings = {**asdict(plan.settings), **follow_up, **settings_changes}
-    changes = per_trial or [{} for _ in configs]
-    tuner = tune.Tuner(
-        _trainable(plan),
-        param_space={"tuner": settings, "phase": Phase(phase).value},
-        tune_config=tune.TuneConfig(
-            search_alg=FixedConfigs([{**k.to_dict(), "reference": ref,
-                                      **({"tuner": change} if change else {})}
-                                     for (k, ref), change in zip(configs, changes)]),
-            num_samples=len(configs), max_concurrent_trials=_concurrency(plan),
-            reuse_actors=_reuse_actors(plan),
-            # the run's deadline bounds the follow-ups too (their trials carry deadline_unix_s)
-            time_budget_s=tune_time_budget_s(plan.time_left_s())),
-        run_config=_run_config(plan, writer, _experiment_name(plan, phase, label)),
-    )
-    tuner.fit()
-
-

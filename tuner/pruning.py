@@ -73,7 +73,7 @@ from typing import Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from tuner.status import Status
+from tuner.status import Phase, Status
 
 Z = 2.0
 """Standard deviations of the between-trial noise a trial must be below the best by."""
@@ -98,7 +98,8 @@ class EarlyStopping(FIFOScheduler):
     """Stops a search trial after a window when it is clearly slower than the best so far (the
     module docstring gives the rule and where its constants come from). Trials run in the
     order the searcher suggests them (FIFO); a trial whose config names a ``reference`` is
-    never stopped.
+    never stopped, nor a follow-up trial (its config's ``phase`` is not the search's: the run's
+    one experiment holds them too), whose windows count neither for the best nor the noise.
 
     Args:
         metric: the objective column each window reports ('samples_per_sec',
@@ -131,6 +132,8 @@ class EarlyStopping(FIFOScheduler):
         return True
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        if (trial.config.get("phase") or Phase.SEARCH) != Phase.SEARCH:
+            return TrialScheduler.CONTINUE  # a follow-up trial: measured whole, not judged
         stop = self.decide(trial.trial_id, bool(trial.config.get("reference")), result)
         if stop:
             self.stopped.append(trial.trial_id)

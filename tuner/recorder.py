@@ -153,6 +153,10 @@ class LeaderboardWriter(Callback):
         self.on_event("trial", {"row": self.rows[-1], "index": len(self.rows),
                                 "total": self.expected})
 
+    def recorded(self, trial_id: str) -> bool:
+        """Whether the trial's row is written (or could not be: ``failed``)."""
+        return trial_id in self._done
+
     def on_trial_complete(self, iteration, trials, trial, **info):
         if trial.trial_id in self._done:
             return

@@ -37,7 +37,7 @@ import math
 import pickle
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ray.tune.search import Searcher
 
@@ -420,20 +420,100 @@ class ConstrainedSearch(Searcher):
             self.__dict__.update(pickle.load(f))
 
 
-class FixedConfigs(Searcher):
-    """Hands Ray Tune the given configurations, whole and in order, then says it is finished:
-    the re-measurement and ceiling phases measure chosen configurations, not a search."""
+class Staged(Searcher):
+    """A whole run as ONE Ray Tune experiment: the search's own searcher first, then the
+    follow-up phases' configurations, batch after batch. Which configurations a follow-up
+    measures depends on the rows before it (the re-measured winner's ceilings, a round more
+    for a figure that cannot be true), so each batch is asked for (``next_batch``) only once
+    every trial suggested before it is recorded (``recorded``: its leaderboard row written).
+    One experiment keeps one trial process from the first trial to the last (Ray Tune reuses
+    it, ``reuse_actors``); an experiment per phase started a new one each time: torch and the
+    workload imported again, 6-7 s on 2 CPU cores (docs/benchmarks.md, 2026-11-25).
 
-    def __init__(self, configs: Sequence[dict]):
+    Args:
+        next_batch: the next batch of whole trial configurations (knobs, ``reference``,
+            ``phase``, ``tuner`` settings changes), or None when there is none; called in
+            Ray Tune's loop. What it raises ends the experiment and is kept in ``error``.
+        recorded: whether a trial id's row is written.
+        search: the search's searcher (``ConstrainedSearch``), first; None: no search.
+        search_trials: trials the search may start (None: until its searcher is finished).
+    """
+
+    def __init__(self, next_batch: Callable[[], Sequence[dict] | None],
+                 recorded: Callable[[str], bool], search: Searcher | None = None,
+                 search_trials: int | None = None):
         super().__init__()
-        self._configs = list(configs)
+        self._next_batch = next_batch
+        self._recorded = recorded
+        self._search = search
+        self._searching = search is not None
+        self._search_left = search_trials
+        self._search_ids: set[str] = set()
+        self._unrecorded: set[str] = set()
+        self._queue: list[dict] = []
+        self._finished = False
+        self.error: Exception | None = None
+        """What ``next_batch`` raised (the driver raises it once the experiment has ended)."""
 
-    def suggest(self, trial_id: str) -> dict | str:
-        return self._configs.pop(0) if self._configs else Searcher.FINISHED
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
+                              **spec: Any) -> bool:
+        if self._search is not None:
+            self._search.set_search_properties(metric, mode, config, **spec)
+        return True
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        config = self._suggest(trial_id)
+        if isinstance(config, dict):
+            self._unrecorded.add(trial_id)
+        return config
+
+    def _suggest(self, trial_id: str) -> dict | str | None:
+        if self._searching:
+            config = (Searcher.FINISHED if self._search_left == 0
+                      else self._search.suggest(trial_id))
+            if config != Searcher.FINISHED:
+                if isinstance(config, dict):
+                    self._search_ids.add(trial_id)
+                    if self._search_left is not None:
+                        self._search_left -= 1
+                return config
+            self._searching = False  # the follow-ups next, once the search is recorded
+        if not self._queue:
+            self._unrecorded = {t for t in self._unrecorded if not self._recorded(t)}
+            if self._finished or self._unrecorded:
+                return Searcher.FINISHED if self._finished else None
+            try:
+                self._queue = list(self._next_batch() or [])
+            except Exception as exc:  # noqa: BLE001 -- kept for the driver to raise
+                self.error = exc
+            if not self._queue:
+                self._finished = True
+                return Searcher.FINISHED
+        return self._queue.pop(0)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self._search_ids:
+            self._search.on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
-        """Nothing to learn: the configurations are fixed."""
+        """The search's trials teach its searcher; the follow-ups' configurations are fixed."""
+        if trial_id in self._search_ids:
+            self._search.on_trial_complete(trial_id, result=result, error=error)
+
+    def save(self, checkpoint_path: str) -> None:
+        """The search's searcher's state while it runs (Ray Tune checkpoints its experiment;
+        tuner resumes from its own leaderboard instead)."""
+        if not self._searching:
+            raise NotImplementedError("the follow-ups resume from the leaderboard")
+        self._search.save(checkpoint_path)
+
+    def __getstate__(self) -> dict:
+        # Ray Tune pickles the tune config (this searcher with it) into <results>/ray; the
+        # callables are the driver's live state (a generator over its rows), never restored.
+        state = self.__dict__.copy()
+        state.update(_next_batch=None, _recorded=None, _queue=[])
+        return state
 
 
 def make_searcher(spec: SearchSpec) -> ConstrainedSearch:
