@@ -245,7 +245,8 @@ def test_staged_runs_the_search_then_each_batch_once_the_trials_before_it_are_re
     assert staged.suggest("g") == Searcher.FINISHED and staged.error is None
 
 
-def test_staged_without_a_search_and_a_failing_plan_ends_the_experiment_keeping_the_error():
+def test_staged_without_a_search_and_a_failing_plan_ends_the_experiment_keeping_the_error(
+        tmp_path):
     import pickle
     from ray.tune.search import Searcher
     from tuner.searcher import Staged
@@ -255,7 +256,11 @@ def test_staged_without_a_search_and_a_failing_plan_ends_the_experiment_keeping_
     staged = Staged(broken, lambda trial_id: True)
     assert staged.suggest("a") == Searcher.FINISHED
     assert isinstance(staged.error, ValueError)
-    with pytest.raises(NotImplementedError):
-        staged.save("unused")              # nothing to save: the leaderboard resumes a run
+    # Ray Tune's checkpoint of it: its state, without the driver's callables.
+    staged.save(str(tmp_path / "searcher.pkl"))
+    restored = Staged(lambda: [{"batch_size": 1}], lambda trial_id: True)
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    assert restored.suggest("b") == Searcher.FINISHED and str(restored.error) == "planning failed"
     # Ray Tune pickles it with the tune config: the driver's live callables stay behind.
-    assert pickle.loads(pickle.dumps(Staged(lambda: iter(()), set().__contains__)))._next_batch is None
+    copy = pickle.loads(pickle.dumps(Staged(lambda: iter(()), set().__contains__)))
+    assert copy._next_batch is None

@@ -373,7 +373,7 @@ def _trial_configs(plan: Plan, writer: "LeaderboardWriter", batch: Batch) -> lis
     follow_up = {} if batch.phase == Phase.SEARCH else {"breakdown_steps": 0}
     settings = {"deadline_unix_s": plan.settings.deadline_unix_s, **follow_up, **batch.settings}
     changes = batch.per_trial or [{} for _ in batch.configs]
-    return [{**knobs.to_dict(), "reference": ref, "phase": Phase(batch.phase).value,
+    return [{**knobs.to_dict(), "reference": ref, "phase": batch.phase.value,
              "tuner": {**settings, **change}}
             for (knobs, ref), change in zip(batch.configs, changes)]
 
@@ -582,11 +582,12 @@ def _ceiling_again(plan: Plan, writer: "LeaderboardWriter",
 
 def _limits(plan: Plan, writer: "LeaderboardWriter",
             on_event: Callable[[str, dict], None]) -> Iterator[Batch]:
-    """What bounds the winner, as one batch: its compute-only ceiling ('compute'), its own DataLoader alone ('loader'), and
-    the machine's two limits, whose minimum is the attainable rate: the loader-only rate with
-    every CPU a trial may have as workers ('machine-loader') and the compute-only rate at the
-    largest batch the search allows in the fastest precision ('machine-compute'). Each is
-    measured once per run (a resumed run measures what its rows lack)."""
+    """What bounds the winner, as one batch: its compute-only ceiling ('compute'), its own
+    DataLoader alone ('loader'), and the machine's two limits, whose minimum is the attainable
+    rate: the loader-only rate with every CPU a trial may have as workers ('machine-loader')
+    and the compute-only rate at the largest batch the search allows in the fastest precision
+    ('machine-compute'). Each is measured once per run (a resumed run measures what its rows
+    lack)."""
     rows = _type_rows(plan, writer)
     winner = leaderboard.best_row(rows)
     if winner is None:

@@ -73,7 +73,7 @@ from typing import Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from tuner.status import Phase, Status
+from tuner.status import Phase, Status, phase_of
 
 Z = 2.0
 """Standard deviations of the between-trial noise a trial must be below the best by."""
@@ -132,7 +132,7 @@ class EarlyStopping(FIFOScheduler):
         return True
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-        if (trial.config.get("phase") or Phase.SEARCH) != Phase.SEARCH:
+        if phase_of(trial.config) != Phase.SEARCH:
             return TrialScheduler.CONTINUE  # a follow-up trial: measured whole, not judged
         stop = self.decide(trial.trial_id, bool(trial.config.get("reference")), result)
         if stop:

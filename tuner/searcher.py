@@ -479,9 +479,11 @@ class Staged(Searcher):
                 return config
             self._searching = False  # the follow-ups next, once the search is recorded
         if not self._queue:
+            if self._finished:
+                return Searcher.FINISHED
             self._unrecorded = {t for t in self._unrecorded if not self._recorded(t)}
-            if self._finished or self._unrecorded:
-                return Searcher.FINISHED if self._finished else None
+            if self._unrecorded:
+                return None  # the next batch is planned from these trials' rows
             try:
                 self._queue = list(self._next_batch() or [])
             except Exception as exc:  # noqa: BLE001 -- kept for the driver to raise
@@ -502,18 +504,20 @@ class Staged(Searcher):
             self._search.on_trial_complete(trial_id, result=result, error=error)
 
     def save(self, checkpoint_path: str) -> None:
-        """The search's searcher's state while it runs (Ray Tune checkpoints its experiment;
-        tuner resumes from its own leaderboard instead)."""
-        if not self._searching:
-            raise NotImplementedError("the follow-ups resume from the leaderboard")
-        self._search.save(checkpoint_path)
+        """What Ray Tune checkpoints with its experiment: this searcher's state, the search's
+        study with it, less the driver's callables (``__getstate__``); tuner itself resumes a
+        run from its leaderboard."""
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.__getstate__(), f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
 
     def __getstate__(self) -> dict:
         # Ray Tune pickles the tune config (this searcher with it) into <results>/ray; the
         # callables are the driver's live state (a generator over its rows), never restored.
-        state = self.__dict__.copy()
-        state.update(_next_batch=None, _recorded=None, _queue=[])
-        return state
+        return {**self.__dict__, "_next_batch": None, "_recorded": None}
 
 
 def make_searcher(spec: SearchSpec) -> ConstrainedSearch:
