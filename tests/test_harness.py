@@ -3,12 +3,14 @@ caught with its status (the run goes on)."""
 
 from __future__ import annotations
 
+import traceback
+
 import psutil
 import pytest
 import torch
 
 from tests.fake_workloads import N_FILES, broken, oom, regression
-from tuner.failures import is_oom, oom_memory
+from tuner.failures import free_device_memory, is_oom, oom_memory
 from tuner.harness import WINDOW_REPORT_KEYS, run_trial
 from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
@@ -430,3 +432,38 @@ def test_no_window_begins_past_the_deadline(regression_data):
     assert row["status"] == "timeout" and "during window 2, after 1 of 3" in row["error"]
     assert row["windows"] == 1 and row["samples_per_sec"] > 0
     assert steps_at and max(steps_at) < passed_at[0]           # no step past the deadline
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch) -> list:
+    """torch sees a GPU; initialising CUDA is recorded (the calls' stacks) instead of done."""
+    inits = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: inits.append(traceback.format_stack()))
+    return inits
+
+
+def test_a_cpu_trial_on_a_machine_with_a_gpu_initialises_no_cuda(settings, gpu_machine,
+                                                                   monkeypatch):
+    """A ``--device cpu`` trial must not initialise CUDA: a context costs seconds per process
+    and memory on the card. ``free_device_memory`` reset the current device's peak after
+    every trial, which initialises CUDA (one of the two reasons, read from the code, why the
+    README's ``pytest`` ran 2.7x slower per test on the H100 machine, its trials on CPU).
+    torch's own optimizer check (it asks the current CUDA stream at the first step) is
+    answered as on a machine without a GPU."""
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: None)
+    result = run_trial(regression, Knobs(batch_size=16, num_workers=1), settings)
+    assert result["status"] == "ok", result.get("error")
+    assert gpu_machine == []
+
+
+def test_device_memory_is_freed_only_where_cuda_was_initialised(gpu_machine, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: calls.append("reset"))
+    free_device_memory()                                    # CUDA never initialised here
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    free_device_memory()                                    # a CUDA trial's process
+    assert calls == ["empty_cache", "reset"]
+    assert gpu_machine == []

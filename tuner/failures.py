@@ -71,9 +71,15 @@ def classify(exc: BaseException, device: torch.device) -> tuple[Status, str | No
 
 
 def free_device_memory() -> None:
-    """Release cached allocator memory after a failure so the next trial in a reused Ray actor
-    starts clean (Ray reuses actors even after a trial caught an OOM)."""
+    """Release cached allocator memory after a trial so the next trial in a reused Ray actor
+    starts clean (Ray reuses actors even after a trial caught an OOM).
+
+    Only where this process has initialised CUDA: ``reset_peak_memory_stats()`` of the current
+    device initialises it otherwise, so every ``--device cpu`` trial on a GPU machine created a
+    CUDA context (seconds per process, memory on the card, and its mappings copied into every
+    DataLoader worker forked after it); one of the two reasons, read from the code, why the
+    README's ``pytest`` ran 2.7x slower per test on the H100 machine (``tests/conftest.py``)."""
     gc.collect()
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
