@@ -17,10 +17,18 @@ GPU_ONLY_ENV = "TUNER_TEST_KEEP_CUDA"
 
 def pytest_configure(config) -> None:
     """Sessions that do not select the ``gpu`` marker see no CUDA device (set before torch is
-    imported; Ray workers and CLI subprocesses inherit it). On the H100 machine the README's
-    ``pytest`` ran 2.7x slower per test than on the 2-core CPU machine: tests that leave the
-    device at 'auto' resolved it to CUDA and its default 'seed' scale. GPU checks run with
-    ``pytest -m gpu`` (tests/gpu/), which keeps CUDA visible."""
+    imported; Ray workers and CLI subprocesses inherit it), so a test that leaves the device
+    at 'auto' gets the CPU run it was written for, not a CUDA run at 'seed' scale with a
+    memory probe. GPU checks run with ``pytest -m gpu`` (tests/gpu/), which keeps CUDA visible.
+
+    On the H100 machine the README's ``pytest`` ran 2.7x slower per test than on the 2-core
+    CPU machine. Its first 143 tests (test_cli to test_leaderboard_remote at 569d4d0) ran
+    their trials with ``--device cpu``, and yet every trial process initialised CUDA: the
+    harness reset the current CUDA device's peak memory after each trial, and torch's
+    optimizers ask the current CUDA stream at their first step. Both are fixed in the product
+    (``tuner.failures.free_device_memory``, ``tuner.apply.keep_cpu_trial_off_the_gpus``;
+    tests/test_harness.py, tests/gpu/test_real_card.py). Read from the code, not yet timed on
+    a card."""
     if "gpu" not in (config.getoption("markexpr") or "") and not os.environ.get(GPU_ONLY_ENV):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 

@@ -3,6 +3,7 @@ caught with its status (the run goes on)."""
 
 from __future__ import annotations
 
+import os
 import traceback
 
 import psutil
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from tests.fake_workloads import N_FILES, broken, oom, regression
+from tuner.apply import keep_cpu_trial_off_the_gpus
 from tuner.failures import free_device_memory, is_oom, oom_memory
 from tuner.harness import WINDOW_REPORT_KEYS, run_trial
 from tuner.settings import TrialSettings
@@ -450,12 +452,22 @@ def test_a_cpu_trial_on_a_machine_with_a_gpu_initialises_no_cuda(settings, gpu_m
     every trial, which initialises CUDA (one of the two reasons, read from the code, why the
     README's ``pytest`` ran 2.7x slower per test on the H100 machine, its trials on CPU).
     torch's own optimizer check (it asks the current CUDA stream at the first step) is
-    answered as on a machine without a GPU."""
+    answered as in a trial process that hides the GPUs (the test after this one)."""
     monkeypatch.setattr(torch.accelerator, "current_accelerator",
                         lambda check_available=False: None)
     result = run_trial(regression, Knobs(batch_size=16, num_workers=1), settings)
     assert result["status"] == "ok", result.get("error")
     assert gpu_machine == []
+
+
+@pytest.mark.parametrize("device, initialised, hidden", [
+    ("cpu", False, True), ("cuda", False, False), ("cpu", True, False)])
+def test_a_cpu_trial_process_hides_the_gpus_before_cuda_is_initialised(
+        monkeypatch, device, initialised, hidden):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialised)
+    assert keep_cpu_trial_off_the_gpus(device) is hidden
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ("" if hidden else "0,1")
 
 
 def test_device_memory_is_freed_only_where_cuda_was_initialised(gpu_machine, monkeypatch):

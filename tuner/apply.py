@@ -8,6 +8,7 @@ Used by the trial harness and by ``tuner.validate`` alike, so both train the sam
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from dataclasses import dataclass
 from functools import partial
@@ -44,6 +45,24 @@ def apply_device_limit(max_memory: MemoryLimit | None, device: torch.device) -> 
 def release_device_limit(limit_mb: float | None, device: torch.device) -> None:
     if limit_mb is not None:
         torch.cuda.set_per_process_memory_fraction(1.0, _cuda_index(device))
+
+
+def keep_cpu_trial_off_the_gpus(device_type: str) -> bool:
+    """Hide the machine's GPUs from a CPU trial's process (Ray Tune's trial process, which
+    runs nothing else): set ``CUDA_VISIBLE_DEVICES`` to empty there, before anything in it
+    initialises CUDA. Returns True when it hid them; False for a CUDA trial, or when CUDA is
+    already initialised in the process (the setting would do nothing then).
+
+    Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` as it is for a task given no GPU
+    (ray-project/ray#54868), and torch's optimizers initialise CUDA at their first step on a
+    machine with a GPU, CPU parameters or not (``Optimizer._accelerator_graph_capture_health_check``
+    asks the current CUDA stream whether it is capturing). A ``--device cpu`` trial on a GPU
+    machine would then hold a CUDA context: start-up time, memory on the card, and a process
+    on it that the CUDA trials of another run count as load."""
+    if device_type != "cpu" or torch.cuda.is_initialized():
+        return False
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    return True
 
 
 def _cuda_index(device: torch.device) -> int:

@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from tuner.apply import Training, build_training, cycle, move_batch, repeat, trial_state
+from tuner.apply import (Training, build_training, cycle, keep_cpu_trial_off_the_gpus,
+                         move_batch, repeat, trial_state)
 from tuner.flops import precision_of, utilisation
 from tuner.failures import classify
 from tuner.hardware import fingerprint, node_id, node_ip
@@ -99,6 +100,7 @@ def run_tune_trial(workload: Workload, config: dict) -> None:
     from ray import tune
 
     settings = TrialSettings(**config["tuner"])
+    keep_cpu_trial_off_the_gpus(settings.device)
     assigned = ray.get_runtime_context().get_assigned_resources()
     # The trial's own CPUs, also when Ray gave it the whole node (TrialResources.whole_node).
     cpus = (trial_cpus(int(config.get("num_workers", 0)), assigned["CPU"])

@@ -116,3 +116,30 @@ def test_nvml_telemetry_and_context_memory_are_read_from_the_card(settings):
     # ends, so it cannot be read here)
     assert result["peak_device_memory_mb"] > 2 * 1024
     assert result["gpu_memory_mb"] > 10_000
+
+
+CPU_TRIAL_SCRIPT = """
+import sys
+import torch
+from tuner.apply import keep_cpu_trial_off_the_gpus
+if sys.argv[1] == "hide":
+    assert keep_cpu_trial_off_the_gpus("cpu")
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.AdamW(model.parameters())
+model(torch.randn(8, 16)).sum().backward()
+optimizer.step()
+print(torch.cuda.is_initialized())
+"""
+
+
+@pytest.mark.parametrize("mode, initialised", [("hide", "False"), ("leave", "True")])
+def test_a_cpu_trial_process_holds_no_cuda_context(mode, initialised):
+    """The cause of the slow suite on the H100 machine: a CPU training step on a machine with a
+    GPU initialises CUDA in torch itself (its optimizers' graph-capture check), which a CPU
+    trial's process now prevents. ``leave`` shows torch's behaviour the hiding is for: if it
+    reads False, torch no longer does it and ``keep_cpu_trial_off_the_gpus`` is unneeded."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", CPU_TRIAL_SCRIPT, mode], capture_output=True,
+                         text=True, timeout=120, check=True).stdout.split()
+    assert out[-1] == initialised
