@@ -11,7 +11,9 @@ then, per pair, the share of the search's wall time early stopping saved (target
 and the ratio of the two bests (target: within the noise), against the best rows' window CV
 and against the between-trial noise measured from the pair itself (the configurations both
 runs measured to their end: on a drifting host the same configuration moves far more between
-trials than within one).
+trials than within one); and the most any rule judging after windows could save in that
+search (``most_a_rule_could_save``): where most configurations are within the smallest margin
+of the best, that bound is below the target whatever the rule.
 
 The re-measurement and the ceilings are off (``--confirm 0 --no-ceiling``): they are the same
 with and without early stopping and would only dilute the figure.
@@ -72,7 +74,24 @@ def between_trial_noise(a: list[dict], b: list[dict]) -> tuple[float | None, int
     return statistics.stdev(logs) / math.sqrt(2), len(logs)
 
 
+def most_a_rule_could_save(off: dict) -> tuple[float, int]:
+    """Of the run without early stopping: the share of its search's wall time that stopping
+    every trial that ended behind its best by more than the smallest margin
+    (``tuner.pruning.MIN_MARGIN``) right after its first window would save, and how many such
+    trials there are. A rule that judges after windows can save no more than this in that
+    search (its margin is never smaller, it cannot tell a trial is behind before a window, and
+    references run to their end): a flat landscape, where most configurations are within the
+    margin of the best, bounds what early stopping can save whatever the rule."""
+    from tuner.pruning import MIN_MARGIN
+    bar = off["best"] * math.exp(-MIN_MARGIN)
+    behind = [r for r in off["rows"] if r["status"] == "ok" and not r.get("reference")
+              and r["samples_per_sec"] < bar and (r.get("windows") or 0) > 1]
+    saved = sum(r["measured_s"] * (r["windows"] - 1) / r["windows"] for r in behind)
+    return saved / off["search_s"], len(behind)
+
+
 def main() -> None:
+    from tuner.pruning import MIN_MARGIN
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="ddpm")
     parser.add_argument("--space", default=None, help="search-space YAML (default: the workload's)")
@@ -109,6 +128,10 @@ def main() -> None:
               f"time (target >= 30 %); best with / without = {ratio:.3f} "
               f"({'within' if abs(ratio - 1) <= 2 * noise else 'outside'} the noise, "
               f"2 x window CV = {2 * noise:.3f})")
+        bound, behind = most_a_rule_could_save(off)
+        print(f"  pair {pair + 1}: the most any rule judging after each window could save in the "
+              f"search without it: {100 * bound:.0f} % ({behind} of its searched trials ended "
+              f"below its best x exp(-{MIN_MARGIN:.2f}); each stopped after its first window)")
         if between is not None:  # two single measurements: sqrt 2 x one's noise, 2 SD
             bound = 2 * math.sqrt(2) * between
             print(f"  pair {pair + 1}: between-trial noise from the {shared} configurations "
