@@ -353,3 +353,43 @@ def test_a_budget_is_printed_to_the_second_under_ten_minutes():
     from tuner.progress import _duration
     assert [_duration(s) for s in (20, 210, 240, 599, 1800, 5400)] == [
         "20 s", "3 min 30 s", "4 min", "9 min 59 s", "30 min", "1 h 30 min"]
+
+
+class _RunningTrial:
+    """What LeaderboardWriter.on_step_begin reads of a running Ray Tune trial."""
+    RUNNING, TERMINATED = "RUNNING", "TERMINATED"
+
+    def __init__(self, deadline: float, step_ms: float | None):
+        self.trial_id, self.status = f"t{deadline}-{step_ms}", self.RUNNING
+        self.config = {"tuner": {"deadline_unix_s": deadline}, "phase": "search"}
+        self.last_result = {} if step_ms is None else {"step_time_ms_p95": step_ms}
+        self.temporary_state = type("State", (), {"ray_actor": object()})()
+
+
+@pytest.mark.parametrize("before_run_end_s, step_ms, grace_s", [
+    (50, 5_000, 7.5),        # the search's deadline: one and a half of its steps
+    (50, 20_000, 10.0),      # at most STEP_GRACE_MAX_S: about what a new process costs
+    (50, 100, 2.0),          # short steps: OVERDUE_S, as before
+    (50, None, 2.0),         # no step measured yet (a compile): OVERDUE_S
+    (3, 5_000, 3.0),         # never past the run's deadline
+    (0, 5_000, 2.0),         # the run's own deadline (a follow-up): OVERDUE_S
+])
+def test_a_trial_past_the_searchs_deadline_gets_a_step_to_stop_itself_before_it_is_killed(
+        regression_data, monkeypatch, before_run_end_s, step_ms, grace_s):
+    """Killing it ends its process, and the re-measurement's first trial then starts a new
+    one (5.7 s on the 2-core CPU); a trial past the run's own deadline is killed as before."""
+    import ray
+    from tuner.recorder import LeaderboardWriter
+    plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
+                                data=str(regression_data), time_budget_s=100)
+                     ).with_deadline(time.monotonic() + 100)
+    writer = LeaderboardWriter(plan, lambda kind, data: None, versions={})
+    deadline = plan.settings.deadline_unix_s - before_run_end_s
+    trial = _RunningTrial(deadline, step_ms)
+    assert writer.kill_at(trial, deadline) == pytest.approx(deadline + grace_s)
+    killed = []
+    monkeypatch.setattr(ray, "kill", lambda actor, no_restart: killed.append(actor))
+    for now, expected in ((deadline + grace_s - 0.5, []), (deadline + grace_s + 0.5, [1])):
+        monkeypatch.setattr(time, "time", lambda: now)
+        writer.on_step_begin(0, [trial])
+        assert len(killed) == len(expected)

@@ -45,6 +45,20 @@ def _error_file_text(trial) -> str | None:
 OVERDUE_S = 2.0
 """Seconds past its deadline a trial may still run before its process is killed."""
 
+STEP_GRACE = 1.5
+"""Past the search's deadline (the run goes on with its follow-ups in the same process), a trial
+is left this many of its steps (``step_time_ms_p95`` of its last report) to stop itself at a
+step boundary, up to ``STEP_GRACE_MAX_S``: killed, its process is gone and the next trial
+starts a new one. On the 2-core CPU a search trial at batch 256 (~5 s a step) killed 2 s past
+the search's deadline cost 5.7 s before the re-measurement's first trial (docs/benchmarks.md,
+2026-11-25, third session)."""
+
+STEP_GRACE_MAX_S = 10.0
+"""The most a trial past the search's deadline is waited for: about what a new trial process
+costs (5.7-7 s on the 2-core CPU: torch and the workload imported again). A compile, whose
+first step is far longer, is killed at ``OVERDUE_S`` as before: no step time is reported
+before it ends."""
+
 
 def _deadline(trial) -> float | None:
     """The trial's deadline (``TrialSettings.deadline_unix_s``, time.time()), or None."""
@@ -176,20 +190,33 @@ class LeaderboardWriter(Callback):
             raise self.failed
 
     def on_step_begin(self, iteration, trials, **info):
-        """End a trial still running ``OVERDUE_S`` past its deadline (inside a step longer
-        than that, such as a long compile, so it cannot stop itself at a step boundary): its
-        process is killed, and ``on_trial_error`` records it ``timeout``. Ray Tune's own
+        """End a trial still running past its deadline (inside a step longer than the grace,
+        such as a long compile, so it cannot stop itself at a step boundary) at ``kill_at``:
+        its process is killed, and ``on_trial_error`` records it ``timeout``. Ray Tune's own
         stop (``time_budget_s``) would wait up to 10 s more for such a process."""
         now = time.time()
         for trial in trials:
             deadline = _deadline(trial)
             actor = trial.temporary_state.ray_actor
-            if (deadline is None or now < deadline + OVERDUE_S or actor is None
+            if (deadline is None or now < self.kill_at(trial, deadline) or actor is None
                     or trial.status != trial.RUNNING or trial.trial_id in self._overdue):
                 continue
             import ray
             self._overdue.add(trial.trial_id)
             ray.kill(actor, no_restart=True)
+
+    def kill_at(self, trial, deadline: float) -> float:
+        """When a trial still running past its ``deadline`` (time.time()) is killed:
+        ``OVERDUE_S`` after it; past the search's deadline, with the run's still ahead, after
+        ``STEP_GRACE`` of its steps when that is longer (at most ``STEP_GRACE_MAX_S``, never
+        past the run's deadline)."""
+        run_deadline = self.plan.settings.deadline_unix_s
+        step_ms = (trial.last_result or {}).get("step_time_ms_p95")
+        grace = OVERDUE_S
+        if run_deadline is not None and deadline < run_deadline and step_ms:
+            grace = max(grace, min(STEP_GRACE * step_ms / 1000, STEP_GRACE_MAX_S,
+                                   run_deadline - deadline))
+        return deadline + grace
 
     def on_experiment_end(self, trials, **info):
         """Rows of the trials Ray Tune stopped at its time budget (``TuneConfig.time_budget_s``
