@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import fault_workloads
 from tests.conftest import REPO_ROOT
 from tuner import leaderboard
 from tuner.driver import REMEASURE_ROUNDS
@@ -174,10 +175,17 @@ STOPPED_TRIALS = 5
 leave some of it to the resume."""
 
 
-def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int) -> dict:
-    """Start ``args``, send ``sig`` to its driver once ``until(rows)`` holds; what it left."""
+def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int,
+          hold_from: int) -> dict:
+    """Start ``args``, send ``sig`` to its driver once ``until(rows)`` holds; what it left.
+    The run's ``hold_from``-th trial (of its trial process) waits until then
+    (tests/fault_workloads.py): in a loaded suite the whole run once ended before this test
+    read its first row (2026-11-25), and was then stopped nowhere."""
     kwargs = {"start_new_session": True} if sig == signal.SIGKILL else {}
-    proc = start(args, env, **kwargs)
+    hold = Path(env[fault_workloads.PID_DIR_ENV]).parent / "hold"
+    hold.touch()
+    proc = start(args, {**env, fault_workloads.HOLD_FILE_ENV: str(hold),
+                        fault_workloads.HOLD_FROM_ENV: str(hold_from)}, **kwargs)
     try:
         # reading the leaderboard 20 times a second took CPU from the run on 2 cores
         wait_for(lambda: until(rows_of(results)), 240, what, proc, every_s=0.5)
@@ -185,6 +193,7 @@ def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int)
         os.kill(proc.pid, sig)
     finally:
         out, err = finish(proc)
+        hold.unlink()
     alive = []
     if sig == signal.SIGKILL:
         # The killed driver's Ray processes go with it: GCS, raylet and workers share its
@@ -214,16 +223,19 @@ def stopped_run(tmp_path_factory) -> dict:
     args = ["run", "--workload", SLOW, "--space", str(space), "--trials", str(STOPPED_TRIALS),
             "--results", str(results), "--device", "cpu", "--windows", "2", "--window-s",
             "0.2", "--warmup-steps", "1", "--confirm", "1", "--ceiling", "--no-early-stop"]
+    # Each stage holds the trial after the one it waits for: the search's second (1 row),
+    # the resume's second (1 more), then after the search's last 3 trials and a re-measured one.
     stages = {"SIGINT": _stop(args, env, results, lambda rows: len(rows) >= 1,
-                              "a recorded trial", signal.SIGINT)}
+                              "a recorded trial", signal.SIGINT, hold_from=2)}
     (run_id,) = {r["run_id"] for r in stages["SIGINT"]["before"].values()}
     resume = [*args, "--resume", run_id]
     first = len(stages["SIGINT"]["before"])
     stages["SIGKILL"] = _stop(resume, env, results, lambda rows: len(rows) > first,
-                              "one more recorded trial", signal.SIGKILL)
+                              "one more recorded trial", signal.SIGKILL, hold_from=2)
+    left = STOPPED_TRIALS - len(stages["SIGKILL"]["before"])
     stages["SIGTERM"] = _stop(resume, env, results,
                               lambda rows: any(r["phase"] == "remeasure" for r in rows),
-                              "a re-measured trial", signal.SIGTERM)
+                              "a re-measured trial", signal.SIGTERM, hold_from=left + 2)
     proc = start(resume, env)
     out, err = finish(proc)
     stages["resumed"] = {"returncode": proc.returncode, "out": out, "err": err,
