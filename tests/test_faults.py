@@ -51,9 +51,20 @@ def env(tmp_path) -> dict:
             "TUNER_TEST_PID_DIR": str(pids), "TUNER_TEST_STEP_SLEEP": "0.05"}
 
 
+TUNER_WITH_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, "
+                     "signal.default_int_handler); sys.argv[0] = 'tuner'; "
+                     "runpy.run_module('tuner', run_name='__main__', alter_sys=True)")
+"""``python -m tuner`` with Ctrl-C (SIGINT) raising KeyboardInterrupt, as in a terminal. A
+shell without job control starts a background job (``pytest ... &`` in a script) with SIGINT
+ignored, its children inherit that, and Python then leaves SIGINT ignored: a driver started
+so cannot be stopped with it (2026-11-25: the stopped-run tests failed that way, twice, in
+suites started in the background)."""
+
+
 def start(args: list[str], env: dict, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tuner", *args], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen([sys.executable, "-c", TUNER_WITH_CTRL_C, *args], cwd=REPO_ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:
@@ -179,8 +190,9 @@ def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int,
           hold_from: int) -> dict:
     """Start ``args``, send ``sig`` to its driver once ``until(rows)`` holds; what it left.
     The run's ``hold_from``-th trial (of its trial process) waits until then
-    (tests/fault_workloads.py): in a loaded suite the whole run once ended before this test
-    read its first row (2026-11-25), and was then stopped nowhere."""
+    (tests/fault_workloads.py): the rows left at each stop are the same in every suite, and a
+    signal the driver does not act on shows as a run held until ``finish`` times out, not as a
+    run that ended before its stop."""
     kwargs = {"start_new_session": True} if sig == signal.SIGKILL else {}
     hold = Path(env[fault_workloads.PID_DIR_ENV]).parent / "hold"
     hold.touch()
