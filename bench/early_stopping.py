@@ -30,6 +30,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from tuner.pruning import MIN_MARGIN
+
 
 def search_run(args: argparse.Namespace, early_stop: bool, results: Path) -> dict:
     """One run; returns its figures."""
@@ -82,7 +84,6 @@ def most_a_rule_could_save(off: dict) -> tuple[float, int]:
     search (its margin is never smaller, it cannot tell a trial is behind before a window, and
     references run to their end): a flat landscape, where most configurations are within the
     margin of the best, bounds what early stopping can save whatever the rule."""
-    from tuner.pruning import MIN_MARGIN
     bar = off["best"] * math.exp(-MIN_MARGIN)
     behind = [r for r in off["rows"] if r["status"] == "ok" and not r.get("reference")
               and r["samples_per_sec"] < bar and (r.get("windows") or 0) > 1]
@@ -91,7 +92,6 @@ def most_a_rule_could_save(off: dict) -> tuple[float, int]:
 
 
 def main() -> None:
-    from tuner.pruning import MIN_MARGIN
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="ddpm")
     parser.add_argument("--space", default=None, help="search-space YAML (default: the workload's)")
@@ -128,9 +128,9 @@ def main() -> None:
               f"time (target >= 30 %); best with / without = {ratio:.3f} "
               f"({'within' if abs(ratio - 1) <= 2 * noise else 'outside'} the noise, "
               f"2 x window CV = {2 * noise:.3f})")
-        bound, behind = most_a_rule_could_save(off)
+        most, behind = most_a_rule_could_save(off)
         print(f"  pair {pair + 1}: the most any rule judging after each window could save in the "
-              f"search without it: {100 * bound:.0f} % ({behind} of its searched trials ended "
+              f"search without it: {100 * most:.0f} % ({behind} of its searched trials ended "
               f"below its best x exp(-{MIN_MARGIN:.2f}); each stopped after its first window)")
         if between is not None:  # two single measurements: sqrt 2 x one's noise, 2 SD
             bound = 2 * math.sqrt(2) * between
