@@ -51,8 +51,8 @@ def env(tmp_path) -> dict:
             "TUNER_TEST_PID_DIR": str(pids), "TUNER_TEST_STEP_SLEEP": "0.05"}
 
 
-TUNER_WITH_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, "
-                     "signal.default_int_handler); sys.argv[0] = 'tuner'; "
+TUNER_WITH_CTRL_C = ("import runpy, signal; signal.signal(signal.SIGINT, "
+                     "signal.default_int_handler); "
                      "runpy.run_module('tuner', run_name='__main__', alter_sys=True)")
 """``python -m tuner`` with Ctrl-C (SIGINT) raising KeyboardInterrupt, as in a terminal. A
 shell without job control starts a background job (``pytest ... &`` in a script) with SIGINT
