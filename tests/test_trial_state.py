@@ -20,12 +20,17 @@ from tuner.validate import train_loop
 def saved_state():
     """torch threads and cuDNN/TF32 flags as they were before the test, put back after it."""
     threads = torch.get_num_threads()
-    flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-             torch.backends.cudnn.allow_tf32)
+    legacy = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(),
+              torch.backends.cudnn.allow_tf32)
+    new = {s: o.fp32_precision for s in apply.FP32_PRECISION_SETTINGS
+           if (o := apply._fp32_precision_owner(s)) is not None}
     yield
     torch.set_num_threads(threads)
-    (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-     torch.backends.cudnn.allow_tf32) = flags
+    torch.backends.cudnn.benchmark = legacy[0]
+    torch.set_float32_matmul_precision(legacy[1])
+    torch.backends.cudnn.allow_tf32 = legacy[2]
+    for setting, value in new.items():
+        apply._fp32_precision_owner(setting).fp32_precision = value
 
 
 def test_flags_are_set_inside_and_restored_after_a_trial_that_raises(saved_state):
@@ -54,6 +59,53 @@ def test_tf32_switches_matmuls_and_convolutions_keep_torchs_default(saved_state,
         assert torch.backends.cudnn.allow_tf32 is True
     assert torch.backends.cuda.matmul.allow_tf32 is (not tf32)
     assert torch.backends.cudnn.allow_tf32 is False
+
+
+NEW_PRECISION_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def fp32_precision() -> dict[str, str]:
+    return {s: o.fp32_precision for s in apply.FP32_PRECISION_SETTINGS
+            if (o := apply._fp32_precision_owner(s)) is not None}
+
+
+@pytest.mark.skipif(not NEW_PRECISION_API, reason="torch < 2.9 has no fp32_precision settings")
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("tf32", [False, True])
+def test_a_script_using_torchs_new_precision_api_keeps_its_settings(regression_data, saved_state,
+                                                                    device, tf32):
+    """A workload that sets TF32 the way torch 2.9's notes say (``fp32_precision``), which
+    makes torch refuse the legacy reads (``allow_tf32`` raised in every trial before
+    ``read_precision_flags``), trains, and finds its settings as it left them after the
+    trial; inside a CUDA trial every reader agrees, Lightning's included."""
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    with pytest.raises(RuntimeError, match="mix of the legacy and new"):
+        torch.backends.cudnn.allow_tf32                           # what torch does
+    before = fp32_precision()
+    with trial_state(Knobs(batch_size=8, tf32=tf32), torch.device(device)):
+        if device == "cuda":
+            assert torch.get_float32_matmul_precision() == ("high" if tf32 else "highest")
+            assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if tf32 else "ieee")
+            assert torch.backends.cudnn.allow_tf32 is True        # torch's default
+            assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+        v = train_loop(Regression(), Knobs(batch_size=8), scale="tiny", device="cpu",
+                       data_dir=regression_data, steps=2, warmup_steps=1)
+        assert v.steps == 2
+    assert fp32_precision() == before
+
+
+@pytest.mark.skipif(not NEW_PRECISION_API, reason="torch < 2.9 has no fp32_precision settings")
+def test_legacy_precision_and_what_its_setter_changes_elsewhere_are_put_back(saved_state):
+    """``set_float32_matmul_precision("medium")`` (the user's) also sets CPU matmuls to bf16
+    (``mkldnn.matmul``); a trial setting matmuls to full fp32 puts both back after it."""
+    torch.set_float32_matmul_precision("medium")
+    before = fp32_precision()
+    assert before["mkldnn.matmul"] == "bf16"
+    with trial_state(Knobs(batch_size=8, tf32=False), torch.device("cuda")):
+        assert torch.get_float32_matmul_precision() == "highest"
+    assert torch.get_float32_matmul_precision() == "medium"
+    assert fp32_precision() == before
 
 
 def test_cpu_flags_changed_by_the_trial_are_restored(saved_state):

@@ -159,25 +159,94 @@ CUDNN_ALLOW_TF32_DEFAULT = True
 script that never touches the flag (the references' "before"), while matmuls do not
 (``torch.backends.cuda.matmul.allow_tf32`` defaults to False)."""
 
+FP32_PRECISION_SETTINGS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn",
+                           "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")
+"""Where torch >= 2.9 keeps its per-backend ``fp32_precision`` ("ieee", "tf32", "bf16" or
+"none"), under ``torch.backends``; "" is ``torch.backends.fp32_precision`` itself."""
+
+
+@dataclass(frozen=True)
+class PrecisionFlags:
+    """torch's process-wide cuDNN and fp32-precision settings, as ``read_precision_flags``
+    found them.
+
+    torch >= 2.9 keeps two states side by side: the legacy one (``allow_tf32``,
+    ``set_float32_matmul_precision``) and the per-backend ``fp32_precision``. The legacy
+    setters update both; the ``fp32_precision`` setters only the new one, after which torch
+    raises on a legacy read ("you have used mix of the legacy and new APIs") where the two
+    disagree: a script that follows the TF32 notes of torch 2.9's documentation
+    (``torch.backends.cudnn.conv.fp32_precision = "ieee"``) makes ``torch.backends.cudnn.allow_tf32``
+    raise. The legacy readings are therefore None where torch refuses them; the new ones are
+    always readable."""
+    cudnn_benchmark: bool
+    matmul_precision: str | None
+    """``torch.get_float32_matmul_precision()``: "highest", "high" or "medium"."""
+    cudnn_allow_tf32: bool | None
+    fp32_precision: tuple[tuple[str, str], ...]
+    """(setting, value) for each of ``FP32_PRECISION_SETTINGS``; empty before torch 2.9."""
+
+
+def _fp32_precision_owner(setting: str) -> Any:
+    owner: Any = torch.backends
+    for part in filter(None, setting.split(".")):
+        owner = getattr(owner, part, None)
+    return owner if hasattr(owner, "fp32_precision") else None
+
+
+def _unless_refused(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except RuntimeError:         # torch's check against mixed legacy and new settings
+        return None
+
+
+def read_precision_flags() -> PrecisionFlags:
+    """The settings as they are now; never raises (see ``PrecisionFlags``)."""
+    return PrecisionFlags(
+        cudnn_benchmark=torch.backends.cudnn.benchmark,
+        matmul_precision=_unless_refused(torch.get_float32_matmul_precision),
+        cudnn_allow_tf32=_unless_refused(lambda: torch.backends.cudnn.allow_tf32),
+        fp32_precision=tuple((s, owner.fp32_precision) for s in FP32_PRECISION_SETTINGS
+                             if (owner := _fp32_precision_owner(s)) is not None))
+
+
+def write_precision_flags(flags: PrecisionFlags) -> None:
+    """Put back what ``read_precision_flags`` read: the legacy settings first (their setters
+    also write the new ones: ``set_float32_matmul_precision("medium")`` sets
+    ``mkldnn.matmul`` to "bf16"), then every ``fp32_precision`` exactly as it was. A legacy
+    setting torch refused to read is left as the trial set it."""
+    torch.backends.cudnn.benchmark = flags.cudnn_benchmark
+    if flags.matmul_precision is not None:
+        torch.set_float32_matmul_precision(flags.matmul_precision)
+    if flags.cudnn_allow_tf32 is not None:
+        torch.backends.cudnn.allow_tf32 = flags.cudnn_allow_tf32
+    for setting, value in flags.fp32_precision:
+        _fp32_precision_owner(setting).fp32_precision = value
+
 
 def set_global_flags(knobs: Knobs, device: torch.device) -> Callable[[], None]:
     """Apply process-wide torch flags for this trial; return a function restoring them (a Ray
     actor may run the next trial in the same process). ``tf32`` turns TF32 matmuls on; cuDNN
     convolutions keep torch's default (TF32 on) either way, so a configuration without the knob
     runs as the user's untouched script does: turning convolutions' TF32 off too would make a
-    conv net's baseline slower than the user's and its speed-ups look larger."""
-    saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-             torch.backends.cudnn.allow_tf32)
+    conv net's baseline slower than the user's and its speed-ups look larger.
+
+    Matmul TF32 is set with ``torch.set_float32_matmul_precision("high")`` ("highest" without
+    the knob), cuDNN's with ``torch.backends.cudnn.allow_tf32``, on purpose: in torch 2.9-2.14
+    these write the legacy and the ``fp32_precision`` state of every backend they concern
+    alike, so every reader agrees inside the trial. ``torch.backends.cuda.matmul.fp32_precision
+    = "tf32"`` alone, or ``torch.backends.cuda.matmul.allow_tf32`` after a script's
+    ``set_float32_matmul_precision("medium")`` (which also set CPU matmuls, ``mkldnn.matmul``,
+    to "bf16"), would make ``torch.get_float32_matmul_precision()`` raise: Lightning's CUDA
+    accelerator calls it at set-up. The flags are read and put back through
+    ``read_precision_flags`` and ``write_precision_flags``, which a script's own
+    ``fp32_precision`` settings cannot make raise."""
+    saved = read_precision_flags()
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = knobs.cudnn_benchmark
-        torch.backends.cuda.matmul.allow_tf32 = knobs.tf32
+        torch.set_float32_matmul_precision("high" if knobs.tf32 else "highest")
         torch.backends.cudnn.allow_tf32 = CUDNN_ALLOW_TF32_DEFAULT
-
-    def restore() -> None:
-        (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-         torch.backends.cudnn.allow_tf32) = saved
-
-    return restore
+    return partial(write_precision_flags, saved)
 
 
 @dataclass(frozen=True)

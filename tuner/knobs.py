@@ -98,8 +98,8 @@ class Knobs:
     """``torch.backends.cudnn.benchmark`` (cuDNN autotuning of convolution algorithms)."""
     tf32: bool = field(default=False, metadata=_knob(
         short="tf32", kind="bool", memory="none", cuda_only=True))
-    """TF32 matmuls (``torch.backends.cuda.matmul.allow_tf32``; Ampere or newer GPUs).
-    cuDNN convolutions use TF32 by torch's default with or without it."""
+    """TF32 matmuls (``torch.set_float32_matmul_precision("high")``, "highest" without it;
+    Ampere or newer GPUs). cuDNN convolutions use TF32 by torch's default with or without it."""
     fused_optimizer: bool = field(default=False, metadata=_knob(
         short="fused", kind="bool", memory="device"))
     """AdamW/Adam with ``fused=True``."""
@@ -217,7 +217,8 @@ class Knobs:
         lines = ["import torch", ""]
         if device == "cuda":
             lines.append(f"torch.backends.cudnn.benchmark = {self.cudnn_benchmark}")
-            lines.append(f"torch.backends.cuda.matmul.allow_tf32 = {self.tf32}")
+            precision = "high" if self.tf32 else "highest"
+            lines.append(f"torch.set_float32_matmul_precision({precision!r})  # TF32 matmuls: {self.tf32}")
             lines.append("torch.backends.cudnn.allow_tf32 = True  # torch's default")
             lines.append("")
         args = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs().items())
