@@ -34,3 +34,13 @@ def test_without_compile_the_same_time_left_measures(regression_data):
                     settings(regression_data, deadline_unix_s=time.time() + left_s))
     assert row["status"] == "ok" and row["samples_per_sec"] > 0
     assert row["compile_s"] is None                              # compile off: no compile time
+
+
+def test_the_loader_only_ceiling_of_a_compiled_configuration_is_not_held_back(regression_data):
+    """Its DataLoader alone, no model: nothing compiles, so the compile's time is not asked."""
+    left_s = COMPILE_NEEDS_S["max-autotune"] / 2
+    row = run_trial(regression, Knobs(batch_size=8, compile="max-autotune"),
+                    settings(regression_data, deadline_unix_s=time.time() + left_s,
+                             loader_only=True))
+    assert row["status"] == "ok" and row["samples_per_sec"] > 0, row["error"]
+    assert row["compile_s"] is None

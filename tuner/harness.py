@@ -68,8 +68,9 @@ minutes (a --time-budget 230 run was killed inside one at 300 s)."""
 
 def _check_compile_fits(knobs: Knobs, settings: TrialSettings) -> None:
     """Raise DeadlineReached before a compile that cannot finish in the run's time left: the
-    trial is recorded as ``timeout`` without starting it."""
-    if knobs.compile == "off" or settings.deadline_unix_s is None:
+    trial is recorded as ``timeout`` without starting it. A loader-only trial (a ceiling: the
+    configuration's DataLoader, no model) compiles nothing, whatever its knobs say."""
+    if knobs.compile == "off" or settings.loader_only or settings.deadline_unix_s is None:
         return
     left_s, needs_s = settings.deadline_unix_s - time.time(), COMPILE_NEEDS_S[knobs.compile]
     if left_s < needs_s:
@@ -175,7 +176,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
             result.update(_failure(exc, device))
     if result["status"] in (Status.OK, Status.TIMEOUT) and result["samples_per_sec"] is not None:
         result.update(_rates(units, settings, applied, result["samples_per_sec"],
-                             result.get("gpu_name")), compile_s=compile_s(applied, result))
+                             result.get("gpu_name")),
+                      compile_s=None if settings.loader_only else compile_s(applied, result))
     result.update(peak_host_memory_mb=sampler.peak_mb, started_at=started_at, finished_at=_now())
     report(result)
     return result
