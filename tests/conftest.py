@@ -25,7 +25,8 @@ def pytest_configure(config) -> None:
     CPU machine. Its first 143 tests (test_cli to test_leaderboard_remote at 569d4d0) ran
     their trials with ``--device cpu``, and yet every trial process initialised CUDA: the
     harness reset the current CUDA device's peak memory after each trial, and torch's
-    optimizers ask the current CUDA stream at their first step. Both are fixed in the product
+    optimizers ask the current CUDA stream at their first step (torch 2.14; the GPU machine's
+    torch 2.11 asks without initialising CUDA, so there the first cause was the one). Both are fixed in the product
     (``tuner.failures.free_device_memory``, ``tuner.apply.keep_cpu_trial_off_the_gpus``;
     tests/test_harness.py, tests/gpu/test_real_card.py). Read from the code, not yet timed on
     a card."""

@@ -54,9 +54,10 @@ def keep_cpu_trial_off_the_gpus(device_type: str) -> bool:
     already initialised in the process (the setting would do nothing then).
 
     Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` as it is for a task given no GPU
-    (ray-project/ray#54868), and torch's optimizers initialise CUDA at their first step on a
-    machine with a GPU, CPU parameters or not (``Optimizer._accelerator_graph_capture_health_check``
-    asks the current CUDA stream whether it is capturing). A ``--device cpu`` trial on a GPU
+    (ray-project/ray#54868), and torch 2.14's optimizers initialise CUDA at their first step on
+    a machine with a GPU, CPU parameters or not (``Optimizer._accelerator_graph_capture_health_check``
+    asks ``torch.accelerator.current_stream()`` whether it is capturing; torch 2.11 asked
+    ``torch.cuda.is_current_stream_capturing()``, which does not). A ``--device cpu`` trial on a GPU
     machine would then hold a CUDA context: start-up time, memory on the card, and a process
     on it that the CUDA trials of another run count as load."""
     if device_type != "cpu" or torch.cuda.is_initialized():
