@@ -452,9 +452,12 @@ def test_a_cpu_trial_on_a_machine_with_a_gpu_initialises_no_cuda(settings, gpu_m
     every trial, which initialises CUDA (one of the two reasons, read from the code, why the
     README's ``pytest`` ran 2.7x slower per test on the H100 machine, its trials on CPU).
     torch's own optimizer check (it asks the current CUDA stream at the first step) is
-    answered as in a trial process that hides the GPUs (the test after this one)."""
+    answered as in a trial process that hides the GPUs (the test after this one): torch 2.14
+    asks ``torch.accelerator``; torch 2.11 (the GPU machine's) asks
+    ``torch.cuda.is_current_stream_capturing``, which reaches the driver."""
     monkeypatch.setattr(torch.accelerator, "current_accelerator",
                         lambda check_available=False: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     result = run_trial(regression, Knobs(batch_size=16, num_workers=1), settings)
     assert result["status"] == "ok", result.get("error")
     assert gpu_machine == []
