@@ -151,6 +151,31 @@ def test_conv2d_counts_three_times_its_analytic_forward(tmp_path):
     assert _count(ConvSum(), tmp_path) == 3 * forward == 129_600
 
 
+class ConvThenLinear(LinearSum):
+    """``ConvSum``'s convolution, then a bias-free ``Linear(800, 16)`` on its flattened output."""
+
+    name = "flops-conv-linear"
+    shape = (CONV_IN, SIDE, SIDE)
+
+    def build_model(self, scale: str) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(CONV_IN, CONV_OUT, KERNEL, padding=1, bias=False),
+                             nn.Flatten(), nn.Linear(CONV_OUT * SIDE * SIDE, OUT_FEATURES,
+                                                     bias=False))
+
+
+def test_the_convolutions_share_comes_from_the_same_count(tmp_path, devices_used):
+    data = ConvThenLinear().prepare_default_data(tmp_path, "tiny")
+    conv, linear = 129_600, 6 * CONV_OUT * SIDE * SIDE * OUT_FEATURES
+    assert flops.model_flops_per_sample(ConvThenLinear(), "tiny", data) == conv + linear
+    assert flops.conv_flops_share(ConvThenLinear(), "tiny", data) == pytest.approx(
+        conv / (conv + linear))
+    assert devices_used == ["meta"]                              # counted once for both
+    assert flops.conv_flops_share(LinearSum(), "tiny",
+                                  LinearSum().prepare_default_data(tmp_path, "tiny")) == 0.0
+    assert flops.conv_flops_share(AlwaysFails(), "tiny",
+                                  AlwaysFails().prepare_default_data(tmp_path, "tiny")) is None
+
+
 def test_step_that_fails_on_meta_is_counted_on_cpu(tmp_path, devices_used):
     assert _count(ReadsValue(), tmp_path) == 6 * IN_FEATURES * OUT_FEATURES
     assert devices_used == ["meta", "cpu"]
@@ -312,3 +337,22 @@ def test_utilisation_without_inputs_or_peak(flops_per_sample, samples_per_sec, g
 def test_override_must_be_a_positive_number(bad):
     with pytest.raises(ValueError, match="peak_tflops_override"):
         flops.utilisation(1e9, 1.0, None, "fp32", peak_tflops_override=bad)
+
+
+def test_fp32_mfu_judges_convolutions_against_the_tf32_peak():
+    """Without AMP or the tf32 knob a CUDA trial's convolutions still run in TF32 (cuDNN's
+    default, kept in every trial): a conv net's FLOPs at 100 TFLOP/s on an H100 SXM are 21 %
+    of what the mix could reach, not 149 % of the FP32 peak."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    all_conv = flops.utilisation(1e11, 1000.0, h100, "fp32", conv_share=1.0)
+    assert all_conv["mfu_pct"] == pytest.approx(100 * 100 / 494.7)
+    assert all_conv["mfu_impossible"] is False
+    assert flops.utilisation(1e11, 1000.0, h100, "fp32")["mfu_impossible"] is True
+    half = flops.blended_peak_tflops(h100, "fp32", 0.5)
+    assert half == pytest.approx(1 / (0.5 / 66.9 + 0.5 / 494.7))
+    assert 66.9 < half < 494.7
+    for precision in ("bf16", "tf32"):       # every op runs at that precision's peak already
+        assert flops.blended_peak_tflops(h100, precision, 0.5) == flops.peak_tflops(h100,
+                                                                                      precision)
+    assert flops.blended_peak_tflops(h100, "fp32", None) == 66.9
+    assert flops.blended_peak_tflops("NVIDIA GeForce RTX 4080 SUPER", "fp32", 1.0) == 52.2

@@ -8,6 +8,8 @@ Three pieces, each usable alone:
 * ``peak_tflops``: the vendor's dense (no sparsity) peak TFLOP/s of a GPU at one precision,
   looked up by the name torch or NVML reports (``PEAK_TFLOPS_DENSE`` names its sources).
 * ``utilisation``: achieved TFLOP/s and MFU in percent from a measured samples/sec.
+* ``conv_flops_share``: the convolutions' share of those FLOPs (the same count), which run in
+  TF32 on a CUDA trial without AMP or the tf32 knob (cuDNN's default) while matmuls run in FP32.
 
 Torch, stdlib and the workload contract only: the trial harness imports this module.
 """
@@ -41,8 +43,9 @@ COUNT_DEVICES = ("meta", "cpu")
 """Devices tried in order: ``meta`` counts from shapes at no cost; CPU runs the real step for a
 workload whose step uses an op without a meta kernel (or reads a value, e.g. ``.item()``)."""
 
-_FLOPS_CACHE: dict[tuple[str, str], float | None] = {}
-"""(workload name, scale) -> FLOPs per sample (None: not countable). One count per process."""
+_FLOPS_CACHE: dict[tuple[str, str], tuple[float, float] | None] = {}
+"""(workload name, scale) -> (FLOPs per sample, convolutions' FLOPs per sample); None: not
+countable. One count per process."""
 
 
 # ---------------------------------------------------------------------------------- counting
@@ -89,6 +92,19 @@ def model_flops_per_sample(workload: Workload, scale: str, data_dir: Path | str)
             user error in the data is not swallowed.
         ValueError: the dataset yields no sample.
     """
+    count = _counted(workload, scale, data_dir)
+    return None if count is None else count[0]
+
+
+def conv_flops_share(workload: Workload, scale: str, data_dir: Path | str) -> float | None:
+    """The share (0-1) of ``model_flops_per_sample`` in convolution ops (``aten.convolution``
+    and its backward), from the same cached count; None where the FLOPs are not countable.
+    Raises what ``model_flops_per_sample`` raises."""
+    count = _counted(workload, scale, data_dir)
+    return None if count is None else count[1] / count[0]
+
+
+def _counted(workload: Workload, scale: str, data_dir: Path | str) -> tuple[float, float] | None:
     key = (workload.name, scale)
     if key not in _FLOPS_CACHE:
         _FLOPS_CACHE[key] = _count_flops_per_sample(workload, scale, Path(data_dir))
@@ -111,16 +127,17 @@ def has_image_layout(workload: Workload, scale: str) -> bool:
     return any(p.dim() in (4, 5) for p in model.parameters())
 
 
-def _count_flops_per_sample(workload: Workload, scale: str, data_dir: Path) -> float | None:
-    """Uncached ``model_flops_per_sample``: read one batch, count on each of COUNT_DEVICES until
-    one works. Torch's CPU random state is restored afterwards (the DataLoader's augmentation and
+def _count_flops_per_sample(workload: Workload, scale: str,
+                            data_dir: Path) -> tuple[float, float] | None:
+    """Uncached (FLOPs per sample, convolutions' FLOPs per sample): read one batch, count on
+    each of COUNT_DEVICES until one works. Torch's CPU random state is restored afterwards (the DataLoader's augmentation and
     the step draw from it), so counting does not shift a trial's seeded randomness."""
     with torch.random.fork_rng(devices=[]):
         batch = _first_batch(workload, scale, data_dir)  # data errors propagate: the user's
         samples = workload.samples_in(batch)
         for device in COUNT_DEVICES:
             try:
-                flop = _count_on(workload, scale, batch, device)
+                flop, conv_flop = _count_on(workload, scale, batch, device)
             # A workload quirk (an op without a meta kernel, a value read with .item(), a tensor
             # kept outside the module) must not fail the trial: try the next device, then None.
             except Exception as exc:  # noqa: BLE001
@@ -133,7 +150,7 @@ def _count_flops_per_sample(workload: Workload, scale: str, data_dir: Path) -> f
                 return None
             log.info("FLOP count of %s (%s): %.4g FLOP/sample, counted on %s",
                      workload.name, scale, flop / samples, device)
-            return flop / samples
+            return flop / samples, conv_flop / samples
     log.warning("FLOP count of %s (%s) failed on %s; model FLOPs unknown",
                 workload.name, scale, " and ".join(COUNT_DEVICES))
     return None
@@ -154,8 +171,9 @@ def _first_batch(workload: Workload, scale: str, data_dir: Path) -> Any:
     return batch
 
 
-def _count_on(workload: Workload, scale: str, batch: Any, device: str) -> int:
-    """Total FLOPs of one forward + backward of a fresh model on ``device`` (the whole batch).
+def _count_on(workload: Workload, scale: str, batch: Any, device: str) -> tuple[int, int]:
+    """FLOPs of one forward + backward of a fresh model on ``device`` (the whole batch): all
+    of them, and those of convolution ops.
 
     SDPA is pinned to its math backend: the CPU's fused attention kernel is not one
     FlopCounterMode counts, and the math path's matmuls give the same count as the GPU kernels.
@@ -166,7 +184,9 @@ def _count_on(workload: Workload, scale: str, batch: Any, device: str) -> int:
     with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH), counter:
         loss = workload.training_step(model, inputs)
         loss.backward()
-    return counter.get_total_flops()
+    per_op = counter.get_flop_counts().get("Global", {})
+    conv = sum(n for op, n in per_op.items() if "convolution" in str(op))
+    return counter.get_total_flops(), conv
 
 
 def _to_device(batch: Any, device: str) -> Any:
@@ -291,9 +311,34 @@ def precision_of(amp: str, tf32: bool) -> str:
 
 # ------------------------------------------------------------------------------- utilisation
 
+def blended_peak_tflops(gpu_name: str | None, precision: str,
+                        conv_share: float | None) -> float | None:
+    """The peak TFLOP/s a step's FLOP mix could run at, every op at its own peak.
+
+    At 'fp32' (no AMP, no tf32 knob) a CUDA trial's convolutions still run in TF32: cuDNN's
+    default, which every trial keeps (``tuner.apply.CUDNN_ALLOW_TF32_DEFAULT``), while its
+    matmuls run in FP32. A conv net judged against the FP32 peak alone would read an MFU up to
+    7x too high on an H100 (494.7 against 66.9 TFLOP/s), above 100 % for a fast one. With a
+    share s of the FLOPs in convolutions the peak is 1 / ((1 - s) / P_fp32 + s / P_tf32): the
+    time the whole mix takes at peak. Other precisions, a share of None or 0, or a card without
+    a TF32 figure: ``peak_tflops(gpu_name, precision)``.
+
+    Args:
+        gpu_name: as for ``peak_tflops``.
+        precision: one of PRECISIONS (``precision_of``).
+        conv_share: ``conv_flops_share`` of the workload (0-1), or None.
+    """
+    peak = peak_tflops(gpu_name, precision)
+    tf32 = peak_tflops(gpu_name, "tf32")
+    if precision != "fp32" or not conv_share or peak is None or tf32 is None:
+        return peak
+    return 1.0 / ((1.0 - conv_share) / peak + conv_share / tf32)
+
+
 def utilisation(flops_per_sample: float | None, samples_per_sec: float | None,
                 gpu_name: str | None, precision: str,
-                peak_tflops_override: float | None = None) -> dict[str, float | bool | None]:
+                peak_tflops_override: float | None = None,
+                conv_share: float | None = None) -> dict[str, float | bool | None]:
     """Achieved TFLOP/s and model FLOPs utilisation (MFU, PaLM appendix B) of a measurement.
 
     Args:
@@ -302,6 +347,8 @@ def utilisation(flops_per_sample: float | None, samples_per_sec: float | None,
         gpu_name: device name for ``peak_tflops``; None on CPU.
         precision: one of PRECISIONS (``precision_of(knobs.amp, knobs.tf32)``).
         peak_tflops_override: peak TFLOP/s to use instead of the table (wins when given).
+        conv_share: the convolutions' share of the FLOPs (``conv_flops_share``), for the peak
+            at 'fp32' (``blended_peak_tflops``); None: the precision's peak alone.
 
     Returns:
         ``achieved_tflops``: flops_per_sample x samples_per_sec / 1e12 (TFLOP/s), None when
@@ -320,8 +367,8 @@ def utilisation(flops_per_sample: float | None, samples_per_sec: float | None,
     achieved_tflops = None
     if flops_per_sample is not None and samples_per_sec is not None:
         achieved_tflops = flops_per_sample * samples_per_sec / 1e12
-    peak = peak_tflops_override if peak_tflops_override is not None else peak_tflops(
-        gpu_name, precision)
+    peak = peak_tflops_override if peak_tflops_override is not None else blended_peak_tflops(
+        gpu_name, precision, conv_share)
     mfu_pct = None
     if achieved_tflops is not None and peak is not None:
         mfu_pct = 100.0 * achieved_tflops / peak

@@ -94,7 +94,8 @@ SCHEMA = pa.schema(
     + [
         ("model_flops_per_sample", pa.float64()),  # FLOP, forward + backward (tuner.flops)
         ("achieved_tflops", pa.float64()),  # model_flops_per_sample x samples_per_sec / 1e12
-        ("mfu_pct", pa.float64()),          # achieved / the card's dense peak (null: CPU, unknown card)
+        # achieved / the card's dense peak (tuner.flops.blended_peak_tflops; null: CPU, unknown card)
+        ("mfu_pct", pa.float64()),
         ("mfu_impossible", pa.bool_()),     # mfu_pct > 100: a disturbed measurement or a wrong peak
         ("load_avg_1m", pa.float64()),      # the machine's 1-min load average while measuring
         ("cpu_steal_pct", pa.float64()),    # CPU time the hypervisor stole while measuring, %

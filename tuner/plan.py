@@ -17,7 +17,7 @@ from pathlib import Path
 
 import tuner.leaderboard as leaderboard
 from tuner.errors import DataError, TunerError
-from tuner.flops import has_image_layout, model_flops_per_sample
+from tuner.flops import conv_flops_share, has_image_layout, model_flops_per_sample
 from tuner.hardware import cpu_has_native_bf16
 from tuner.knobs import Knobs
 from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S, DEVICES,
@@ -277,6 +277,7 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         max_memory=options.max_memory, max_host_memory_mb=max_host_memory_mb,
         train_steps=options.train_steps, default_data=options.data is None,
         model_flops_per_sample=model_flops_per_sample(workload, scale, data_dir),
+        conv_flops_share=conv_flops_share(workload, scale, data_dir),
         peak_tflops=options.peak_tflops)
     trials = options.trials or (None if options.time_budget_s else (40 if device == "cuda" else 12))
     time_budget_s = options.time_budget_s or default_time_budget_s(device, options.trials)

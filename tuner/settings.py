@@ -315,6 +315,9 @@ class TrialSettings:
     model_flops_per_sample: float | None = None
     """Forward + backward FLOP of one training sample (``tuner.flops``), counted once per run;
     None where it could not be counted."""
+    conv_flops_share: float | None = None
+    """The convolutions' share (0-1) of ``model_flops_per_sample`` (``tuner.flops``): the MFU
+    of a CUDA trial in FP32 judges it against the TF32 peak (cuDNN's default)."""
     peak_tflops: float | None = None
     """Dense peak TFLOP/s to compute MFU against instead of ``tuner.flops``' table (--peak-tflops)."""
     default_data: bool = False
