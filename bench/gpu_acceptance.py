@@ -1,7 +1,8 @@
 """Benchmark: the GPU acceptance run — every built-in workload tuned on this machine, side by
 side with what the peers would hand a user, and read against the GPU-truth targets.
 
-For each workload, in one process and one run (figures, no pass/fail):
+For each workload, one run (figures, no pass/fail); the peers' answer and validate in a child
+process, so that no CUDA context stays in this one, the Ray driver of the next runs:
   * tuner: ``tuner.tune`` with the workload's default space (ddpm: ``--time-budget`` and, on
     CUDA, ``--max-memory 12GB``, the report's card); its references, its best (re-measured),
     the best's knobs, both ceilings (compute-only, loader-only), the attainable rate and the
@@ -32,10 +33,12 @@ answer and validate, so a command cut off by a time limit keeps what finished).
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -104,15 +107,34 @@ def tune_workload(name: str, args: argparse.Namespace, results: Path,
     out["recommended"] = row.get("recommended_samples_per_sec") or out["recommended"]
     out["baseline"] = row.get("baseline_samples_per_sec") or out["baseline"]
     save(out)
-    plan = make_plan(RunOptions(workload=name, device=args.device, scale=args.scale,
-                                max_memory=limit, results=str(results / f"{name}-peers"),
-                                probe="off"))
-    print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
-    out.update(peers_answer(plan))
-    save(out)
-    print(f"{name}: validate", flush=True)
-    out["validate ratio"] = validate_ratio(plan, row)
+    # Not in this process, which is the Ray driver of the next workloads' runs: the trials
+    # below would leave a CUDA context here, one more process on the card that every later
+    # trial counts as load (gpu_other_processes), and whose memory NVML reports apart.
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as child:
+        print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
+        out.update(child.submit(peers_answer_of, name, args.device, args.scale, limit,
+                                str(results / f"{name}-peers")).result())
+        save(out)
+        print(f"{name}: validate", flush=True)
+        out["validate ratio"] = child.submit(validate_ratio_of, name, args.device, args.scale,
+                                             limit, str(results / f"{name}-peers"), row).result()
     return out
+
+
+def _peers_plan(name: str, device: str, scale: str, limit: str | None, results: str):
+    return make_plan(RunOptions(workload=name, device=device, scale=scale, max_memory=limit,
+                                results=results, probe="off"))
+
+
+def peers_answer_of(name: str, device: str, scale: str, limit: str | None, results: str) -> dict:
+    """``peers_answer`` of the workload's plan (in the child process)."""
+    return peers_answer(_peers_plan(name, device, scale, limit, results))
+
+
+def validate_ratio_of(name: str, device: str, scale: str, limit: str | None, results: str,
+                      row: dict) -> float | None:
+    """``validate_ratio`` of the workload's best row (in the child process)."""
+    return validate_ratio(_peers_plan(name, device, scale, limit, results), row)
 
 
 def _budget_text(budget: float | None, trials: int | None) -> str:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import pytest
+
 from tests.fake_workloads import regression
-from tuner.harness import COMPILE_NEEDS_S, run_trial
+from tuner.harness import (COMPILE_MARGIN, COMPILE_NEEDS_S, DeadlineReached, _check_compile_fits,
+                           compile_needs_s, run_trial)
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 
@@ -44,3 +47,32 @@ def test_the_loader_only_ceiling_of_a_compiled_configuration_is_not_held_back(re
                              loader_only=True))
     assert row["status"] == "ok" and row["samples_per_sec"] > 0, row["error"]
     assert row["compile_s"] is None
+
+
+@pytest.mark.parametrize("workload, mode, device, needs_s", [
+    ("chargpt", "default", "cuda", 14.0 * COMPILE_MARGIN),
+    ("chargpt", "reduce-overhead", "cuda", 14.0 * COMPILE_MARGIN + 30.0),
+    ("chargpt", "max-autotune", "cuda", COMPILE_NEEDS_S["max-autotune"]),  # never timed
+    ("chargpt", "default", "cpu", COMPILE_NEEDS_S["default"]),  # the hint is a GPU machine's
+    ("ddpm", "default", "cuda", 80.0 * COMPILE_MARGIN),
+    ("headpose", "default", "cuda", COMPILE_NEEDS_S["default"]),  # not measured: no hint
+])
+def test_a_compile_is_assumed_to_need_the_workloads_measured_time(workload, mode, device,
+                                                                  needs_s):
+    from tuner.workload import resolve
+    assert compile_needs_s(mode, resolve(workload), device) == pytest.approx(needs_s)
+
+
+def test_on_cuda_a_small_models_compile_starts_with_a_minute_left(regression_data):
+    """chargpt's recommended reference compiles (14 s on an H100): with 60 s left it is
+    started, where the ddpm U-Net's 90 s held every compile back; with 10 s it is not. (The
+    check alone: nothing here needs a GPU.)"""
+    from tuner.workload import resolve
+    chargpt = resolve("chargpt")
+    knobs = Knobs(batch_size=128, compile="default")
+    cuda = settings(regression_data, device="cuda", deadline_unix_s=time.time() + 60)
+    _check_compile_fits(chargpt, knobs, cuda)                    # started: no exception
+    with pytest.raises(DeadlineReached, match="needs about 18 s; 9 s were left"):
+        _check_compile_fits(chargpt, knobs, replace(cuda, deadline_unix_s=time.time() + 9.5))
+    with pytest.raises(DeadlineReached, match="needs about 90 s"):
+        _check_compile_fits(chargpt, knobs, replace(cuda, device="cpu"))

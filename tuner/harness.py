@@ -66,13 +66,33 @@ reduce-overhead adds CUDA-graph capture; max-autotune benchmarks kernel choices 
 minutes (a --time-budget 230 run was killed inside one at 300 s)."""
 
 
-def _check_compile_fits(knobs: Knobs, settings: TrialSettings) -> None:
-    """Raise DeadlineReached before a compile that cannot finish in the run's time left: the
-    trial is recorded as ``timeout`` without starting it. A loader-only trial (a ceiling: the
-    configuration's DataLoader, no model) compiles nothing, whatever its knobs say."""
+COMPILE_MARGIN = 1.25
+"""Factor on a workload's ``compile_s_hint``: the machine the hint was measured on is not this
+one (the ddpm hint, 80 s, so becomes 100 s, about the 90 s ``COMPILE_NEEDS_S`` gives it)."""
+
+
+def compile_needs_s(mode: str, workload: Workload, device_type: str) -> float:
+    """Seconds a ``torch.compile`` ``mode`` is assumed to need before its first step ends.
+    On CUDA with the workload's ``compile_s_hint``: the hint x ``COMPILE_MARGIN``, plus the
+    CUDA-graph capture ``COMPILE_NEEDS_S`` adds for reduce-overhead (chargpt, 14 s measured,
+    is then no longer refused a compile with a minute left). Otherwise, and for max-autotune
+    (its kernel benchmarking was never timed to its end), ``COMPILE_NEEDS_S[mode]``."""
+    hint = workload.compile_s_hint if device_type == "cuda" else None
+    if hint is None or mode not in ("default", "reduce-overhead"):
+        return COMPILE_NEEDS_S[mode]
+    capture_s = COMPILE_NEEDS_S[mode] - COMPILE_NEEDS_S["default"]
+    return hint * COMPILE_MARGIN + capture_s
+
+
+def _check_compile_fits(workload: Workload, knobs: Knobs, settings: TrialSettings) -> None:
+    """Raise DeadlineReached before a compile that cannot finish in the run's time left
+    (``compile_needs_s``): the trial is recorded as ``timeout`` without starting it. A
+    loader-only trial (a ceiling: the configuration's DataLoader, no model) compiles nothing,
+    whatever its knobs say."""
     if knobs.compile == "off" or settings.loader_only or settings.deadline_unix_s is None:
         return
-    left_s, needs_s = settings.deadline_unix_s - time.time(), COMPILE_NEEDS_S[knobs.compile]
+    left_s = settings.deadline_unix_s - time.time()
+    needs_s = compile_needs_s(knobs.compile, workload, torch.device(settings.device).type)
     if left_s < needs_s:
         raise DeadlineReached(f"set-up: torch.compile mode={knobs.compile} was not started "
                               f"(it needs about {needs_s:.0f} s; {max(left_s, 0):.0f} s were left)")
@@ -258,7 +278,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     it goes (set-up, compile and warm-up times, the windows' summary), so that a trial the time
     budget stops (DeadlineReached) keeps it. Raises on any failure."""
     _check_deadline(settings, "set-up")
-    _check_compile_fits(knobs, settings)
+    _check_compile_fits(workload, knobs, settings)
     stepper, setup_s = _build(workload, knobs, settings, device, sampler)
     sofar["setup_s"] = setup_s
     try:

@@ -330,6 +330,8 @@ class CharGPT(Workload):
     source = ("shared/reports/chargpt-guide-rtx4080s.md (RTX 4080 Super 16 GB); model shape "
               "from nanoGPT config/train_shakespeare_char.py")
     learning_rate = 1e-3  # nanoGPT train_shakespeare_char.py: learning_rate = 1e-3
+    # first step under torch.compile, seed scale, one H100: shared/notes/gpu-h100-2026-11-23.md
+    compile_s_hint = 14.0
     data_is_file = True
     references = {
         # "Base (no optimizations)", guide line 196.

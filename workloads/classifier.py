@@ -205,6 +205,8 @@ class Classifier(_ImageFolderClassifier):
     description = "ResNet-18 (CIFAR stem) on 40x40 crops of an ImageFolder of JPEGs"
     source = f"{_REPORT} (train.py, 40x40 input; RTX 5070 12 GB, i7-8700K)"
     references = _REFERENCES
+    # first step under torch.compile, seed scale, one H100: shared/notes/gpu-h100-2026-11-23.md
+    compile_s_hint = 21.0
     space = "classifier"
     input_px = {"seed": 40, "tiny": 40}
     source_px = {"seed": 48, "tiny": 44}

@@ -303,6 +303,8 @@ class DDPMWorkload(Workload):
                    "on 40x40 RGB images")
     source = "ddpm-report-rtx5070.md (RTX 5070 12 GB, i7-8700K); architecture: Ho et al. 2020"
     learning_rate = 2e-4  # Ho et al. 2020 (the report gives none)
+    # first step under torch.compile, seed scale, one H100: shared/notes/gpu-h100-2026-11-23.md
+    compile_s_hint = 80.0
     references = {
         "baseline": Knobs(
             batch_size=8,       # report: "Batch Size: 8 (default in code ...)"
