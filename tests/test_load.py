@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import pytest
 import torch
 
 from tuner import noise
-from tuner.measure import LoadMonitor
+from tuner.measure import HostMemorySampler, LoadMonitor
 from tuner.progress import busy_note, drift_note
 
 
@@ -120,3 +121,26 @@ def test_compile_time_is_the_first_step_beyond_a_steady_one():
     assert compile_s(Knobs(batch_size=8, compile="off"), measured) is None           # no compile: no figure
     assert compile_s(Knobs(batch_size=8, compile="default"), {"first_step_s": 0.2, "step_time_ms_p50": 300.0}) == 0.0
     assert compile_s(Knobs(batch_size=8, compile="default"), {"first_step_s": 3.0}) is None
+
+
+def test_the_host_memory_sampler_spends_at_most_its_duty_of_one_core(monkeypatch):
+    """Reading PSS costs 10-25 ms of CPU per torch process: sampled every 0.1 s it slowed the
+    trial it measured by 10-33 % on 2 cores. After a sample of c seconds the sampler waits
+    c x 99 (1 % of one core) or ``interval_s``, whichever is longer."""
+    sampler = HostMemorySampler(interval_s=0.1)
+    assert sampler.wait_after_s(0.025) == pytest.approx(2.475)
+    assert sampler.wait_after_s(0.0001) == 0.1
+    slow = HostMemorySampler(interval_s=0.01)
+    real, calls = slow.sample, []
+
+    def costly() -> int:                      # a sample that takes 50 ms, as with workers
+        calls.append(time.perf_counter())
+        time.sleep(0.05)
+        return real()
+    monkeypatch.setattr(slow, "sample", costly)
+    with slow:
+        time.sleep(1.0)
+    # the sample on entry, then one 4.95 s later at the earliest, and the one on exit: at
+    # 0.01 s intervals there would have been about 17
+    assert len(calls) == 2
+    assert slow.peak_mb > 0
