@@ -311,7 +311,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         # On CPU the per-phase breakdown is timed inside the windows (nothing to synchronise:
         # free); on CUDA apart from them, after, in synchronised steps.
         phases = [] if device.type == "cpu" and settings.breakdown_steps > 0 else None
-        with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load:
+        with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load, sampler.measuring():
             windows, dropped = _windows(stepper, device, settings, window_done, time_to_train,
                                         settle_s, phases, window_dropped)
         # The steady state was judged from the windows (not for steps of half a window or

@@ -14,6 +14,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import psutil
 import torch
@@ -115,9 +116,12 @@ class HostMemorySampler:
     before 2026-11-25, that took 25-60 % of one core from the trial it measured: trials ran
     10-33 % slower with the sampler than without (classifier299 tiny bs=16: 0.67x; ddpm tiny
     bs=32 nw=2: 0.91x, medians of 3 pairs), which is why ``validate`` (no sampler) read
-    1.28-1.54x the trials on CPU. The sampler now spends at most ``max_duty`` of one core:
-    after a sample that cost c seconds it waits ``max(interval_s, c x (1 - max_duty) /
-    max_duty)``, 2.5 s for a 25-ms sample at the default 1 %. A limit crossed between samples
+    1.28-1.54x the trials on CPU. Inside ``measuring()`` (the timed windows) the sampler now
+    spends at most ``max_duty`` of one core: after a sample that cost c seconds it waits
+    ``max(interval_s, c x (1 - max_duty) / max_duty)``, 2.5 s for a 25-ms sample at the
+    default 1 %. Outside it (set-up, warm-up, the memory probe's short trials) it samples every
+    ``interval_s``, so that a step's peak (activations during the backward pass) is caught
+    before the windows repeat the same steps. A limit crossed between two samples of a window
     is seen that much later (the trial is still recorded ``over_limit``, with its peak).
     """
 
@@ -130,6 +134,7 @@ class HostMemorySampler:
         self.exceeded = threading.Event()
         """Set once the sum went over ``limit_mb``; the training loop checks it each step."""
         self._stop = threading.Event()
+        self._measuring = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc = psutil.Process(os.getpid())
 
@@ -151,9 +156,21 @@ class HostMemorySampler:
         return total
 
     def wait_after_s(self, cost_s: float) -> float:
-        """Seconds to wait after a sample that took ``cost_s`` seconds, so that sampling uses
-        at most ``max_duty`` of one core (never less than ``interval_s``)."""
+        """Seconds to wait after a sample that took ``cost_s`` seconds: inside ``measuring()``
+        so that sampling uses at most ``max_duty`` of one core (never less than
+        ``interval_s``); outside it ``interval_s``."""
+        if not self._measuring.is_set():
+            return self.interval_s
         return max(self.interval_s, cost_s * (1.0 - self.max_duty) / self.max_duty)
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        """The timed windows: sample sparsely inside (``wait_after_s``)."""
+        self._measuring.set()
+        try:
+            yield
+        finally:
+            self._measuring.clear()
 
     def _timed_sample(self) -> float:
         """Sample; the seconds to wait before the next one (``wait_after_s``)."""
