@@ -33,6 +33,7 @@ answer and validate, so a command cut off by a time limit keeps what finished).
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import statistics
 import sys
@@ -121,7 +122,10 @@ def tune_workload(name: str, args: argparse.Namespace, results: Path,
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def _peers_plan(name: str, device: str, scale: str, limit: str | None, results: str):
+    """The workload's plan, made once per child process (its data check and FLOP count) for
+    the peers' answer and validate alike."""
     return make_plan(RunOptions(workload=name, device=device, scale=scale, max_memory=limit,
                                 results=results, probe="off"))
 

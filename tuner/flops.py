@@ -130,8 +130,9 @@ def has_image_layout(workload: Workload, scale: str) -> bool:
 def _count_flops_per_sample(workload: Workload, scale: str,
                             data_dir: Path) -> tuple[float, float] | None:
     """Uncached (FLOPs per sample, convolutions' FLOPs per sample): read one batch, count on
-    each of COUNT_DEVICES until one works. Torch's CPU random state is restored afterwards (the DataLoader's augmentation and
-    the step draw from it), so counting does not shift a trial's seeded randomness."""
+    each of COUNT_DEVICES until one works. Torch's CPU random state is restored afterwards (the
+    DataLoader's augmentation and the step draw from it), so counting does not shift a trial's
+    seeded randomness."""
     with torch.random.fork_rng(devices=[]):
         batch = _first_batch(workload, scale, data_dir)  # data errors propagate: the user's
         samples = workload.samples_in(batch)

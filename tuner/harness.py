@@ -225,14 +225,14 @@ def _timed_out(sofar: dict, where: str, settings: TrialSettings) -> dict:
     return out
 
 
-def compile_s(knobs: Knobs, result: dict, loader_only: bool = False) -> float | None:
+def compile_s(knobs: Knobs, result: dict) -> float | None:
     """torch.compile's cost, s: the first step's time beyond a steady step (``first_step_s`` -
     ``step_time_ms_p50``), where dynamo traces and Inductor compiles (``reduce-overhead`` also
     records its CUDA graphs there; cuDNN autotuning of the first shapes lands there too).
     Part of ``warmup_s``, never of the measured windows. None with compile off or before a
-    step time is known, and for a loader-only trial (no model: nothing compiled)."""
+    step time is known."""
     first, step_ms = result.get("first_step_s"), result.get("step_time_ms_p50")
-    if knobs.compile == "off" or loader_only or first is None or step_ms is None:
+    if knobs.compile == "off" or first is None or step_ms is None:
         return None
     return max(0.0, first - step_ms / 1000)
 
@@ -241,15 +241,15 @@ def _rates(units: dict[str, int], settings: TrialSettings, knobs: Knobs, result:
     """From a measured ``result``: throughput in the workload's other units
     (``tokens_per_sec``), the model's FLOP per sample (counted once per run), achieved TFLOP/s
     and, on a card whose peak is known (or given with --peak-tflops), MFU for the knobs'
-    precision; ``compile_s``."""
+    precision; ``compile_s``. A loader-only trial ran no model: no FLOPs, nothing compiled."""
     samples_per_sec = result["samples_per_sec"]
-    flops = None if settings.loader_only else settings.model_flops_per_sample  # no model ran
+    flops = None if settings.loader_only else settings.model_flops_per_sample
     out = {f"{unit}_per_sec": samples_per_sec * per_sample for unit, per_sample in units.items()}
     out.update(utilisation(flops, samples_per_sec, result.get("gpu_name"),
                            precision_of(knobs.amp, knobs.tf32), settings.peak_tflops,
                            settings.conv_flops_share),
                model_flops_per_sample=flops,
-               compile_s=compile_s(knobs, result, settings.loader_only))
+               compile_s=None if settings.loader_only else compile_s(knobs, result))
     return out
 
 
