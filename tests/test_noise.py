@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -525,3 +526,50 @@ def test_a_ceiling_just_below_the_pipeline_reads_as_its_own_rate_not_as_disturbe
     assert "compute-only ceiling 98.0 at it same knobs, batches on the device: 2 % below" in out
     assert "within the noise: it runs at its compute-only rate, bound by compute" in out
     assert "disturbed" not in out and "% of it" not in out
+
+
+# ------------------------------------------------------------ the steady-state tolerance
+
+
+def test_window_noise_is_the_median_sample_cv_of_measured_rows_of_short_steps():
+    """One window's CV on this machine: each row's population CV of n windows made a sample
+    one (x sqrt(n / (n - 1))), the median over rows; rows of long steps (windows of one or
+    two whole steps), of one window, or that measured nothing are left out."""
+    rows = [row(0, samples_per_sec_cv=0.02, windows=3),
+            row(1, samples_per_sec_cv=0.06, windows=3, status="pruned"),
+            row(2, samples_per_sec_cv=0.04, windows=2),
+            row(3, samples_per_sec_cv=0.30, windows=3, step_time_ms_p50=1500.0),  # long steps
+            row(4, samples_per_sec_cv=0.50, windows=1),
+            row(5, samples_per_sec_cv=0.90, windows=3, status="error")]
+    assert noise.window_noise(rows, window_s=2.0) == pytest.approx(
+        statistics.median([0.02 * math.sqrt(1.5), 0.06 * math.sqrt(1.5), 0.04 * math.sqrt(2)]))
+    assert noise.window_noise(rows[:1] + rows[3:], window_s=2.0) is None   # one row: unknown
+    # The same steps are short against longer windows.
+    assert noise.window_noise(rows[3:4] + rows[:1], window_s=4.0) is not None
+
+
+def test_the_steady_tolerance_is_the_floor_on_a_quiet_host_and_grows_with_the_noise():
+    """A first window is a transient only beyond two SDs of the difference of two windows: on
+    a host whose windows scatter by 7 % (the 2-core VM of 2026-11-25, where a fixed 10 %
+    dropped four windows in a row from one steady trial) the tolerance is ~0.20 (population CV
+    0.057 of 3 windows); on a quiet one it stays at the floor."""
+    quiet = [row(i, samples_per_sec_cv=0.01, windows=3) for i in range(4)]
+    noisy = [row(i, samples_per_sec_cv=0.057, windows=3) for i in range(4)]
+    assert noise.steady_tolerance(quiet, 0.10, window_s=2.0) == 0.10
+    assert noise.steady_tolerance([], 0.10, window_s=2.0) == 0.10        # before any row
+    expected = noise.STEADY_Z * math.sqrt(2) * 0.057 * math.sqrt(1.5)
+    assert noise.steady_tolerance(noisy, 0.10, window_s=2.0) == pytest.approx(expected)
+    assert 0.19 < expected < 0.21
+
+
+def test_each_trial_of_a_run_gets_the_tolerance_of_its_own_rows_so_far():
+    """The driver's settings for the next trial read this run's rows on this accelerator type
+    only: another run's (or another card's) noise says nothing about this machine now."""
+    plan = SimpleNamespace(run_id="run-a", accelerator_type=None,
+                           settings=SimpleNamespace(steady_tolerance=0.10, window_s=2.0))
+    noisy = [row(i, samples_per_sec_cv=0.08, windows=3) for i in range(3)]
+    other_run = [row(i, run="run-b", samples_per_sec_cv=0.08, windows=3) for i in range(3)]
+    other_card = [{**r, "accelerator_type": "A10G"} for r in noisy]
+    assert driver._trial_settings(plan, other_run + other_card) == {"steady_tolerance": 0.10}
+    widened = driver._trial_settings(plan, noisy + other_run)["steady_tolerance"]
+    assert widened == pytest.approx(noise.STEADY_Z * math.sqrt(2) * 0.08 * math.sqrt(1.5))

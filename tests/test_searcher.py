@@ -264,3 +264,24 @@ def test_staged_without_a_search_and_a_failing_plan_ends_the_experiment_keeping_
     # Ray Tune pickles it with the tune config: the driver's live callables stay behind.
     copy = pickle.loads(pickle.dumps(Staged(lambda: iter(()), set().__contains__)))
     assert copy._next_batch is None
+
+
+def test_staged_gives_each_trial_the_settings_read_when_it_is_suggested():
+    """Every configuration, searched or follow-up, carries the trial settings changes the
+    driver reads from the rows recorded at the moment it is suggested (the steady-state
+    tolerance of the machine's noise so far), merged into its own ``tuner`` entries."""
+    from tuner.searcher import Staged
+    tolerance = [0.10]
+    search = _Search([{"batch_size": 8}, {"batch_size": 16}])
+    staged = Staged(lambda: [{"batch_size": 1, "phase": "remeasure",
+                              "tuner": {"breakdown_steps": 0}}],
+                    lambda trial_id: True, search=search, search_trials=2,
+                    settings=lambda: {"steady_tolerance": tolerance[0]})
+    assert staged.suggest("a") == {"batch_size": 8, "tuner": {"steady_tolerance": 0.10}}
+    tolerance[0] = 0.24                              # the references' rows showed the noise
+    assert staged.suggest("b") == {"batch_size": 16, "tuner": {"steady_tolerance": 0.24}}
+    staged.on_trial_complete("a")
+    staged.on_trial_complete("b")
+    assert staged.suggest("c") == {"batch_size": 1, "phase": "remeasure",
+                                   "tuner": {"breakdown_steps": 0, "steady_tolerance": 0.24}}
+    assert search.completed == ["a", "b"]

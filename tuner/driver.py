@@ -323,7 +323,8 @@ def _fit(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict]
         return None if batch is None else _trial_configs(plan, writer, batch)
 
     staged = Staged(next_batch, writer.recorded, search=make_searcher(spec) if spec else None,
-                    search_trials=plan.remaining_trials if plan.trials else None)
+                    search_trials=plan.remaining_trials if plan.trials else None,
+                    settings=lambda: _trial_settings(plan, writer.rows))
     tuner = tune.Tuner(
         _trainable(plan),
         param_space={"tuner": settings, "phase": Phase.SEARCH.value},
@@ -340,6 +341,16 @@ def _fit(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict]
     tuner.fit()
     if staged.error is not None:
         raise staged.error
+
+
+def _trial_settings(plan: Plan, rows: list[dict]) -> dict:
+    """Trial settings changes for the run's next trial, from its rows so far (this run's, on
+    this accelerator type): the steady-state tolerance its machine's window noise calls for
+    (``tuner.noise.steady_tolerance``; the plan's own until the references have measured)."""
+    mine = [r for r in rows if r.get("run_id") == plan.run_id
+            and r.get("accelerator_type") == plan.accelerator_type]
+    return {"steady_tolerance": noise.steady_tolerance(
+        mine, plan.settings.steady_tolerance, plan.settings.window_s)}
 
 
 def _followups(plan: Plan, writer: "LeaderboardWriter",

@@ -437,14 +437,20 @@ class Staged(Searcher):
         recorded: whether a trial id's row is written.
         search: the search's searcher (``ConstrainedSearch``), first; None: no search.
         search_trials: trials the search may start (None: until its searcher is finished).
+        settings: trial settings changes (``TrialSettings`` fields) for the trial suggested
+            now, whatever its phase, read from the rows recorded so far (the driver's: the
+            steady-state tolerance this machine's noise calls for); merged into each
+            configuration's ``"tuner"`` entries. None: none.
     """
 
     def __init__(self, next_batch: Callable[[], Sequence[dict] | None],
                  recorded: Callable[[str], bool], search: Searcher | None = None,
-                 search_trials: int | None = None):
+                 search_trials: int | None = None,
+                 settings: Callable[[], dict] | None = None):
         super().__init__()
         self._next_batch = next_batch
         self._recorded = recorded
+        self._settings = settings
         self._search = search
         self._searching = search is not None
         self._search_left = search_trials
@@ -465,6 +471,8 @@ class Staged(Searcher):
         config = self._suggest(trial_id)
         if isinstance(config, dict):
             self._unrecorded.add(trial_id)
+            if self._settings is not None:  # Ray Tune merges "tuner" into the experiment's
+                config = {**config, "tuner": {**config.get("tuner", {}), **self._settings()}}
         return config
 
     def _suggest(self, trial_id: str) -> dict | str | None:
@@ -517,7 +525,7 @@ class Staged(Searcher):
     def __getstate__(self) -> dict:
         # Ray Tune pickles the tune config (this searcher with it) into <results>/ray; the
         # callables are the driver's live state (a generator over its rows), never restored.
-        return {**self.__dict__, "_next_batch": None, "_recorded": None}
+        return {**self.__dict__, "_next_batch": None, "_recorded": None, "_settings": None}
 
 
 def make_searcher(spec: SearchSpec) -> ConstrainedSearch:

@@ -275,7 +275,9 @@ class TrialSettings:
     """Steady state: with two or more windows, the first window kept is dropped as warm-up
     (one more measured) while its samples/sec differs from the median of the others by more
     than this fraction; with one window, warm-up goes on past ``warmup_steps`` in synchronised
-    probes of half a window until two consecutive ones differ by at most this fraction."""
+    probes of half a window until two consecutive ones differ by at most this fraction. A run
+    gives each trial the larger of this and what its machine's window noise so far calls for
+    (``tuner.noise.steady_tolerance``)."""
     max_steady_probes: int = 6
     """At most this many windows dropped (or probes run), within ``max_warmup_s``; a trial
     that never settles is measured anyway and recorded with ``steady_state`` false. 0: no
