@@ -32,7 +32,8 @@ from tuner.knobs import Knobs
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadMonitor,
                            Stopwatch, Window, counted_window, peak_device_memory_mb, summarise,
                            synchronize)
-from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir, trial_cpus
+from tuner.settings import (PHASES, VERSION, TrialSettings, default_cache_dir, long_step,
+                             trial_cpus)
 from tuner.status import Status
 from tuner.workload import Workload
 
@@ -375,7 +376,7 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
     # With one warm-up step (the tiny scale's default) nothing says how long a step is: the
     # first holds the one-time costs (the default ddpm run's recommended configuration: 2.1 s,
     # then steps of 0.65 s), so the windows judge the steady state.
-    long_steps = settings.warmup_steps > 1 and step_s >= settings.window_s / 2
+    long_steps = settings.warmup_steps > 1 and long_step(step_s, settings.window_s)
     left_s = cap_s - (clock.elapsed() - first_step_s)
     by_windows = settings.windows >= 2
     judged = not long_steps and left_s > 0 and settings.max_steady_probes > 0
@@ -638,8 +639,8 @@ def _phase_timer(phases: dict[str, float], start: float) -> Callable[[str], None
 def _long_windows(windows: list[Window], settings: TrialSettings) -> bool:
     """Whether the windows' median step takes half a window or more: each window holds one or
     two whole steps, too few to tell a transient from a step's own spread, and dropping one
-    would repeat a multi-second step (ddpm's batch 185-256 on 2 CPU cores: 4-8 s)."""
-    return statistics.median(w.step_time_ms for w in windows) >= 500 * settings.window_s
+    would repeat a multi-second step (``tuner.settings.long_step``)."""
+    return long_step(statistics.median(w.step_time_ms for w in windows) / 1000, settings.window_s)
 
 
 def _unsteady(windows: list[Window], tolerance: float) -> bool:

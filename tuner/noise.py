@@ -41,6 +41,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from tuner.settings import long_step
 from tuner.status import Phase, Status, phase_of
 
 CONFIDENCE = 0.95
@@ -242,7 +243,7 @@ def window_noise(rows: Sequence[Mapping], window_s: float) -> float | None:
     (``samples_per_sec_cv``, a population deviation of ``windows`` windows, times
     ``sqrt(n / (n - 1))`` for the sample deviation). Rows whose median step takes half a window
     or more are left out: each window holds one or two whole steps, which spread as single
-    steps do (``tuner.harness._long_windows``). None with fewer than ``MIN_NOISE_ROWS`` such
+    steps do (``tuner.settings.long_step``). None with fewer than ``MIN_NOISE_ROWS`` such
     rows.
 
     Args:
@@ -251,9 +252,10 @@ def window_noise(rows: Sequence[Mapping], window_s: float) -> float | None:
         window_s: the run's window length, seconds."""
     cvs = []
     for r in rows:
-        cv, n, step_ms = r.get("samples_per_sec_cv"), r.get("windows") or 0, r.get("step_time_ms_p50")
+        cv, n = r.get("samples_per_sec_cv"), r.get("windows") or 0
+        step_ms = r.get("step_time_ms_p50")
         if (r.get("status") in (Status.OK, Status.PRUNED) and cv is not None and n >= 2
-                and (step_ms is None or step_ms < 500 * window_s)):
+                and (step_ms is None or not long_step(step_ms / 1000, window_s))):
             cvs.append(cv * math.sqrt(n / (n - 1)))
     return statistics.median(cvs) if len(cvs) >= MIN_NOISE_ROWS else None
 

@@ -347,6 +347,15 @@ class TrialSettings:
 
 
 
+def long_step(step_s: float, window_s: float) -> bool:
+    """Whether a step of ``step_s`` seconds takes half a window (``window_s`` seconds) or more:
+    a window then holds one or two whole steps, too few to tell a transient from a step's own
+    spread (ddpm's batch 185-256 on 2 CPU cores: 4-8 s a step). Such a trial judges no steady
+    state (``tuner.harness``) and its windows' spread is left out of the machine's window noise
+    (``tuner.noise.window_noise``)."""
+    return step_s >= window_s / 2
+
+
 def trial_cpus(num_workers: int, available: float) -> int:
     """The CPUs a trial counts as its own: one for the training process and one per DataLoader
     worker, at most ``available`` (the node's, or what Ray gave the trial). Its training
