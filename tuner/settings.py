@@ -274,8 +274,10 @@ class TrialSettings:
     steady_tolerance: float = 0.10
     """Steady state: with two or more windows, the first window kept is dropped as warm-up
     (one more measured) while its samples/sec differs from the median of the others by more
-    than this fraction; with one window, warm-up goes on past ``warmup_steps`` in synchronised
-    probes of half a window until two consecutive ones differ by at most this fraction. A run
+    than this fraction, on the same side of them as the windows dropped before it (a
+    transient's side: ``tuner.harness._windows``); with one window, warm-up goes on past
+    ``warmup_steps`` in synchronised probes of half a window until two consecutive ones
+    differ by at most this fraction. A run
     gives each trial the larger of this and what its machine's window noise so far calls for
     (``tuner.noise.steady_tolerance``)."""
     max_steady_probes: int = 6
