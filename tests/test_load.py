@@ -114,6 +114,18 @@ def test_rounds_that_drift_far_beyond_their_windows_are_said_and_steady_ones_not
     assert drift_note([_round(a, 34.5)]) is None
 
 
+def test_one_configuration_on_two_cards_is_two_configurations_not_drift():
+    """A run over two accelerator types re-measures each configuration on each under one run
+    id: the cards' rates differ by the card (here 2x), which is no drift of the machine."""
+    a = {"batch_size": 37, "num_workers": 2}
+    rows = [dict(_round(a, rate), hardware_key=key, accelerator_type=key)
+            for rate, key in ((200.0, "A100"), (100.0, "V100"), (201.0, "A100"),
+                              (100.5, "V100"), (202.0, "A100"), (101.0, "V100"))]
+    drift = noise.round_drift(rows)
+    assert drift.configurations == 2 and drift.between_cv < 0.01
+    assert drift_note(rows) is None
+
+
 def test_compile_time_is_the_first_step_beyond_a_steady_one():
     from tuner.harness import compile_s
     from tuner.knobs import Knobs

@@ -209,14 +209,16 @@ class RoundDrift:
 
 def round_drift(rows: Sequence[Mapping]) -> RoundDrift | None:
     """The between-round spread of the ``ok`` re-measurement rows (phase ``remeasure``), per
-    run and configuration (the knob values); None without a configuration measured in two
-    rounds."""
+    run, hardware (a run over several accelerator types measures the same configuration on
+    each: their rates differ by the card, not by drift) and configuration (the knob values);
+    None without a configuration measured in two rounds."""
     from tuner.knobs import Knobs  # a configuration as a key
     groups: dict[tuple, list[Mapping]] = {}
     for r in rows:
         if (phase_of(r) == Phase.REMEASURE and r.get("status") == Status.OK
                 and (r.get("samples_per_sec") or 0) > 0):
-            key = (r.get("run_id"), Knobs.from_dict(r, strict=False))
+            key = (r.get("run_id"), r.get("hardware_key"), r.get("accelerator_type"),
+                   Knobs.from_dict(r, strict=False))
             groups.setdefault(key, []).append(r)
     spreads = [statistics.stdev(rates) / statistics.mean(rates) for g in groups.values()
                if len(rates := [r["samples_per_sec"] for r in g]) >= 2]
