@@ -97,10 +97,14 @@ def tune_workload(name: str, args: argparse.Namespace, results: Path,
         return out
     row = best.row
     out.update({"best": best.samples_per_sec, "best knobs": knob_text(row),
-                "compute-only": row.get("ceiling_samples_per_sec"),
-                "loader-only": row.get("loader_ceiling_samples_per_sec"),
+                "compute-only": _bound(row.get("ceiling_samples_per_sec"),
+                                       row.get("ceiling_disturbed"), best.samples_per_sec),
+                "loader-only": _bound(row.get("loader_ceiling_samples_per_sec"),
+                                      row.get("loader_ceiling_disturbed"), best.samples_per_sec),
                 "attainable (bound)": (row.get("attainable_samples_per_sec"),
-                                       row.get("attainable_bound_by")),
+                                       row.get("attainable_bound_by")
+                                       if row.get("attainable_share") is not None
+                                       else "below the best: not a bound"),
                 "best ÷ attainable": row.get("attainable_share"), "MFU %": row.get("mfu_pct"),
                 "compile s": row.get("compile_s"),
                 "peak dev MiB": row.get("peak_device_memory_mb"),
@@ -202,6 +206,17 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         lines.append("| " + " | ".join(_cell(c, r[c]) for c in COLUMNS) + " |")
     return "\n".join(lines)
+
+
+def _bound(rate: float | None, below_best: bool | None, best: float) -> float | str | None:
+    """A ceiling's cell: its samples/sec, or, measured below the best it bounds, the figure
+    labelled as what it is (within ``leaderboard.CEILING_NOISE``: the best runs at it; further
+    below: a disturbed measurement), never a bare figure under the rate it bounds."""
+    from tuner.leaderboard import CEILING_NOISE
+    if rate is None or not below_best:
+        return rate
+    label = "at it" if rate >= (1 - CEILING_NOISE) * best else "disturbed: below the best"
+    return f"{rate:,.1f} ({label})"
 
 
 def _cell(column: str, value) -> str:

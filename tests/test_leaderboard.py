@@ -181,6 +181,26 @@ def test_ranked_orders_ok_by_speed_then_failures():
         "run-a-2", "run-a-4", "run-a-0", "run-a-1", "run-a-3"]
 
 
+def test_ranked_puts_ceilings_then_disturbed_rows_after_the_measured_ones():
+    """A row with an impossible figure (MFU 180 %, a negative step time) is no result: it
+    ranks after every measurement and ceiling, however fast it read."""
+    rows = [row(0, sps=50.0), row(1, sps=900.0, mfu_pct=180.0, mfu_impossible=True),
+            row(2, sps=300.0, phase="ceiling", ceiling="compute"),
+            row(3, sps=120.0, step_time_ms_p50=-3.0), row(4, status="oom", sps=None)]
+    assert [r["trial_id"] for r in leaderboard.ranked(table_of(rows))] == [
+        "run-a-0", "run-a-2", "run-a-1", "run-a-3", "run-a-4"]
+
+
+def test_best_compares_only_rows_of_the_latest_runs_scale():
+    """A later seed-scale run is answered from its own rows, not by an older tiny-scale row
+    that trained a smaller model faster."""
+    rows = [row(0, run="tiny-run", sps=400.0), row(0, run="seed-run", sps=90.0, scale="seed",
+                                                     knobs=Knobs(batch_size=64))]
+    rows[1]["finished_at"] = T0 + dt.timedelta(days=1)
+    top = leaderboard.best_row(rows)
+    assert top["run_id"] == "seed-run" and top["scale"] == "seed"
+
+
 def test_best_is_fastest_ok_row_with_speedups_from_its_own_run():
     rows = [
         row(0, run="run-a", sps=100.0, reference="baseline"),
@@ -222,6 +242,16 @@ def test_a_ceiling_below_the_winner_is_disturbed_never_an_efficiency_over_100():
     again = {**ceiling, "trial_id": "t-again", "samples_per_sec": 125.0}   # measured again
     top = leaderboard.best_row([win, ceiling, again])
     assert not top["ceiling_disturbed"] and top["pipeline_efficiency"] == 0.8
+
+
+def test_a_loader_only_ceiling_below_the_winner_is_flagged():
+    win = {**row(0), "phase": "remeasure", "samples_per_sec": 100.0, "batch_size": 32}
+    loader = {**row(1), "phase": "ceiling", "ceiling": "loader", "samples_per_sec": 80.0,
+              "batch_size": 32}
+    top = leaderboard.best_row([win, loader])
+    assert top["loader_ceiling_samples_per_sec"] == 80.0 and top["loader_ceiling_disturbed"]
+    loader["samples_per_sec"] = 400.0
+    assert not leaderboard.best_row([win, loader])["loader_ceiling_disturbed"]
 
 
 def test_attainable_is_the_machines_lower_limit_and_names_it():

@@ -155,6 +155,21 @@ def test_a_tie_between_searched_configurations_goes_to_fewer_workers():
     assert top["speedup_vs_recommended"] is None            # no recommended in this run
 
 
+def test_a_tie_never_goes_to_a_configuration_clearly_slower_than_another_tied_one():
+    """The fastest (noisy rounds) ties with the baseline and with a simpler configuration
+    (no workers) that is clearly slower than the baseline: the answer is not that one."""
+    simple = Knobs(batch_size=16, num_workers=0)
+    rows = rounds([(BUSY, None, [110.0, 90.0, 120.0]), (simple, None, [90.0, 91.0, 89.0]),
+                   (BASE, "baseline", [100.0, 101.0, 99.0])])
+    sp = noise.speedup(leaderboard._pairs(*[[r for r in rows if r["batch_size"] == k]
+                                            for k in (BASE.batch_size, simple.batch_size)],
+                                          "samples_per_sec"))
+    assert not sp.tie and sp.ratio > 1                    # the baseline beats it, clearly
+    top = leaderboard.best_row(rows)
+    assert top["batch_size"] == BASE.batch_size and top["baseline_is_best"]
+    assert top["tied_faster"][0]["num_workers"] == BUSY.num_workers
+
+
 def test_a_clear_win_is_a_speedup_with_its_interval():
     rows = rounds([(FAST, None, [150.0, 148.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
     top = leaderboard.best_row(rows)
@@ -215,6 +230,45 @@ def test_summary_and_best_command_say_tie(tmp_path):
     text = CliRunner().invoke(main, ["best", "--workload", "fake-regression", "--results",
                                      str(tmp_path), "--format", "python"]).output
     assert "the baseline itself" in text.splitlines()[0]
+
+
+def test_a_loader_ceiling_below_the_best_is_printed_as_disturbed_not_as_a_bound(tmp_path):
+    rows = rounds([(FAST, None, [150.0, 148.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
+    rows.append({**row(9, sps=120.0, knobs=FAST, phase="ceiling", ceiling="loader"),
+                 "started_at": T0 + dt.timedelta(minutes=5)})
+    console = Console(record=True, width=250)
+    summary = SimpleNamespace(workload="fake-regression", scale="tiny", results_dir="res")
+    Progress(console)._print_best(rows, summary)
+    line = next(ln for ln in console.export_text().splitlines() if "loader-only ceiling" in ln)
+    assert "disturbed" in line and "not a bound" in line
+
+
+def test_the_live_best_counts_no_ceiling_and_no_disturbed_row():
+    progress = Progress(Console(record=True, width=200))
+    progress._trial(row(0, sps=40.0), 1, None)
+    progress._trial(row(1, sps=1078.0, phase="ceiling", ceiling="loader"), 2, None)
+    progress._trial(row(2, sps=900.0, mfu_pct=180.0, mfu_impossible=True), 3, None)
+    assert progress.best_sps == 40.0
+
+
+def test_validate_refuses_a_row_without_a_whole_measurement_in_one_line(tmp_path):
+    """A pruned trial's figure is partial, a ceiling is no configuration's rate, an impossible
+    row was disturbed: ``validate --trial`` names the trial and what it accepts, exit 2,
+    before it trains anything."""
+    rows = rounds([(FAST, None, [150.0, 148.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
+    rows += [row(20, status="pruned", sps=5.0, knobs=FAST),
+             row(21, status="error", sps=None, knobs=FAST),
+             row(22, sps=400.0, knobs=FAST, phase="ceiling", ceiling="compute"),
+             row(23, sps=900.0, knobs=FAST, mfu_pct=180.0, mfu_impossible=True)]
+    leaderboard.append(tmp_path, rows)
+    from tuner.cli import main
+    for trial, says in (("run-a-20", "ended pruned"), ("run-a-21", "ended error"),
+                        ("run-a-22", "compute-only ceiling"), ("run-a-23", "MFU 180 %")):
+        result = CliRunner().invoke(main, ["validate", "--workload", "tests.fake_workloads:regression",
+                                           "--results", str(tmp_path), "--trial", trial])
+        assert result.exit_code == 2, (trial, result.output)
+        assert says in result.output and "accepted:" in result.output, result.output
+        assert "Traceback" not in result.output and "validating" not in result.output
 
 
 # ------------------------------------------------------------- the driver's follow-ups

@@ -20,7 +20,7 @@ from rich.table import Table
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
 from tuner.settings import DEVICES, OBJECTIVES, PROBE_MODES, SAMPLERS, SCALES
-from tuner.status import MEASURED, Status
+from tuner.status import MEASURED, Phase, Status, phase_of
 
 def _console(stderr: bool = False) -> Console:
     """A console as wide as the terminal; piped or logged output (no terminal, no COLUMNS)
@@ -434,6 +434,25 @@ def _pick_row(table, trial_id: str | None) -> dict:
     return match[0]
 
 
+def _check_validatable(row: dict) -> None:
+    """Raise TunerError unless ``row`` is a whole training measurement ``validate`` can check:
+    status ok (a pruned or timed-out trial holds a partial figure, a failed one none), not a
+    ceiling (no configuration trains at a compute-only or loader-only rate), no impossible
+    figure (``tuner.noise.impossible``)."""
+    from tuner import noise
+    what = f"--trial {row['trial_id']}"
+    if row["status"] != Status.OK or row["samples_per_sec"] is None:
+        raise TunerError(f"{what} ended {row['status']} and has no whole measurement to "
+                         f"validate; accepted: a trial whose status is ok")
+    if phase_of(row) == Phase.CEILING:
+        raise TunerError(f"{what} is a {row.get('ceiling') or 'compute'}-only ceiling, not a "
+                         f"configuration's training rate; accepted: a search or re-measured trial")
+    reason = noise.impossible(row)
+    if reason:
+        raise TunerError(f"{what} was disturbed ({reason}); accepted: a trial with no "
+                         f"impossible figure")
+
+
 def _data_for(workload, data: str | None, scale: str):
     """The data ``profile`` and ``validate`` read, checked as ``run`` checks it before
     measuring (``tuner.plan.checked_data``: every image decoded for the built-ins).
@@ -460,6 +479,7 @@ def validate(workload: str, results: str, hardware: str | None, model: str | Non
     w = _configured(workload, model, image_size)
     table, hardware = _load(results, w.name, hardware)
     row = _pick_row(table, trial_id)
+    _check_validatable(row)
     if row["device"] == "cuda" and not torch.cuda.is_available():
         raise TunerError(f"trial {row['trial_id']} ran on CUDA ({hardware}); no CUDA device here")
     knobs = Knobs.from_dict(row, strict=False)

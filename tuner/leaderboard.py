@@ -508,16 +508,18 @@ def select(results: str | Path, workload: str, hardware: str | None = None, *,
 
 
 def ranked(table: pa.Table) -> list[dict]:
-    """Rows as dicts: measured rows by samples/sec (fastest first), then compute-only ceiling
-    rows (not reachable in training: no data loading), then failed rows."""
+    """Rows as dicts: measured rows by samples/sec (fastest first), then ceiling rows (not
+    reachable in training: no data loading, or no model), then rows with a figure that cannot
+    be true (``tuner.noise.impossible``: disturbed, never a result), then failed rows."""
     rows = table.to_pylist()
     measured = [r for r in rows if r["status"] == Status.OK and r["samples_per_sec"] is not None]
     ceilings = [r for r in measured if phase_of(r) == Phase.CEILING]
-    measured = [r for r in measured if phase_of(r) != Phase.CEILING]
-    others = [r for r in rows if r not in measured and r not in ceilings]
+    disturbed = [r for r in measured if r not in ceilings and noise.impossible(r)]
+    measured = [r for r in measured if r not in ceilings and r not in disturbed]
+    others = [r for r in rows if r not in measured and r not in ceilings and r not in disturbed]
     measured.sort(key=lambda r: -r["samples_per_sec"])
     others.sort(key=lambda r: (r["finished_at"] is None, r["finished_at"]))
-    return measured + ceilings + others
+    return measured + ceilings + disturbed + others
 
 
 def best(table: pa.Table) -> dict | None:
@@ -562,7 +564,8 @@ def best_row(rows: list[dict]) -> dict | None:
     """The winning configuration, with the references measured in the same run beside it.
 
     The objective is that of the most recent run (``samples_per_sec``: highest wins;
-    ``time_to_train_s``: lowest wins). Where a run re-measured its best configurations in
+    ``time_to_train_s``: lowest wins), and only rows of its scale (and, for a time to train,
+    its ``train_steps``) compete: a tiny-scale row is not a seed-scale answer. Where a run re-measured its best configurations in
     interleaved rounds (phase ``remeasure``), the winner of that run is chosen among the
     re-measurements, each configuration by the geometric mean of its rounds, so a single
     lucky window cannot win. Compute-only ``ceiling`` rows never win, nor does a row with a
@@ -572,7 +575,8 @@ def best_row(rows: list[dict]) -> dict | None:
     within the noise (the 95 % interval of the paired speed-up contains 1,
     ``tuner.noise.speedup``), the simpler of them wins (``tuner.noise.simplicity``: no
     ``torch.compile``, then fewer DataLoader workers, then fewer knobs differing from the
-    baseline's values) -- which may be a reference itself.
+    baseline's values) -- which may be a reference itself -- unless it is clearly slower than
+    another configuration tied with the fastest (an interval above 1 over it).
 
     Returns None when no trial succeeded. The winner's row, with ``samples_per_sec`` (and the
     objective) the geometric mean over its measurements and ``rounds`` their count (the other
@@ -589,9 +593,10 @@ def best_row(rows: list[dict]) -> dict | None:
     * ``disturbed``: (trial id, reason) of the run's rows set aside as impossible.
     * ``ceiling_samples_per_sec`` (the highest of the winner's compute-only ceiling
       measurements), ``ceiling_measurements`` (how many there are), ``ceiling_disturbed``
-      (that ceiling is below the winner: the measurement was disturbed) and ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a
-      ceiling row or with a disturbed one); ``loader_ceiling_samples_per_sec`` (the winner's
-      DataLoader alone); ``attainable_samples_per_sec``, ``attainable_bound_by`` ('compute' or
+      (that ceiling is below the winner: the measurement was disturbed) and
+      ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a ceiling row or with a
+      disturbed one); ``loader_ceiling_samples_per_sec`` (the winner's DataLoader alone) and
+      ``loader_ceiling_disturbed`` (it is below the winner); ``attainable_samples_per_sec``, ``attainable_bound_by`` ('compute' or
       'input pipeline') and ``attainable_share`` (winner ÷ attainable; see ``_attainable``).
     """
     measured = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
@@ -600,6 +605,10 @@ def best_row(rows: list[dict]) -> dict | None:
         return None
     latest = max(measured, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
     metric = latest.get("objective") or "samples_per_sec"
+    # Only what the most recent run measured is comparable with it: the same scale (another
+    # model size trains at another rate) and, for a time to train, the same step count.
+    rows = [r for r in rows if r.get("scale") == latest.get("scale") and (
+        metric != "time_to_train_s" or r.get("train_steps") == latest.get("train_steps"))]
     groups = _groups(rows)
     chosen = _winner(groups, metric, higher=metric != "time_to_train_s")
     if chosen is None:
@@ -683,8 +692,14 @@ def _winner(groups: dict[tuple, list[dict]], metric: str,
             sp = noise.speedup(_pairs(groups[fastest], groups[k], metric), metric, higher)
             if sp is not None and sp.tie:
                 tied[k] = sp
-    chosen = min([fastest, *tied], key=lambda k: (noise.simplicity(candidates[k], baseline),
-                                                  -sign * candidates[k][metric]))
+    pool = [fastest, *tied]
+    # Each tied configuration is within the noise of the fastest, not necessarily of the
+    # others: one measured clearly slower than another of them (the baseline, say) is no answer.
+    eligible = [k for k in pool if k == fastest or not any(
+        (sp := noise.speedup(_pairs(groups[j], groups[k], metric), metric, higher)) is not None
+        and not sp.tie and sp.ratio > 1 for j in pool if j != k)]
+    chosen = min(eligible, key=lambda k: (noise.simplicity(candidates[k], baseline),
+                                          -sign * candidates[k][metric]))
     faster = (candidates[fastest], tied[chosen]) if chosen != fastest else None
     return chosen, candidates[chosen], faster
 
@@ -747,6 +762,10 @@ def _add_ceilings(top: dict, same_run: list[dict]) -> None:
     top["pipeline_efficiency"] = (top["samples_per_sec"] / bound
                                   if bound is not None and not top["ceiling_disturbed"] else None)
     top["loader_ceiling_samples_per_sec"] = ceilings["loader"]
+    # The winner trains no faster than its DataLoader delivers alone: a loader-only rate below
+    # it was disturbed too (a busy machine), never a bound to quote.
+    top["loader_ceiling_disturbed"] = (ceilings["loader"] is not None
+                                       and ceilings["loader"] < top["samples_per_sec"])
     # The machine computes at least as fast as any compute-only rate measured on it: on CPU
     # the largest batch is not the fastest (a ddpm batch of 256 ran at 26 samples/sec, the
     # winner's batch of 37 at 39), so the winner's own ceiling counts too.

@@ -147,7 +147,8 @@ class Progress:
         sps = row["samples_per_sec"]
         if row["reference"] == "baseline" and status == Status.OK:
             self.baseline_sps = sps
-        if status == Status.OK:
+        if (status == Status.OK and phase_of(row) != Phase.CEILING
+                and noise.impossible(row) is None):  # a ceiling or a disturbed row: no result
             self.best_sps = max(self.best_sps, sps)
         measured = f"{sps:10,.1f} samples/sec" if sps is not None else f"{'':>10} {'':11}"
         ref = f" [bold]({row['reference']})[/]" if row["reference"] else ""
@@ -209,8 +210,9 @@ class Progress:
                       f"{100 * best['pipeline_efficiency']:.0f}% of it",
                       "same knobs, batches on the device")
         if best.get("loader_ceiling_samples_per_sec"):
-            t.add_row("loader-only ceiling", f"{best['loader_ceiling_samples_per_sec']:,.1f}", "",
-                      "same knobs, its DataLoader alone, no model")
+            t.add_row("loader-only ceiling", f"{best['loader_ceiling_samples_per_sec']:,.1f}",
+                      *(_low_loader_cells(best) if best.get("loader_ceiling_disturbed")
+                        else ("", "same knobs, its DataLoader alone, no model")))
         _attainable_row(t, best)
         self.console.print(t)
         for line in verdict_lines(best):
@@ -413,6 +415,20 @@ def _low_ceiling_cells(best: dict) -> tuple[str, str]:
            "once (the time budget left none to measure it again)")
     return "disturbed", (f"measured below the pipeline it bounds, {how}: no efficiency shown "
                          "(the machine was busy; run again on a quiet one)")
+
+
+def _low_loader_cells(best: dict) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of a loader-only ceiling measured below the best, which
+    trains no faster than its DataLoader delivers alone: within ``leaderboard.CEILING_NOISE``
+    the pipeline runs at its loader's rate ('at it': bound by the input pipeline), further
+    below a disturbed measurement, never a bound."""
+    below = 1 - best["loader_ceiling_samples_per_sec"] / best["samples_per_sec"]
+    if below <= leaderboard.CEILING_NOISE:
+        return "at it", (f"same knobs, its DataLoader alone: {100 * below:.0f} % below the "
+                         "pipeline, within the noise: it runs at its loader's rate, bound by "
+                         "the input pipeline")
+    return "disturbed", ("measured below the pipeline it bounds: not a bound (the machine was "
+                         "busy; run again on a quiet one)")
 
 
 BUSY_STEAL_PCT = 5.0
