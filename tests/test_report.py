@@ -10,8 +10,9 @@ import pytest
 
 from tuner import leaderboard
 from tuner.errors import TunerError
-from tuner.report import (FIGURES, knob_importances, memory_column, plot_throughput_vs_batch,
-                          plot_throughput_vs_memory, training_trials, write_report)
+from tuner.report import (FIGURES, knob_importances, memory_column, plot_best_vs_references,
+                          plot_throughput_vs_batch, plot_throughput_vs_memory, training_trials,
+                          write_report)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WORKLOAD = "fake-regression"
@@ -216,3 +217,127 @@ def test_several_hardware_keys_need_hardware(tmp_path):
 def test_bad_memory_limit_is_rejected(results, tmp_path):
     with pytest.raises(ValueError, match="max_memory_mb"):
         write_report(results, WORKLOAD, tmp_path / "out", max_memory_mb=0)
+
+
+def _text(fragment: str) -> str:
+    """HTML without its tags, whitespace collapsed, entities undone."""
+    import html
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def _section(page: str, heading: str) -> str:
+    """The page from the <h2> starting with ``heading`` to the next <h2> (or the end)."""
+    start = page.index(f"<h2>{heading}")
+    end = page.find("<h2>", start + 4)
+    return page[start:end if end != -1 else len(page)]
+
+
+def _top_rows(page: str) -> list[str]:
+    """The text of each body row of the top-trials table."""
+    table = _section(page, "Top")
+    body = table[table.index("<tbody>"):table.index("</tbody>")]
+    return [_text(tr) for tr in re.split(r"<tr[^>]*>", body)[1:]]
+
+
+def _tied_remeasure_rows() -> list[dict]:
+    """A run whose best (no workers) was re-measured against the baseline (4 workers, so not
+    the simpler of the two) in 3 interleaved rounds that spread too much for a verdict: the
+    speed-up's point estimate is 1.07 and its 95 % interval contains 1."""
+    rows = [_row(0, batch_size=16, num_workers=4, reference="baseline", samples_per_sec=110.0),
+            _row(1, batch_size=64, samples_per_sec=130.0)]
+    for k, (best, base) in enumerate([(130.0, 110.0), (100.0, 115.0), (125.0, 105.0)]):
+        rows += [_row(10 + 2 * k, batch_size=64, samples_per_sec=best, phase="remeasure"),
+                 _row(11 + 2 * k, batch_size=16, num_workers=4, reference="baseline",
+                      samples_per_sec=base, phase="remeasure")]
+    return rows
+
+
+def test_tie_with_a_reference_reads_as_a_tie_with_its_interval(tmp_path):
+    leaderboard.append(tmp_path / "results", _tied_remeasure_rows())
+    write_report(tmp_path / "results", WORKLOAD, tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    best = _text(_section(page, "Best configuration"))
+    # 109.9: the baseline's geometric mean over its rounds (110, 115, 105)
+    assert re.search(r"baseline 109\.9 tie within the noise \(speed-up 1\.07, 95 % CI "
+                     r"\[0\.\d\d, 1\.\d\d\]\); 3 interleaved rounds", best), best
+    assert not re.search(r"\d\.\d\dx", best), best  # never a bare '1.07x' for a tie
+
+
+def _top(**extra) -> dict:
+    """A ``leaderboard.best_row``-shaped dict, one measurement of each: the best at 40.8
+    samples/sec, the baseline at 38.0 (a 1.07x lead, a tie within the single-pair floor) and
+    the recommended at 20.0 (2.04x)."""
+    top = _row(0, samples_per_sec=40.8)
+    for ref, sps in (("baseline", 38.0), ("recommended", 20.0)):
+        top.update({f"{ref}_samples_per_sec": sps, f"{ref}_is_best": False,
+                    f"speedup_vs_{ref}": 40.8 / sps, f"speedup_vs_{ref}_low": None,
+                    f"speedup_vs_{ref}_high": None, f"tie_vs_{ref}": None,
+                    f"speedup_vs_{ref}_pairs": 1})
+    top.update(extra)
+    return top
+
+
+def test_bar_chart_says_tie_and_shows_each_interval():
+    top = _top(baseline_samples_per_sec=35.5, speedup_vs_baseline=1.15,
+               speedup_vs_baseline_low=0.97, speedup_vs_baseline_high=1.36, tie_vs_baseline=True, speedup_vs_baseline_pairs=3,
+               speedup_vs_recommended=2.04, speedup_vs_recommended_low=1.80,
+               speedup_vs_recommended_high=2.30, tie_vs_recommended=False,
+               speedup_vs_recommended_pairs=3)
+    labels = [t.get_text() for t in plot_best_vs_references(top).axes[0].texts]
+    baseline = next(t for t in labels if t.startswith("35.5"))
+    recommended = next(t for t in labels if t.startswith("20.0"))
+    assert "tie" in baseline and "[0.97, 1.36]" in baseline and "1.15x" not in baseline
+    assert "2.04x faster" in recommended and "[1.80, 2.30]" in recommended
+
+
+def test_bar_chart_says_when_a_speed_up_has_no_interval():
+    labels = [t.get_text() for t in plot_best_vs_references(_top()).axes[0].texts]
+    baseline = next(t for t in labels if t.startswith("38.0"))
+    assert "1.07x" not in baseline and "tie" in baseline and "no interval" in baseline
+    recommended = next(t for t in labels if t.startswith("20.0"))
+    assert "2.04x faster" in recommended and "no interval" in recommended
+
+
+def _disturbed_and_ceiling_rows() -> list[dict]:
+    """A run with a baseline, one believable trial, a trial at 180 % MFU (the fastest rate), one
+    with a negative step time, and the winner's and the machine's ceilings."""
+    return [_row(0, batch_size=8, reference="baseline", samples_per_sec=100.0, mfu_pct=20.0),
+            _row(1, batch_size=32, samples_per_sec=150.0, mfu_pct=30.0),
+            _row(2, batch_size=64, samples_per_sec=900.0, mfu_pct=180.0, mfu_impossible=True),
+            _row(3, batch_size=16, samples_per_sec=120.0, step_time_ms_p50=-3.0),
+            _row(4, batch_size=32, samples_per_sec=400.0, phase="ceiling", ceiling="compute"),
+            _row(5, batch_size=32, samples_per_sec=140.0, phase="ceiling", ceiling="loader"),
+            _row(6, batch_size=256, samples_per_sec=500.0, phase="ceiling",
+                 ceiling="machine-compute")]
+
+
+def test_table_labels_ceilings_and_marks_disturbed_rows(tmp_path):
+    leaderboard.append(tmp_path / "results", _disturbed_and_ceiling_rows())
+    write_report(tmp_path / "results", WORKLOAD, tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    rows = _top_rows(page)
+    assert len(rows) == 7
+    assert "disturbed" not in rows[0] and "ceiling" not in rows[0]
+    assert rows[0].startswith("1 ok search 150.0")  # the believable fastest heads the table
+    for kind, sps in (("compute", "400.0"), ("loader", "140.0"), ("machine-compute", "500.0")):
+        row = next(r for r in rows if f" {sps} " in r)
+        assert f"ceiling: {kind}" in row, row
+    mfu = next(r for r in rows if " 900.0 " in r)
+    assert "disturbed: MFU 180 % is above 100 %" in mfu and "not a result" in mfu
+    negative = next(r for r in rows if " -3.0 " in r)
+    assert "disturbed: non-positive step time" in negative
+    assert page.count('<tr class="disturbed">') == 2
+    counts = _text(_section(page, "Trials by status"))
+    assert "ok 2" in counts and "disturbed 2" in counts
+    assert "trial t002: MFU 180 %" in counts  # named, though not a top row in a long table
+    best = _text(_section(page, "Best configuration"))
+    assert best.startswith("Best configuration 150.0 samples/sec")
+
+
+def test_disturbed_rows_are_not_starred_fastest_nor_in_importances():
+    rows = [r for r in _disturbed_and_ceiling_rows() if r.get("phase") != "ceiling"]
+    ax = plot_throughput_vs_memory(rows).axes[0]
+    star = next(line for line in ax.get_lines() if line.get_label() == "fastest")
+    assert list(star.get_ydata()) == [150.0]
+    importances, note = knob_importances(rows)
+    assert importances is None and "2 successful" in note

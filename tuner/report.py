@@ -9,7 +9,12 @@ Figures (``<out>/<name>.png``, and embedded as base64 data URIs in ``<out>/repor
 * ``throughput_vs_memory``: samples/sec against peak memory (device memory when measured, host
   memory otherwise), with the memory limit as a dashed line when one is given.
 * ``best_vs_references``: the best trial against the baseline and recommended references of its
-  run, with the speed-ups.
+  run, with the best's speed-up over each and its 95 % interval ('tie' where the interval
+  contains 1: ``tuner.noise.Speedup``).
+
+A row whose figures cannot be true (``tuner.noise.impossible``: a disturbed measurement) is left
+out of the figures and the importances, counted as 'disturbed', and listed in the trial table
+under a 'disturbed: <reason>' marker, never as a result.
 
 Figures use matplotlib's object-oriented ``Figure`` API (no pyplot, no global backend state).
 """
@@ -31,6 +36,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 import tuner.leaderboard as leaderboard
+from tuner import noise
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
 from tuner.status import FAILED, MEASURED, STATUSES, Phase, Status, phase_of
@@ -75,7 +81,7 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
     if max_memory_mb is not None and not max_memory_mb > 0:
         raise ValueError(f"max_memory_mb={max_memory_mb!r}: expected a number of MiB > 0")
     table, hardware = leaderboard.select(results, workload, hardware)
-    rows = leaderboard.ranked(table)
+    rows = report_order(leaderboard.ranked(table))
     trials = training_trials(rows)
     top = leaderboard.best(table)
     out = check_out_dir(out_dir)
@@ -138,12 +144,39 @@ def training_trials(rows: Iterable[dict]) -> list[dict]:
     return [r for r in rows if phase_of(r) != Phase.CEILING]
 
 
+def disturbed(row: dict) -> str | None:
+    """Why a measured row's figures cannot be true (``tuner.noise.impossible``), or None (also
+    for a failed row, which has no figure)."""
+    return noise.impossible(row) if row["status"] in MEASURED else None
+
+
+def report_order(rows: list[dict]) -> list[dict]:
+    """``rows`` (ranked: ``leaderboard.ranked``) in the order the trial table lists them:
+    successful training measurements, then ceiling rows, then disturbed rows (``disturbed``),
+    then the rest (failed, pruned, timed out), each group in its given order. A disturbed row
+    thus never heads the table, whatever order ``rows`` came in."""
+    def group(r: dict) -> int:
+        if disturbed(r):
+            return 2
+        if r["status"] == Status.OK and r["samples_per_sec"] is not None:
+            return 1 if phase_of(r) == Phase.CEILING else 0
+        return 3
+    return sorted(rows, key=group)
+
+
+def _believable_ok(rows: Iterable[dict]) -> list[dict]:
+    """The ``ok`` rows with a samples/sec and no impossible figure (``disturbed``)."""
+    return [r for r in rows if r["status"] == Status.OK and r.get("samples_per_sec") is not None
+            and not disturbed(r)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Knob importance
 
 
 def knob_importances(rows: Iterable[dict]) -> tuple[dict[str, float] | None, str]:
-    """Importance of each varying knob for samples/sec, from the ``ok`` rows.
+    """Importance of each varying knob for samples/sec, from the ``ok`` rows (disturbed rows,
+    whose figures cannot be true, left out).
 
     The rows are rebuilt into an in-memory Optuna study (direction maximize) whose
     distributions are inferred from the values present: integers -> IntDistribution over the
@@ -157,7 +190,7 @@ def knob_importances(rows: Iterable[dict]) -> tuple[dict[str, float] | None, str
         or (None, the reason) with fewer than MIN_TRIALS_FOR_IMPORTANCE ok rows or no varying
         knob.
     """
-    ok = [r for r in rows if r["status"] == Status.OK and r.get("samples_per_sec") is not None]
+    ok = _believable_ok(rows)
     if len(ok) < MIN_TRIALS_FOR_IMPORTANCE:
         return None, (f"not enough trials: {len(ok)} successful "
                       f"(at least {MIN_TRIALS_FOR_IMPORTANCE} needed)")
@@ -212,13 +245,13 @@ def _distributions(ok: list[dict]) -> dict[str, optuna.distributions.BaseDistrib
 
 def plot_throughput_vs_batch(rows: list[dict]) -> Figure:
     """Samples/sec against batch size (log2 axis), one colour per num_workers: dots are trials,
-    the line joins the fastest trial at each batch size. Failed trials: red x at the bottom."""
+    the line joins the fastest trial at each batch size. Failed trials: red x at the bottom.
+    Disturbed rows (``disturbed``) are left out."""
     fig, ax = _figure("Throughput against batch size")
-    ok = [r for r in rows if r["status"] == Status.OK and r["samples_per_sec"] is not None
-          and r["batch_size"] is not None]
+    ok = [r for r in _believable_ok(rows) if r["batch_size"] is not None]
     failed = [r for r in rows if r["status"] in FAILED and r["batch_size"] is not None]
     pruned = [r for r in rows if r["status"] == Status.PRUNED and r["samples_per_sec"] is not None
-              and r["batch_size"] is not None]
+              and r["batch_size"] is not None and not disturbed(r)]
     if not ok and not failed:
         return _message(fig, ax, "no trial with a batch size recorded")
     for workers in sorted({r["num_workers"] for r in ok}, key=lambda w: (w is None, w)):
@@ -282,11 +315,10 @@ def memory_column(rows: list[dict]) -> str:
 def plot_throughput_vs_memory(rows: list[dict], max_memory_mb: float | None = None) -> Figure:
     """Samples/sec against peak memory (MiB) of each successful trial; the fastest starred;
     failed trials with a recorded peak as red x at the bottom; ``max_memory_mb`` as a vertical
-    dashed line."""
+    dashed line. Disturbed rows (``disturbed``) are left out: one is never starred fastest."""
     fig, ax = _figure("Throughput against peak memory")
     column = memory_column(rows)
-    ok = [r for r in rows if r["status"] == Status.OK and r["samples_per_sec"] is not None
-          and r[column] is not None]
+    ok = [r for r in _believable_ok(rows) if r[column] is not None]
     failed = [r for r in rows if r["status"] in FAILED and r[column] is not None]
     if not ok and not failed:
         return _message(fig, ax, "no trial with a peak memory recorded")
@@ -312,28 +344,55 @@ def plot_throughput_vs_memory(rows: list[dict], max_memory_mb: float | None = No
     return fig
 
 
+def speedup_of_best(top: dict, ref: str) -> noise.Speedup | None:
+    """The best's speed-up over reference ``ref`` ('baseline' or 'recommended'), rebuilt from
+    the ``speedup_vs_<ref>``, ``_low``, ``_high`` and ``_pairs`` keys of ``top`` (a
+    ``leaderboard.best_row``); None where the reference failed, did not run, or is the best
+    itself (``<ref>_is_best``)."""
+    ratio = top.get(f"speedup_vs_{ref}")
+    if ratio is None or top.get(f"{ref}_is_best"):
+        return None
+    return noise.Speedup(ratio, top.get(f"speedup_vs_{ref}_low"),
+                         top.get(f"speedup_vs_{ref}_high"),
+                         top.get(f"speedup_vs_{ref}_pairs") or 1)
+
+
+def speedup_label(sp: noise.Speedup) -> str:
+    """Two lines for a reference's bar: the best's verdict against it ('best: tie within the
+    noise', 'best: 1.16x faster', 'best: 1.25x slower': ``Speedup.short``), then the point
+    estimate with its 95 % interval, or 'one measurement each, no interval'."""
+    ci = (f"95 % CI [{sp.low:.2f}, {sp.high:.2f}]" if sp.low is not None
+          else "one measurement each, no interval")
+    verdict = "tie within the noise" if sp.tie else sp.short()
+    return f"best: {verdict}\nspeed-up {sp.ratio:.2f}, {ci}"
+
+
 def plot_best_vs_references(top: dict | None) -> Figure:
     """Bars: samples/sec of the best trial and of the baseline and recommended references of
-    its run (``leaderboard.best``), each reference bar annotated with the best's speed-up."""
+    its run (``leaderboard.best``), each reference bar annotated with the best's speed-up over
+    it and its interval (``speedup_label``: 'tie' where the interval contains 1), or 'the best
+    itself' where the reference won."""
     fig, ax = _figure("Best configuration against the references", grid="y")
     if top is None:
         return _message(fig, ax, "no successful trial")
     labels = ["best", "baseline", "recommended"]
     values = [top["samples_per_sec"], top["baseline_samples_per_sec"],
               top["recommended_samples_per_sec"]]
-    speedups = [None, top["speedup_vs_baseline"], top["speedup_vs_recommended"]]
     colors = ["tab:green", "tab:grey", "tab:grey"]
     bars = ax.bar(labels, [v or 0.0 for v in values], color=colors)
-    texts = []
-    for value, speedup in zip(values, speedups):
+    texts = [f"{values[0]:,.1f}"]
+    for ref, value in zip(labels[1:], values[1:]):
+        sp = speedup_of_best(top, ref)
         if value is None:
             texts.append("failed or not run")
-        elif speedup is None:
+        elif top.get(f"{ref}_is_best"):
+            texts.append(f"{value:,.1f}\nthe best itself")
+        elif sp is None:
             texts.append(f"{value:,.1f}")
         else:
-            texts.append(f"{value:,.1f}\nbest is {speedup:.2f}x")
-    ax.bar_label(bars, labels=texts, padding=3, fontsize="small")
-    ax.set_ylim(0, max(v or 0.0 for v in values) * 1.25 or 1.0)
+            texts.append(f"{value:,.1f}\n{speedup_label(sp)}")
+    ax.bar_label(bars, labels=texts, padding=3, fontsize="x-small")
+    ax.set_ylim(0, max(v or 0.0 for v in values) * 1.35 or 1.0)
     ax.set_ylabel("samples/sec")
     ax.text(0.01, 0.98, f"best: {knob_text(top)}", transform=ax.transAxes, ha="left", va="top",
             fontsize="x-small", color="dimgrey", wrap=True)
@@ -373,6 +432,9 @@ figure { display: inline-block; margin: 0.5em; vertical-align: top; }
 figure img { max-width: 100%; }
 figcaption { font-size: 0.85em; color: #555; }
 .meta { color: #555; }
+tr.disturbed td { color: #888; }
+tr.disturbed td.num { text-decoration: line-through; }
+.marker { color: #b00; font-weight: bold; }
 """
 
 _CAPTIONS = {
@@ -382,7 +444,9 @@ _CAPTIONS = {
     "throughput_vs_memory": "Samples/sec against peak memory; red x: failed trials; dashed "
                             "line: the memory limit (when given).",
     "best_vs_references": "The best trial against the baseline and recommended configurations "
-                          "measured in the same run.",
+                          "measured in the same run, with the best's speed-up over each and its "
+                          "95 % interval ('tie': the interval contains 1, equal within the "
+                          "noise).",
 }
 
 
@@ -390,12 +454,14 @@ def render_html(*, workload: str, hardware: str | None, rows: list[dict], trials
                 top: dict | None, pngs: dict[str, bytes], importances: dict[str, float] | None,
                 importance_note: str) -> str:
     """The report page: every figure inlined as a data URI, no external files, scripts or
-    styles. ``rows`` are ranked (``leaderboard.ranked``; the top-10 table), ``trials`` the
-    training trials among them (``training_trials``; the counts); ``pngs`` maps figure name
-    to PNG bytes."""
+    styles. ``rows`` are ranked (``report_order``; the top-10 table), ``trials`` the training
+    trials among them (``training_trials``; the counts, where a disturbed row counts as
+    'disturbed', not under its status); ``pngs`` maps figure name to PNG bytes."""
     e = html.escape
-    counts = Counter(r["status"] for r in trials)
-    statuses = [s for s in STATUS_ORDER if counts[s]] + sorted(set(counts) - set(STATUS_ORDER))
+    counts = Counter("disturbed" if disturbed(r) else r["status"] for r in trials)
+    statuses = ([s for s in STATUS_ORDER if counts[s]]
+                + sorted(set(counts) - set(STATUS_ORDER) - {"disturbed"})
+                + (["disturbed"] if counts["disturbed"] else []))
     runs = sorted({r["run_id"] for r in trials if r["run_id"]})
     scales = sorted({r["scale"] for r in trials if r["scale"]})
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -414,6 +480,7 @@ def render_html(*, workload: str, hardware: str | None, rows: list[dict], trials
         f"generated {generated}</p>",
         "<h2>Trials by status</h2>",
         _table(["status", "trials"], [[e(s), _td(str(counts[s]))] for s in statuses]),
+        *([_disturbed_note(trials)] if counts["disturbed"] else []),
         "<h2>Best configuration</h2>",
         _best_section(top),
         "<h2>Figures</h2>",
@@ -436,7 +503,19 @@ def render_html(*, workload: str, hardware: str | None, rows: list[dict], trials
     return "\n".join(parts)
 
 
+def _disturbed_note(trials: list[dict]) -> str:
+    """One paragraph naming the disturbed trials (``disturbed``) and why, the first five."""
+    why = [(r["trial_id"], reason) for r in trials if (reason := disturbed(r))]
+    shown = "; ".join(f"trial {trial}: {reason}" for trial, reason in why[:5])
+    more = f" and {len(why) - 5} more" if len(why) > 5 else ""
+    return (f"<p>disturbed: measured, but with a figure that cannot be true, so never a result "
+            f"(set aside; not in the figures): {html.escape(shown + more)}.</p>")
+
+
 def _best_section(top: dict | None) -> str:
+    """The best's samples/sec, its speed-up over each reference in the tool's words
+    (``noise.Speedup.text``: 'tie within the noise (speed-up 1.15, 95 % CI [0.97, 1.36])',
+    never a bare '1.15x'), the faster configuration a tie set aside, and its knobs."""
     e = html.escape
     if top is None:
         return "<p>No successful trial.</p>"
@@ -445,10 +524,19 @@ def _best_section(top: dict | None) -> str:
              f"<code>{e(str(top['trial_id']))}</code>)</p>"]
     speed_rows = []
     for ref in ("baseline", "recommended"):
-        sps, speedup = top[f"{ref}_samples_per_sec"], top[f"speedup_vs_{ref}"]
-        speed_rows.append([e(ref), _td(_fmt_num(sps, 1) or "failed or not run"),
-                           _td(f"{speedup:.2f}x" if speedup else "")])
-    lines.append(_table(["reference", "samples/sec", "speed-up of best"], speed_rows))
+        sps, sp = top[f"{ref}_samples_per_sec"], speedup_of_best(top, ref)
+        verdict = ("the best itself" if top.get(f"{ref}_is_best") and sps is not None
+                   else sp.text() if sp is not None else "")
+        if sp is not None and sp.pairs > 1:
+            verdict += f"; {sp.pairs} interleaved rounds"
+        speed_rows.append([e(ref), _td(_fmt_num(sps, 1) or "failed or not run"), e(verdict)])
+    lines.append(_table(["reference", "samples/sec", "best against it"], speed_rows))
+    if top.get("tied_faster"):
+        row, sp = top["tied_faster"]
+        lines.append(f"<p>Fastest measured, <code>{e(knob_text(row))}</code> at "
+                     f"{_fmt_num(row['samples_per_sec'], 1)} samples/sec, against the best "
+                     f"shown: {e(sp.text())}; the simpler configuration is chosen (no compile, "
+                     "then fewer workers, then closer to the baseline).</p>")
     knob_rows = [[e(name), e(_fmt_value(top.get(name)))] for name in Knobs.names()]
     if top.get("clamped"):
         knob_rows.append([e("clamped"), e(str(top["clamped"]))])
@@ -456,28 +544,58 @@ def _best_section(top: dict | None) -> str:
     return "\n".join(lines)
 
 
+def phase_label(row: dict) -> str:
+    """What a row measured, as the CLI's leaderboard table names it: 'search', 'remeasure', or
+    'ceiling: <kind>' (compute, loader, machine-compute, machine-loader; rows written before
+    the ``ceiling`` column are compute ceilings)."""
+    phase = phase_of(row)
+    if phase == Phase.CEILING:
+        return f"ceiling: {row.get('ceiling') or 'compute'}"
+    return str(phase)
+
+
 def _top_table(rows: list[dict]) -> str:
+    """One line per row, in the given order: its status, or for a row whose figures cannot be
+    true a 'disturbed: <reason>' marker (its figures struck through); its phase
+    (``phase_label``: a ceiling never reads as a configuration); samples/sec, step time (ms)
+    and peak memory (MiB). A note under the table says what a ceiling row is, where one is
+    listed."""
     e = html.escape
-    body = []
+    body, classes = [], []
     for i, r in enumerate(rows, 1):
         detail = knob_text(r)
         if r["status"] not in MEASURED and r.get("error"):
             detail += f" — {r['error']}"
-        body.append([_td(str(i)), e(r["status"]), e(r["reference"] or ""),
+        why = disturbed(r)
+        status = (f'<span class="marker">{e(f"disturbed: {why}")}</span> '
+                  f"({e(r['status'])}, not a result)" if why else e(r["status"]))
+        classes.append("disturbed" if why else None)
+        body.append([_td(str(i)), status, e(phase_label(r)), e(r["reference"] or ""),
                      _td(_fmt_num(r["samples_per_sec"], 1)),
                      _td(_fmt_num(r["samples_per_sec_iqr"], 1)),
                      _td(_fmt_num(r["step_time_ms_p50"], 1)),
                      _td(_fmt_num(r["peak_device_memory_mb"], 0)),
                      _td(_fmt_num(r["peak_host_memory_mb"], 0)), e(detail)])
-    return _table(["#", "status", "ref", "samples/sec", "±IQR", "step ms p50", "peak dev MiB",
-                   "peak host MiB", "knobs / error"], body)
+    table = _table(["#", "status", "phase", "ref", "samples/sec", "±IQR", "step ms p50",
+                    "peak dev MiB", "peak host MiB", "knobs / error"], body, classes)
+    if any(phase_of(r) == Phase.CEILING for r in rows):
+        table += ("\n<p>phase 'ceiling: …' rows are bounds measured beside the winner, not "
+                  "configurations to train with: compute (its batches already on the device, no "
+                  "data loading), loader (its DataLoader alone, no model), machine-compute and "
+                  "machine-loader (this machine's limits: largest batch and fastest precision, "
+                  "or every CPU a loader worker).</p>")
+    return table
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    """Cells are already-escaped HTML; a cell made by ``_td`` keeps its own <td>."""
+def _table(header: list[str], rows: list[list[str]],
+           row_classes: list[str | None] | None = None) -> str:
+    """Cells are already-escaped HTML; a cell made by ``_td`` keeps its own <td>.
+    ``row_classes``: a CSS class per row (None: none)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in row)
-                   + "</tr>" for row in rows)
+    classes = row_classes or [None] * len(rows)
+    body = "".join((f'<tr class="{html.escape(cls)}">' if cls else "<tr>")
+                   + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in row)
+                   + "</tr>" for row, cls in zip(rows, classes))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
