@@ -61,6 +61,11 @@ def test_steps_the_grad_scaler_skips_are_not_counted_as_measured(regression_data
     stepper = Stepper(training, repeat([batch]), _on_device, HostMemorySampler())
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=2, window_s=0.05)
+    # Warm-up first, as every trial's windows follow one: a first window right after a fresh
+    # scaler counted one skip more than the injected ones in 6 of 60 runs on a loaded 2-core
+    # VM (2026-11-25; 16 of 45 steps, always window 0, cause not found), none of 60 after it.
+    for _ in range(30):
+        stepper.step()
     seen = []
     windows, dropped = _windows(stepper, torch.device("cpu"), settings, seen.append,
                                 lambda ms: 0.0)

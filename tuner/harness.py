@@ -543,21 +543,14 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
     probes run before them: while the first kept window's samples/sec differs from the median
     of the others by more than ``steady_tolerance`` (``_unsteady``: a transient such as workers
     starting, a prefetched queue draining, the allocator growing), it is dropped as warm-up and
-    one more window measured; at most ``max_steady_probes`` are dropped, none once the dropped
-    windows with the one measured in its place would pass ``settle_s`` seconds, none when
-    the windows' steps take half a window or more (``_long_windows``), and none on the other
-    side of the rest from the windows already dropped: a transient (slower while workers
-    start, faster while a prefetched queue drains) lies on one side of the steady windows,
-    and windows that alternate around them are the machine's noise. On a noisy 2-core VM
-    (windows 5-10 % apart, 15 sequences of 8 windows of ddpm and segmentation3d, 2026-11-25)
-    this side rule dropped 11 windows where the rule without it dropped 15. With ``phases``
+    one more window measured, within the limits ``_settled`` gives. With ``phases``
     (a list, CPU only) each kept window's per-phase seconds are appended to it (``_window``).
     ``on_drop(window, kept)`` is called for each window dropped, with the windows kept. A steady
     trial so measures nothing twice (the half-window probes took 1-1.5 s of a 6-s ddpm trial on
     CPU). Returns (windows kept, windows dropped)."""
     kept: list[Window] = []
     dropped: list[Window] = []
-    direction: bool | None = None  # whether the windows dropped were faster than the rest
+    faster: bool | None = None  # whether the windows dropped were faster than the rest
     index = 0
     while True:
         window_phases = None if phases is None else {**dict.fromkeys(PHASES, 0.0), "steps": 0}
@@ -583,16 +576,9 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
         index += 1
         if len(kept) < settings.windows:
             continue
-        spent_s = sum(w.seconds for w in dropped) + kept[0].seconds
-        next_s = max(settings.window_s, statistics.median(w.seconds for w in kept))
-        if (settle_s <= 0 or len(dropped) >= settings.max_steady_probes
-                or spent_s + next_s > settle_s or _long_windows(kept, settings)):
+        if _settled(kept, dropped, faster, settings, settle_s):
             return kept, dropped
-        deviation = _deviation(kept)
-        if (abs(deviation) <= settings.steady_tolerance
-                or (direction is not None and (deviation > 0) != direction)):
-            return kept, dropped
-        direction = deviation > 0  # a transient's windows lie on one side of the steady ones
+        faster = _deviation(kept) > 0
         dropped.append(kept.pop(0))
         if phases is not None:
             phases.pop(0)
@@ -651,6 +637,28 @@ def _long_windows(windows: list[Window], settings: TrialSettings) -> bool:
     two whole steps, too few to tell a transient from a step's own spread, and dropping one
     would repeat a multi-second step (``tuner.settings.long_step``)."""
     return long_step(statistics.median(w.step_time_ms for w in windows) / 1000, settings.window_s)
+
+
+def _settled(kept: list[Window], dropped: list[Window], faster: bool | None,
+             settings: TrialSettings, settle_s: float) -> bool:
+    """Whether the windows ``kept`` stand, none more dropped as warm-up (``_windows``): the
+    first is within ``steady_tolerance`` of the others; or ``max_steady_probes`` are dropped;
+    or the dropped windows with one measured in place of the first would pass ``settle_s``
+    seconds; or the windows' steps take half a window or more (``_long_windows``); or the
+    first lies on the other side of the rest from the windows already dropped (``faster``:
+    whether those were faster; None: none dropped). A transient (slower while workers start,
+    faster while a prefetched queue drains) lies on one side of the steady windows; windows
+    that alternate around them are the machine's noise. On a noisy 2-core VM (windows 5-10 %
+    apart, 15 sequences of 8 windows of ddpm and segmentation3d, 2026-11-25) this side rule
+    dropped 11 windows where the rule without it dropped 15."""
+    spent_s = sum(w.seconds for w in dropped) + kept[0].seconds
+    next_s = max(settings.window_s, statistics.median(w.seconds for w in kept))
+    if (settle_s <= 0 or len(dropped) >= settings.max_steady_probes
+            or spent_s + next_s > settle_s or _long_windows(kept, settings)):
+        return True
+    deviation = _deviation(kept)
+    return (abs(deviation) <= settings.steady_tolerance
+            or (faster is not None and (deviation > 0) != faster))
 
 
 def _unsteady(windows: list[Window], tolerance: float) -> bool:

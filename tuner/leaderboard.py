@@ -605,10 +605,7 @@ def best_row(rows: list[dict]) -> dict | None:
         return None
     latest = max(measured, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
     metric = latest.get("objective") or "samples_per_sec"
-    # Only what the most recent run measured is comparable with it: the same scale (another
-    # model size trains at another rate) and, for a time to train, the same step count.
-    rows = [r for r in rows if r.get("scale") == latest.get("scale") and (
-        metric != "time_to_train_s" or r.get("train_steps") == latest.get("train_steps"))]
+    rows = _comparable(rows, latest, metric)
     groups = _groups(rows)
     chosen = _winner(groups, metric, higher=metric != "time_to_train_s")
     if chosen is None:
@@ -622,6 +619,14 @@ def best_row(rows: list[dict]) -> dict | None:
         top.update(_vs_reference(key, top, groups, ref))
     _add_ceilings(top, same_run)
     return top
+
+
+def _comparable(rows: list[dict], latest: dict, metric: str) -> list[dict]:
+    """The rows comparable with the most recent run's (``latest``, one of its rows): the same
+    scale (another model size trains at another rate) and, for a time to train (``metric``),
+    the same ``train_steps``."""
+    return [r for r in rows if r.get("scale") == latest.get("scale") and (
+        metric != "time_to_train_s" or r.get("train_steps") == latest.get("train_steps"))]
 
 
 _EARLIEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
