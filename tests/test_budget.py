@@ -17,7 +17,7 @@ from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.plan import FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
-from tuner.searcher import ConstrainedSearch, SearchSpec
+from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
 from tuner.settings import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
                             RunOptions, TrialSettings)
 from tuner.space import load_space
@@ -265,7 +265,7 @@ def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_starte
         one.on_trial_complete("first", {"status": "ok", "samples_per_sec": 40.0,
                                         "step_time_ms_p50": 100.0, "setup_s": 1.5,
                                         "warmup_s": 0.5})
-        assert one.timings == [(4, 0.1, 2.0)]
+        assert one.timings == [(4, 0.1, 2.0, "off", 0.0)]
         return one
 
     assert search(60.0)._first_window_fits(20) and search(60.0)._first_window_fits(4)
@@ -281,6 +281,28 @@ def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_starte
     no_deadline = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec",
                                                mode="max", sampler="random"))
     assert no_deadline._first_window_fits(10_000)
+
+
+def test_a_compile_is_costed_for_compiled_proposals_only(paced_space):
+    """The ddpm U-Net's first compiled step took ~80 s on the H100: that trial's warm-up is no
+    guide to an uncompiled proposal at a batch near it (which would end the search), and is
+    one to the next proposal compiling in that mode."""
+    space = load_space(paced_space, is_file=True).for_device("cpu", max_workers=2, max_batch=64)
+    search = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec", mode="max",
+                                          sampler="random", window_s=0.25,
+                                          deadline_unix_s=time.time() + 30.0))
+    search.suggest("compiled")
+    search._batch["compiled"] = 8
+    search.on_trial_complete("compiled", {
+        "status": "ok", "samples_per_sec": 80.0, "step_time_ms_p50": 100.0, "setup_s": 1.0,
+        "warmup_s": 81.0, "first_step_s": 80.1, "compile": "default", "compile_s": 80.0})
+    assert search.timings == [(8, 0.1, 2.0, "default", 80.0)]
+    assert search._first_window_fits(8) and search._first_window_fits(8, "reduce-overhead")
+    assert not search._first_window_fits(8, "default")
+    # A trial stopped between windows carries no compile_s: its first step tells it.
+    pruned = Timing.of(8, {"step_time_ms_p50": 100.0, "setup_s": 1.0, "warmup_s": 50.5,
+                           "first_step_s": 50.1, "compile": "reduce-overhead"})
+    assert pruned == (8, 0.1, 1.5, "reduce-overhead", pytest.approx(50.0))
 
 
 # ------------------------------------------------------------------------------ the plan

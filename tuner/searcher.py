@@ -37,7 +37,7 @@ import math
 import pickle
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ray.tune.search import Searcher
 
@@ -60,6 +60,29 @@ RANDOM_ATTEMPTS = 32
 """Random draws looking for an unknown configuration (``KnownInfeasible.risky`` ones not taken)
 before the best configuration is measured again instead."""
 
+
+
+class Timing(NamedTuple):
+    """What a finished trial took, for costing the next proposals against the deadline."""
+    batch_size: int
+    step_s: float
+    """Median step time, s."""
+    before_s: float
+    """Set-up and warm-up before its windows, s, less the compile."""
+    compile: str
+    """Its torch.compile mode ('off': none)."""
+    compile_s: float
+    """The compile's seconds: its first step beyond a steady one (``harness.compile_s``)."""
+
+    @classmethod
+    def of(cls, batch_size: int, result: Mapping[str, Any]) -> "Timing":
+        """From a trial's last result (final, or a window's report when it was stopped)."""
+        step_s = result["step_time_ms_p50"] / 1000
+        mode = result.get("compile") or "off"
+        compile_s = 0.0 if mode == "off" else (
+            result.get("compile_s") or max(0.0, (result.get("first_step_s") or 0.0) - step_s))
+        before_s = (result.get("setup_s") or 0.0) + (result.get("warmup_s") or 0.0)
+        return cls(batch_size, step_s, max(0.0, before_s - compile_s), mode, compile_s)
 
 
 def _params_key(params: Mapping[str, Any]) -> tuple:
@@ -245,8 +268,8 @@ class ConstrainedSearch(Searcher):
         """Proposals answered without a trial (known outcome)."""
         self._batch: dict[str, int] = {}
         """Ray trial id -> its batch size."""
-        self.timings: list[tuple[int, float, float]] = []
-        """Finished trials' (batch size, step time s, set-up and warm-up s)."""
+        self.timings: list[Timing] = []
+        """Finished trials' times (``Timing``), for costing a proposal (``_first_window_fits``)."""
         self._out_of_time = False
         """A proposal's first window would have ended past the deadline: nothing more starts."""
         self._seed(spec.seed_rows)
@@ -267,7 +290,8 @@ class ConstrainedSearch(Searcher):
         else:
             trial, config = self._propose()
             config["reference"] = None
-            if not self._first_window_fits(int(config["batch_size"])):
+            if not self._first_window_fits(int(config["batch_size"]),
+                                           config.get("compile") or "off"):
                 from optuna.trial import TrialState
                 self.study.tell(trial, state=TrialState.FAIL)
                 self._out_of_time = True
@@ -277,17 +301,24 @@ class ConstrainedSearch(Searcher):
         self._params[trial_id] = dict(trial.params)
         return config
 
-    def _first_window_fits(self, batch_size: int) -> bool:
-        """Whether a trial at ``batch_size`` started now ends its first window before the
-        search's deadline: the finished trial nearest in batch size (log ratio) gives set-up,
-        warm-up and step time, scaled up to a larger batch (samples/sec held); True without a
-        deadline or a finished trial to go by."""
+    def _first_window_fits(self, batch_size: int, compile_mode: str = "off") -> bool:
+        """Whether a trial at ``batch_size`` with torch.compile ``compile_mode`` started now
+        ends its first window before the search's deadline: the finished trial nearest in batch
+        size (log ratio) gives set-up, warm-up (its compile left out) and step time, scaled up
+        to a larger batch (samples/sec held), and a compiling proposal adds the longest compile
+        measured in its mode (none measured yet: the trial's own set-up check,
+        ``harness._check_compile_fits``, refuses a compile that cannot finish). A compile of
+        80-100 s (the ddpm U-Net on an H100) so neither ends the search for an uncompiled
+        proposal near its batch nor is forgotten for a compiled one. True without a deadline
+        or a finished trial to go by."""
         if self.spec.deadline_unix_s is None or not self.timings:
             return True
-        batch, step_s, before_s = min(
-            self.timings, key=lambda t: abs(math.log(t[0] / batch_size)))
-        scale = max(1.0, batch_size / batch)
-        need_s = scale * before_s + max(self.spec.window_s, scale * step_s)
+        near = min(self.timings, key=lambda t: abs(math.log(t.batch_size / batch_size)))
+        scale = max(1.0, batch_size / near.batch_size)
+        compile_s = 0.0 if compile_mode == "off" else max(
+            (t.compile_s for t in self.timings if t.compile == compile_mode), default=0.0)
+        need_s = (scale * near.before_s + compile_s
+                  + max(self.spec.window_s, scale * near.step_s))
         return time.time() + need_s <= self.spec.deadline_unix_s
 
     def _config(self, trial) -> dict:
@@ -358,8 +389,7 @@ class ConstrainedSearch(Searcher):
         result = result or {}
         batch = self._batch.pop(trial_id, None)
         if batch and result.get("step_time_ms_p50"):
-            self.timings.append((batch, result["step_time_ms_p50"] / 1000,
-                                 (result.get("setup_s") or 0.0) + (result.get("warmup_s") or 0.0)))
+            self.timings.append(Timing.of(batch, result))
         status, value = result.get("status"), result.get(self.metric)
         key = _params_key(trial.params)
         if status in (Status.OOM, Status.OVER_LIMIT):
