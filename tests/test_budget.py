@@ -335,6 +335,27 @@ def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_
     assert cuda.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S and cuda.trials == 40
 
 
+def test_a_compile_mode_longer_than_the_search_is_not_searched(regression_data, tmp_path):
+    """With 300 s and 20 % of it kept for the follow-ups, the search has 240 s: max-autotune
+    (600 s assumed) is not searched, and the plan says so; default and reduce-overhead (90 and
+    120 s without a workload hint) are. Without a time budget nothing is dropped."""
+    space = tmp_path / "compile.yaml"
+    space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n"
+                     "  compile: {choices: ['off', default, reduce-overhead, max-autotune]}\n")
+    options = RunOptions(workload=PACED, data=str(regression_data), device="cpu",
+                         results=str(tmp_path / "r"), time_budget_s=300, space_file=str(space))
+    plan = make_plan(options, Resources("cuda", 1, 16))
+    assert plan.device_space.domains["compile"].values == ("off", "default", "reduce-overhead")
+    (note,) = [n for n in plan.notes if "max-autotune" in n]
+    assert "needs about 600 s to compile, more than the search's 240 s" in note
+    tight = make_plan(replace(options, time_budget_s=100), Resources("cuda", 1, 16))
+    assert "compile" not in tight.device_space.domains                  # 80 s of search
+    assert tight.device_space.constants["compile"] == "off"
+    unbounded = make_plan(replace(options, time_budget_s=None, trials=4),
+                          Resources("cuda", 1, 16))
+    assert "max-autotune" in unbounded.device_space.domains["compile"].values
+
+
 # ----------------------------------------------------------------------- one Ray run
 
 def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(

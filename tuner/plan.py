@@ -24,7 +24,7 @@ from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_
                             MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
                             default_cache_dir)
 from tuner.searcher import MemoryLimits, SearchSpec
-from tuner.space import Space, load_space
+from tuner.space import Choices, Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
 from tuner.workload import Workload, configured, resolve
 
@@ -295,8 +295,33 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
                 references=references, settings=settings, trials=trials, run_id=run_id,
                 max_host_memory_mb=max_host_memory_mb, prior_rows=prior_rows,
                 notes=tuple(notes), time_budget_s=time_budget_s, planned_at=planned_at)
+    plan = _without_unaffordable_compile(plan)
     plan.reference_params  # a reference outside the space fails here, before Ray starts
     return plan
+
+
+def _without_unaffordable_compile(plan: Plan) -> Plan:
+    """The plan whose space no longer samples a ``torch.compile`` mode that needs longer to
+    compile (``harness.compile_needs_s``: max-autotune 600 s, the ddpm U-Net's default mode
+    ~100 s on CUDA) than the whole search has (the time budget less the follow-ups' share), a
+    note saying so; unchanged without a time budget. Every trial proposing such a mode would
+    be refused at its set-up (``harness._check_compile_fits``) and told to the sampler as a
+    failure it learns nothing from. A reference using the mode keeps it: it runs as written."""
+    from tuner.harness import compile_needs_s  # torch and the harness: only when planning
+    dom = plan.device_space.domains.get("compile")
+    if plan.time_budget_s is None or not isinstance(dom, Choices):
+        return plan
+    search_s = plan.time_budget_s * (1 - plan.followup_share())
+    used = {knobs.compile for _, knobs in plan.references}
+    space, notes = plan.device_space, list(plan.notes)
+    for mode in dom.values:
+        needs_s = 0.0 if mode == "off" else compile_needs_s(mode, plan.workload, plan.device)
+        if needs_s > search_s and mode not in used:
+            space = space.without("compile", mode)
+            notes.append(f"compile={mode} is not searched: it needs about {needs_s:.0f} s to "
+                         f"compile, more than the search's {search_s:.0f} s of the "
+                         f"{plan.time_budget_s:.0f}-s time budget (--time-budget S)")
+    return replace(plan, device_space=space, notes=tuple(notes))
 
 
 def default_time_budget_s(device: str, trials: int | None) -> float | None:
