@@ -62,6 +62,40 @@ def test_a_probe_that_fails_for_another_reason_stops_the_probe():
         probe_batch_limit(space(), Knobs(batch_size=4), SETTINGS, broken)
 
 
+def test_a_probe_stopped_by_the_time_budget_keeps_what_fit_by_then():
+    """A probe trial past the run's deadline ends ``timeout``: the probe stops there with the
+    largest batch that fit so far (a lower bound), not with a RuntimeError; one stopped before
+    any batch fit bounds nothing, and the run says the budget was too small."""
+    def run(knobs, settings):
+        status = "timeout" if knobs.batch_size >= 16 else "ok"
+        return {"status": status, "peak_device_memory_mb": float(knobs.batch_size)}
+    found = probe_batch_limit(space(), Knobs(batch_size=4), SETTINGS, run)
+    assert found.timed_out and found.max_batch == 8 and found.first_failure is None
+    assert [status for _, status, _ in found.probes] == ["ok"] * 4 + ["timeout"]
+    nothing = probe_batch_limit(space(), Knobs(batch_size=4), SETTINGS,
+                                lambda knobs, settings: {"status": "timeout"})
+    assert nothing.timed_out and nothing.max_batch is None
+    bisected = probe_batch_limit(space(), Knobs(batch_size=4), SETTINGS, fake_run(40, []))
+    assert not bisected.timed_out
+
+
+def test_a_run_whose_budget_ends_in_the_probe_before_any_batch_says_so(monkeypatch):
+    from types import SimpleNamespace
+    import tuner.driver as driver
+    from tuner.errors import TunerError
+    from tuner.probe import ProbeResult
+    monkeypatch.setattr("ray.remote", lambda **kw: lambda f: SimpleNamespace(
+        options=lambda **o: SimpleNamespace(remote=lambda *a: None)))
+    monkeypatch.setattr("ray.get", lambda ref: ProbeResult(None, None, [(1, "timeout", None)],
+                                                           timed_out=True))
+    plan = SimpleNamespace(references=[("baseline", Knobs(batch_size=4))], samples=64,
+                           device_space=space(), device="cpu", max_host_memory_mb=None,
+                           workload=None, settings=SETTINGS, time_budget_s=20.0)
+    with pytest.raises(TunerError, match=r"the time budget \(20 s\) ran out before a batch "
+                                         r"size was measured"):
+        driver._probe(plan, lambda kind, data: None)
+
+
 class CountingOOM(FakeOOM):
     """FakeOOM whose dataset counts the samples read in this process."""
     name = "fake-oom-counting"

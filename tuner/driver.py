@@ -193,6 +193,10 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
             trial.remote(plan.workload, knobs, settings)))
     result = replace(result, duration_s=time.monotonic() - clock)
     on_event("probe", {"result": result})
+    if result.max_batch is None and result.timed_out:
+        raise TunerError(f"memory probe: the time budget ({plan.time_budget_s:.0f} s) ran out "
+                         f"before a batch size was measured ({result.duration_s:.0f} s of "
+                         "probing); give a larger --time-budget")
     if result.max_batch is None:
         raise TunerError(f"memory probe: not even batch_size {result.probes[0][0]} fits "
                          f"({result.probes[0][1]}); raise --max-memory/--max-host-memory or "

@@ -37,6 +37,9 @@ class ProbeResult:
     first_failure: int | None
     probes: list[tuple[int, str, float | None]]
     duration_s: float | None = None
+    timed_out: bool = False
+    """The run's time budget ran out during the probe: ``max_batch`` is the largest batch that
+    fit by then (a lower bound), None when none had."""
 
 
 def probe_knobs(space: Space, base: Knobs) -> Knobs:
@@ -83,31 +86,50 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
             result = run(knobs.replace(batch_size=bs), short)
             peak = result.get("peak_device_memory_mb") or result.get("peak_host_memory_mb")
             probes.append((bs, result["status"], peak))
+            if result["status"] == Status.TIMEOUT:
+                raise _OutOfTime
             if result["status"] not in TELLS_MEMORY:
                 raise RuntimeError(f"memory probe at batch_size {bs} failed: {result.get('error')}")
             cache[i] = result["status"] == Status.OK
         return cache[i]
 
+    bounds = [-1, None]  # index of the last batch that fit, of the first that did not
+    try:
+        _search(sizes, fits, bounds)
+    except _OutOfTime:  # the run's deadline: what fit so far bounds the search
+        pass
+    lo, hi = bounds
+    return ProbeResult(sizes[lo] if lo >= 0 else None, sizes[hi] if hi is not None else None,
+                       sorted(probes), timed_out=any(p[1] == Status.TIMEOUT for p in probes))
+
+
+class _OutOfTime(Exception):
+    """A probe trial stopped at the run's deadline (status ``timeout``)."""
+
+
+def _search(sizes: list[int], fits: Callable[[int], bool], bounds: list) -> None:
+    """Doubling, then bisection to within 25 %, of the index of the largest of ``sizes`` that
+    ``fits``; ``bounds`` (last fit, first failure) is updated after every probe, so that a
+    probe stopped by the deadline leaves what was found before it."""
     # Power phase: double the batch size (the smallest allowed size >= twice the last).
-    lo, hi, i = -1, None, 0
+    i = 0
     while True:
         if not fits(i):
-            hi = i
+            bounds[1] = i
             break
-        lo = i
+        bounds[0] = i
         if i == len(sizes) - 1:
             break
         i = next((j for j in range(i + 1, len(sizes)) if sizes[j] >= 2 * sizes[i]), len(sizes) - 1)
     # Binary phase between the last fit and the first failure, to within 25%.
+    lo, hi = bounds
     if hi is not None and lo >= 0:
         while hi - lo > 1 and sizes[hi] > 1.25 * sizes[lo]:
             mid = (lo + hi) // 2
             if fits(mid):
-                lo = mid
+                lo = bounds[0] = mid
             else:
-                hi = mid
-    return ProbeResult(sizes[lo] if lo >= 0 else None, sizes[hi] if hi is not None else None,
-                       sorted(probes))
+                hi = bounds[1] = mid
 
 
 def probe_in_process(workload: Workload, space: Space, base: Knobs,

@@ -80,8 +80,9 @@ class Progress:
         elif kind == "probe":
             r = data["result"]
             steps = ", ".join(f"{bs}:{status}" for bs, status, _ in r.probes)
-            bound = (f"batch_size <= {r.max_batch}" + (f" ({r.first_failure} did not fit)"
-                                                       if r.first_failure else " (all fit)"))
+            bound = (f"batch_size <= {r.max_batch}" + (
+                " (the time budget ran out: the largest measured by then)" if r.timed_out
+                else f" ({r.first_failure} did not fit)" if r.first_failure else " (all fit)"))
             took = "" if r.duration_s is None else f" · {r.duration_s:.1f} s"
             self.console.print(f"  memory probe: {bound} · probes {steps}{took}")
         elif kind == "phase":
