@@ -335,6 +335,23 @@ def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_
     assert cuda.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S and cuda.trials == 40
 
 
+def test_the_command_lines_budget_counts_from_the_launch(regression_data, tmp_path):
+    """``run --time-budget S`` bounds what a user times: the process's imports before planning
+    (4-10 s on a busy 2-core machine) are inside it."""
+    import psutil
+    from tuner.cli import _launched_monotonic
+    launched = _launched_monotonic()
+    age_s = time.time() - psutil.Process().create_time()
+    assert launched == pytest.approx(time.monotonic() - age_s, abs=0.5)
+    plan = make_plan(RunOptions(workload=PACED, data=str(regression_data), device="cpu",
+                                results=str(tmp_path / "r"), time_budget_s=100))
+    early = plan.launched_at(plan.planned_at - 30)
+    assert early.planned_at == plan.planned_at - 30
+    assert plan.launched_at(plan.planned_at + 5).planned_at == plan.planned_at  # never later
+    left = early.with_deadline(early.planned_at + early.time_budget_s).time_left_s()
+    assert left < 100 - 29
+
+
 def test_a_compile_mode_longer_than_the_search_is_not_searched(regression_data, tmp_path):
     """With 300 s and 20 % of it kept for the follow-ups, the search has 240 s: max-autotune
     (600 s assumed) is not searched, and the plan says so; default and reduce-overhead (90 and

@@ -112,8 +112,9 @@ class Plan:
     """When the run must end, on the driver's ``time.monotonic()`` clock (``with_deadline``,
     as the run starts); None: no deadline."""
     planned_at: float | None = None
-    """When ``make_plan`` began (``time.monotonic()``): the time budget counts from there, so
-    the data checks and the FLOP count (seconds on a busy machine) are inside it."""
+    """When the run began (``time.monotonic()``): ``make_plan``'s start, so that the data
+    checks and the FLOP count (seconds on a busy machine) are inside the time budget, or the
+    process's launch for the command line (``launched_at``)."""
 
     @property
     def metric(self) -> str:
@@ -178,6 +179,11 @@ class Plan:
                 if _is_earlier_row(r, self.run_id, self.scale):
                     seeds.append((r, not self.options.remeasure))
         return seeds
+
+    def launched_at(self, launched_monotonic: float) -> "Plan":
+        """The plan whose time budget counts from ``launched_monotonic`` (``time.monotonic()``
+        of this process, before ``make_plan``: the command line's launch), not from planning."""
+        return replace(self, planned_at=min(launched_monotonic, self.planned_at or math.inf))
 
     def with_batch_bound(self, max_batch: int) -> "Plan":
         """The plan with the searched batch size ending at the memory probe's bound, which may

@@ -68,8 +68,8 @@ an H100, so most runs end on the trial count; a space of slow compiles ends here
 
 DEFAULT_CPU_TIME_BUDGET_S = 210.0
 """Time budget of the default run on CPU (neither ``--trials`` nor ``--time-budget``): 3 min 30 s,
-so that with ``BUDGET_GRACE_S``, the imports before planning (~4 s) and Ray's shut-down it ends
-within 4 minutes (issue 13's target for a default run on 2 quiet cores). A space whose large
+counted from the command's launch (its imports included), so that with ``BUDGET_GRACE_S`` and
+Ray's shut-down it ends within 4 minutes (issue 13's target for a default run on 2 quiet cores). A space whose large
 batches take tens of seconds per step on the CPU (ddpm's batch 256: 19-67 s steps on 2 cores)
 ends on the budget before its 12 search trials (5-11 of them in the ddpm runs measured), its
 re-measurement sized to the time left."""
