@@ -285,3 +285,21 @@ def test_staged_gives_each_trial_the_settings_read_when_it_is_suggested():
     assert staged.suggest("c") == {"batch_size": 1, "phase": "remeasure",
                                    "tuner": {"breakdown_steps": 0, "steady_tolerance": 0.24}}
     assert search.completed == ["a", "b"]
+
+
+def test_staged_starts_no_follow_up_past_the_runs_deadline():
+    """Follow-ups are queued as a batch sized to the time left when it was planned; trials
+    that ran long leave the rest of the batch past the deadline: none of it is started (each
+    would measure nothing before it is stopped, and cost its start and stop)."""
+    import time
+    from ray.tune.search import Searcher
+    from tuner.searcher import Staged
+    deadline = [time.time() + 60]
+    batch = [{"batch_size": 1, "phase": "remeasure"}, {"batch_size": 2, "phase": "remeasure"}]
+    staged = Staged(lambda: list(batch), lambda trial_id: True, deadline_unix_s=deadline[0])
+    assert staged.suggest("a") == batch[0]                   # in time
+    staged._deadline_unix_s = time.time() - 1                # the first one ran long
+    assert staged.suggest("b") == Searcher.FINISHED
+    assert staged.suggest("c") == Searcher.FINISHED          # and nothing after it
+    unbounded = Staged(lambda: list(batch), lambda trial_id: True)
+    assert [unbounded.suggest(t) for t in "ab"] == batch

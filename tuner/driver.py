@@ -328,7 +328,8 @@ def _fit(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict]
 
     staged = Staged(next_batch, writer.recorded, search=make_searcher(spec) if spec else None,
                     search_trials=plan.remaining_trials if plan.trials else None,
-                    settings=lambda: _trial_settings(plan, writer.rows))
+                    settings=lambda: _trial_settings(plan, writer.rows),
+                    deadline_unix_s=plan.settings.deadline_unix_s)
     tuner = tune.Tuner(
         _trainable(plan),
         param_space={"tuner": settings, "phase": Phase.SEARCH.value},

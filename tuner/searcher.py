@@ -471,13 +471,18 @@ class Staged(Searcher):
             now, whatever its phase, read from the rows recorded so far (the driver's: the
             steady-state tolerance this machine's noise calls for); merged into each
             configuration's ``"tuner"`` entries. None: none.
+        deadline_unix_s: when the run's time is up (``time.time()``): no follow-up trial is
+            started after it, queued or not (one started then measures nothing before the
+            trial is stopped, and costs its start and stop). None: no deadline.
     """
 
     def __init__(self, next_batch: Callable[[], Sequence[dict] | None],
                  recorded: Callable[[str], bool], search: Searcher | None = None,
                  search_trials: int | None = None,
-                 settings: Callable[[], dict] | None = None):
+                 settings: Callable[[], dict] | None = None,
+                 deadline_unix_s: float | None = None):
         super().__init__()
+        self._deadline_unix_s = deadline_unix_s
         self._next_batch = next_batch
         self._recorded = recorded
         self._settings = settings
@@ -516,6 +521,8 @@ class Staged(Searcher):
                         self._search_left -= 1
                 return config
             self._searching = False  # the follow-ups next, once the search is recorded
+        if self._deadline_unix_s is not None and time.time() >= self._deadline_unix_s:
+            self._queue, self._finished = [], True  # the run's time is up: start nothing more
         if not self._queue:
             if self._finished:
                 return Searcher.FINISHED
