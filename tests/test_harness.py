@@ -4,6 +4,7 @@ caught with its status (the run goes on)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 import traceback
 
 import psutil
@@ -351,6 +352,8 @@ class _PacedStepper:
         rate = self.rates[min(self.steps // 10, len(self.rates) - 1)]
         self.steps += 1
         self.clock.now += 0.01
+        if timer is not None:
+            timer("forward")                         # the whole step, as one phase
         return rate
 
     def loss_scale(self):
@@ -380,6 +383,29 @@ def test_windows_dropped_as_warm_up_lie_on_one_side_of_the_steady_ones(
                                   lambda w: None, lambda ms: 0.0, settle_s=10.0)
     assert [round(w.samples_per_sec / 100) for w in gone] == rates[:dropped]
     assert [round(w.samples_per_sec / 100) for w in kept] == rates[dropped:dropped + 3]
+
+
+def test_no_breakdown_step_is_started_that_would_end_past_the_deadline(regression_data,
+                                                                        monkeypatch):
+    """On CUDA the breakdown times synchronised steps after the windows: three steps of the
+    windows' slowest (here 10 ms) must end before the run's deadline, or none is run."""
+    from tuner import harness
+    from tuner.measure import Window
+    clock = _Clock()
+    monkeypatch.setattr(harness, "time", clock)
+    windows = [Window(steps=10, samples=100, seconds=0.1)] * 3
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.095, breakdown_steps=3)
+
+    def breakdown(left_s: float) -> int:
+        stepper = _PacedStepper(clock, [100])
+        deadline = replace(settings, deadline_unix_s=clock.time() + left_s)
+        harness._breakdown_after(stepper, torch.device("cpu"), deadline, windows, None)
+        return stepper.steps
+    assert breakdown(1.0) == 3
+    assert breakdown(0.025) == 0                     # 3 x 10 ms would end past it
+    assert harness._breakdown_after(_PacedStepper(clock, [100]), torch.device("cpu"),
+                                    settings, windows, None)["breakdown_step_ms"] > 0
 
 
 def test_a_trial_stopped_in_the_window_after_a_drop_is_recorded_without_the_dropped_one(

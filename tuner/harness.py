@@ -713,13 +713,18 @@ def _breakdown_after(stepper: "Stepper | LoaderStepper", device: torch.device,
                      phases: list[dict[str, float]] | None) -> dict:
     """The per-phase breakdown columns once the windows are in: summed from the windows'
     ``phases`` (CPU), else timed in ``breakdown_steps`` synchronised steps (one for long
-    steps; none past the deadline: the windows are measured, the budget is spent)."""
+    steps; none that would end past the deadline at the windows' slowest step: the windows
+    are measured, and a trial still stepping 2 s past the deadline is stopped by the recorder,
+    ``recorder.OVERDUE_S``)."""
     if phases is not None:
         return _phase_columns({p: sum(w[p] for w in phases) for p in PHASES},
                               sum(w["steps"] for w in phases))
-    past = settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s
-    steps = (0 if past else min(1, settings.breakdown_steps)
-             if _long_windows(windows, settings) else settings.breakdown_steps)
+    steps = (min(1, settings.breakdown_steps) if _long_windows(windows, settings)
+             else settings.breakdown_steps)
+    slowest_s = max(w.step_time_ms for w in windows) / 1000
+    if (settings.deadline_unix_s is not None
+            and time.time() + steps * slowest_s >= settings.deadline_unix_s):
+        steps = 0
     return _breakdown(stepper.step, device, steps)
 
 
