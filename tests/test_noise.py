@@ -155,6 +155,21 @@ def test_a_tie_between_searched_configurations_goes_to_fewer_workers():
     assert top["speedup_vs_recommended"] is None            # no recommended in this run
 
 
+def test_the_answers_tflops_and_mfu_belong_to_its_mean_samples_per_sec():
+    """The winner's samples/sec is the geometric mean of its rounds; its MFU, TFLOP/s and
+    tokens/sec are that rate's, not the figures of the one round nearest it."""
+    rows = rounds([(FAST, None, [150.0, 120.0, 180.0]), (BASE, "baseline", [50.0, 51.0, 49.0])])
+    for r in rows:
+        r.update(achieved_tflops=r["samples_per_sec"] / 100, mfu_pct=r["samples_per_sec"] / 10,
+                 tokens_per_sec=r["samples_per_sec"] * 256)
+    top = leaderboard.best_row(rows)
+    mean = (150.0 * 120.0 * 180.0) ** (1 / 3)
+    assert top["samples_per_sec"] == pytest.approx(mean)
+    assert top["achieved_tflops"] == pytest.approx(mean / 100)
+    assert top["mfu_pct"] == pytest.approx(mean / 10)
+    assert top["tokens_per_sec"] == pytest.approx(mean * 256)
+
+
 def test_a_tie_never_goes_to_a_configuration_clearly_slower_than_another_tied_one():
     """The fastest (noisy rounds) ties with the baseline and with a simpler configuration
     (no workers) that is clearly slower than the baseline: the answer is not that one."""

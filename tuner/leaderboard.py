@@ -656,16 +656,24 @@ def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
+RATE_COLUMNS = ("tokens_per_sec", "achieved_tflops", "mfu_pct")
+"""Columns proportional to samples/sec in one row (the same work per sample)."""
+
+
 def _mean_row(group: list[dict], metric: str) -> dict | None:
     """The group's valid measurement closest to their geometric mean, with ``samples_per_sec``
-    and ``metric`` set to the geometric means and ``rounds`` to their count; None if none."""
+    and ``metric`` set to the geometric means, ``RATE_COLUMNS`` scaled to that samples/sec (a
+    printed MFU or TFLOP/s belongs to the printed samples/sec, not to one round's), and
+    ``rounds`` to their count; None if none."""
     valid = [r for r in group if _valid(r, metric)]
     if not valid:
         return None
     means = {m: (math.exp(sum(math.log(r[m]) for r in valid) / len(valid)) if len(valid) > 1
                  else valid[0][m]) for m in {"samples_per_sec", metric}}
     closest = min(valid, key=lambda r: abs(math.log(r[metric] / means[metric])))
-    return {**closest, **means, "rounds": len(valid)}
+    scale = means["samples_per_sec"] / closest["samples_per_sec"]
+    rates = {c: closest[c] * scale for c in RATE_COLUMNS if closest.get(c) is not None}
+    return {**closest, **means, **rates, "rounds": len(valid)}
 
 
 def _pairs(a: list[dict], b: list[dict], metric: str) -> list[tuple[dict, dict]]:
