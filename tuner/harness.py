@@ -672,7 +672,8 @@ def _deviation(windows: list[Window]) -> float:
     others, as a fraction of the larger of the two: negative when it is slower."""
     first = windows[0].samples_per_sec
     rest = statistics.median(w.samples_per_sec for w in windows[1:])
-    return (first - rest) / max(first, rest)
+    larger = max(first, rest)
+    return (first - rest) / larger if larger > 0 else 0.0
 
 
 def _settle(train_step: Callable, device: torch.device, settings: TrialSettings,

@@ -282,7 +282,9 @@ class TrialSettings:
     (``tuner.noise.steady_tolerance``)."""
     max_steady_probes: int = 6
     """At most this many windows dropped (or probes run), within ``max_warmup_s``; a trial
-    that never settles is measured anyway and recorded with ``steady_state`` false. 0: no
+    that never settles (or whose windows alternate around each other beyond the tolerance,
+    which is noise, not a transient to drop) is measured anyway and recorded with
+    ``steady_state`` false. 0: no
     steady-state judgement (``steady_state`` null)."""
     breakdown_steps: int = 3
     """Synchronised steps, after the windows, timed per phase (data wait, host-to-device,
