@@ -86,13 +86,19 @@ def test_a_run_whose_budget_ends_in_the_probe_before_any_batch_says_so(monkeypat
     from tuner.probe import ProbeResult
     monkeypatch.setattr("ray.remote", lambda **kw: lambda f: SimpleNamespace(
         options=lambda **o: SimpleNamespace(remote=lambda *a: None)))
-    monkeypatch.setattr("ray.get", lambda ref: ProbeResult(None, None, [(1, "timeout", None)],
-                                                           timed_out=True))
+    found = [ProbeResult(None, None, [(1, "timeout", None)], timed_out=True)]
+    monkeypatch.setattr("ray.get", lambda ref: found[0])
     plan = SimpleNamespace(references=[("baseline", Knobs(batch_size=4))], samples=64,
                            device_space=space(), device="cpu", max_host_memory_mb=None,
                            workload=None, settings=SETTINGS, time_budget_s=20.0)
-    with pytest.raises(TunerError, match=r"the time budget \(20 s\) ran out before a batch "
-                                         r"size was measured"):
+    with pytest.raises(TunerError, match=r"the time budget \(20 s\) ran out during the probe "
+                                         r"before a batch size was measured"):
+        driver._probe(plan, lambda kind, data: None)
+    # Some batches fit before it ran out: the deadline has passed all the same, nothing can
+    # run after it, and the run says so rather than 'no trial succeeded'.
+    found[0] = ProbeResult(8, None, [(8, "ok", 1.0), (16, "timeout", None)], timed_out=True)
+    with pytest.raises(TunerError, match=r"ran out during the probe \(batch_size 8 was the "
+                                         r"largest that fit by then\)"):
         driver._probe(plan, lambda kind, data: None)
 
 

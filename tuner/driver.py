@@ -193,10 +193,12 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
             trial.remote(plan.workload, knobs, settings)))
     result = replace(result, duration_s=time.monotonic() - clock)
     on_event("probe", {"result": result})
-    if result.max_batch is None and result.timed_out:
+    if result.timed_out:  # the run's deadline has passed: nothing more can run
+        fit = ("before a batch size was measured" if result.max_batch is None else
+               f"(batch_size {result.max_batch} was the largest that fit by then)")
         raise TunerError(f"memory probe: the time budget ({plan.time_budget_s:.0f} s) ran out "
-                         f"before a batch size was measured ({result.duration_s:.0f} s of "
-                         "probing); give a larger --time-budget")
+                         f"during the probe {fit}, after {result.duration_s:.0f} s of probing; "
+                         "give a larger --time-budget")
     if result.max_batch is None:
         raise TunerError(f"memory probe: not even batch_size {result.probes[0][0]} fits "
                          f"({result.probes[0][1]}); raise --max-memory/--max-host-memory or "
