@@ -15,7 +15,7 @@ import pytest
 from tests.fake_workloads import paced
 from tuner.harness import run_trial
 from tuner.knobs import Knobs
-from tuner.plan import FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, Resources, make_plan
+from tuner.plan import FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, PLAN_AGE_S, Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
 from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
 from tuner.settings import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
@@ -335,21 +335,34 @@ def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_
     assert cuda.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S and cuda.trials == 40
 
 
-def test_the_command_lines_budget_counts_from_the_launch(regression_data, tmp_path):
+def test_the_command_lines_budget_counts_from_the_launch(regression_data, tmp_path,
+                                                          monkeypatch):
     """``run --time-budget S`` bounds what a user times: the process's imports before planning
     (4-10 s on a busy 2-core machine) are inside it."""
     import psutil
-    from tuner.cli import _launched_monotonic
-    launched = _launched_monotonic()
-    age_s = time.time() - psutil.Process().create_time()
-    assert launched == pytest.approx(time.monotonic() - age_s, abs=0.5)
+    import tuner.cli as cli
+    created = psutil.Process().create_time()
+    # A process started for the command: its creation, on the monotonic clock.
+    monkeypatch.setattr(cli, "_IMPORTED", (time.monotonic(), created + 3.0))
+    assert cli._launched_monotonic() == pytest.approx(cli._IMPORTED[0] - 3.0)
+    # One that imported the command line long after it started (a notebook, this test
+    # runner): its budget counts from planning.
+    monkeypatch.setattr(cli, "_IMPORTED", (time.monotonic(), created + cli.LAUNCH_AGE_S + 1))
+    assert cli._launched_monotonic() is None
     plan = make_plan(RunOptions(workload=PACED, data=str(regression_data), device="cpu",
                                 results=str(tmp_path / "r"), time_budget_s=100))
     early = plan.launched_at(plan.planned_at - 30)
-    assert early.planned_at == plan.planned_at - 30
+    assert early.planned_at == plan.planned_at - 30 and early.from_launch
     assert plan.launched_at(plan.planned_at + 5).planned_at == plan.planned_at  # never later
-    left = early.with_deadline(early.planned_at + early.time_budget_s).time_left_s()
+    assert early.budget_start() == early.planned_at           # 30 s ago, all of it counted
+    left = early.with_deadline(early.budget_start() + early.time_budget_s).time_left_s()
     assert left < 100 - 29
+    # A plan the Python API made long before its run: at most PLAN_AGE_S of its age counts,
+    # while a launch counts however long ago (a slow first run preparing its data).
+    from dataclasses import replace as with_
+    old = with_(plan, planned_at=time.monotonic() - 300)
+    assert old.budget_start() == pytest.approx(time.monotonic() - PLAN_AGE_S, abs=1)
+    assert old.launched_at(old.planned_at).budget_start() == old.planned_at
 
 
 def test_a_compile_mode_longer_than_the_search_is_not_searched(regression_data, tmp_path):

@@ -264,8 +264,8 @@ CLI_FLAGS = {
             "--global-batch-size", "--probe", "--confirm", "--resume", "--warm-start",
             "--remeasure", "--ceiling", "--no-ceiling", "--early-stop", "--no-early-stop",
             "--peak-tflops"],
-    "leaderboard": ["--workload", "-w", "--results", "--hardware", "--format", "--limit"],
-    "best": ["--workload", "-w", "--results", "--hardware", "--format"],
+    "leaderboard": ["--workload", "-w", "--results", "--hardware", "--scale", "--format", "--limit"],
+    "best": ["--workload", "-w", "--results", "--hardware", "--scale", "--format"],
     "workloads": ["--format"],
 }
 """Frozen on purpose: scripts and the README use these; a rename or removal must be deliberate."""

@@ -201,6 +201,35 @@ def test_best_compares_only_rows_of_the_latest_runs_scale():
     assert top["run_id"] == "seed-run" and top["scale"] == "seed"
 
 
+def test_read_commands_take_one_scale_on_request(tmp_path):
+    """After a quick tiny run, the seed run's answer is still there with --scale seed."""
+    rows = [row(0, run="seed-run", sps=90.0, scale="seed", knobs=Knobs(batch_size=64)),
+            {**row(0, run="tiny-run", sps=400.0), "finished_at": T0 + dt.timedelta(days=1)}]
+    leaderboard.append(tmp_path, rows)
+    table, _ = leaderboard.select(tmp_path, "fake-regression", scale="seed")
+    assert leaderboard.best(table)["run_id"] == "seed-run"
+    assert leaderboard.best(leaderboard.select(tmp_path, "fake-regression")[0])["scale"] == "tiny"
+    from tuner.errors import TunerError
+    with pytest.raises(TunerError, match="--scale huge: no rows .* scales with rows: seed, tiny"):
+        leaderboard.select(tmp_path, "fake-regression", scale="huge")
+    from click.testing import CliRunner
+    from tuner.cli import main
+    out = CliRunner().invoke(main, ["best", "-w", "fake-regression", "--results", str(tmp_path),
+                                    "--scale", "seed"])
+    assert out.exit_code == 0 and '"batch_size": 64' in out.output, out.output
+
+
+def test_best_answers_for_one_card_of_a_run_over_two():
+    """A run over two accelerator types measures each configuration on each: the answer is
+    one card's, never a pairing of one card's rounds with the other's."""
+    a100 = [row(i, sps=s, knobs=Knobs(batch_size=8 * (i % 2 + 1)), hardware_key="A100",
+                accelerator_type="A100") for i, s in enumerate((200.0, 180.0))]
+    v100 = [{**row(i + 2, sps=s, knobs=Knobs(batch_size=8 * (i % 2 + 1)), hardware_key="V100",
+                   accelerator_type="V100")} for i, s in enumerate((90.0, 100.0))]
+    top = leaderboard.best_row(a100 + v100)
+    assert top["hardware_key"] == "V100" and top["samples_per_sec"] == 100.0
+
+
 def test_best_is_fastest_ok_row_with_speedups_from_its_own_run():
     rows = [
         row(0, run="run-a", sps=100.0, reference="baseline"),

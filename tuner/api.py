@@ -61,7 +61,9 @@ class TuneResult(RunSummary):
     @property
     def best(self) -> Best | None:
         """The fastest successful configuration (``tuner.leaderboard.best_row``'s rule: the
-        re-measured figures when there are any), or None when no trial succeeded."""
+        re-measured figures when there are any; on a cluster of several accelerator types,
+        that of the type whose trials finished last: each type has its own answer in
+        ``rows``), or None when no trial succeeded."""
         import tuner.leaderboard as leaderboard
         row = leaderboard.best_row(self.rows)
         if row is None:

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -192,7 +193,9 @@ def run(**kwargs: Any) -> None:
     with contextlib.ExitStack() as session:
         with console.status("checking the workload, search space and data…"):
             plan = session.enter_context(planned(options))
-        plan = plan.launched_at(_launched_monotonic())  # the budget counts from the launch
+        launched = _launched_monotonic()
+        if launched is not None:  # the budget counts from the launch
+            plan = plan.launched_at(launched)
         for note in plan.notes:
             _note(note)
         progress = Progress(console)
@@ -219,16 +222,28 @@ def run(**kwargs: Any) -> None:
                          f"`python -m tuner leaderboard --workload {result.workload}`")
 
 
-def _launched_monotonic() -> float:
-    """When this process started, on the ``time.monotonic()`` clock: ``run --time-budget S``
-    bounds what a user times, from the launch (its imports, 4-10 s on a busy 2-core machine,
-    included)."""
-    import time
+_IMPORTED = (time.monotonic(), time.time())
+"""When this module was imported, on the monotonic and the wall clock."""
+
+LAUNCH_AGE_S = 15.0
+"""A process older than this when it imported the command line was not started for one
+command (a notebook or a test runner calling ``main``): its budget counts from planning."""
+
+
+def _launched_monotonic() -> float | None:
+    """When this process started, on the ``time.monotonic()`` clock, for a process started for
+    this command (``python -m tuner run``, the ``tuner`` script): ``run --time-budget S`` then
+    bounds what a user times, its imports (4-10 s on a busy 2-core machine) included. None for
+    a process that imported the command line more than ``LAUNCH_AGE_S`` after it started."""
     import psutil
-    return time.monotonic() - max(0.0, time.time() - psutil.Process().create_time())
+    age_s = _IMPORTED[1] - psutil.Process().create_time()
+    return None if age_s > LAUNCH_AGE_S else _IMPORTED[0] - max(0.0, age_s)
 
 
 def _common_filters(f):
+    f = click.option("--scale", type=click.Choice(SCALES),
+                     help="Only rows of this model scale (default: all; the best answers from "
+                          "the latest run's scale).")(f)
     f = click.option("--hardware", help="Hardware key (default: the only one, or this machine's).")(f)
     f = click.option("--results", default="tuner-results", show_default=True,
                      type=click.Path(file_okay=False), help="Results directory or URI.")(f)
@@ -243,11 +258,12 @@ def _workload_name(spec: str) -> str:
     return spec
 
 
-def _load(results: str, workload: str, hardware: str | None):
-    """``leaderboard.select`` for a read command: an import path is resolved to its name, and
-    with rows from several machines this machine's key is taken."""
+def _load(results: str, workload: str, hardware: str | None, scale: str | None = None):
+    """``leaderboard.select`` for a read command: an import path is resolved to its name, with
+    rows from several machines this machine's key is taken, and with ``--scale`` only that
+    scale's rows are read."""
     import tuner.leaderboard as leaderboard
-    return leaderboard.select(results, _workload_name(workload), hardware,
+    return leaderboard.select(results, _workload_name(workload), hardware, scale=scale,
                               this_machine=_this_machine_key)
 
 
@@ -266,11 +282,11 @@ def _this_machine_key(keys: list[str]) -> str | None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
-def leaderboard_cmd(workload: str, results: str, hardware: str | None, fmt: str,
-                    limit: int | None) -> None:
+def leaderboard_cmd(workload: str, results: str, hardware: str | None, scale: str | None,
+                    fmt: str, limit: int | None) -> None:
     """Trials ranked by samples/sec (failed trials last, with their error)."""
     import tuner.leaderboard as leaderboard
-    table, hardware = _load(results, workload, hardware)
+    table, hardware = _load(results, workload, hardware, scale)
     rows = leaderboard.ranked(table)[:limit]
     if fmt == "json":
         click.echo(json.dumps(rows, default=str, indent=1))
@@ -312,12 +328,13 @@ def _num(v: float | None, digits: int) -> str:
 @_common_filters
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml", "python"]), default="json",
               show_default=True)
-def best(workload: str, results: str, hardware: str | None, fmt: str) -> None:
+def best(workload: str, results: str, hardware: str | None, scale: str | None,
+         fmt: str) -> None:
     """The best configuration and its speed-up over the references of its run, with a 95 %
     interval; where the fastest ties with a simpler configuration within the noise, the
     simpler one (no compile, fewer workers, closer to the baseline: README "Ties and noise")."""
     import tuner.leaderboard as leaderboard
-    table, hardware = _load(results, workload, hardware)
+    table, hardware = _load(results, workload, hardware, scale)
     top = leaderboard.best(table)
     if top is None:
         raise TunerError(f"no successful trial for {workload!r} on {hardware} in {results}")
@@ -384,12 +401,13 @@ def _tied_faster(top: dict) -> dict | None:
               help="Directory for the PNG figures and report.html.")
 @click.option("--max-memory-mb", "max_memory_mb", type=click.FloatRange(min=0, min_open=True),
               help="Memory limit to draw on the throughput-vs-memory figure, MiB.")
-def report(workload: str, results: str, hardware: str | None, out_dir: str,
-           max_memory_mb: float | None) -> None:
+def report(workload: str, results: str, hardware: str | None, scale: str | None,
+           out_dir: str, max_memory_mb: float | None) -> None:
     """PNG figures and one self-contained HTML page from a workload's leaderboard."""
     from tuner.report import write_report
-    _, hardware = _load(results, workload, hardware)
-    paths = write_report(results, workload, out_dir, hardware=hardware, max_memory_mb=max_memory_mb)
+    _, hardware = _load(results, workload, hardware, scale)
+    paths = write_report(results, workload, out_dir, hardware=hardware, scale=scale,
+                         max_memory_mb=max_memory_mb)
     for path in paths:
         console.print(f"  {path}")
     console.print(f"open {paths[-1]}")
@@ -403,12 +421,13 @@ def report(workload: str, results: str, hardware: str | None, out_dir: str,
 @click.option("--study-name", "study_name", help="[default: WORKLOAD@HARDWARE_KEY]")
 @click.option("--run", "run_id", help="Only this run's rows [default: every run's].")
 @click.option("--overwrite", is_flag=True, help="Replace a study of the same name.")
-def export_cmd(workload: str, results: str, hardware: str | None, storage: str,
-               study_name: str | None, run_id: str | None, overwrite: bool) -> None:
+def export_cmd(workload: str, results: str, hardware: str | None, scale: str | None,
+               storage: str, study_name: str | None, run_id: str | None,
+               overwrite: bool) -> None:
     """The leaderboard as an Optuna study: one trial per row, for optuna-dashboard."""
     from collections import Counter
     from tuner.export import default_study_name, shown_url, write_study
-    table, hardware = _load(results, workload, hardware)
+    table, hardware = _load(results, workload, hardware, scale)
     name = _workload_name(workload)
     rows = table.to_pylist()
     if run_id is not None:
@@ -449,7 +468,7 @@ def _check_validatable(row: dict) -> None:
     status ok (a pruned or timed-out trial holds a partial figure, a failed one none), not a
     ceiling (no configuration trains at a compute-only or loader-only rate), no impossible
     figure (``tuner.noise.impossible``)."""
-    from tuner import noise
+    import tuner.noise as noise
     what = f"--trial {row['trial_id']}"
     if row["status"] != Status.OK or row["samples_per_sec"] is None:
         raise TunerError(f"{what} ended {row['status']} and has no whole measurement to "
@@ -480,14 +499,14 @@ def _data_for(workload, data: str | None, scale: str):
               help="Optimizer steps (default: one epoch, at least 23 steps, and on until "
                    "it has warmed up and measured as long as the trial did).")
 @click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
-def validate(workload: str, results: str, hardware: str | None, model: str | None,
-             image_size: int | None, trial_id: str | None, steps: int | None,
-             data: str | None) -> None:
+def validate(workload: str, results: str, hardware: str | None, scale: str | None,
+             model: str | None, image_size: int | None, trial_id: str | None,
+             steps: int | None, data: str | None) -> None:
     """Train with the best configuration as a plain loop; measured vs predicted samples/sec."""
     import torch
     from tuner.validate import train_loop
     w = _configured(workload, model, image_size)
-    table, hardware = _load(results, w.name, hardware)
+    table, hardware = _load(results, w.name, hardware, scale)
     row = _pick_row(table, trial_id)
     _check_validatable(row)
     if row["device"] == "cuda" and not torch.cuda.is_available():

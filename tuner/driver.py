@@ -71,11 +71,8 @@ def run(what: RunOptions | Plan, *,
             return run(plan, on_event=on_event)
     plan, on_event = what, on_event or ignore_event
     started = time.perf_counter()
-    # The time budget bounds the whole run from planning on (at most the last 60 s of it: a
-    # plan the Python API made long ago counts from about now): probe, search, follow-ups.
-    start = time.monotonic() if plan.planned_at is None else max(plan.planned_at,
-                                                                 time.monotonic() - 60)
-    plan = plan.with_deadline(None if plan.time_budget_s is None else start + plan.time_budget_s)
+    plan = plan.with_deadline(None if plan.time_budget_s is None
+                              else plan.budget_start() + plan.time_budget_s)
     writer = None
     with registered(plan.run_id, plan.options.results, local=plan.options.address is None), \
             ray_session(plan.options.address), stop_signals_interrupt():

@@ -473,18 +473,28 @@ def hardware_keys(table: pa.Table) -> list[str]:
 
 
 def select(results: str | Path, workload: str, hardware: str | None = None, *,
+           scale: str | None = None,
            this_machine: Callable[[list[str]], str | None] | None = None) -> tuple[pa.Table, str]:
-    """The rows every read command shows: one workload's, on one hardware key. The key is
-    ``hardware``, else the only one with rows, else the one ``this_machine(keys)`` picks.
+    """The rows every read command shows: one workload's, on one hardware key, of one model
+    scale when ``scale`` is given (else all: ``best_row`` answers from the latest run's). The
+    key is ``hardware``, else the only one with rows, else the one ``this_machine(keys)``
+    picks.
 
     Returns:
         (rows of that workload and key, the key).
 
     Raises:
-        TunerError: no rows for the workload; ``hardware`` has no rows (the message lists the
-            keys that have); several keys and none chosen.
+        TunerError: no rows for the workload (at ``scale``: the message lists the scales that
+            have rows); ``hardware`` has no rows (the message lists the keys that have);
+            several keys and none chosen.
     """
     table = read(results, workload=workload)
+    if scale is not None and table.num_rows:
+        present = sorted(set(table.column("scale").to_pylist()) - {None})
+        table = table.filter(pc.field("scale") == scale)
+        if table.num_rows == 0:
+            raise TunerError(f"--scale {scale}: no rows of workload {workload!r} at that scale "
+                             f"in {results}; scales with rows: {', '.join(present)}")
     if table.num_rows == 0:
         present = sorted({w for w in read(results).column("workload").to_pylist() if w})
         from tuner.workload import available  # here: the leaderboard stays torch-free to import
@@ -564,8 +574,9 @@ def best_row(rows: list[dict]) -> dict | None:
     """The winning configuration, with the references measured in the same run beside it.
 
     The objective is that of the most recent run (``samples_per_sec``: highest wins;
-    ``time_to_train_s``: lowest wins), and only rows of its scale (and, for a time to train,
-    its ``train_steps``) compete: a tiny-scale row is not a seed-scale answer. Where a run re-measured its best configurations in
+    ``time_to_train_s``: lowest wins), and only rows of its scale, hardware and accelerator
+    type (and, for a time to train, its ``train_steps``) compete (``_comparable``): a
+    tiny-scale row is not a seed-scale answer (``select(scale=...)`` reads another scale's). Where a run re-measured its best configurations in
     interleaved rounds (phase ``remeasure``), the winner of that run is chosen among the
     re-measurements, each configuration by the geometric mean of its rounds, so a single
     lucky window cannot win. Compute-only ``ceiling`` rows never win, nor does a row with a
@@ -623,10 +634,12 @@ def best_row(rows: list[dict]) -> dict | None:
 
 def _comparable(rows: list[dict], latest: dict, metric: str) -> list[dict]:
     """The rows comparable with the most recent run's (``latest``, one of its rows): the same
-    scale (another model size trains at another rate) and, for a time to train (``metric``),
-    the same ``train_steps``."""
-    return [r for r in rows if r.get("scale") == latest.get("scale") and (
-        metric != "time_to_train_s" or r.get("train_steps") == latest.get("train_steps"))]
+    scale (another model size trains at another rate), the same hardware and accelerator type
+    (a run over several types measures each configuration on each) and, for a time to train
+    (``metric``), the same ``train_steps``."""
+    same = ("scale", "hardware_key", "accelerator_type") + (
+        ("train_steps",) if metric == "time_to_train_s" else ())
+    return [r for r in rows if all(r.get(c) == latest.get(c) for c in same)]
 
 
 _EARLIEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)

@@ -34,6 +34,10 @@ FOLLOWUP_SHARE = 0.2
 when the search has no trial count (``--time-budget`` alone). With a trial count the share
 follows the trials (``Plan.followup_share``), at most ``MAX_FOLLOWUP_SHARE``."""
 
+PLAN_AGE_S = 60.0
+"""The most of a plan's age (``make_plan`` to its run) the time budget counts
+(``Plan.budget_start``)."""
+
 MAX_FOLLOWUP_SHARE = 0.5
 """Most of the time budget kept for the follow-ups: the search is what finds the answer."""
 
@@ -115,6 +119,9 @@ class Plan:
     """When the run began (``time.monotonic()``): ``make_plan``'s start, so that the data
     checks and the FLOP count (seconds on a busy machine) are inside the time budget, or the
     process's launch for the command line (``launched_at``)."""
+    from_launch: bool = False
+    """``planned_at`` is the process's launch (``launched_at``): the run counts its budget from
+    there however long ago, not from at most 60 s ago as for a plan made long before."""
 
     @property
     def metric(self) -> str:
@@ -183,7 +190,17 @@ class Plan:
     def launched_at(self, launched_monotonic: float) -> "Plan":
         """The plan whose time budget counts from ``launched_monotonic`` (``time.monotonic()``
         of this process, before ``make_plan``: the command line's launch), not from planning."""
-        return replace(self, planned_at=min(launched_monotonic, self.planned_at or math.inf))
+        return replace(self, planned_at=min(launched_monotonic, self.planned_at or math.inf),
+                       from_launch=True)
+
+    def budget_start(self) -> float:
+        """When the time budget started (``time.monotonic()``): the command's launch
+        (``from_launch``), else planning, at most ``PLAN_AGE_S`` ago (a plan the Python API
+        made long before its run counts from about now)."""
+        now = time.monotonic()
+        if self.planned_at is None:
+            return now
+        return self.planned_at if self.from_launch else max(self.planned_at, now - PLAN_AGE_S)
 
     def with_batch_bound(self, max_batch: int) -> "Plan":
         """The plan with the searched batch size ending at the memory probe's bound, which may

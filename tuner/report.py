@@ -36,7 +36,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 import tuner.leaderboard as leaderboard
-from tuner import noise
+import tuner.noise as noise
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
 from tuner.status import FAILED, MEASURED, STATUSES, Phase, Status, phase_of
@@ -57,7 +57,8 @@ _FAILED_Y_AXES = 0.03  # failed trials sit 3% above the x axis (axes fraction, n
 
 
 def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
-                 hardware: str | None = None, max_memory_mb: float | None = None) -> list[Path]:
+                 hardware: str | None = None, scale: str | None = None,
+                 max_memory_mb: float | None = None) -> list[Path]:
     """Write the four PNG figures and ``report.html`` for one workload on one machine.
 
     Args:
@@ -65,6 +66,7 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
         workload: workload name, as recorded in the leaderboard's ``workload`` column.
         out_dir: directory for the files; created if missing, existing files are overwritten.
         hardware: hardware key to report on; None: the only key in the leaderboard.
+        scale: only the rows of this model scale ('tiny', 'seed'); None: all.
         max_memory_mb: peak-memory limit in MiB (the unit of the leaderboard's memory columns),
             drawn as a dashed line on the memory figure; None draws none.
 
@@ -80,7 +82,7 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
     """
     if max_memory_mb is not None and not max_memory_mb > 0:
         raise ValueError(f"max_memory_mb={max_memory_mb!r}: expected a number of MiB > 0")
-    table, hardware = leaderboard.select(results, workload, hardware)
+    table, hardware = leaderboard.select(results, workload, hardware, scale=scale)
     rows = report_order(leaderboard.ranked(table))
     trials = training_trials(rows)
     top = leaderboard.best(table)
