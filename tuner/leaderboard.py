@@ -759,6 +759,19 @@ def _vs_reference(key: tuple, top: dict, groups: dict[tuple, list[dict]],
     return out
 
 
+def speedup_vs(top: dict, ref: str) -> noise.Speedup | None:
+    """The best's speed-up over reference ``ref`` ('baseline' or 'recommended'), rebuilt from
+    the ``speedup_vs_<ref>``, ``_low``, ``_high`` and ``_pairs`` keys of ``top`` (a
+    ``best_row``, ``_vs_reference``); None where the reference failed, did not run, or is the
+    best itself (``<ref>_is_best``)."""
+    ratio = top.get(f"speedup_vs_{ref}")
+    if ratio is None or top.get(f"{ref}_is_best"):
+        return None
+    return noise.Speedup(ratio, top.get(f"speedup_vs_{ref}_low"),
+                         top.get(f"speedup_vs_{ref}_high"),
+                         top.get(f"speedup_vs_{ref}_pairs") or 1)
+
+
 CEILING_NOISE = 0.05
 """A compute-only ceiling at most this share below the pipeline it bounds is read as the
 pipeline's own rate within the noise (a compute-bound configuration: the default CPU ddpm run

@@ -237,16 +237,11 @@ def _reference_rows(t: Table, best: dict, rows: list[dict]) -> None:
         if best.get(f"{name}_is_best"):
             t.add_row(name, f"{sps:,.1f}", "the best itself", knob_text(shown))
         elif sps:
-            t.add_row(name, f"{sps:,.1f}", _speedup(best, name).short(), knob_text(shown))
+            t.add_row(name, f"{sps:,.1f}", leaderboard.speedup_vs(best, name).short(),
+                      knob_text(shown))
         else:
             tried = " (retried)" if sum(phase_of(r) == Phase.SEARCH for r in matches) > 1 else ""
             t.add_row(name, f"{shown['status']}{tried}", "", knob_text(shown))
-
-
-def _speedup(best: dict, ref: str) -> noise.Speedup:
-    """The best's speed-up over reference ``ref`` (its ``speedup_vs_<ref>*`` keys)."""
-    return noise.Speedup(best[f"speedup_vs_{ref}"], best[f"speedup_vs_{ref}_low"],
-                         best[f"speedup_vs_{ref}_high"], best[f"speedup_vs_{ref}_pairs"])
 
 
 def verdict_lines(best: dict) -> list[str]:
@@ -256,10 +251,9 @@ def verdict_lines(best: dict) -> list[str]:
     impossible (``best``: a ``leaderboard.best_row``)."""
     lines = []
     for name in ("baseline", "recommended"):
-        ratio = best.get(f"speedup_vs_{name}")
-        if ratio is None or best.get(f"{name}_is_best"):
+        sp = leaderboard.speedup_vs(best, name)
+        if sp is None:  # failed, not run, or the best itself
             continue
-        sp = _speedup(best, name)
         paired = f"; {sp.pairs} interleaved rounds" if sp.pairs > 1 else ""
         lines.append(f"vs {name}: {sp.text()}{paired}")
     if best.get("tied_faster"):

@@ -346,19 +346,6 @@ def plot_throughput_vs_memory(rows: list[dict], max_memory_mb: float | None = No
     return fig
 
 
-def speedup_of_best(top: dict, ref: str) -> noise.Speedup | None:
-    """The best's speed-up over reference ``ref`` ('baseline' or 'recommended'), rebuilt from
-    the ``speedup_vs_<ref>``, ``_low``, ``_high`` and ``_pairs`` keys of ``top`` (a
-    ``leaderboard.best_row``); None where the reference failed, did not run, or is the best
-    itself (``<ref>_is_best``)."""
-    ratio = top.get(f"speedup_vs_{ref}")
-    if ratio is None or top.get(f"{ref}_is_best"):
-        return None
-    return noise.Speedup(ratio, top.get(f"speedup_vs_{ref}_low"),
-                         top.get(f"speedup_vs_{ref}_high"),
-                         top.get(f"speedup_vs_{ref}_pairs") or 1)
-
-
 def speedup_label(sp: noise.Speedup) -> str:
     """Two lines for a reference's bar: the best's verdict against it ('best: tie within the
     noise', 'best: 1.16x faster', 'best: 1.25x slower': ``Speedup.short``), then the point
@@ -384,7 +371,7 @@ def plot_best_vs_references(top: dict | None) -> Figure:
     bars = ax.bar(labels, [v or 0.0 for v in values], color=colors)
     texts = [f"{values[0]:,.1f}"]
     for ref, value in zip(labels[1:], values[1:]):
-        sp = speedup_of_best(top, ref)
+        sp = leaderboard.speedup_vs(top, ref)
         if value is None:
             texts.append("failed or not run")
         elif top.get(f"{ref}_is_best"):
@@ -526,7 +513,7 @@ def _best_section(top: dict | None) -> str:
              f"<code>{e(str(top['trial_id']))}</code>)</p>"]
     speed_rows = []
     for ref in ("baseline", "recommended"):
-        sps, sp = top[f"{ref}_samples_per_sec"], speedup_of_best(top, ref)
+        sps, sp = top[f"{ref}_samples_per_sec"], leaderboard.speedup_vs(top, ref)
         verdict = ("the best itself" if top.get(f"{ref}_is_best") and sps is not None
                    else sp.text() if sp is not None else "")
         if sp is not None and sp.pairs > 1:
