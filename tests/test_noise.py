@@ -383,11 +383,27 @@ def test_an_impossible_figure_found_in_the_rounds_adds_one_round_after_them(fits
     assert fits[1][1] == [(32, None), (8, "baseline")]
 
 
-def test_rounds_the_time_budget_cannot_hold_are_not_started(fits):
+def test_rounds_the_time_budget_cannot_hold_are_not_started_and_the_run_says_so(fits):
+    """A run of --time-budget 60 on 2 CPU cores measured its references, then said nothing
+    of the re-measurement its first lines announced: none is started, and one line says why
+    (a resumed run whose rounds are all recorded says nothing)."""
     writer = SimpleNamespace(rows=search_rows())
+    events = []
     fits.measure(driver._rounds(plan_for(left=2.0), writer, [(FAST, None), (BASE, "baseline")],
-                                lambda kind, data: None), writer)
+                                lambda kind, data: events.append(data)), writer)
     assert fits == []
+    assert [(e["count"], e["configs"], e["left_s"]) for e in events] == [(0, 2, 2.0)]
+    assert events[0]["need_s"] > 2.0
+    from tuner.progress import _phase_text
+    assert _phase_text(events[0]).startswith(
+        "re-measurement left out: the time left (2 s) cannot hold one round of its 2 "
+        "configurations")
+    done = [row(20 + i, knobs=k, sps=50.0, phase="remeasure") for i in range(3)
+            for k in (FAST, BASE)]
+    writer, events = SimpleNamespace(rows=search_rows() + done), []
+    fits.measure(driver._rounds(plan_for(left=2.0), writer, [(FAST, None), (BASE, "baseline")],
+                                lambda kind, data: events.append(data)), writer)
+    assert fits == [] and events == []
 
 
 def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):

@@ -493,6 +493,8 @@ def _rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, 
         rounds = REMEASURE_ROUNDS + (1 if again else 0)
         todo = _rounds_todo(plan, rows, configs, range(first, rounds + 1), windows)
         if not todo:
+            if first == 1:
+                _say_no_round_fits(plan, rows, configs, windows, on_event)
             return
         last = todo[-1][0]  # in round order
         on_event("phase", {"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
@@ -500,6 +502,21 @@ def _rounds(plan: Plan, writer: "LeaderboardWriter", configs: list[tuple[Knobs, 
                            "dropped": dropped if first == 1 else 0})
         yield Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows})
         first = last + 1
+
+
+def _say_no_round_fits(plan: Plan, rows: list[dict], configs: list[tuple[Knobs, str | None]],
+                       windows: int, on_event: Callable[[str, dict], None]) -> None:
+    """Say that the re-measurement is left out when the time left cannot hold its first round
+    (a run of ``--time-budget 60`` on 2 CPU cores measured its two references and then said
+    nothing of the re-measurement its first lines had announced). Silent when nothing is left
+    to re-measure (a resumed run whose rounds are recorded)."""
+    first = _rounds_todo(plan, rows, configs, range(1, 2), windows, timed=False)
+    if not first:
+        return
+    need_s = sum(_trial_cost_s(rows, k, windows, plan.settings.window_s) for _, (k, _) in first)
+    on_event("phase", {"phase": Phase.REMEASURE, "count": 0, "no_time": True,
+                       "configs": len(first), "need_s": need_s,
+                       "left_s": plan.time_left_s() or 0.0})
 
 
 def _fitting_configs(plan: Plan, rows: list[dict], configs: list[tuple[Knobs, str | None]],

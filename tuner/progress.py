@@ -314,6 +314,11 @@ def _phase_text(data: dict) -> str:
     if data["phase"] == Phase.SEARCH:  # a reference retried
         return (f"measuring {', '.join(data['retry'])} once more: its trial failed for a "
                 "transient reason (a process killed)")
+    if data["phase"] == Phase.REMEASURE and data.get("no_time"):
+        return (f"re-measurement left out: the time left ({data['left_s']:.0f} s) cannot hold "
+                f"one round of its {data['configs']} configurations (~{data['need_s']:.0f} s); "
+                "the speed-ups are single measurements, without an interval (a longer "
+                "--time-budget gives interleaved rounds)")
     if data["phase"] == Phase.REMEASURE:
         first, last = data["round"], data.get("last_round", data["round"])
         which = (f"round {first} of {data['rounds']}" if first == last
