@@ -180,7 +180,12 @@ def peers_answer(plan) -> dict:
         fits, batch = batch, batch * 2
     if fits is None:
         return {"peers' batch": None, "peers' samples/sec": None}
-    row = run_trial(plan.workload, knobs.replace(batch_size=fits), plan.settings)
+    # the CPUs a local run's trial has (the whole node), so that on CPU the peers' answer
+    # trains on the threads the tuner's own trials of the same knobs would (torch's default,
+    # every core, gave it a second thread beside 6 workers on 2 cores: 47.8 samples/sec where
+    # the tuner's trial of those knobs, on 1, read 30)
+    row = run_trial(plan.workload, knobs.replace(batch_size=fits), plan.settings,
+                    cpus=plan.node_cpus)
     return {"peers' batch": fits,
             "peers' samples/sec": row["samples_per_sec"] if row["status"] == Status.OK else None}
 

@@ -4,7 +4,7 @@ For each configuration (default: the workload's references, clamped to the devic
 clamps them, e.g. ddpm's 'baseline' and 'recommended'), ``tuner.harness.run_trial`` measures it
 ``--repeats`` times in this process, with the measurement settings a real run uses at that
 scale (``tuner.plan.MEASUREMENT_DEFAULTS``, overridable) and the torch threads the tuner gives
-the trial (its CPUs, num_workers + 1 capped at the node's, less one per DataLoader worker:
+the trial (a local run's trial has the machine's CPUs; less one per DataLoader worker:
 ``tuner.harness.training_threads``; ``--threads N`` fixes them). Repeats are interleaved (A, B, A,
 B, ...) so that load drift on a shared machine spreads over every configuration alike.
 
@@ -74,10 +74,10 @@ def settings_for(workload: Workload, args: argparse.Namespace) -> TrialSettings:
 
 
 def trial_cpus(knobs: Knobs) -> int:
-    """CPUs the tuner gives a trial (``TrialResources``: num_workers + 1, capped at the node's
-    CPUs); ``run_trial`` trains with those less one per DataLoader worker."""
-    from tuner.ray_runtime import TrialResources
-    return TrialResources(0, os.cpu_count() or 1)(knobs.to_dict())["cpu"]
+    """CPUs the tuner gives a trial that runs alone on this machine (``TrialResources`` with
+    ``whole_node``: every trial of a local run, one at a time): all of them; ``run_trial``
+    trains with those less one per DataLoader worker."""
+    return os.cpu_count() or 1
 
 
 def measure_once(workload: Workload, knobs: Knobs, settings: TrialSettings,

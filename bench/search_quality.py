@@ -12,8 +12,8 @@ Design:
      shared machine does not line up with any knob. That table is the truth of this run.
      ``--passes N`` measures the grid N times (each pass in its own order) and takes each
      cell's median; the pass-to-pass spread is printed.
-     Each trial runs on the torch threads the tuner would give it (the trial's CPUs,
-     num_workers + 1 capped at the node's, less one per worker); ``--threads N`` fixes them
+     Each trial runs on the torch threads the tuner would give it (a local run's trial has
+     the machine's CPUs, less one per worker); ``--threads N`` fixes them
      for every trial. On a shared 2-core machine, 2 threads while another process held a core
      ran ~30x slower than 1 thread (threads waiting on each other), so a ``--threads 1`` table
      is the steadier reading there.

@@ -3,6 +3,8 @@ complete leaderboard row per trial, OOM trials recorded and learnt from, never f
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tuner import leaderboard
@@ -50,6 +52,12 @@ def test_run_records_references_first_and_complete_rows(tmp_path, tuner_cache, r
         assert r["samples_per_sec"] > 0
         assert r["started_at"] <= r["finished_at"]
         assert 4 <= r["batch_size"] <= 64
+    # One trial at a time: each has the machine, and trains on every CPU its DataLoader
+    # workers leave (every trial had 1 thread before, whatever its workers).
+    cpus = os.cpu_count()
+    assert all(r["trial_cpus"] == cpus for r in rows)
+    assert all(r["torch_threads"] == max(1, cpus - r["num_workers"]) for r in rows)
+    assert any(r["num_workers"] == 0 and r["torch_threads"] == cpus for r in rows)
     # The leaderboard on disk holds the same rows, one file per trial.
     table = leaderboard.read(summary.results_dir)
     assert len(list((tmp_path / "results" / "leaderboard").glob("part-*.parquet"))) == 5

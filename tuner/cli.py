@@ -587,7 +587,7 @@ def profile(workload: str, model: str | None, image_size: int | None,
     console.print(f"profiling {w.name} ({scale} scale on {device}) with {source}: "
                   f"{knob_text(knobs.to_dict())}")
     import os
-    cpus = min(knobs.num_workers + 1, os.cpu_count() or 1)  # what a trial of these knobs gets
+    cpus = os.cpu_count() or 1  # what a local run's trial has: the machine, one at a time
     with console.status("measuring…"):
         row = run_trial(w, knobs, settings, cpus=cpus)
     if row["status"] != Status.OK:

@@ -35,8 +35,9 @@ class TrialResources:
     ``whole_node`` is for trials that run one at a time on one node: every trial asks for the
     same resources, so Ray Tune reuses one trial process for all of them. With a request that
     follows ``num_workers`` each change of shape started a new process (5.7-6.1 s on the
-    2-core machine, ``docs/benchmarks.md``). The trial still counts ``trial_cpus`` CPUs as its
-    own (``tuner.harness.run_tune_trial``), so its torch threads are the same either way."""
+    2-core machine, ``docs/benchmarks.md``). Such a trial has the node to itself: its training
+    process runs on every CPU its DataLoader workers leave (``tuner.harness.run_tune_trial``,
+    ``training_threads``)."""
 
     def __init__(self, gpus_per_trial: int, max_cpus: int, accelerator_type: str | None = None,
                  whole_node: bool = False):

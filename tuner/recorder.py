@@ -17,7 +17,6 @@ from tuner.errors import TunerError
 from tuner.knobs import Knobs
 from tuner.plan import Plan
 from tuner.runlock import active_runs
-from tuner.settings import trial_cpus
 from tuner.status import Phase, Status
 
 
@@ -141,9 +140,8 @@ class LeaderboardWriter(Callback):
                    global_batch_size=self.plan.options.global_batch_size)
         if row.get("trial_cpus") is None:  # died before its first report: Ray's record of it
             given = trial.placement_group_factory.required_resources
-            row.update(trial_cpus=None if not given.get("CPU") else float(
-                trial_cpus(int(config.get("num_workers") or 0), given["CPU"])),
-                trial_gpus=given.get("GPU", 0.0))
+            row.update(trial_cpus=None if not given.get("CPU") else float(given["CPU"]),
+                       trial_gpus=given.get("GPU", 0.0))
         row.setdefault("device", self.plan.device)
         if self.plan.options.address is None:  # the runs registered on this machine
             row["other_runs"] = sum(r.pid != os.getpid() for r in active_runs())

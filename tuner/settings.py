@@ -361,9 +361,10 @@ def long_step(step_s: float, window_s: float) -> bool:
 
 
 def trial_cpus(num_workers: int, available: float) -> int:
-    """The CPUs a trial counts as its own: one for the training process and one per DataLoader
-    worker, at most ``available`` (the node's, or what Ray gave the trial). Its training
-    process runs ``tuner.harness.training_threads`` of them."""
+    """The CPUs a trial asks Ray for when trials share a node: one for the training process
+    and one per DataLoader worker, at most ``available`` (the node's). A trial alone on its
+    node asks for all of them (``tuner.ray_runtime.TrialResources.whole_node``). Its training
+    process runs ``tuner.harness.training_threads`` of what it was given."""
     return int(min(num_workers + 1, available))
 
 
