@@ -31,6 +31,7 @@ from pathlib import Path
 from tuner.harness import run_trial
 from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
+from tuner.plan import local_cpus
 from tuner.settings import MEASUREMENT_DEFAULTS
 from tuner.workload import Workload, default_cache_dir, resolve
 
@@ -73,13 +74,6 @@ def settings_for(workload: Workload, args: argparse.Namespace) -> TrialSettings:
                          window_s=args.window_s or window_s, seed=0, **extra)
 
 
-def trial_cpus(knobs: Knobs) -> int:
-    """CPUs the tuner gives a trial that runs alone on this machine (``TrialResources`` with
-    ``whole_node``: every trial of a local run, one at a time): all of them; ``run_trial``
-    trains with those less one per DataLoader worker."""
-    return os.cpu_count() or 1
-
-
 def measure_once(workload: Workload, knobs: Knobs, settings: TrialSettings,
                  threads: int | None) -> dict:
     """One trial, with ``threads`` torch threads or, when None, the tuner's
@@ -92,7 +86,7 @@ def measure_once(workload: Workload, knobs: Knobs, settings: TrialSettings,
     started = time.perf_counter()
     try:
         result = run_trial(workload, knobs, settings,
-                           cpus=None if threads is not None else trial_cpus(knobs))
+                           cpus=None if threads is not None else local_cpus())
     finally:
         torch.set_num_threads(saved)
     result["wall_s"] = time.perf_counter() - started

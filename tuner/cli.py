@@ -564,7 +564,7 @@ def profile(workload: str, model: str | None, image_size: int | None,
     Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
     from tuner.diagnose import bottleneck, breakdown_table
     from tuner.harness import run_trial
-    from tuner.plan import resolve_device
+    from tuner.plan import local_cpus, resolve_device
     from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings
     w = _configured(workload, model, image_size)
     device = resolve_device(device)
@@ -586,10 +586,8 @@ def profile(workload: str, model: str | None, image_size: int | None,
                              warmup_steps=warmup, windows=2, window_s=window_s, breakdown_steps=steps)
     console.print(f"profiling {w.name} ({scale} scale on {device}) with {source}: "
                   f"{knob_text(knobs.to_dict())}")
-    import os
-    cpus = os.cpu_count() or 1  # what a local run's trial has: the machine, one at a time
     with console.status("measuring…"):
-        row = run_trial(w, knobs, settings, cpus=cpus)
+        row = run_trial(w, knobs, settings, cpus=local_cpus())  # as a local run's trial
     if row["status"] != Status.OK:
         raise TunerError(f"the configuration failed ({row['status']}): {row['error']}")
     console.print(f"{row['samples_per_sec']:,.1f} samples/sec, step time p50 "

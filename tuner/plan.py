@@ -60,12 +60,17 @@ class Resources:
     node_cpus: int
 
 
+def local_cpus() -> int:
+    """This machine's CPUs: the node a local run's trials have, one at a time
+    (``TrialResources.whole_node``), and so what ``profile`` measures a configuration with."""
+    return os.cpu_count() or 1
+
+
 def local_resources(device: str) -> Resources:
     """This machine's resources for ``--device`` ('auto', 'cpu' or 'cuda'). Raises TunerError."""
     device = resolve_device(device)
     import torch
-    return Resources(device, torch.cuda.device_count() if device == "cuda" else 0,
-                     os.cpu_count() or 1)
+    return Resources(device, torch.cuda.device_count() if device == "cuda" else 0, local_cpus())
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
