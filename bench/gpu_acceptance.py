@@ -130,8 +130,7 @@ def gpu_tests(box_s: float, log: Path) -> dict:
     cut after ``box_s`` seconds; its output goes to ``log``. Returns the counts ('passed',
     'failed', 'skipped', 'error'), 'failures' (test ids), 'skip_reason' (the first), 'seconds'
     and 'cut_off'."""
-    out = {"passed": 0, "failed": 0, "skipped": 0, "error": 0, "failures": [],
-           "skip_reason": None, "cut_off": False, "missing": None}
+    out = {"cut_off": False, "missing": None}
     try:
         import pytest  # noqa: F401
     except ImportError:
@@ -150,20 +149,31 @@ def gpu_tests(box_s: float, log: Path) -> dict:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     out["seconds"] = time.time() - t0
-    text = log.read_text(errors="replace")
-    for line in text.splitlines():
+    out.update(pytest_counts(log.read_text(errors="replace")))
+    return out
+
+
+def pytest_counts(text: str) -> dict:
+    """The counts ('passed', 'failed', 'skipped', 'error'), 'failures' (test ids) and
+    'skip_reason' (the first) of ``pytest -q -rfEs`` output; from its progress characters
+    when the summary line is missing (a run cut off)."""
+    out = {"passed": 0, "failed": 0, "skipped": 0, "error": 0, "failures": [],
+           "skip_reason": None}
+    lines = text.splitlines()
+    for line in lines:
         if line.startswith(("FAILED ", "ERROR ")):
             out["failures"].append(line.split()[1])
         elif line.startswith("SKIPPED ") and out["skip_reason"] is None:
             out["skip_reason"] = line.split(": ", 1)[-1]
-    summary = [ln for ln in text.splitlines() if re.search(r" in [\d.]+s", ln)]
+    summary = [ln for ln in lines if re.search(r"\d+ (passed|failed|skipped|errors?)\b.* in [\d.]+s", ln)]
     if summary:
-        for count, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary[-1]):
+        for count, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summary[-1]):
             out["error" if kind.startswith("error") else kind] += int(count)
-    else:  # cut off: count the progress characters pytest -q printed
-        dots = "".join(ln for ln in text.splitlines() if re.fullmatch(r"[.FEsx]+( *\[ *\d+%\])?", ln))
-        out.update(passed=dots.count("."), failed=dots.count("F"), skipped=dots.count("s"),
-                   error=dots.count("E"))
+        return out
+    progress = "".join(ln.split(" [")[0] for ln in lines
+                       if re.fullmatch(r"[.FEsxX]+( +\[ *\d+%\])?", ln))
+    out.update(passed=progress.count("."), failed=progress.count("F"),
+               skipped=progress.count("s"), error=progress.count("E"))
     return out
 
 
@@ -209,6 +219,8 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
             row["notes"].append(f"memory probe: batch_size <= {r.max_batch}"
                                 + (f" ({r.first_failure} did not fit)" if r.first_failure else "")
                                 + ("" if r.duration_s is None else f" in {r.duration_s:.0f} s"))
+        if kind == "phase" and data.get("left_out"):
+            row["notes"].append("ceilings the budget left out: " + ", ".join(data["left_out"]))
         if kind == "trial":
             t = data["row"]
             sps = t.get("samples_per_sec")
