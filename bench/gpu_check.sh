@@ -3,7 +3,8 @@
 #   bash bench/gpu_check.sh [extra options of bench/gpu_acceptance.py]
 # Installs what is missing (a .devbundle/ folder beside the checkout, from
 # device-bundle.sh, on a machine without internet; else `pip install -e .`), then runs
-# `bench/gpu_acceptance.py --quick`. Writes gpu-acceptance.md, .json and .log to $OUT (default: .).
+# `bench/gpu_acceptance.py --quick`. Writes gpu-acceptance.md, .json, .log, gpu-tests.log and
+# tuner-results.tar.gz (the leaderboards) to $OUT (default: .).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -22,4 +23,6 @@ deadline=$(( total - ($(date +%s) - started) ))
 echo "dependencies ready in $(( $(date +%s) - started )) s; deadline ${deadline} s"
 "$py" bench/gpu_acceptance.py --quick --deadline-s "$deadline" --results "${RESULTS:-/tmp/tuner-acceptance}" \
   --out "$out/gpu-acceptance.md" "$@" 2>&1 | tee "$out/gpu-acceptance.log"
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+tar -C "${RESULTS:-/tmp/tuner-acceptance}" -czf "$out/tuner-results.tar.gz" . 2>/dev/null || true
+exit "$rc"
