@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -204,6 +205,8 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
     device, limit, started = job["device"], job["limit"], time.time()
     row = dict.fromkeys(COLUMNS)
     row.update(workload=name + (f" (--max-memory {limit})" if limit else ""), notes=[])
+    if device == "cpu":
+        row.update(dict.fromkeys(NOT_ON_CPU, "n/a"))
 
     def save() -> None:
         row["step s"] = time.time() - started
@@ -247,8 +250,11 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
         return
     best = result.best
     if best is None:
-        row["notes"].append("no trial succeeded: " + "; ".join(
-            sorted({str(r.get("error"))[:120] for r in result.rows if r.get("error")}))[:300])
+        statuses = Counter(str(r["status"]) for r in result.rows)
+        errors = sorted({str(r["error"])[:120] for r in result.rows if r.get("error")})
+        row["notes"].append("no trial succeeded (" + (", ".join(
+            f"{n} {status}" for status, n in statuses.most_common()) or "no trial") + ")"
+            + (": " + "; ".join(errors) if errors else "")[:300])
         save()
         return
     _fill_best(row, best, device)
@@ -552,6 +558,10 @@ def _in_child(target, args: tuple, box_s: float | None) -> bool:
     if child.is_alive():
         child.kill()
         child.join()
+        try:  # Ray's driver leads its own process group (Ray's reaper): what it started
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     return True
 
 
