@@ -53,6 +53,9 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+STARTED = time.time()
+"""The script's start: the deadline counts from here, the import of torch and Ray included."""
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -452,7 +455,7 @@ class Run:
 
     def __init__(self, args: argparse.Namespace, names: list[str], results: Path):
         self.args, self.names, self.results = args, names, results
-        self.started = time.time()
+        self.started = STARTED
         self.stop_at = math.inf if args.deadline_s is None else self.started + args.deadline_s
         self.tests: dict | None = None
         self.rows: list[dict] = []

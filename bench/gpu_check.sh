@@ -14,7 +14,8 @@ py=${PYTHON:-python3}
 if [ -f .devbundle/install.sh ]; then
   bash .devbundle/install.sh || exit 1
   export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-elif ! "$py" -c "import tuner, ray, optuna" 2>/dev/null; then
+elif ! "$py" -c "import importlib.util as u, sys
+sys.exit(not all(u.find_spec(m) for m in ('tuner', 'ray', 'optuna', 'torch')))" 2>/dev/null; then
   "$py" -m pip install -q -e . || exit 1
 fi
 export TUNER_CACHE=${TUNER_CACHE:-/tmp/tuner-cache}
