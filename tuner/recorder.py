@@ -48,15 +48,14 @@ STEP_GRACE = 1.5
 """Past the search's deadline (the run goes on with its follow-ups in the same process), a trial
 is left this many of its steps (``step_time_ms_p95`` of its last report) to stop itself at a
 step boundary, up to ``STEP_GRACE_MAX_S``: killed, its process is gone and the next trial
-starts a new one. On the 2-core CPU a search trial at batch 256 (~5 s a step) killed 2 s past
-the search's deadline cost 5.7 s before the re-measurement's first trial (docs/benchmarks.md,
-2026-11-25, third session)."""
+starts a new one, which costs ~5.7 s on a 2-core CPU before the next trial's first step (torch
+and the workload imported again), more than a step of a batch-256 ddpm trial there (~5 s)."""
 
 STEP_GRACE_MAX_S = 10.0
 """The most a trial past the search's deadline is waited for: about what a new trial process
 costs (5.7-7 s on the 2-core CPU: torch and the workload imported again). A compile, whose
-first step is far longer, is killed at ``OVERDUE_S`` as before: no step time is reported
-before it ends."""
+first step is far longer, is killed at ``OVERDUE_S``: no step time is reported before it
+ends."""
 
 
 def _deadline(trial) -> float | None:
