@@ -68,15 +68,17 @@ def test_max_memory_12gb_makes_a_24gib_batch_fail(settings):
 
 
 def test_the_memory_probe_under_a_limit_on_a_real_card(settings):
+    """The limit is set from this card's own batch-1 peak (CUDA context, cuBLAS workspace and
+    1 GiB of ballast: 2,824 MiB on an H200 with torch 2.11), plus 1.5 GiB: batch 2 (one GiB
+    more) fits, batch 3 (two more) does not, whatever the context costs on this card."""
     space = Space("gpu-test", {"batch_size": IntRange(1, 8)}, {"num_workers": 0})
-    # 3050 MiB: batch 3's ballast alone (3072 MiB) cannot fit, batch 2's (2048 MiB) leaves
-    # ~1 GiB for the model, cuBLAS workspace and the CUDA context (3GB, 2861 MiB, left only
-    # ~800 MiB: a larger context than the ~0.5 GiB expected would fail batch 2 for no fault
-    # of the product's)
-    limited = replace(settings, max_memory=MemoryLimit.parse("3050MiB"))
+    one = run_trial(gib, Knobs(batch_size=1), settings)
+    assert one["status"] == "ok", one.get("error")
+    limit_mib = one["peak_device_memory_mb"] + 1536
+    limited = replace(settings, max_memory=MemoryLimit.parse(f"{limit_mib:.0f}MiB"))
     found = probe_batch_limit(space, Knobs(batch_size=1), limited,
                               lambda knobs, s: run_trial(gib, knobs, s))
-    assert found.max_batch == 2 and found.first_failure == 3, found.probes
+    assert found.max_batch == 2 and found.first_failure == 3, (limit_mib, found.probes)
 
 
 @pytest.mark.parametrize("amp", ["fp16", "bf16"])
