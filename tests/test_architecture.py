@@ -143,3 +143,16 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
         "tuner.knobs (floor 0) imports tuner.cli (floor 5)"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_distribution_installs_only_the_tuner_package_with_the_spaces_as_its_data():
+    """Nothing generic at the top of site-packages: the built-in workloads are
+    ``tuner.workloads`` and their search spaces its package data."""
+    import tomllib
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert all(p == "tuner" or p.startswith("tuner.")
+               for p in setuptools["packages"]["find"]["include"])
+    assert set(setuptools["package-data"]) == {"tuner.workloads"}
+    spaces = ROOT / "tuner" / "workloads" / "spaces"
+    assert {"ddpm.yaml", "chargpt.yaml", "README.md"} <= {p.name for p in spaces.iterdir()}
+    assert not (ROOT / "workloads").exists() and not (ROOT / "search_spaces").exists()

@@ -52,7 +52,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from tuner.errors import DataError, TunerError
+from tuner.errors import DataError, TunerError, one_line
 from tuner.knobs import Knobs
 from tuner.settings import SCALES, default_cache_dir  # noqa: F401  (public: workloads import them here)
 
@@ -277,7 +277,7 @@ def _import(spec: str, module_name: str) -> Any:
     except SyntaxError as exc:
         where = f" at {exc.filename}:{exc.lineno}" if exc.filename else ""
         raise TunerError(f"workload {spec!r}: importing it raised {type(exc).__name__}: "
-                         f"{_one_line(exc.msg)}{where}") from None
+                         f"{one_line(exc.msg, _MESSAGE_CHARS)}{where}") from None
     except SystemExit as exc:  # a script's top-level argparse / sys.exit()
         where = _where(exc, module_name)
         raise TunerError(f"workload {spec!r}: importing it called sys.exit({exc.code!r})"
@@ -298,7 +298,7 @@ def _attribute(spec: str, module: Any, module_name: str, attr: str) -> Any:
 
 def _describe(exc: BaseException, module_name: str) -> str:
     """``ZeroDivisionError: division by zero at /path/mod.py:3``."""
-    message = _one_line(exc)
+    message = one_line(exc, _MESSAGE_CHARS)
     where = _where(exc, module_name)
     return (f"{type(exc).__name__}{f': {message}' if message else ''}"
             f"{f' at {where}' if where else ''}")
@@ -324,11 +324,6 @@ _MESSAGE_CHARS = 300
 """An exception's message is cut to this many characters in the one error line."""
 
 
-def _one_line(text: Any) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= _MESSAGE_CHARS else line[:_MESSAGE_CHARS - 1] + "…"
-
-
 def _entry_points() -> dict[str, metadata.EntryPoint]:
     return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
@@ -343,7 +338,7 @@ def _load_entry_point(name: str) -> Any:
                          f"({exc})") from None
     except SyntaxError as exc:
         raise TunerError(f"workload {name!r} (entry point {ep.value}): importing it raised "
-                         f"SyntaxError: {_one_line(exc.msg)} at {exc.filename}:{exc.lineno}"
+                         f"SyntaxError: {one_line(exc.msg, _MESSAGE_CHARS)} at {exc.filename}:{exc.lineno}"
                          ) from None
     except Exception as exc:
         raise TunerError(f"workload {name!r} (entry point {ep.value}): importing it raised "
