@@ -76,7 +76,8 @@ def _load(path: Path) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise TunerError(f"{path}: {where}malformed YAML ({one_line(problem, _LINE_CHARS)})") from None
+        raise TunerError(f"{path}: {where}malformed YAML ({one_line(problem, _LINE_CHARS)})"
+                         ) from None
     if not isinstance(config, dict):
         raise TunerError(f"{path}: (top level): expected a mapping of cluster settings "
                          f"(cluster_name, provider, available_node_types, ...), "

@@ -1,8 +1,8 @@
 """Search spaces: YAML -> a validated, conditional Optuna define-by-run space.
 
 Format: tuner/workloads/spaces/README.md (the built-in spaces are the package data
-``tuner/workloads/spaces/<workload>.yaml``). A space is validated completely before Ray starts; every error
-names the file, the knob, the bad value and what is accepted.
+``tuner/workloads/spaces/<workload>.yaml``). A space is validated completely before Ray starts;
+every error names the file, the knob, the bad value and what is accepted.
 """
 
 from __future__ import annotations
@@ -327,7 +327,8 @@ def _decode(data: bytes, source: str) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise SpaceError(f"search space {source}: {what} (byte 0x{byte} at offset {exc.start}, "
                          f"line {line}, is not {encoding.removesuffix('-sig').upper()}); "
-                         "expected a UTF-8 YAML file (see tuner/workloads/spaces/README.md)") from None
+                         "expected a UTF-8 YAML file (see tuner/workloads/spaces/README.md)"
+                         ) from None
 
 
 def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:

@@ -338,8 +338,8 @@ def _load_entry_point(name: str) -> Any:
                          f"({exc})") from None
     except SyntaxError as exc:
         raise TunerError(f"workload {name!r} (entry point {ep.value}): importing it raised "
-                         f"SyntaxError: {one_line(exc.msg, _MESSAGE_CHARS)} at {exc.filename}:{exc.lineno}"
-                         ) from None
+                         f"SyntaxError: {one_line(exc.msg, _MESSAGE_CHARS)} at "
+                         f"{exc.filename}:{exc.lineno}") from None
     except Exception as exc:
         raise TunerError(f"workload {name!r} (entry point {ep.value}): importing it raised "
                          f"{_describe(exc, module_name)}") from None
