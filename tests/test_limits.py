@@ -355,7 +355,7 @@ def test_remeasure_and_ceiling_phases(followup_run):
 # ------------------------------------------------------------------- one trial, in process
 
 def test_host_memory_limit_on_a_real_workload(tmp_path):
-    from workloads.ddpm import workload as ddpm
+    from tuner.workloads.ddpm import workload as ddpm
     data = ddpm.prepare_default_data(tmp_path / "cache" / "data", "tiny")
     knobs = Knobs(batch_size=8, num_workers=1)
 

@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tuner.errors import TunerError
+from tuner.errors import TunerError, one_line
 from tuner.knobs import Knobs, knob_text
 from tuner.settings import DEVICES, OBJECTIVES, PROBE_MODES, SAMPLERS, SCALES
 from tuner.status import MEASURED, Phase, Status, phase_of
@@ -41,7 +41,7 @@ class TunerGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TunerError as exc:
-            err_console.print(f"[bold red]error:[/] {_one_line(str(exc))}", highlight=False,
+            err_console.print(f"[bold red]error:[/] {one_line(exc)}", highlight=False,
                               soft_wrap=True)
             ctx.exit(2)
         except click.UsageError as exc:  # a bad flag of a subcommand: one line, not the usage
@@ -77,21 +77,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def _note(text: str) -> None:
     """One line on stderr about an option that does nothing here; the command goes on."""
     err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
-
-
-def _one_line(message: str) -> str:
-    """An error message as one line. An exception raised in a DataLoader worker is raised
-    again by torch in the main process with the worker's traceback as its message ("Caught
-    DataError in DataLoader worker process 0. Original Traceback ... tuner.errors.DataError:
-    image x.png cannot be decoded"): that becomes its last line, without the exception's
-    module path, and the worker it happened in."""
-    import re
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    caught = re.search(r"Caught (\w+) (in DataLoader worker process \d+)", message)
-    if caught and len(lines) > 1 and "Original Traceback" in message:
-        last = re.sub(rf"^([\w.]+\.)?{caught.group(1)}: ", "", lines[-1])
-        return f"{message[:caught.start()].strip()} {last} ({caught.group(2)})".lstrip()
-    return " ".join(lines)
 
 
 def _model_options(f):

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 import tuner.leaderboard as leaderboard
 import tuner.noise as noise
-from tuner.errors import TunerError
+from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS, Plan, Resources, make_plan, resolve_workload
@@ -31,7 +31,7 @@ from tuner.probe import candidates, probe_batch_limit, probe_in_process
 from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, hardware_key,
                                ray_session)
 from tuner.pruning import EarlyStopping
-from tuner.recorder import LeaderboardWriter, RecordFailed, ignore_event
+from tuner.recorder import LeaderboardWriter, ignore_event
 from tuner.runlock import registered
 from tuner.searcher import Staged, make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
@@ -156,15 +156,6 @@ def _pin(plan: Plan, accelerator: str | None) -> Plan:
     pinned = plan.for_accelerator(accelerator, type_slots=slots,
                                   node_cpus=int(min(n.get("CPU", 1) for n in nodes)) or 1)
     return pinned.with_hardware_key(hardware_key(pinned))
-
-
-class RunInterrupted(Exception):
-    """The run was interrupted (Ctrl-C); its finished trials are in the leaderboard."""
-
-    def __init__(self, run_id: str, recorded: int):
-        super().__init__(f"run {run_id} interrupted with {recorded} trials recorded")
-        self.run_id = run_id
-        self.recorded = recorded
 
 
 def _probe_trial(workload: Workload, knobs: Knobs, settings: TrialSettings) -> dict:

@@ -10,7 +10,7 @@ import gc
 
 import torch
 
-from tuner.measure import LimitExceeded
+from tuner.errors import LimitExceeded
 from tuner.status import Status
 
 # Out-of-memory messages that do not arrive as torch.OutOfMemoryError. Each line says where

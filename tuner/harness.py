@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from tuner.apply import (Training, build_training, cycle, keep_cpu_trial_off_the_gpus,
                          move_batch, repeat, trial_state)
+from tuner.errors import DeadlineReached, TrialFailure  # noqa: F401  (re-exported)
 from tuner.flops import precision_of, utilisation
 from tuner.failures import classify
 from tuner.hardware import fingerprint, node_id, node_ip
@@ -37,14 +38,6 @@ from tuner.status import Status
 from tuner.workload import Workload
 
 Report = Callable[[dict], None]
-
-
-class TrialFailure(Exception):
-    """A trial cannot run as configured (e.g. batch larger than the dataset)."""
-
-
-class DeadlineReached(Exception):
-    """The run's time budget ran out during the trial (``TrialSettings.deadline_unix_s``)."""
 
 
 def _check_deadline(settings: TrialSettings, where: str) -> None:

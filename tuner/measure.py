@@ -19,6 +19,8 @@ from typing import Iterator
 import psutil
 import torch
 
+from tuner.errors import LimitExceeded  # noqa: F401  (re-exported)
+
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued device work (no-op on CPU, where work is synchronous)."""
@@ -292,15 +294,6 @@ class Stopwatch:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
-
-
-class LimitExceeded(Exception):
-    """A trial went over its memory limit (status ``over_limit``); ``memory`` says which:
-    'device' (allocator + CUDA context) or 'host' (process + DataLoader workers)."""
-
-    def __init__(self, message: str, memory: str):
-        super().__init__(message)
-        self.memory = memory
 
 
 class LoadMonitor:

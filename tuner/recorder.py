@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ray.tune import Callback
 
 import tuner.leaderboard as leaderboard
-from tuner.errors import TunerError
+from tuner.errors import RecordFailed, one_line
 from tuner.knobs import Knobs
 from tuner.plan import Plan
 from tuner.runlock import active_runs
@@ -65,31 +65,6 @@ def _deadline(trial) -> float | None:
 
 def ignore_event(kind: str, data: dict) -> None:
     """on_event of a restored LeaderboardWriter (no console attached)."""
-
-
-def _one_line(text: str) -> str:
-    """A multi-line error (a DataLoader worker's wrapped traceback) as one line: the first
-    line and the final cause."""
-    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
-    if len(lines) <= 1:
-        return lines[0] if lines else ""
-    return f"{lines[0]} -> {lines[-1]}"
-
-
-class RecordFailed(TunerError):
-    """A write the run needs failed (a full disk, a lost mount): the run stops at once. The
-    message names what failed and why, what the leaderboard kept, and the ``--resume`` command."""
-
-    def __init__(self, what: str, error: OSError, plan: Plan, recorded: int,
-                 lost: str | None = None):
-        cause = error.strerror or str(error) or type(error).__name__
-        lost_text = f"; the row of trial {lost} is lost" if lost else ""
-        super().__init__(
-            f"cannot write {what} ({cause}): the run stopped; {recorded} trials of run "
-            f"{plan.run_id} are in {plan.options.results}/leaderboard{lost_text}; make room, "
-            f"then continue with the same command and --resume {plan.run_id}")
-        self.run_id = plan.run_id
-        self.recorded = recorded
 
 
 class LeaderboardWriter(Callback):
@@ -145,7 +120,7 @@ class LeaderboardWriter(Callback):
         if self.plan.options.address is None:  # the runs registered on this machine
             row["other_runs"] = sum(r.pid != os.getpid() for r in active_runs())
         if row.get("error"):
-            row["error"] = _one_line(row["error"])
+            row["error"] = one_line(row["error"])
         return row
 
     def _write(self, row: dict) -> None:
@@ -255,7 +230,7 @@ class LeaderboardWriter(Callback):
         text = str(error) if error else _error_file_text(trial)
         result = {k: v for k, v in (trial.last_result or {}).items()
                   if k not in leaderboard.MEASURED_COLUMNS}
-        result.update(status=Status.ERROR.value, error=_one_line(text) if text else "the trial process failed",
+        result.update(status=Status.ERROR.value, error=one_line(text) if text else "the trial process failed",
                       traceback=text)
         _stamp(trial, result)
         self._write(self._row(trial, result))

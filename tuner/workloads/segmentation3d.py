@@ -53,7 +53,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, default_cache_dir
-from workloads._data import write_once
+from tuner.workloads._data import write_once
 
 NUM_CLASSES = 3
 """Background, class 1, class 2."""

@@ -71,7 +71,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
-from workloads._data import read_image, write_once
+from tuner.workloads._data import read_image, write_once
 
 LABELS_FILE = "labels.csv"
 LABEL_COLUMNS = ("file", "yaw", "pitch", "roll")

@@ -36,7 +36,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
-from workloads._data import write_once
+from tuner.workloads._data import write_once
 
 VOCAB_SIZE = 256
 """Token ids are byte values of the UTF-8 text."""

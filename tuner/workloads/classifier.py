@@ -40,7 +40,7 @@ from tuner.errors import DataError, TunerError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, option_flag
-from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
+from tuner.workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 _REPORT = "shared/reports/dataloader-guide-rtx5070.md"
 _DATA_VERSION = 1

@@ -32,7 +32,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
-from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
+from tuner.workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 IMAGE_SIZE = 40
 """Image side in pixels (report: "Image Size: 40x40 pixels")."""
