@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ray.tune.search import Searcher
 
+from tuner.budget import first_window_need_s
 from tuner.errors import TunerError
 from tuner.knobs import HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
 from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
@@ -307,7 +308,7 @@ class ConstrainedSearch(Searcher):
         size (log ratio) gives set-up, warm-up (its compile left out) and step time, scaled up
         to a larger batch (samples/sec held), and a compiling proposal adds the longest compile
         measured in its mode (none measured yet: the trial's own set-up check,
-        ``harness._check_compile_fits``, refuses a compile that cannot finish). A compile of
+        ``tuner.budget.compile_refusal``, refuses a compile that cannot finish). A compile of
         80-100 s (the ddpm U-Net on an H100) so neither ends the search for an uncompiled
         proposal near its batch nor is forgotten for a compiled one. True without a deadline
         or a finished trial to go by."""
@@ -317,8 +318,8 @@ class ConstrainedSearch(Searcher):
         scale = max(1.0, batch_size / near.batch_size)
         compile_s = 0.0 if compile_mode == "off" else max(
             (t.compile_s for t in self.timings if t.compile == compile_mode), default=0.0)
-        need_s = (scale * near.before_s + compile_s
-                  + max(self.spec.window_s, scale * near.step_s))
+        need_s = first_window_need_s(before_s=near.before_s, step_s=near.step_s, scale=scale,
+                                     compile_s=compile_s, window_s=self.spec.window_s)
         return time.time() + need_s <= self.spec.deadline_unix_s
 
     def _config(self, trial) -> dict:
