@@ -364,10 +364,8 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
 def _warm_up_report(sofar: dict, samples: int, step_s: float, settings: TrialSettings,
                     time_to_train: Callable[[float], float]) -> dict:
     """The report after a warm-up of long steps (``window`` -1, before any window): the last
-    warm-up step's samples/sec as the objective so far, so that early stopping can stop a
-    configuration far behind the best before it measures windows of whole multi-second steps
-    (``tuner.pruning``: a stricter margin for this one step). A trial stopped here is recorded
-    ``pruned`` with this figure and no window."""
+    warm-up step's samples/sec as the objective so far, for early stopping (``tuner.pruning``;
+    a trial stopped here is recorded ``pruned`` with this figure and no window)."""
     out = {**sofar, "window": -1, "window_samples_per_sec": None,
            "samples_per_sec": samples / step_s}
     if settings.train_steps is not None:  # Ray Tune wants the objective in every result
