@@ -6,7 +6,7 @@ Units: every ``*_S`` is seconds, every ``*_SHARE`` a fraction of the run's budge
 driver keeps the run's deadline on its ``time.monotonic()`` (``Plan.deadline_monotonic``);
 trials run in other processes, maybe on other nodes, and get the same instant on the wall clock
 (``time.time()``: ``TrialSettings.deadline_unix_s``). The figures behind the defaults are in
-docs/benchmarks.md ("Time budget").
+docs/benchmarks.md.
 
 Torch-free and Ray-free: the plan, the driver, the recorder, the searcher and the trial
 harness all read it.
@@ -185,8 +185,8 @@ def first_window_need_s(*, before_s: float, step_s: float, scale: float, compile
 COMPILE_NEEDS_S = {"default": 90.0, "reduce-overhead": 120.0, "max-autotune": 600.0}
 """Seconds a ``torch.compile`` mode needs before its first step ends, for a trial that would
 start one with less time left. Source: the ddpm U-Net's first default-mode compile on an H100
-(~80 s; docs/benchmarks.md, "GPU"); reduce-overhead adds CUDA-graph capture; max-autotune
-benchmarks kernel choices for minutes."""
+(~80 s, docs/benchmarks.md); reduce-overhead adds CUDA-graph capture; max-autotune benchmarks
+kernel choices for minutes."""
 
 COMPILE_MARGIN = 1.25
 """Factor on a workload's ``compile_s_hint``: the machine the hint was measured on is not this

@@ -26,7 +26,7 @@
   both use. One stopped before any window is told FAIL (nothing measured). No trial is started
   after ``SearchSpec.deadline_unix_s``, nor a proposal whose first window would end past it
   (its set-up, warm-up and one window costed from the finished trial nearest in batch size,
-  scaled to the batch: a batch of 256 proposed with 15 s left on 2 CPU cores measured nothing).
+  scaled to the batch: ``tuner.budget.first_window_need_s``).
 * A resumed run's rows (and, with warm start, earlier runs' rows) seed the study; their
   constraint is worked out against this run's limits.
 """
@@ -458,8 +458,8 @@ class Staged(Searcher):
     for a figure that cannot be true), so each batch is asked for (``next_batch``) only once
     every trial suggested before it is recorded (``recorded``: its leaderboard row written).
     One experiment keeps one trial process from the first trial to the last (Ray Tune reuses
-    it, ``reuse_actors``); an experiment per phase started a new one each time: torch and the
-    workload imported again, 6-7 s on 2 CPU cores (docs/benchmarks.md, 2026-11-25).
+    it, ``reuse_actors``), where an experiment per phase would start a new one each time
+    (torch and the workload imported again).
 
     Args:
         next_batch: the next batch of whole trial configurations (knobs, ``reference``,
