@@ -117,7 +117,7 @@ class EarlyStopping(FIFOScheduler):
         self._logs: dict[str, list[float]] = {}
         """Trial id -> log of each window's samples/sec."""
         self._dropped: dict[str, int] = {}
-        """Trial id -> its first windows dropped as transients (``tuner.harness._windows``)."""
+        """Trial id -> its first windows dropped as transients (``tuner.windows.windows_stand``)."""
         self._long: set[str] = set()
         """Trials whose windows hold one or two whole steps (``windows_long``): not noise."""
         self.stopped: list[str] = []
