@@ -230,8 +230,8 @@ def test_ddpm_tiny_is_counted_once(ddpm_data, monkeypatch):
 
 
 def test_ddpm_seed_matches_the_h100_count(ddpm_data):
-    """The GPU note (shared/notes/gpu-h100-2026-11-23.md) measured 15.3 GFLOP/sample with
-    FlopCounterMode on CUDA; both scales read the same default data."""
+    """FlopCounterMode on CUDA counts 15.3 GFLOP/sample for ddpm at seed scale on an H100
+    (docs/benchmarks.md); both scales read the same default data."""
     from workloads.ddpm import workload as ddpm
     assert flops.model_flops_per_sample(ddpm, "seed", ddpm_data) == pytest.approx(15.3e9, rel=0.01)
 

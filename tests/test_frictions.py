@@ -1,4 +1,4 @@
-"""What a new user tripped on, each fixed: a workload without embedded data, the README's
+"""Where a new user can trip, each checked: a workload without embedded data, the README's
 bring-your-own section, the reusable datasets, built-ins hidden by a ``./workloads/`` of the
 user's own, the ready-to-paste commands, the trial budget's wording, the leaderboard's phase
 column and the ``--global-batch-size`` error. In-process, no Ray; two subprocesses for a
@@ -190,7 +190,7 @@ _NO_EDITABLE_FINDER = (
     "sys.meta_path[:] = [f for f in sys.meta_path\n"
     "                    if not getattr(f, '__module__', '').startswith('__editable__')]\n")
 """tuner importable from the checkout on PYTHONPATH only (no ``pip install -e`` finder): the
-set-up in which a ``./workloads/`` of the user's own used to hide the built-ins."""
+set-up in which a ``./workloads/`` of the user's own could hide the built-ins."""
 
 _SHADOWED = _NO_EDITABLE_FINDER + '''
 import json, pickle

@@ -129,7 +129,7 @@ def test_impossible_figures_are_named(changes, reason):
 
 
 def test_two_configurations_identical_in_speed_are_a_tie_not_a_speedup():
-    """The issue's case: the search's best and the baseline measure the same within the noise;
+    """The search's best and the baseline measure the same within the noise:
     the answer is the baseline itself (simpler), never '1.00x faster' than itself."""
     rows = rounds([(FAST, None, [101.0, 97.0, 102.0]),
                    (BASE, "baseline", [99.0, 100.0, 98.0])])
@@ -439,10 +439,8 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
 
 
 def test_no_ceiling_is_started_without_the_time_for_one(fits):
-    """A default CPU run past its follow-up time started two experiments for the compute
-    ceiling again (5-6 s each on 2 cores) after the deadline, and ended 16 s late. None is
-    started now, and the run says all four were left out (run S of docs/benchmarks.md, third
-    session, said nothing of its ceilings)."""
+    """A run past its follow-up time starts no ceiling experiment (each costs 5-6 s on 2 cores
+    and would end the run past its deadline), and says that all four ceilings were left out."""
     from tuner.space import Choices, Space
     writer = SimpleNamespace(rows=search_rows())
     for left in (2.0, 0.0):
@@ -528,8 +526,8 @@ def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
 
 def test_the_machines_compute_limit_never_searched_is_costed_from_the_nearest_batch():
     """The machine's compute limit runs the winner's knobs at the largest batch, which no
-    search trial matches: costed at the windows alone (7.5 s) it was started with 12.6 s
-    left and measured nothing. The nearest searched batch (64: a 2-s step, 1 s of warm-up)
+    search trial matches: costed at the windows alone (7.5 s) it would start with 12.6 s
+    left and measure nothing. The nearest searched batch (64: a 2-s step, 1 s of warm-up)
     scaled to 256: 8-s steps, set-up 4.6 s + 3 x 1 s, so 7.6 + 3 x 8 + 1.5 = 33.1 s."""
     near = Knobs(batch_size=64)
     rows = search_rows() + [row(9, knobs=near, sps=32.0, measured_s=0.4, warmup_s=1.0,
@@ -608,8 +606,9 @@ def test_a_disturbed_ceiling_says_how_often_it_was_measured(rates, how):
 
 
 def test_a_ceiling_just_below_the_pipeline_reads_as_its_own_rate_not_as_disturbed():
-    """A ceiling 2 % under a compute-bound pipeline on a quiet machine was blamed on a busy
-    one, then shown as 'disturbed'; the default CPU run's 53.0 against 53.8 (2026-11-24)."""
+    """A ceiling 2 % under a compute-bound pipeline on a quiet machine (53.0 against 53.8
+    samples/sec) is the pipeline's own compute-bound rate: neither blamed on a busy machine
+    nor shown as 'disturbed'."""
     out = _best_table(_with_ceilings([98.0]))
     assert "compute-only ceiling 98.0 at it same knobs, batches on the device: 2 % below" in out
     assert "within the noise: it runs at its compute-only rate, bound by compute" in out
@@ -638,8 +637,8 @@ def test_window_noise_is_the_median_sample_cv_of_measured_rows_of_short_steps():
 
 def test_the_steady_tolerance_is_the_floor_on_a_quiet_host_and_grows_with_the_noise():
     """A first window is a transient only beyond two SDs of the difference of two windows: on
-    a host whose windows scatter by 7 % (the 2-core VM of 2026-11-25, where a fixed 10 %
-    dropped four windows in a row from one steady trial) the tolerance is ~0.20 (population CV
+    a host whose windows scatter by 7 % (on a 2-core VM like that, a fixed 10 % drops up to
+    four windows in a row from one steady trial) the tolerance is ~0.20 (population CV
     0.057 of 3 windows); on a quiet one it stays at the floor."""
     quiet = [row(i, samples_per_sec_cv=0.01, windows=3) for i in range(4)]
     noisy = [row(i, samples_per_sec_cv=0.057, windows=3) for i in range(4)]

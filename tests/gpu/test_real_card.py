@@ -1,7 +1,6 @@
 """GPU checks on a real card: ``pytest -m gpu`` (needs CUDA; skipped with the reason without).
 
-Each test is a failure first seen on the H100 (2026-11-23) or a CUDA path the CPU tests can
-only fake: the memory limit through the allocator's per-process fraction, real
+Each test is a CUDA path the CPU tests can only fake: the memory limit through the allocator's per-process fraction, real
 ``OutOfMemoryError`` followed by a fitting trial in the same process, AMP fp16/bf16,
 channels_last, compile, flags restored, NVML telemetry.
 """
@@ -49,8 +48,8 @@ def settings(regression_data) -> TrialSettings:
 
 
 def test_max_memory_turns_a_batch_over_the_limit_into_oom_and_the_next_trial_fits(settings):
-    """The crash of 2026-11-23 (set_per_process_memory_fraction without an index) and the
-    promise of --max-memory: a big card behaves like the smaller one."""
+    """--max-memory on a real card (``set_per_process_memory_fraction`` given an index): a big
+    card behaves like the smaller one."""
     limited = replace(settings, max_memory=MemoryLimit.parse("3GB"))      # 2.79 GiB
     over = run_trial(gib, Knobs(batch_size=4), limited)                  # 4 GiB + grads
     assert over["status"] in ("oom", "over_limit"), over.get("error")
@@ -145,10 +144,9 @@ def _optimizer_step_initialises_cuda() -> bool:
 
 @pytest.mark.parametrize("mode", ["hide", "leave"])
 def test_a_cpu_trial_process_holds_no_cuda_context(mode):
-    """The cause of the slow suite on the H100 machine: a CPU training step on a machine with a
-    GPU initialises CUDA in torch itself (its optimizers' graph-capture check, in the torch
-    versions ``_optimizer_step_initialises_cuda`` names), which a CPU trial's process now
-    prevents: ``hide`` never holds a context; ``leave`` shows what this torch does without the
+    """A CPU training step on a machine with a GPU initialises CUDA in torch itself (its
+    optimizers' graph-capture check, in the torch versions ``_optimizer_step_initialises_cuda``
+    names), a context per trial process; a CPU trial's process prevents it: ``hide`` never holds a context; ``leave`` shows what this torch does without the
     hiding."""
     import subprocess
     import sys
