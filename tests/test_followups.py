@@ -152,14 +152,14 @@ def test_a_transient_failure_of_a_reference_is_retried_once():
 
 
 def test_limits_left_out_for_lack_of_time_are_said_without_a_batch():
-    batch, event = followups.limits_batch(fake_plan(left=0.5), search_rows())
+    batch, event = followups.ceilings_batch(fake_plan(left=0.5), search_rows())
     assert batch is None
     assert event["left_out"] == ["compute", "loader", "machine-loader", "machine-compute"]
-    assert followups.limits_batch(fake_plan(), []) == (None, None)     # no winner
+    assert followups.ceilings_batch(fake_plan(), []) == (None, None)     # no winner
 
 
 def test_the_machines_limits_use_every_cpu_and_the_largest_batch():
-    batch, _ = followups.limits_batch(fake_plan(), search_rows())
+    batch, _ = followups.ceilings_batch(fake_plan(), search_rows())
     by_label = {change["ceiling"]: knobs
                 for (knobs, _), change in zip(batch.configs, batch.per_trial)}
     assert by_label["machine-loader"].num_workers == 2          # the plan's node_cpus

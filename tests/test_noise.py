@@ -447,7 +447,7 @@ def test_no_ceiling_is_started_without_the_time_for_one(fits):
         plan, events = plan_for(left=left), []
         plan.node_cpus, plan.device = 2, "cpu"
         plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
-        fits.measure(followups.limits(plan, writer.rows, lambda kind, data: events.append(data)),
+        fits.measure(followups.ceilings(plan, writer.rows, lambda kind, data: events.append(data)),
                      writer)
         fits.measure(followups.ceiling_again(plan_for(left=left), writer.rows, lambda kind, data: None),
                      writer)
@@ -517,7 +517,7 @@ def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
     plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
     events = []
     writer = SimpleNamespace(rows=rows)
-    fits.measure(followups.limits(plan, writer.rows, lambda kind, data: events.append((kind, data))),
+    fits.measure(followups.ceilings(plan, writer.rows, lambda kind, data: events.append((kind, data))),
                  writer)
     assert fits == []
     assert [(kind, data["ceilings"], data["left_out"]) for kind, data in events] == [

@@ -86,7 +86,7 @@ def run(what: RunOptions | Plan, *,
             types = accelerator_types() if plan.options.address is not None else []
             for accelerator in (types if len(types) > 1 else [None]):
                 # Hardware is part of the answer: each type gets its own search state.
-                plan = _pin(plan, accelerator)
+                plan = _pinned_to(plan, accelerator)
                 writer.plan = plan  # this type's rows are assembled with its plan
                 on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
                 _fit(plan, writer, on_event)
@@ -147,7 +147,7 @@ def plan_run(options: RunOptions) -> Plan:
     return make_plan(options, resources)
 
 
-def _pin(plan: Plan, accelerator: str | None) -> Plan:
+def _pinned_to(plan: Plan, accelerator: str | None) -> Plan:
     """The plan of one accelerator type's search (None: the whole cluster)."""
     if accelerator == plan.accelerator_type:
         return plan
@@ -318,10 +318,10 @@ def _trial_settings(plan: Plan, rows: list[dict]) -> dict:
     """Trial settings changes for the run's next trial, from its rows so far (this run's, on
     this accelerator type): the steady-state tolerance its machine's window noise calls for
     (``tuner.windows.steady_tolerance``; the plan's own until the references have measured)."""
-    mine = [r for r in rows if r.get("run_id") == plan.run_id
-            and r.get("accelerator_type") == plan.accelerator_type]
+    this_run = [r for r in rows if r.get("run_id") == plan.run_id
+                and r.get("accelerator_type") == plan.accelerator_type]
     return {"steady_tolerance": windows.steady_tolerance(
-        mine, plan.settings.steady_tolerance, plan.settings.window_s)}
+        this_run, plan.settings.steady_tolerance, plan.settings.window_s)}
 
 
 def _trial_configs(plan: Plan, writer: "LeaderboardWriter", batch: Batch) -> list[dict]:

@@ -63,7 +63,7 @@ def type_rows(plan: Any, rows: Sequence[dict]) -> list[dict]:
 def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
     """The follow-up batches, in order: ``retry_references``, ``rounds`` of the configurations
     ``remeasure_configs`` picks, then (with ``options.ceiling`` and a configuration re-measured)
-    ``limits`` and ``ceiling_again``. ``rows``: the run's rows, a list the caller appends each
+    ``ceilings`` and ``ceiling_again``. ``rows``: the run's rows, a list the caller appends each
     finished trial's row to before it asks for the next batch. Nothing when the time left is
     under ``budget.MIN_PHASE_S``."""
     if not budget.has_time(plan.time_left_s()):
@@ -73,7 +73,7 @@ def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Ba
     if configs:
         yield from rounds(plan, rows, configs, on_event)
     if plan.options.ceiling and top:
-        yield from limits(plan, rows, on_event)
+        yield from ceilings(plan, rows, on_event)
         yield from ceiling_again(plan, rows, on_event)
 
 
@@ -264,7 +264,7 @@ def fitting_ceilings(plan: Any, rows: Sequence[dict], todo: list[tuple[str, Knob
     return kept, left_out
 
 
-def limits_batch(plan: Any, rows: Sequence[dict]) -> tuple[Batch | None, dict | None]:
+def ceilings_batch(plan: Any, rows: Sequence[dict]) -> tuple[Batch | None, dict | None]:
     """What bounds the winner, as one batch, and its event: the winner's compute-only ceiling
     ('compute'), its own DataLoader alone ('loader'), and the machine's two limits, whose
     minimum is the attainable rate: the loader-only rate with every CPU a trial may have as
@@ -302,9 +302,9 @@ def limits_batch(plan: Any, rows: Sequence[dict]) -> tuple[Batch | None, dict | 
                  event=event), event
 
 
-def limits(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
-    """``limits_batch``, announced (a ceiling left out is said even when none is measured)."""
-    batch, event = limits_batch(plan, rows)
+def ceilings(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
+    """``ceilings_batch``, announced (a ceiling left out is said even when none is measured)."""
+    batch, event = ceilings_batch(plan, rows)
     if event is not None:
         on_event("phase", event)
     if batch is not None:

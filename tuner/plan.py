@@ -38,7 +38,7 @@ rounds have 12.7: ``tuner.noise``)."""
 
 CEILING_TRIALS = 4
 """Ceiling trials after the re-measurement: the winner's compute-only and loader-only rates,
-the machine's loader and compute limits (``tuner.followups.limits``)."""
+the machine's loader and compute limits (``tuner.followups.ceilings``)."""
 
 
 @dataclass(frozen=True)
