@@ -28,6 +28,7 @@ FLOORS = {
     6: {"tuner"},
     5: {"tuner.cli", "tuner.__main__", "tuner.api"},
     4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.probe", "tuner.ray_runtime",
+        "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock"},
     3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
         "tuner.integrations", "tuner.integrations.lightning",
@@ -35,14 +36,17 @@ FLOORS = {
         "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
         "tuner.workloads.segmentation3d", "tuner.workloads.datasets"},
     2: {"tuner.harness", "tuner.apply", "tuner.measure", "tuner.failures", "tuner.hardware",
+        "tuner.steppers",
         "tuner.flops", "tuner.validate", "tuner.noise"},
     1: {"tuner.workload", "tuner.space", "tuner.cluster"},
-    0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors"},
+    0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
+        "tuner.budget", "tuner.windows", "tuner._deprecated"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-              "tuner.leaderboard", "tuner.progress", "tuner.noise"}
+              "tuner.leaderboard", "tuner.progress", "tuner.noise",
+              "tuner.budget", "tuner.windows", "tuner._deprecated"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 

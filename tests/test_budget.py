@@ -15,11 +15,12 @@ import pytest
 from tests.fake_workloads import paced
 from tuner.harness import run_trial
 from tuner.knobs import Knobs
-from tuner.plan import FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, PLAN_AGE_S, Resources, make_plan
+from tuner.budget import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
+                          FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, PLAN_AGE_S)
+from tuner.plan import Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
 from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
-from tuner.settings import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
-                            RunOptions, TrialSettings)
+from tuner.settings import RunOptions, TrialSettings
 from tuner.space import load_space
 
 PACED = "tests.fake_workloads:paced"

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from tests.fake_workloads import regression
-from tuner.harness import (COMPILE_MARGIN, COMPILE_NEEDS_S, DeadlineReached, _check_compile_fits,
-                           compile_needs_s, run_trial)
+from tuner.budget import COMPILE_MARGIN, COMPILE_NEEDS_S, compile_needs_s
+from tuner.harness import DeadlineReached, _check_compile_fits, run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 

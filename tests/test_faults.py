@@ -22,7 +22,7 @@ import pytest
 from tests import fault_workloads
 from tests.conftest import REPO_ROOT
 from tuner import leaderboard
-from tuner.driver import REMEASURE_ROUNDS
+from tuner.plan import REMEASURE_ROUNDS
 
 pytestmark = pytest.mark.slow
 

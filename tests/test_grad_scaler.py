@@ -11,7 +11,8 @@ import torch
 
 from tests.fake_workloads import Regression
 from tuner.apply import build_training, repeat
-from tuner.harness import Stepper, TrialFailure, _on_device, _windows
+from tuner.harness import TrialFailure, _windows
+from tuner.steppers import Stepper, on_device as _on_device
 from tuner.knobs import Knobs
 from tuner.measure import HostMemorySampler, counted_window, summarise
 from tuner.settings import TrialSettings

@@ -19,7 +19,9 @@ from tuner.harness import PHASES, run_trial
 from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 from tuner.settings import parse_memory
-from tuner.driver import CAN_WIN_FRACTION, REMEASURE_ROUNDS, run
+from tuner.driver import run
+from tuner.followups import CAN_WIN_FRACTION
+from tuner.plan import REMEASURE_ROUNDS
 from tuner.plan import make_plan
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions

@@ -113,12 +113,9 @@ class HostMemorySampler:
     where PSS cannot be read.
 
     Reading PSS is not free: the kernel walks every page of the process to compute it
-    (``/proc/<pid>/smaps_rollup``), 10-25 ms of CPU per process of a torch trial on this
-    project's 2-core machine, each DataLoader worker as much again. Sampled every 0.1 s, as
-    before 2026-11-25, that took 25-60 % of one core from the trial it measured: trials ran
-    10-33 % slower with the sampler than without (classifier299 tiny bs=16: 0.67x; ddpm tiny
-    bs=32 nw=2: 0.91x, medians of 3 pairs), which is why ``validate`` (no sampler) read
-    1.28-1.54x the trials on CPU. Inside ``measuring()`` (the timed windows) the sampler now
+    (``/proc/<pid>/smaps_rollup``), 10-25 ms of CPU per process of a torch trial on 2 CPU
+    cores, each DataLoader worker as much again; sampled every 0.1 s it would slow the trial it
+    measures (docs/benchmarks.md). Inside ``measuring()`` (the timed windows) the sampler
     spends at most ``max_duty`` of one core: after a sample that cost c seconds it waits
     ``max(interval_s, c x (1 - max_duty) / max_duty)``, 2.5 s for a 25-ms sample at the
     default 1 %. Outside it (set-up, warm-up, the memory probe's short trials) it samples every

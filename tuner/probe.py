@@ -10,8 +10,8 @@ after the first read.
 
 Where only device memory is measured, every probe runs in one process (``probe_in_process``):
 the allocator's peak is reset and its cache emptied between trials, so one process measures
-each batch size on its own, without a process start and CUDA initialisation per probe (the H100
-note of 2026-11-23: ~140 s for the ddpm probe with a fresh process each). A host memory limit
+each batch size on its own, without a process start and CUDA initialisation per probe. A host
+memory limit
 needs a fresh process per probe: a process keeps the heap it once held, which would be charged
 to the next batch size.
 """

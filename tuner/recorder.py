@@ -13,6 +13,8 @@ from typing import Any, Callable
 from ray.tune import Callback
 
 import tuner.leaderboard as leaderboard
+from tuner._deprecated import moved
+from tuner.budget import kill_at_unix_s
 from tuner.errors import RecordFailed, one_line
 from tuner.knobs import Knobs
 from tuner.plan import Plan
@@ -39,23 +41,6 @@ def _error_file_text(trial) -> str | None:
         return Path(path).read_text() if path else None
     except OSError:
         return None
-
-
-OVERDUE_S = 2.0
-"""Seconds past its deadline a trial may still run before its process is killed."""
-
-STEP_GRACE = 1.5
-"""Past the search's deadline (the run goes on with its follow-ups in the same process), a trial
-is left this many of its steps (``step_time_ms_p95`` of its last report) to stop itself at a
-step boundary, up to ``STEP_GRACE_MAX_S``: killed, its process is gone and the next trial
-starts a new one, which costs ~5.7 s on a 2-core CPU before the next trial's first step (torch
-and the workload imported again), more than a step of a batch-256 ddpm trial there (~5 s)."""
-
-STEP_GRACE_MAX_S = 10.0
-"""The most a trial past the search's deadline is waited for: about what a new trial process
-costs (5.7-7 s on the 2-core CPU: torch and the workload imported again). A compile, whose
-first step is far longer, is killed at ``OVERDUE_S``: no step time is reported before it
-ends."""
 
 
 def _deadline(trial) -> float | None:
@@ -178,17 +163,10 @@ class LeaderboardWriter(Callback):
             ray.kill(actor, no_restart=True)
 
     def kill_at(self, trial, deadline: float) -> float:
-        """When a trial still running past its ``deadline`` (time.time()) is killed:
-        ``OVERDUE_S`` after it; past the search's deadline, with the run's still ahead, after
-        ``STEP_GRACE`` of its steps when that is longer (at most ``STEP_GRACE_MAX_S``, never
-        past the run's deadline)."""
-        run_deadline = self.plan.settings.deadline_unix_s
-        step_ms = (trial.last_result or {}).get("step_time_ms_p95")
-        grace = OVERDUE_S
-        if run_deadline is not None and deadline < run_deadline and step_ms:
-            grace = max(grace, min(STEP_GRACE * step_ms / 1000, STEP_GRACE_MAX_S,
-                                   run_deadline - deadline))
-        return deadline + grace
+        """When a trial still running past its ``deadline`` (time.time()) is killed
+        (``tuner.budget.kill_at_unix_s``, from its last report's ``step_time_ms_p95``)."""
+        return kill_at_unix_s(deadline, self.plan.settings.deadline_unix_s,
+                              (trial.last_result or {}).get("step_time_ms_p95"))
 
     def on_experiment_end(self, trials, **info):
         """Rows of the trials Ray Tune stopped at its time budget (``TuneConfig.time_budget_s``
@@ -234,3 +212,7 @@ class LeaderboardWriter(Callback):
                       traceback=text)
         _stamp(trial, result)
         self._write(self._row(trial, result))
+
+
+__getattr__ = moved(__name__, {name: "tuner.budget" for name in (
+    "OVERDUE_S", "STEP_GRACE", "STEP_GRACE_MAX_S")})

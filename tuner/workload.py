@@ -97,8 +97,8 @@ class Workload(abc.ABC):
     compile_s_hint: ClassVar[float | None] = None
     """Seconds the first step under ``torch.compile`` (default mode) took for this workload on
     a GPU machine, with its source where it is set; None: not measured. On CUDA a trial starts
-    a compile only with that much time left (``tuner.harness.compile_needs_s``); without it,
-    the time ddpm's U-Net needed (``tuner.harness.COMPILE_NEEDS_S``)."""
+    a compile only with that much time left (``tuner.budget.compile_needs_s``); without it,
+    the time ddpm's U-Net needed (``tuner.budget.COMPILE_NEEDS_S``)."""
     data_is_file: ClassVar[bool] = False
     """True when ``--data`` names one file (a text corpus) rather than a directory."""
     option_names: ClassVar[tuple[str, ...]] = ()
