@@ -217,7 +217,7 @@ def _this_machine_key(keys: list[str]) -> str | None:
 @_common_filters
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
+@option("--limit", type=click.IntRange(min=1), metavar="N", show_default="all", help="Rows shown.")
 def leaderboard_cmd(workload: str, results: str, hardware: str | None, scale: str | None,
                     fmt: str, limit: int | None) -> None:
     """Trials ranked by samples/sec (failed trials last, with their error)."""
@@ -333,10 +333,10 @@ def _tied_faster(top: dict) -> dict | None:
 
 @main.command(short_help=SHORT_HELP["report"])
 @_common_filters
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Directory for the PNG figures and report.html.")
-@click.option("--max-memory-mb", "max_memory_mb", type=click.FloatRange(min=0, min_open=True),
-              help="Memory limit to draw on the throughput-vs-memory figure, MiB.")
+@option("--out", "out_dir", required=True, type=click.Path(file_okay=False), metavar="DIR",
+        help="Directory for the PNG figures and report.html.")
+@option("--max-memory-mb", "max_memory_mb", type=click.FloatRange(min=0, min_open=True),
+        metavar="MIB", show_default="none", help="Memory limit drawn on the memory figure.")
 def report(workload: str, results: str, hardware: str | None, scale: str | None,
            out_dir: str, max_memory_mb: float | None) -> None:
     """PNG figures and one self-contained HTML page from a workload's leaderboard."""

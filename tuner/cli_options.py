@@ -273,8 +273,8 @@ def _measurement() -> list[Callable]:
         opt("--window-s", "window_s", type=click.FloatRange(min=0, min_open=True), metavar="S",
             show_default=_per_scale(2), help="Seconds per measurement window."),
         opt("--confirm", type=click.IntRange(min=0), default=3, show_default=True, metavar="N",
-            help="Re-measure the N best beside the references in 3 rounds; the winner "
-                 "comes from these (0: off)."),
+            help="Re-measure the N best and the references in 3 rounds, to pick the winner; "
+                 "0: off"),
         opt("--ceiling/--no-ceiling", default=True, show_default=True,
             help="Measure what bounds the winner: compute-only, loader-only, machine limits."),
         opt("--peak-tflops", "peak_tflops", type=click.FloatRange(min=0, min_open=True),
