@@ -23,24 +23,26 @@ COMMAND_ORDER = ("run", "best", "leaderboard", "report", "validate", "profile", 
 """The order ``python -m tuner --help`` lists the commands in: a user's workflow (tune, read
 the answer, look closer, check it, share it), then the look-ups."""
 
-EPILOG = """\b
-Examples:
-  python -m tuner workloads                    list the workloads
-  python -m tuner run -w ddpm                  tune ddpm (on CPU: 12 trials, 3 min 30 s at most)
-  python -m tuner run -w classifier --model resnet50 --max-memory 12GB --time-budget 900
-  python -m tuner best -w ddpm --format python        the winner as code to paste
-  python -m tuner report -w ddpm --out ddpm-report    figures and report.html
+_EXAMPLES = (
+    ("python -m tuner workloads", "list the workloads"),
+    ("python -m tuner run -w ddpm",
+     f"tune ddpm (on CPU: 12 trials or {DEFAULT_CPU_TIME_BUDGET_S:g} s)"),
+    ("python -m tuner best -w ddpm --format python", "the winner as code to paste"),
+    ("python -m tuner report -w ddpm --out report", "figures and report.html"),
+    ("python -m tuner run -w classifier --model resnet50 --max-memory 12GB", ""),
+)
 
-\b
-Exit codes:
-  0    done
-  1    an unexpected error (with a traceback), or Ctrl-C outside a run's trials
-  2    an error told in one line "error: ...": bad input, no result, a write that failed
-  130  run interrupted by Ctrl-C: its recorded trials are kept; go on with --resume RUN_ID
-"""
-"""The epilog of ``python -m tuner --help`` (``\\b`` keeps click from re-wrapping it). The exit
-codes are those of ``tuner.cli``: ``TunerGroup`` (2), ``run`` (130) and click's own (1 on
-Ctrl-C, 2 on a usage error)."""
+EPILOG = "\n".join([
+    "\b", "Examples:", *(f"  {command:<46}{note}".rstrip() for command, note in _EXAMPLES), "",
+    "\b", "Exit codes:",
+    "  0    done",
+    "  1    an unexpected error (with a traceback), or Ctrl-C outside a run's trials",
+    '  2    bad input, no result or a failed write, told in one line "error: ..."',
+    "  130  run interrupted by Ctrl-C: its recorded trials are kept; go on with --resume RUN_ID",
+])
+"""The epilog of ``python -m tuner --help`` (``\\b`` keeps click from re-wrapping a paragraph).
+The exit codes are those of ``tuner.cli``: ``TunerGroup`` (2), ``run`` (130) and click's own
+(1 on Ctrl-C, 2 on a usage error)."""
 
 SHORT_HELP = {
     "run": "Tune a workload: measured trials, best vs baseline.",
@@ -91,12 +93,10 @@ def grouped(group: OptionGroup) -> Callable:
     return grouped_option
 
 
-def _per_scale(index: int, unit: str = "") -> str:
-    """A measurement default per scale, e.g. '3 at tiny scale (CPU), 5 at seed (CUDA)'."""
+def _per_scale(index: int) -> str:
+    """Item ``index`` of ``MEASUREMENT_DEFAULTS`` in words, e.g. '3 at tiny scale, 5 at seed'."""
     tiny, seed = MEASUREMENT_DEFAULTS["tiny"][index], MEASUREMENT_DEFAULTS["seed"][index]
-    if tiny == seed:
-        return f"{tiny:g}{unit}"
-    return f"{tiny:g}{unit} at tiny scale, {seed:g}{unit} at seed"
+    return f"{tiny:g}" if tiny == seed else f"{tiny:g} at tiny scale, {seed:g} at seed"
 
 
 def _time_budget_default() -> str:
@@ -126,7 +126,8 @@ def common_filter_options() -> list[Callable]:
                type=click.Path(file_okay=False), help="Results directory or URI (s3://…)."),
         option("--hardware", metavar="KEY", show_default="the only one, or this machine's",
                help="Hardware key of the rows to read."),
-        option("--scale", type=click.Choice(SCALES), show_default="all; best: the latest run's",
+        option("--scale", type=click.Choice(SCALES),
+               show_default="all (best: the latest run's scale)",
                help="Only rows of this model scale."),
     ]
 
