@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FLOORS = {
     6: {"tuner"},
-    5: {"tuner.cli", "tuner.__main__", "tuner.api"},
+    5: {"tuner.cli", "tuner.cli_options", "tuner.__main__", "tuner.api"},
     4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.probe", "tuner.ray_runtime",
         "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock"},
@@ -44,8 +44,8 @@ FLOORS = {
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
-TORCH_FREE = {"tuner", "tuner.cli", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-              "tuner.leaderboard", "tuner.progress", "tuner.noise",
+TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
+              "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.windows", "tuner._deprecated"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
