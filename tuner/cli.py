@@ -117,9 +117,9 @@ def run(**kwargs: Any) -> None:
     kwargs["workload_options"] = {"model": kwargs.pop("model"),
                                   "image_size": kwargs.pop("image_size")}
     options = RunOptions(**kwargs)
-    with contextlib.ExitStack() as session:
+    with contextlib.ExitStack() as stack:
         with console.status("checking the workload, search space and data…"):
-            plan = session.enter_context(planned(options))
+            plan = stack.enter_context(planned(options))
         launched = _launched_monotonic()
         if launched is not None:  # the budget counts from the launch
             plan = plan.launched_at(launched)

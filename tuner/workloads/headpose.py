@@ -1,6 +1,6 @@
 """Head-pose regression: a ResNet-50 predicting yaw/pitch/roll (degrees) from face crops.
 
-Source: ``shared/reports/headpose-guide-rtx3090.md`` ("GPU Optimization Guide - RTX 3090
+Source: a user's tuning guide ("GPU Optimization Guide - RTX 3090
 (24GB)"), a user's guide for ``train_cnn_model.py`` / ``trainer_cnn.py`` training a CNN on
 300W-LP (~104K samples) and BIWI (~12K samples), reaching "Model MAE: ~4-6° on 300W-LP".
 
@@ -330,7 +330,7 @@ class HeadPoseWorkload(Workload):
 
     name = "headpose"
     description = "ResNet-50 regressing yaw/pitch/roll (degrees) from 224x224 JPEG face crops"
-    source = "shared/reports/headpose-guide-rtx3090.md (RTX 3090 24 GB, 300W-LP / BIWI)"
+    source = "a user's GPU Optimization Guide (RTX 3090 24 GB, 300W-LP / BIWI)"
     learning_rate = 1e-4  # Adam(W) at 1e-4: the usual rate for fine-grained head-pose regression
     references = {
         "baseline": Knobs(
