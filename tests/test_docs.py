@@ -350,7 +350,7 @@ def _one_step(workload, data_dir) -> float:
     loss = workload.training_step(workload.build_model("tiny"), batch)
     assert isinstance(loss, torch.Tensor) and loss.ndim == 0
     loss.backward()
-    return float(loss)
+    return loss.item()
 
 
 def test_workload_example_trains(examples_dir, tmp_path, monkeypatch):
