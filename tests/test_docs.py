@@ -199,6 +199,7 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert "Sentinel" not in cli and "UNSET" not in cli
     api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
     for anchor in ("tuner.api.tune", "tuner.api.TuneResult", "tuner.workload.Workload",
+                   "tuner.workloads.datasets",
                    "tuner.knobs.Knobs", "tuner.integrations.lightning.from_lightning",
                    "tuner.settings.RunOptions", "tuner.errors.TunerError"):
         assert f'id="{anchor}"' in api, f"the API reference has no entry {anchor}"
