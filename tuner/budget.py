@@ -6,7 +6,7 @@ Units: every ``*_S`` is seconds, every ``*_SHARE`` a fraction of the run's budge
 driver keeps the run's deadline on its ``time.monotonic()`` (``Plan.deadline_monotonic``);
 trials run in other processes, maybe on other nodes, and get the same instant on the wall clock
 (``time.time()``: ``TrialSettings.deadline_unix_s``). The figures behind the defaults are in
-docs/benchmarks.md.
+docs/defaults.md.
 
 Torch-free and Ray-free: the plan, the driver, the recorder, the searcher and the trial
 harness all read it.

@@ -35,7 +35,7 @@ CAN_WIN_FRACTION = 0.5
 """A searched configuration is re-measured only when its search rate is at least this share of
 the best search rate (for ``time_to_train_s``: a time at most 1/this of the best): a busy
 machine can halve a rate between search and re-measurement, so a configuration below half the
-best cannot overtake it (docs/benchmarks.md)."""
+best cannot overtake it (docs/defaults.md)."""
 
 TRANSIENT_ERRORS = ("DataLoader worker failure", "died", "killed")
 """Error texts of a failure that may not recur: a DataLoader worker died (``tuner.failures``'s

@@ -105,7 +105,7 @@ def run_tune_trial(workload: Workload, config: dict) -> None:
 def training_threads(num_workers: int, cpus: int) -> int:
     """Intra-op threads of the training process: the trial's ``cpus`` less one per DataLoader
     worker (``num_workers``), at least 1, so that workers and training do not oversubscribe
-    the same CPUs (docs/benchmarks.md has the measurements)."""
+    the same CPUs (docs/defaults.md has the measurements)."""
     return max(1, cpus - num_workers)
 
 

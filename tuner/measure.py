@@ -115,7 +115,7 @@ class HostMemorySampler:
     Reading PSS is not free: the kernel walks every page of the process to compute it
     (``/proc/<pid>/smaps_rollup``), 10-25 ms of CPU per process of a torch trial on 2 CPU
     cores, each DataLoader worker as much again; sampled every 0.1 s it would slow the trial it
-    measures (docs/benchmarks.md). Inside ``measuring()`` (the timed windows) the sampler
+    measures (docs/defaults.md). Inside ``measuring()`` (the timed windows) the sampler
     spends at most ``max_duty`` of one core: after a sample that cost c seconds it waits
     ``max(interval_s, c x (1 - max_duty) / max_duty)``, 2.5 s for a 25-ms sample at the
     default 1 %. Outside it (set-up, warm-up, the memory probe's short trials) it samples every

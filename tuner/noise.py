@@ -50,7 +50,7 @@ CONFIDENCE = 0.95
 SINGLE_PAIR_FLOOR = 0.10
 """|ln ratio| below which a speed-up read from one measurement of each configuration is a tie
 (a ratio within 0.905..1.105): above the median pass-to-pass spread of the search-quality
-benchmark on a quiet machine (docs/benchmarks.md), as ``tuner.pruning.MIN_MARGIN``."""
+benchmark on a quiet machine (docs/defaults.md), as ``tuner.pruning.MIN_MARGIN``."""
 
 _MEDIAN_VARIANCE = math.pi / 2
 """Variance of the median of normal windows over that of their mean (a row's rate is the
@@ -191,7 +191,7 @@ DRIFT_NOTE_CV = 0.05
 configurations) above which a run says the machine drifted: with 3 rounds a paired speed-up's
 95 % interval is then about +-17 % wide (t = 4.3, sqrt 2 for the pair, sqrt 3 rounds), so
 most differences between configurations read as ties. On a quiet machine rounds repeat within
-1-5 % (docs/benchmarks.md)."""
+1-5 % (docs/defaults.md)."""
 
 
 @dataclass(frozen=True)

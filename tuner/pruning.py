@@ -22,7 +22,7 @@ the noise:
   can double the pooled noise of a dozen others, and the margin with it.
 * ``DRIFT`` = 3: one configuration measured again in another trial moves more than its own
   windows scatter: ``bench/repeatability.py`` measures the CV across repeats at about three
-  times the median within-trial CV (figures in docs/benchmarks.md).
+  times the median within-trial CV (figures in docs/defaults.md).
 * ``Z`` = 2: two between-trial standard deviations. That alone would stop a configuration as
   fast as the best with a chance of about 2 % (one sided, normal noise) at one decision if
   the best were known exactly; it is measured as noisily (the chance is then ~8 %), and it is
@@ -32,7 +32,7 @@ the noise:
   costs is bounded by the noise: a configuration stopped so is not faster
   than the best by more than the noise, and the run's answer comes from re-measured rounds.
 * ``MIN_MARGIN`` = 0.10 (a ratio of 0.905): above the median pass-to-pass spread of the
-  search-quality benchmark on a quiet machine (docs/benchmarks.md), for noise that a run's
+  search-quality benchmark on a quiet machine (docs/defaults.md), for noise that a run's
   windows do not show yet.
 
 At a window CV of ~1 % (a quiet GPU) the margin is the 10 % floor; at ~5 % it is ~30 %.

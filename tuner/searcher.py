@@ -6,7 +6,7 @@
   by default, TPE or random search on request. On the reduced spaces of
   ``bench/search_quality.py`` the GP found configurations within 0.95 of the grid's best in
   fewer trials than TPE, which at a budget of 20% of the grid did no better than random search
-  (docs/benchmarks.md, "Search quality").
+  (docs/benchmarks.md, "CPU: search quality").
 * Memory is a constraint (``Trial.set_constraint``; <= 0 is feasible), so the sampler learns
   where configurations stop fitting instead of scoring them 0; Optuna ignores FAIL trials and
   would keep sampling there (Optuna's samplers skip FAIL trials). A measured trial's value

@@ -55,7 +55,7 @@ MEASUREMENT_DEFAULTS = {
     # scale: (warm-up optimizer steps, windows, seconds per window)
     # tiny (the CPU default): one warm-up step for the one-time costs, then windows that judge
     # the steady state themselves (a transient first window is dropped: tuner.windows); the
-    # measured share of a default CPU run's time per setting is in docs/benchmarks.md.
+    # measured share of a default CPU run's time per setting is in docs/defaults.md.
     "tiny": (1, 3, 2.0),
     "seed": (10, 5, 2.0),
 }

@@ -10,7 +10,7 @@ transient. Windows of one or two whole steps each (a step of half a window or mo
 nothing. The tolerance of a run's next trial grows with the window noise its rows so far show.
 
 Pure functions of window rates (samples/sec), window lengths (s) and step times (ms);
-torch-free. The figures behind the defaults are in docs/benchmarks.md.
+torch-free. The figures behind the defaults are in docs/defaults.md.
 """
 
 from __future__ import annotations
