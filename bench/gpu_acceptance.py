@@ -8,12 +8,13 @@ each step, so that a command stopped by a time limit keeps what finished:
   1. the GPU tests (``tests/gpu``, ``tests/test_gpu_paths.py``: ``--max-memory`` on the card,
      out-of-memory then a fitting trial, AMP, compile, NVML) through pytest;
   2. ddpm under ``--max-memory 12GB`` (on CUDA; the DDPM report's card, an RTX 5070 with
-     12 GB): the tuner's references, its best (re-measured; with ``--quick`` the search's),
+     12 GB): the tuner's references, its best (re-measured),
      both ceilings (compute-only, loader-only), the attainable rate and the best's share of
      it, MFU, compile time, peak memory, start-up + probe time; then ``validate`` (the best
      trained as a plain loop, measured ÷ predicted) and the peers' answer;
-  3. the other built-in workloads the same way, each with a short time budget, as many as the
-     deadline holds; one that would not fit is skipped and the notes say so.
+  3. the other built-in workloads the same way, each with a short time budget (with
+     ``--quick`` and without the memory probe), as many as the deadline holds; one that would
+     not fit is skipped and the notes say so.
 
 The peers' answer: the largest batch that fits with the recommended reference's other
 settings, found by doubling until it no longer fits (Lightning's ``BatchSizeFinder`` in its
@@ -26,8 +27,8 @@ Usage:
   python bench/gpu_acceptance.py --quick --device cpu --scale tiny    # rehearsal on CPU
   python bench/gpu_acceptance.py --workloads ddpm chargpt --time-budget 120
 
-Options: --quick (a deadline of 480 s; ddpm: 4 trials within 150 s, each other workload: 3
-trials within 45 s; no re-measurement: the best is the search's),
+Options: --quick (a deadline of 480 s; ddpm: 4 trials within 180 s, each other workload: 3
+trials within 60 s without the memory probe; the best alone re-measured),
 --deadline-s S (the whole run; steps that would not end by then are skipped), --workloads
 NAME... (default: every built-in, ddpm first), --time-budget S (per workload; default 300 on
 CUDA for ddpm, 40 for the others, none on CPU), --trials N, --no-tests, --results DIR,
@@ -55,6 +56,10 @@ from pathlib import Path
 
 STARTED = time.time()
 """The script's start: the deadline counts from here, the import of torch and Ray included."""
+
+START_METHOD = mp.get_start_method()
+"""This platform's default start method (fork on Linux before Python 3.14), for the children of
+the workload steps."""
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -91,24 +96,26 @@ QUICK_DEADLINE_S = 480.0
 """``--quick``: the whole run, so that one command with the dependency install (~30 s) and
 this script's start-up ends within 9 minutes."""
 
-QUICK_BUDGET_S = 150.0
+QUICK_BUDGET_S = 180.0
 """``--quick``: ddpm's time budget (probe, search, re-measurement, ceilings)."""
 
-QUICK_OTHER_BUDGET_S = 45.0
-"""``--quick``: the time budget of each other workload."""
+QUICK_OTHER_BUDGET_S = 60.0
+"""``--quick``: the time budget of each other workload, which runs without the memory probe
+(16-36 s per workload on an H200 at seed scale: most of a short budget)."""
 
 QUICK_TRIALS = {"ddpm": 4}
 """``--quick``: trials in all (references included), 3 for a workload not named."""
 
-QUICK_CONFIRM = 0
-"""``--quick``: no re-measurement phase (its rounds, the best beside the references three
-times over, would take the time the ceilings need); the best is the search's."""
+QUICK_CONFIRM = 1
+"""``--quick``: the best alone re-measured beside the references; the rounds the budget left
+cannot hold are not started, and the ceilings take the time that is left (the winner's
+ceilings are measured only with a re-measured best)."""
 
 MIN_BUDGET_S = 25.0
 """A workload whose budget the deadline would cut below this is skipped: a shorter run
 measures the references at most."""
 
-STEP_OVERHEAD_S = {"cuda": 75.0, "cpu": 45.0}
+STEP_OVERHEAD_S = {"cuda": 60.0, "cpu": 45.0}
 """A workload step's wall time beyond its tuner budget: the child's start-up, the budget's
 grace, validate (its warm-up and measured time as long as the best's trial)."""
 
@@ -206,6 +213,10 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
     plus 'notes') is written to ``row_file`` as JSON after each of the three and after each
     reference trial, so that a child stopped by its time box leaves what it had."""
     device, limit, started = job["device"], job["limit"], time.time()
+    # a spawned process's own children are spawned too (each DataLoader worker would import
+    # this script, torch and Ray again: validate read 0.18 of the trial on an H200); the
+    # children of the trials, validate and the peers' answer start as in a user's program
+    mp.set_start_method(job["start_method"], force=True)
     row = dict.fromkeys(COLUMNS)
     row.update(workload=name + (f" (--max-memory {limit})" if limit else ""), notes=[])
     if device == "cpu":
@@ -242,7 +253,7 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
         result = tuner.tune(name, device=device, scale=job["scale"], trials=job["trials"],
                             time_budget_s=job["budget"], results=str(Path(job["results"]) / name),
                             max_memory=limit, progress=False, on_event=on_event,
-                            **({"confirm": job["confirm"]} if job["confirm"] is not None else {}))
+                            **{k: job[k] for k in ("confirm", "probe") if job[k] is not None})
     except RunInterrupted:
         row["notes"].append("the tuner run was stopped at the step's time box")
         save()
@@ -526,6 +537,8 @@ def run_workload(run: Run, name: str) -> None:
     trials = args.trials or (QUICK_TRIALS.get(name, 3) if args.quick else None)
     job = {"device": device, "scale": args.scale, "budget": budget, "trials": trials,
            "confirm": QUICK_CONFIRM if args.quick else None,
+           "probe": "off" if args.quick and name != "ddpm" else None,
+           "start_method": START_METHOD,
            "limit": DDPM_MAX_MEMORY if name == "ddpm" and device == "cuda" else None,
            "results": str(run.results), "stop_at": min(run.stop_at, time.time() + 1e9)}
     row_file = str(run.results / f"{name}-row.json")
