@@ -10,6 +10,7 @@ import pytest
 
 import tuner.budget as budget
 import tuner.followups as followups
+import tuner.leaderboard as leaderboard
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS, Plan
 from tuner.space import Choices, Space
@@ -93,6 +94,14 @@ def test_nothing_is_planned_with_less_time_left_than_a_phase_needs():
 def test_no_ceiling_without_the_ceiling_option():
     batches, _ = run_all(fake_plan(ceiling=False), search_rows())
     assert [b.phase for b in batches] == [Phase.REMEASURE]
+
+
+def test_without_a_remeasurement_the_ceilings_are_the_search_bests():
+    batches, _ = run_all(fake_plan(confirm=0), search_rows())
+    assert [b.phase for b in batches] == [Phase.CEILING]
+    winner = Knobs.from_dict(leaderboard.best_row(search_rows()), strict=False)
+    assert batches[0].configs[0] == (winner, None) and winner in (BUSY, FAST)
+    assert [c["ceiling"] for c in batches[0].per_trial][:2] == ["compute", "loader"]
 
 
 def test_rows_of_another_accelerator_type_are_not_this_types():

@@ -62,8 +62,9 @@ def type_rows(plan: Any, rows: Sequence[dict]) -> list[dict]:
 
 def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
     """The follow-up batches, in order: ``retry_references``, ``rounds`` of the configurations
-    ``remeasure_configs`` picks, then (with ``options.ceiling`` and a configuration re-measured)
-    ``ceilings`` and ``ceiling_again``. ``rows``: the run's rows, a list the caller appends each
+    ``remeasure_configs`` picks, then (with ``options.ceiling``, after a configuration
+    re-measured or, with ``options.confirm`` 0, the search's best) ``ceilings`` and
+    ``ceiling_again``. ``rows``: the run's rows, a list the caller appends each
     finished trial's row to before it asks for the next batch. Nothing when the time left is
     under ``budget.MIN_PHASE_S``."""
     if not budget.has_time(plan.time_left_s()):
@@ -72,7 +73,7 @@ def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Ba
     top, configs = remeasure_configs(plan, type_rows(plan, rows))
     if configs:
         yield from rounds(plan, rows, configs, on_event)
-    if plan.options.ceiling and top:
+    if plan.options.ceiling and (top or not plan.options.confirm):
         yield from ceilings(plan, rows, on_event)
         yield from ceiling_again(plan, rows, on_event)
 
