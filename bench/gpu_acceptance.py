@@ -8,7 +8,7 @@ each step, so that a command stopped by a time limit keeps what finished:
   1. the GPU tests (``tests/gpu``, ``tests/test_gpu_paths.py``: ``--max-memory`` on the card,
      out-of-memory then a fitting trial, AMP, compile, NVML) through pytest;
   2. ddpm under ``--max-memory 12GB`` (on CUDA; the DDPM report's card, an RTX 5070 with
-     12 GB): the tuner's references, its best (re-measured),
+     12 GB): the tuner's references, its best (re-measured; with ``--quick`` the search's),
      both ceilings (compute-only, loader-only), the attainable rate and the best's share of
      it, MFU, compile time, peak memory, start-up + probe time; then ``validate`` (the best
      trained as a plain loop, measured ÷ predicted) and the peers' answer;
@@ -28,7 +28,7 @@ Usage:
   python bench/gpu_acceptance.py --workloads ddpm chargpt --time-budget 120
 
 Options: --quick (a deadline of 480 s; ddpm: 4 trials within 180 s, each other workload: 3
-trials within 60 s without the memory probe; the best alone re-measured),
+trials within 60 s without the memory probe; no re-measurement),
 --deadline-s S (the whole run; steps that would not end by then are skipped), --workloads
 NAME... (default: every built-in, ddpm first), --time-budget S (per workload; default 300 on
 CUDA for ddpm, 40 for the others, none on CPU), --trials N, --no-tests, --results DIR,
@@ -106,10 +106,9 @@ QUICK_OTHER_BUDGET_S = 60.0
 QUICK_TRIALS = {"ddpm": 4}
 """``--quick``: trials in all (references included), 3 for a workload not named."""
 
-QUICK_CONFIRM = 1
-"""``--quick``: the best alone re-measured beside the references; the rounds the budget left
-cannot hold are not started, and the ceilings take the time that is left (the winner's
-ceilings are measured only with a re-measured best)."""
+QUICK_CONFIRM = 0
+"""``--quick``: no re-measurement (its interleaved rounds, which come first, would take the
+time the ceilings need); the best and its ceilings are the search's."""
 
 MIN_BUDGET_S = 25.0
 """A workload whose budget the deadline would cut below this is skipped: a shorter run
