@@ -81,7 +81,8 @@ COLUMNS = ("workload", "baseline", "recommended", "best", "best knobs", "compute
            "peers' batch", "peers' samples/sec", "step s")
 """The table's columns: samples/sec unless said. 'n/a' where the device has no such figure
 (MFU and device memory on CPU), 'off' for the compile time of a best that does not compile,
-'skipped' for a figure the time box left out, empty where a step gave no figure."""
+'skipped' for a figure the time left could not hold, 'cut off' for one the step's time box
+stopped, empty where a step gave no figure."""
 
 NOT_ON_CPU = ("MFU %", "peak dev MiB")
 
@@ -131,6 +132,8 @@ STOP_GRACE_S = 40.0
 then this long before SIGKILL."""
 
 SKIPPED = "skipped"
+CUT_OFF = "cut off"
+"""The cell of a figure whose measurement the step's time box stopped."""
 
 
 # --- step 1: the GPU tests -------------------------------------------------------------------
@@ -274,6 +277,8 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
     save()
     results = str(Path(job["results"]) / f"{name}-peers")
     print(f"{name}: validate", flush=True)
+    row["validate ratio"] = CUT_OFF  # what the row says if the time box stops the step here
+    save()
     row["validate ratio"] = validate_ratio(_plan(name, device, job["scale"], limit, results),
                                            best.row)
     save()
@@ -284,6 +289,8 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
                             f"~{PEERS_S[device]:.0f} s")
     else:
         print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
+        row["peers' batch"] = row["peers' samples/sec"] = CUT_OFF
+        save()
         row.update(peers_answer(_plan(name, device, job["scale"], limit, results)))
     save()
 
@@ -555,7 +562,7 @@ def run_workload(run: Run, name: str) -> None:
         row.update(workload=name, notes=["the step left no figures"])
     row["step s"] = time.time() - t0
     if cut:
-        row["notes"].append(f"stopped at the deadline after {row['step s']:.0f} s")
+        row["notes"].append(f"stopped at its time box ({box:.0f} s) after {row['step s']:.0f} s")
     run.rows.append(row)
     print(f"{name}: {row['step s']:.0f} s", flush=True)
 
