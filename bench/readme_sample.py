@@ -144,8 +144,11 @@ def legend() -> list[str]:
 
 def block(sample_dir: Path = SAMPLE_DIR) -> str:
     """The README block between the markers, markers included."""
-    meta, _ = load(sample_dir)
-    intro = (f"Printed by `{meta['command']}` on {meta['machine']}, {meta['date']} "
+    import statistics
+    meta, rows = load(sample_dir)
+    loads = [r["load_avg_1m"] for r in rows.values() if r.get("load_avg_1m") is not None]
+    load = f", load average {statistics.median(loads):.1f} during the trials" if loads else ""
+    intro = (f"Printed by `{meta['command']}` on {meta['machine']}{load}, {meta['date']} "
              f"(tuner {meta['tuner_version']}, torch {meta['torch_version']}; the plan lines at "
              "the start and the ready-to-paste commands at the end are left out):")
     return "\n".join([START, *textwrap.wrap(intro, WIDTH, break_on_hyphens=False), "",
