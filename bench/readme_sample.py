@@ -55,11 +55,12 @@ def _console():
 
 
 def _taken(console) -> list[str]:
-    """The lines printed on ``console`` since the last call."""
+    """The lines printed on ``console`` since the last call, without the spaces that pad them
+    to the console's width."""
     text = console.file.getvalue()
     console.file.seek(0)
     console.file.truncate()
-    return text.splitlines()
+    return [line.rstrip() for line in text.splitlines()]
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,26 +109,31 @@ def _summary_lines(lines: list[str]) -> list[str]:
     return lines[:cut] + rest
 
 
+SHOWN_REMEASURE = 2
+"""Re-measurement trial lines shown; the others, and the ceilings' lines, are counted."""
+
+
 def output_lines(sample_dir: Path = SAMPLE_DIR) -> list[str]:
-    """The sample output: the command, every search trial's line, the first round of the
-    re-measurement (the other rounds counted), the ceilings and the closing summary."""
+    """The sample output: the command, every search trial's line, the re-measurement's first
+    lines, the others and the ceilings counted in one line, and the closing summary."""
     meta, _ = load(sample_dir)
     lines = [f"$ {meta['command']}"]
-    to_show, left_out = None, 0  # re-measure trial lines still shown; lines left out so far
+    shown, left_out = 0, {}  # re-measure trial lines shown; trials left out, by phase
     for kind, data, printed in replay(sample_dir):
         phase = data["row"]["phase"] if kind == "trial" else data.get("phase")
-        if phase == "remeasure":
-            if kind == "phase" and to_show is None:  # the first round: shown
-                rounds = data.get("last_round", data.get("round", 1)) - data.get("round", 1) + 1
-                to_show = data["count"] // rounds
-            elif kind == "trial" and to_show:
-                to_show -= 1
-            else:
-                left_out += len(printed)
-                continue
-        elif left_out:
-            lines.append(f"  ({left_out} more lines: the next re-measurement rounds)")
-            left_out = 0
+        keep = (kind == "summary" or phase == "search"
+                or (phase == "remeasure" and kind == "phase" and not shown and not left_out)
+                or (phase == "remeasure" and kind == "trial" and shown < SHOWN_REMEASURE))
+        if not keep:
+            if kind == "trial":
+                left_out[phase] = left_out.get(phase, 0) + 1
+            continue
+        if kind == "trial" and phase == "remeasure":
+            shown += 1
+        if kind == "summary" and left_out:
+            counts = " and ".join(f"{n} {p} trial" + ("s" if n > 1 else "")
+                                  for p, n in left_out.items())
+            lines.append(f"  ({counts} left out here)")
         lines += _summary_lines(printed) if kind == "summary" else printed
     return lines
 
@@ -147,10 +153,10 @@ def block(sample_dir: Path = SAMPLE_DIR) -> str:
     import statistics
     meta, rows = load(sample_dir)
     loads = [r["load_avg_1m"] for r in rows.values() if r.get("load_avg_1m") is not None]
-    load = f", load average {statistics.median(loads):.1f} during the trials" if loads else ""
-    intro = (f"Printed by `{meta['command']}` on {meta['machine']}{load}, {meta['date']} "
-             f"(tuner {meta['tuner_version']}, torch {meta['torch_version']}; the plan lines at "
-             "the start and the ready-to-paste commands at the end are left out):")
+    busy = f", load average {statistics.median(loads):.1f}" if loads else ""
+    intro = (f"On {meta['machine']}{busy}, {meta['date']}, tuner {meta['tuner_version']}, torch "
+             f"{meta['torch_version']} (the plan printed first and the paste commands last are "
+             "left out):")
     return "\n".join([START, *textwrap.wrap(intro, WIDTH, break_on_hyphens=False), "",
                       "```text", *output_lines(sample_dir), "```", "", *legend(), END]) + "\n"
 
@@ -226,7 +232,7 @@ def record(sample_dir: Path = SAMPLE_DIR) -> None:
             "python": platform.python_version(), "events": events}
     (sample_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str) + "\n",
                                          encoding="utf-8")
-    printed = live.console.file.getvalue().splitlines()
+    printed = [line.rstrip() for line in live.console.file.getvalue().splitlines()]
     first = next(i for i, line in enumerate(printed) if line.startswith("  ["))
     replayed = [line for _, _, lines in replay(sample_dir) for line in lines]
     printed, replayed = _summary_lines(printed[first:]), _summary_lines(replayed)

@@ -47,8 +47,14 @@ def test_the_sample_shows_trials_of_every_phase_the_summary_and_the_legend(sampl
     searched = [line for line in lines if line.startswith("  [search ")]
     assert len(searched) == meta["search_trials"] == sample.RUN["trials"]
     assert re.match(r"  \[search 1/6\] ok +[\d,.]+ samples/sec  bs=\d+", searched[0])
-    assert any(line.startswith("  [remeasure ") for line in lines)
-    assert any(line.startswith("  [ceiling ") for line in lines)
+    remeasured = [line for line in lines if line.startswith("  [remeasure ")]
+    assert len(remeasured) == sample.SHOWN_REMEASURE
+    left_out = sum(1 for kind, data in meta["events"] if kind == "trial") - len(searched) - len(
+        remeasured)
+    counted = re.search(r"^  \((\d+) remeasure trials and (\d+) ceiling trials? left out here\)$",
+                        rendered, flags=re.M)
+    assert counted and int(counted[1]) + int(counted[2]) == left_out, counted
+    assert any(line.startswith("│ compute-only ceiling") for line in lines)
     # the summary table, with the winner and a speed-up over the baseline
     assert any(line.startswith("│ best (re-measured") for line in lines)
     assert any(line.startswith("│ baseline") for line in lines)
