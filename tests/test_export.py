@@ -91,12 +91,16 @@ def results(tmp_path) -> Path:
 
 
 def readme_export_args() -> list[str]:
-    """The README's ``python -m tuner export`` command, its placeholder ``W`` filled in."""
+    """The documented ``python -m tuner export`` command (README.md or docs/), its workload
+    replaced by this test's."""
     text = documented_text()
-    line = next(line for line in text.splitlines() if line.startswith("python -m tuner export"))
+    line = next((line for line in text.splitlines() if line.startswith("python -m tuner export")),
+                None)
+    assert line is not None, "README.md and docs/ have no line `python -m tuner export ...`"
     argv = shlex.split(line.split(" #", 1)[0])
-    assert argv[:4] == ["python", "-m", "tuner", "export"] and "W" in argv, argv
-    return [WORKLOAD if arg == "W" else arg for arg in argv[4:]]
+    assert argv[:4] == ["python", "-m", "tuner", "export"] and "--workload" in argv, argv
+    argv[argv.index("--workload") + 1] = WORKLOAD
+    return argv[4:]
 
 
 def test_export_writes_one_trial_per_leaderboard_row(results, tmp_path, monkeypatch):

@@ -140,16 +140,14 @@ def documented_files() -> list[Path]:
 
 
 def documented_examples() -> dict[str, Example]:
-    """The ``example`` blocks of README.md and the docs pages, by name (a name is used once)."""
+    """The ``example`` blocks of README.md and the docs pages, by name. A page may repeat an
+    example of the README under its name (a page reads on its own); the README's is returned,
+    then the first page's in name order. A name used twice in one file fails the test."""
     found: dict[str, Example] = {}
-    where: dict[str, str] = {}
     for path in documented_files():
         source = str(path.relative_to(REPO_ROOT))
         for name, example in parse_examples(path.read_text(encoding="utf-8"), source).items():
-            if name in found:
-                pytest.fail(f"{source} line {example.line}: example name {name!r} is also used "
-                            f"in {where[name]} line {found[name].line}")
-            found[name], where[name] = example, source
+            found.setdefault(name, example)
     return found
 
 
