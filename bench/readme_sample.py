@@ -1,6 +1,6 @@
 """The README's sample output: one real short run, stored, and the README block rendered from it.
 
-    python bench/readme_sample.py --run     # a real run into docs/sample/ (~5 min on 2 CPU cores)
+    python bench/readme_sample.py --run     # a real run into docs/sample/ (~5 min, 2 quiet cores)
     python bench/readme_sample.py           # print the README block rendered from docs/sample/
     python bench/readme_sample.py --write   # put that block between the markers in README.md
     python bench/readme_sample.py --check   # exit 1 when README.md's block differs from it
