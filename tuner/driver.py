@@ -36,6 +36,7 @@ from tuner.runlock import registered
 from tuner.searcher import Staged, make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
 from tuner.status import Phase, Status, phase_of
+from tuner.winner import best as winning
 from tuner.workload import Workload
 
 
@@ -591,20 +592,20 @@ def _remeasure_configs(plan: Plan, rows: list[dict]) -> tuple[list[Knobs], list[
 def _ceiling_again(plan: Plan, writer: "LeaderboardWriter",
                    on_event: Callable[[str, dict], None]) -> Iterator[Batch]:
     """The winner's compute-only ceiling; measured once more when it came out below the
-    winner by more than the noise (``leaderboard.ceiling_far_below``: a disturbed measurement,
-    never an efficiency over 100 %; within the noise it is the pipeline's own rate, and a
+    winner by more than the noise (``tuner.winner.Answer.ceiling_far_below``: a disturbed
+    measurement, never an efficiency over 100 %; within the noise it is the pipeline's own rate, and a
     second trial, 14 s of the default CPU run, could not change that reading), and not again
     when this run's rows already hold it."""
     for _ in range(2):
         rows = _type_rows(plan, writer)
-        winner = leaderboard.best_row(rows)
+        winner = winning(rows)
         if winner is None:
             return
-        knobs = Knobs.from_dict(winner, strict=False)
+        knobs = winner.knobs
         measured = [r for r in rows if phase_of(r) == Phase.CEILING
                     and (r.get("ceiling") or "compute") == "compute"
                     and Knobs.from_dict(r, strict=False) == knobs]
-        if (measured and not leaderboard.ceiling_far_below(winner)) or len(measured) >= 2:
+        if (measured and not winner.ceiling_far_below) or len(measured) >= 2:
             return
         if not _holds(plan, rows, [knobs]):
             return
@@ -621,10 +622,10 @@ def _limits(plan: Plan, writer: "LeaderboardWriter",
     ('machine-compute'). Each is measured once per run (a resumed run measures what its rows
     lack)."""
     rows = _type_rows(plan, writer)
-    winner = leaderboard.best_row(rows)
+    winner = winning(rows)
     if winner is None:
         return
-    knobs = Knobs.from_dict(winner, strict=False)
+    knobs = winner.knobs
     have = {r.get("ceiling") or "compute" for r in rows if phase_of(r) == Phase.CEILING}
     workers = plan.node_cpus
     machine_loader = knobs.replace(num_workers=workers, persistent_workers=True,
