@@ -1,6 +1,6 @@
-"""The flat-dict forms of the winner that ``tuner.leaderboard`` handed out before
-``tuner.winner``: ``best_row``, ``best``, ``speedup_vs`` and ``ceiling_far_below``, reached
-only through ``tuner.leaderboard``'s deprecated names (removed in the next release)."""
+"""The winner as one flat dict of derived keys, behind ``tuner.leaderboard``'s deprecated
+names ``best_row``, ``best``, ``speedup_vs`` and ``ceiling_far_below`` (removed in the next
+release; ``tuner.winner.best`` returns the typed ``Answer``)."""
 
 from __future__ import annotations
 

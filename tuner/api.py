@@ -40,14 +40,16 @@ class Best:
 
     knobs: Knobs
     samples_per_sec: float
-    """Median over the measurement windows, samples/sec."""
+    """Median over the measurement windows, samples/sec; with re-measured rounds, the geometric
+    mean of their medians."""
     trial_id: str
     phase: str
     """'search' or 'remeasure'."""
     row: dict
-    """The whole leaderboard row (``tuner.leaderboard.SCHEMA``)."""
-    answer: "winner.Answer"
-    """The winner with its references, ties and ceilings (``tuner.winner.best``)."""
+    """The whole leaderboard row (``tuner.leaderboard.SCHEMA``), figures as in ``answer.row``."""
+    answer: winner.Answer
+    """The winner with its speed-ups over the references, ties, ceilings and the attainable
+    rate (``tuner.winner.best``)."""
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ import tuner.noise as noise
 import tuner.winner as winner
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
-from tuner.status import FAILED, MEASURED, STATUSES, Phase, Status, phase_of
+from tuner.status import FAILED, MEASURED, Phase, Status, phase_of
 
 FIGURES = ("throughput_vs_batch", "knob_importance", "throughput_vs_memory", "best_vs_references")
 """Figure names, in page order; each is written as ``<name>.png``."""

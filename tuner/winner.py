@@ -16,11 +16,14 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import tuner.noise as noise
 from tuner.knobs import Knobs
 from tuner.status import Phase, Status, phase_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 REFERENCES = ("baseline", "recommended")
 """The reference configurations a run measures beside its search (``reference`` column)."""
@@ -233,7 +236,7 @@ def _faster_doc(faster: TiedFaster | None) -> dict[str, Any] | None:
             "speedup_ci": [sp.low, sp.high]}
 
 
-def best(rows: Iterable[Mapping[str, Any]] | Any) -> Answer | None:
+def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
     """The winning configuration, with the references measured in the same run beside it.
 
     ``rows``: leaderboard rows as mappings, or a ``pyarrow.Table`` of them.
