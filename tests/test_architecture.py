@@ -30,6 +30,7 @@ FLOORS = {
     4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.probe", "tuner.ray_runtime",
         "tuner.recorder", "tuner.pruning", "tuner.runlock"},
     3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
+        "tuner.winner", "tuner._best_row",
         "workloads",
         "tuner.integrations", "tuner.integrations.lightning",
         "workloads._data", "workloads.ddpm", "workloads.classifier", "workloads.headpose",
@@ -43,7 +44,8 @@ FLOORS = {
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-              "tuner.leaderboard", "tuner.progress", "tuner.noise"}
+              "tuner.leaderboard", "tuner.progress", "tuner.noise",
+              "tuner.winner", "tuner._best_row"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 
