@@ -82,6 +82,7 @@ class Disturbed:
 
     trial_id: str
     reason: str
+    """The figure that cannot be true, e.g. 'MFU 180 % is above 100 % of the card's peak'."""
 
 
 @dataclass(frozen=True)
@@ -132,13 +133,19 @@ class Answer:
     measurements and ``rounds`` their count; the other columns are those of the measurement
     closest to that mean."""
     baseline: Reference
+    """The winner against its run's 'baseline' reference (the user's starting point,
+    ``Workload.references``)."""
     recommended: Reference
+    """The winner against its run's 'recommended' reference (what the guide says to do), where
+    the workload has one."""
     tied_faster: TiedFaster | None
     """Set when the tie rule chose a simpler winner than the fastest."""
     disturbed: tuple[Disturbed, ...]
     """The rows of the winner's run set aside as impossible."""
     ceilings: Ceilings
+    """What bounds the winner's own configuration."""
     attainable: Attainable
+    """The machine's attainable rate and which limit binds."""
 
     @property
     def samples_per_sec(self) -> float:
