@@ -18,8 +18,8 @@ of the best, that bound is below the target whatever the rule.
 The re-measurement and the ceilings are off (``--confirm 0 --no-ceiling``): they are the same
 with and without early stopping and would only dilute the figure. Each run compiles into a
 fresh inductor cache (``TORCHINDUCTOR_CACHE_DIR``): chargpt's recommended reference compiles,
-48 s on 2 cores in the first run of a pair and 4 s from the cache in the second, which read as
-"early stopping saved -20 %" (2026-11-25, fifth session).
+48 s on 2 cores in the first run of a pair and 4 s from the cache in the second, which would
+read as "early stopping saved -20 %".
 
 Usage: python bench/early_stopping.py [--workload ddpm] [--trials 12] [--windows 5]
        [--window-s 1] [--sampler gp] [--seed 0] [--repeats 1] [--device cpu] [--scale tiny]

@@ -1,52 +1,63 @@
-"""Benchmark: the GPU acceptance run — every built-in workload tuned on this machine, side by
-side with what the peers would hand a user, and read against the GPU-truth targets.
+"""Benchmark: the GPU acceptance run — the built-in workloads tuned on this machine, side by
+side with what the peers would hand a user, and read against the GPU targets.
 
-For each workload, one run (figures, no pass/fail); the peers' answer and validate in a child
-process, so that no CUDA context stays in this one, the Ray driver of the next runs:
-  * tuner: ``tuner.tune`` with the workload's default space (ddpm: ``--time-budget`` and, on
-    CUDA, ``--max-memory 12GB``, the report's card); its references, its best (re-measured),
-    the best's knobs, both ceilings (compute-only, loader-only), the attainable rate and the
-    best's share of it, MFU, compile time, peak memory, and the run's start-up + probe time;
-  * the peers' answer: the largest batch that fits with the recommended reference's other
-    settings, found by doubling until it no longer fits (Lightning's ``BatchSizeFinder`` in
-    its default 'power' mode, accelerate's ``find_executable_batch_size`` halving from the
-    top, both end at that batch), then measured like any trial;
-  * validate: the best configuration trained as a plain loop (``tuner.validate.train_loop``),
-    measured ÷ predicted.
+Steps, most important first; each runs in a child process with a time box, and the report
+(markdown: header, GPU tests, table, notes, targets) is printed and written to ``--out`` after
+each step, so that a command stopped by a time limit keeps what finished:
 
-Then one line per target of the GPU-truth issue: best >= 0.9 x attainable for ddpm and >= 0.8
-x attainable for every workload, best >= its recommended reference, probe <= 20 s, validate
-within ±5 %.
+  1. the GPU tests (``tests/gpu``, ``tests/test_gpu_paths.py``: ``--max-memory`` on the card,
+     out-of-memory then a fitting trial, AMP, compile, NVML) through pytest;
+  2. ddpm under ``--max-memory 12GB`` (on CUDA; the DDPM report's card, an RTX 5070 with
+     12 GB): the tuner's references, its best (re-measured; with ``--quick`` the search's),
+     both ceilings (compute-only, loader-only), the attainable rate and the best's share of
+     it, MFU, compile time, peak memory, start-up + probe time; then ``validate`` (the best
+     trained as a plain loop, measured ÷ predicted) and the peers' answer;
+  3. the other built-in workloads the same way, each with a short time budget, as many as the
+     deadline holds; one that would not fit is skipped and the notes say so.
+
+The peers' answer: the largest batch that fits with the recommended reference's other
+settings, found by doubling until it no longer fits (Lightning's ``BatchSizeFinder`` in its
+default 'power' mode; accelerate's ``find_executable_batch_size`` halving from the top ends at
+the same batch), then measured like any trial.
 
 Usage:
-  python bench/gpu_acceptance.py                                # on a GPU machine: seed scale
-  python bench/gpu_acceptance.py --device cpu --scale tiny --workloads ddpm --trials 6
-Options: --workloads NAME... (default: all built-ins), --time-budget S (per workload; default
-300 on CUDA for ddpm, 40 for the others: 500 s for the six built-ins, to which the peers'
-answer and validate add per workload, so one H100 needs about 9-11 minutes in all, an
-estimate never run on a GPU yet; where one command may run at most 10 minutes, run ddpm and
-the others as two commands), --trials N (instead of a budget), --results DIR,
---out FILE.md (the tables, also printed; rewritten after each workload's tuner run, peers'
-answer and validate, so a command cut off by a time limit keeps what finished).
+  bash bench/gpu_check.sh                          # the one command (install included)
+  python bench/gpu_acceptance.py --quick --out gpu-acceptance.md      # on a GPU machine
+  python bench/gpu_acceptance.py --quick --device cpu --scale tiny    # rehearsal on CPU
+  python bench/gpu_acceptance.py --workloads ddpm chargpt --time-budget 120
+
+Options: --quick (a deadline of 480 s; ddpm: 4 trials within 150 s, each other workload: 3
+trials within 45 s; no re-measurement: the best is the search's),
+--deadline-s S (the whole run; steps that would not end by then are skipped), --workloads
+NAME... (default: every built-in, ddpm first), --time-budget S (per workload; default 300 on
+CUDA for ddpm, 40 for the others, none on CPU), --trials N, --no-tests, --results DIR,
+--out FILE.md (beside it FILE.json, the rows, and gpu-tests.log, pytest's output).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
+import math
 import multiprocessing as mp
+import os
+import re
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 import tuner  # noqa: E402
+from tuner.driver import RunInterrupted  # noqa: E402
 from tuner.harness import run_trial  # noqa: E402
 from tuner.knobs import knob_text  # noqa: E402
 from tuner.plan import make_plan  # noqa: E402
@@ -58,43 +69,213 @@ from tuner.workload import available  # noqa: E402
 
 COLUMNS = ("workload", "baseline", "recommended", "best", "best knobs", "compute-only",
            "loader-only", "attainable (bound)", "best ÷ attainable", "MFU %", "compile s",
-           "peak dev MiB", "peak host MiB", "start-up + probe s", "peers' batch", "peers' samples/sec",
-           "validate ratio")
-"""The table's columns: samples/sec unless said; empty where the device has no such figure
-(MFU and device memory on CPU)."""
+           "peak dev MiB", "peak host MiB", "start-up + probe s", "validate ratio",
+           "peers' batch", "peers' samples/sec", "step s")
+"""The table's columns: samples/sec unless said. 'n/a' where the device has no such figure
+(MFU and device memory on CPU), 'off' for the compile time of a best that does not compile,
+'skipped' for a figure the time box left out, empty where a step gave no figure."""
+
+NOT_ON_CPU = ("MFU %", "peak dev MiB")
 
 DDPM_MAX_MEMORY = "12GB"
 """The DDPM report's card: an RTX 5070 with 12 GB."""
 
+ORDER = ("ddpm", "classifier", "chargpt", "headpose", "classifier299", "segmentation3d")
+"""Most important first: ddpm (the report's workload), then by the wall time of a short run on
+an H100 (classifier's trials are the shortest, segmentation3d's the longest)."""
 
-def tune_workload(name: str, args: argparse.Namespace, results: Path,
-                  save: Callable[[dict], None] = lambda out: None) -> dict:
-    """One workload: the tuner's run, the peers' answer, the validate ratio; a dict of COLUMNS
-    (numbers unformatted). ``save(out)`` gets the row after each of the three (a command cut
-    off by a time limit keeps the figures it has), and a line is printed before each."""
-    budget = args.time_budget or (None if args.trials else
-                                  (300.0 if name == "ddpm" else 40.0) if args.device == "cuda"
-                                  else None)
-    limit = DDPM_MAX_MEMORY if name == "ddpm" and args.device == "cuda" else None
-    started, probed = time.perf_counter(), []
+QUICK_DEADLINE_S = 480.0
+"""``--quick``: the whole run, so that one command with the dependency install (~30 s) and
+this script's start-up ends within 9 minutes."""
+
+QUICK_BUDGET_S = 150.0
+"""``--quick``: ddpm's time budget (probe, search, re-measurement, ceilings)."""
+
+QUICK_OTHER_BUDGET_S = 45.0
+"""``--quick``: the time budget of each other workload."""
+
+QUICK_TRIALS = {"ddpm": 4}
+"""``--quick``: trials in all (references included), 3 for a workload not named."""
+
+QUICK_CONFIRM = 0
+"""``--quick``: no re-measurement phase (its rounds, the best beside the references three
+times over, would take the time the ceilings need); the best is the search's."""
+
+MIN_BUDGET_S = 25.0
+"""A workload whose budget the deadline would cut below this is skipped: a shorter run
+measures the references at most."""
+
+STEP_OVERHEAD_S = {"cuda": 75.0, "cpu": 45.0}
+"""A workload step's wall time beyond its tuner budget: the child's start-up, the budget's
+grace, validate (its warm-up and measured time as long as the best's trial)."""
+
+PEERS_S = {"cuda": 60.0, "cpu": 30.0}
+"""Time the peers' answer needs: the doubling checks and one measured trial (a trial on the
+H100 at seed scale: 25-35 s)."""
+
+TESTS = ("tests/gpu", "tests/test_gpu_paths.py")
+TESTS_BOX_S = 150.0
+"""The GPU tests' time box (a few tests on a card, the rest fakes; seconds)."""
+
+STOP_GRACE_S = 40.0
+"""After a step's time box, SIGTERM (the run records its finished trials and shuts Ray down),
+then this long before SIGKILL."""
+
+SKIPPED = "skipped"
+
+
+# --- step 1: the GPU tests -------------------------------------------------------------------
+
+def gpu_tests(box_s: float, log: Path) -> dict:
+    """pytest on ``TESTS`` in a child process with CUDA visible (``TUNER_TEST_KEEP_CUDA``),
+    cut after ``box_s`` seconds; its output goes to ``log``. Returns the counts ('passed',
+    'failed', 'skipped', 'error'), 'failures' (test ids), 'skip_reason' (the first), 'seconds'
+    and 'cut_off'."""
+    out = {"cut_off": False, "missing": None}
+    try:
+        import pytest  # noqa: F401
+    except ImportError:
+        out.update(missing="pytest is not installed", seconds=0.0)
+        return out
+    cmd = [sys.executable, "-m", "pytest", *TESTS, "-q", "-rfEs", "-p", "no:cacheprovider"]
+    env = dict(os.environ, TUNER_TEST_KEEP_CUDA="1")
+    t0 = time.time()
+    with open(log, "w") as f:
+        child = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        try:
+            child.wait(timeout=max(box_s, 1.0))
+        except subprocess.TimeoutExpired:
+            out["cut_off"] = True
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    out["seconds"] = time.time() - t0
+    out.update(pytest_counts(log.read_text(errors="replace")))
+    return out
+
+
+def pytest_counts(text: str) -> dict:
+    """The counts ('passed', 'failed', 'skipped', 'error'), 'failures' (test ids) and
+    'skip_reason' (the first) of ``pytest -q -rfEs`` output; from its progress characters
+    when the summary line is missing (a run cut off)."""
+    out = {"passed": 0, "failed": 0, "skipped": 0, "error": 0, "failures": [],
+           "skip_reason": None}
+    lines = text.splitlines()
+    for line in lines:
+        if line.startswith(("FAILED ", "ERROR ")):
+            out["failures"].append(line.split()[1])
+        elif line.startswith("SKIPPED ") and out["skip_reason"] is None:
+            out["skip_reason"] = line.split(": ", 1)[-1]
+    summary = [ln for ln in lines if re.search(r"\d+ (passed|failed|skipped|errors?)\b.* in [\d.]+s", ln)]
+    if summary:
+        for count, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summary[-1]):
+            out["error" if kind.startswith("error") else kind] += int(count)
+        return out
+    progress = "".join(ln.split(" [")[0] for ln in lines
+                       if re.fullmatch(r"[.FEsxX]+( +\[ *\d+%\])?", ln))
+    out.update(passed=progress.count("."), failed=progress.count("F"),
+               skipped=progress.count("s"), error=progress.count("E"))
+    return out
+
+
+def tests_text(t: dict | None, box_s: float) -> str:
+    command = f"`pytest {' '.join(TESTS)} -q` (CUDA visible)"
+    if t is None:
+        return f"GPU tests: {command} not run yet"
+    if t["missing"]:
+        return f"GPU tests: not run ({t['missing']})"
+    counts = ", ".join(f"{t[k]} {k}" for k in ("passed", "failed", "error", "skipped") if t[k])
+    text = f"GPU tests: {command}: {counts or 'nothing ran'} in {t['seconds']:.0f} s"
+    if t["cut_off"]:
+        text += f" (cut off at its {box_s:.0f} s time box)"
+    if t["failures"]:
+        text += "; failed: " + ", ".join(t["failures"])
+    if t["skipped"] and t["skip_reason"]:
+        text += f"; skipped because: {t['skip_reason']}"
+    return text
+
+
+# --- steps 2 and 3: one workload in a child process ------------------------------------------
+
+def workload_step(name: str, job: dict, row_file: str) -> None:
+    """One workload, in a child process: the tuner's run, validate, the peers' answer (when
+    ``job['stop_at']`` leaves time for it). The row (a dict of COLUMNS, numbers unformatted,
+    plus 'notes') is written to ``row_file`` as JSON after each of the three and after each
+    reference trial, so that a child stopped by its time box leaves what it had."""
+    device, limit, started = job["device"], job["limit"], time.time()
+    row = dict.fromkeys(COLUMNS)
+    row.update(workload=name + (f" (--max-memory {limit})" if limit else ""), notes=[])
+    if device == "cpu":
+        row.update(dict.fromkeys(NOT_ON_CPU, "n/a"))
+
+    def save() -> None:
+        row["step s"] = time.time() - started
+        tmp = Path(row_file + ".tmp")
+        tmp.write_text(json.dumps(row))
+        tmp.replace(row_file)
 
     def on_event(kind: str, data: dict) -> None:
-        if kind in ("probe", "start") and not probed:
-            probed.append(time.perf_counter() - started)
+        if kind in ("probe", "start") and row["start-up + probe s"] is None:
+            row["start-up + probe s"] = time.time() - started
+        if kind == "probe":
+            r = data["result"]
+            row["notes"].append(f"memory probe: batch_size <= {r.max_batch}"
+                                + (f" ({r.first_failure} did not fit)" if r.first_failure else "")
+                                + ("" if r.duration_s is None else f" in {r.duration_s:.0f} s"))
+        if kind == "phase" and data.get("left_out"):
+            row["notes"].append("ceilings the budget left out: " + ", ".join(data["left_out"]))
+        if kind == "trial":
+            t = data["row"]
+            sps = t.get("samples_per_sec")
+            print(f"  {name} trial {data['index']}/{data['total'] or '?'}: {knob_text(t)}: "
+                  f"{t['status']}" + (f", {sps:,.1f} samples/sec" if sps else ""), flush=True)
+            if t.get("reference") in ("baseline", "recommended") and t["status"] == Status.OK:
+                row[t["reference"]] = sps
+                save()
 
-    print(f"{name}: tuner run ({_budget_text(budget, args.trials)})", flush=True)
-    result = tuner.tune(name, device=args.device, scale=args.scale, trials=args.trials,
-                        time_budget_s=budget, results=str(results / name), max_memory=limit,
-                        progress=False, on_event=on_event)
+    print(f"{name}: tuner run ({_budget_text(job['budget'], job['trials'])}"
+          + (f", --max-memory {limit}" if limit else "") + ")", flush=True)
+    try:
+        result = tuner.tune(name, device=device, scale=job["scale"], trials=job["trials"],
+                            time_budget_s=job["budget"], results=str(Path(job["results"]) / name),
+                            max_memory=limit, progress=False, on_event=on_event,
+                            **({"confirm": job["confirm"]} if job["confirm"] is not None else {}))
+    except RunInterrupted:
+        row["notes"].append("the tuner run was stopped at the step's time box")
+        save()
+        return
+    except Exception as exc:  # noqa: BLE001 - a run that fails is a result of the check too
+        row["notes"].append(f"the tuner run failed: {type(exc).__name__}: {exc}"[:400])
+        save()
+        return
     best = result.best
-    out = dict.fromkeys(COLUMNS)
-    out.update({"workload": name + (f" (--max-memory {limit})" if limit else ""),
-                "start-up + probe s": probed[0] if probed else None})
-    refs = {r["reference"]: r for r in result.rows if r["reference"] and r["status"] == Status.OK}
-    out["baseline"] = _sps(refs.get("baseline"))
-    out["recommended"] = _sps(refs.get("recommended"))
     if best is None:
-        return out
+        statuses = Counter(str(r["status"]) for r in result.rows)
+        errors = sorted({str(r["error"])[:120] for r in result.rows if r.get("error")})
+        row["notes"].append("no trial succeeded (" + (", ".join(
+            f"{n} {status}" for status, n in statuses.most_common()) or "no trial") + ")"
+            + (": " + "; ".join(errors) if errors else "")[:300])
+        save()
+        return
+    _fill_best(row, best, device)
+    save()
+    results = str(Path(job["results"]) / f"{name}-peers")
+    print(f"{name}: validate", flush=True)
+    row["validate ratio"] = validate_ratio(_plan(name, device, job["scale"], limit, results),
+                                           best.row)
+    save()
+    left = job["stop_at"] - time.time()
+    if left < PEERS_S[device]:
+        row["peers' batch"] = row["peers' samples/sec"] = SKIPPED
+        row["notes"].append(f"peers' answer skipped: {left:.0f} s left, it needs "
+                            f"~{PEERS_S[device]:.0f} s")
+    else:
+        print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
+        row.update(peers_answer(_plan(name, device, job["scale"], limit, results)))
+    save()
+
+
+def _fill_best(out: dict, best, device: str) -> None:
     row, ceilings, attainable = best.row, best.answer.ceilings, best.answer.attainable
     out.update({"best": best.samples_per_sec, "best knobs": knob_text(row),
                 "compute-only": _bound(ceilings.compute_samples_per_sec,
@@ -104,54 +285,33 @@ def tune_workload(name: str, args: argparse.Namespace, results: Path,
                 "attainable (bound)": (attainable.samples_per_sec,
                                        attainable.bound_by if attainable.share is not None
                                        else "below the best: not a bound"),
-                "best ÷ attainable": attainable.share, "MFU %": row.get("mfu_pct"),
-                "compile s": row.get("compile_s"),
+                "best ÷ attainable": attainable.share,
+                "MFU %": row.get("mfu_pct"),
+                "compile s": row.get("compile_s") if row.get("compile") not in (None, "off")
+                else "off",
                 "peak dev MiB": row.get("peak_device_memory_mb"),
                 "peak host MiB": row.get("peak_host_memory_mb")})
     out["recommended"] = best.answer.recommended.samples_per_sec or out["recommended"]
-    out["baseline"] = row.get("baseline_samples_per_sec") or out["baseline"]
-    save(out)
-    # Not in this process, which is the Ray driver of the next workloads' runs: the trials
-    # below would leave a CUDA context here, one more process on the card that every later
-    # trial counts as load (gpu_other_processes), and whose memory NVML reports apart.
-    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as child:
-        print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
-        out.update(child.submit(peers_answer_of, name, args.device, args.scale, limit,
-                                str(results / f"{name}-peers")).result())
-        save(out)
-        print(f"{name}: validate", flush=True)
-        out["validate ratio"] = child.submit(validate_ratio_of, name, args.device, args.scale,
-                                             limit, str(results / f"{name}-peers"), row).result()
-    return out
+    out["baseline"] = best.answer.baseline.samples_per_sec or out["baseline"]
+    if device == "cpu":
+        out.update(dict.fromkeys(NOT_ON_CPU, "n/a"))
 
 
 @functools.lru_cache(maxsize=1)
-def _peers_plan(name: str, device: str, scale: str, limit: str | None, results: str):
-    """The workload's plan, made once per child process (its data check and FLOP count) for
-    the peers' answer and validate alike."""
+def _plan(name: str, device: str, scale: str, limit: str | None, results: str):
+    """The workload's plan for the peers' answer and validate (its data check and FLOP
+    count), made once."""
     return make_plan(RunOptions(workload=name, device=device, scale=scale, max_memory=limit,
                                 results=results, probe="off"))
 
 
-def peers_answer_of(name: str, device: str, scale: str, limit: str | None, results: str) -> dict:
-    """``peers_answer`` of the workload's plan (in the child process)."""
-    return peers_answer(_peers_plan(name, device, scale, limit, results))
-
-
-def validate_ratio_of(name: str, device: str, scale: str, limit: str | None, results: str,
-                      row: dict) -> float | None:
-    """``validate_ratio`` of the workload's best row (in the child process)."""
-    return validate_ratio(_peers_plan(name, device, scale, limit, results), row)
-
-
 def _budget_text(budget: float | None, trials: int | None) -> str:
-    return (f"time budget {budget:.0f} s" if budget is not None else
-            f"{trials} trials" if trials else "the default budget")
+    parts = ([f"time budget {budget:.0f} s"] if budget is not None else []) + (
+        [f"{trials} trials"] if trials else [])
+    return ", ".join(parts) or "the default budget"
 
 
-def _sps(row: dict | None) -> float | None:
-    return row["samples_per_sec"] if row else None
-
+# --- the peers' answer and validate ------------------------------------------------------
 
 def peers_answer(plan) -> dict:
     """The largest power-of-two multiple of the recommended batch that fits (doubling from it,
@@ -205,13 +365,6 @@ def validate_ratio(plan, row: dict) -> float | None:
     return v.samples_per_sec / row["samples_per_sec"]
 
 
-def markdown(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
-    for r in rows:
-        lines.append("| " + " | ".join(_cell(c, r[c]) for c in COLUMNS) + " |")
-    return "\n".join(lines)
-
-
 def _bound(rate: float | None, below_best: bool | None, best: float) -> float | str | None:
     """A ceiling's cell: its samples/sec, or, measured below the best it bounds, the figure
     labelled as what it is (within ``tuner.winner.CEILING_NOISE``: the best runs at it; further
@@ -223,9 +376,21 @@ def _bound(rate: float | None, below_best: bool | None, best: float) -> float | 
     return f"{rate:,.1f} ({label})"
 
 
+
+# --- the report --------------------------------------------------------------------------------
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    for r in rows:
+        lines.append("| " + " | ".join(_cell(c, r.get(c)) for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
 def _cell(column: str, value) -> str:
     if value is None:
         return ""
+    if isinstance(value, str):
+        return value
     if column == "attainable (bound)":
         return "" if value[0] is None else f"{value[0]:,.1f} ({value[1]})"
     if column in ("best ÷ attainable", "validate ratio"):
@@ -236,70 +401,222 @@ def _cell(column: str, value) -> str:
 
 
 def targets(rows: list[dict]) -> list[str]:
-    """One line per target of the GPU-truth issue, read from this run's figures."""
+    """One line per workload with a best: its figures against the targets."""
     out = []
     for r in rows:
+        if r.get("best") is None:
+            continue
         name, share = r["workload"].split()[0], r["best ÷ attainable"]
         need, peers = (0.9 if name == "ddpm" else 0.8), r["peers' samples/sec"]
-        out.append(f"{name}: best ÷ attainable {_fmt(share)} (target >= {need}); best "
-                   f"{_fmt(r['best'])} vs recommended {_fmt(r['recommended'])} "
-                   f"(target >=); vs the peers' answer {_fmt(peers)}; "
-                   f"validate {_fmt(r['validate ratio'])} (target 0.95..1.05); start-up + probe "
-                   f"{_fmt(r['start-up + probe s'])} s (probe target <= 20 s)")
+        out.append(f"- {name}: best ÷ attainable {_fmt(share)} (target >= {need}); best "
+                   f"{_fmt(r['best'])} vs recommended {_fmt(r['recommended'])} (target >=); "
+                   f"vs the peers' answer {_fmt(peers)}; "
+                   f"validate {_fmt(r['validate ratio'])} (target 0.95..1.05); start-up + "
+                   f"probe {_fmt(r['start-up + probe s'])} s (probe target <= 20 s)")
     return out
 
 
 def _fmt(v) -> str:
-    return "n/a" if v is None else f"{v:,.2f}"
+    return "n/a" if v is None else v if isinstance(v, str) else f"{v:,.2f}"
 
 
-def report(rows: list[dict], names: list[str], args: argparse.Namespace, results: Path,
-           started: float) -> str:
-    """The markdown the run prints and writes to ``--out``: a header, the table, the targets.
-    While workloads are still to run, the header names them (the file is rewritten after each
-    workload, so a command stopped by a time limit keeps what finished)."""
-    left = names[len(rows):]
-    header = (f"GPU acceptance: {args.device}, {args.scale} scale, {len(rows)} workloads, "
-              f"{time.perf_counter() - started:.0f} s in all; results in {results}")
-    if left:
-        header += f" (still to run: {', '.join(left)})"
-    return "\n".join([header, "", markdown(rows), ""] + targets(rows))
+def machine_text(device: str) -> str:
+    """The hardware and versions the figures come from (the card through nvidia-smi, so that
+    this process holds no CUDA context)."""
+    import torch
+    parts = [f"{os.cpu_count()} CPUs", f"torch {torch.__version__}", f"Python {sys.version.split()[0]}"]
+    if device == "cuda":
+        try:
+            card = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                   "--format=csv,noheader"], capture_output=True, text=True,
+                                  timeout=20).stdout.strip().splitlines()
+            parts.insert(0, f"{len(card)} x {card[0]}" if card else "no card listed by nvidia-smi")
+        except (OSError, subprocess.SubprocessError):
+            parts.insert(0, "nvidia-smi not found")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    parts.append(f"tuner {tuner.__version__}" + (f" at {commit}" if commit else ""))
+    return ", ".join(parts)
 
 
-def main(argv: list[str] | None = None) -> None:
+
+# --- the run ---------------------------------------------------------------------------------
+
+class Run:
+    """The run's state: the deadline, the test results, the rows, the notes; ``save()``
+    prints the report and writes it to ``--out`` (and the rows to its ``.json``)."""
+
+    def __init__(self, args: argparse.Namespace, names: list[str], results: Path):
+        self.args, self.names, self.results = args, names, results
+        self.started = time.time()
+        self.stop_at = math.inf if args.deadline_s is None else self.started + args.deadline_s
+        self.tests: dict | None = None
+        self.rows: list[dict] = []
+        self.notes: list[str] = []
+        self.machine = machine_text(args.device)
+
+    def left(self) -> float:
+        return self.stop_at - time.time()
+
+    def report(self) -> str:
+        a = self.args
+        done = {r["workload"].split()[0] for r in self.rows}
+        still = [n for n in self.names if n not in done
+                 and not any(note.startswith(f"{n}: skipped") for note in self.notes)]
+        deadline = "" if a.deadline_s is None else f" of a {a.deadline_s:.0f} s deadline"
+        lines = [f"GPU acceptance: {a.device}, {a.scale} scale; {self.machine}",
+                 f"{time.time() - self.started:.0f} s{deadline}; results in {self.results}"
+                 + (f"; still to run: {', '.join(still)}" if still else ""), ""]
+        if not a.no_tests:
+            lines += [tests_text(self.tests, self.tests_box_s), ""]
+        lines += [markdown(self.rows), ""]
+        notes = self.notes + [f"{r['workload'].split()[0]}: {n}" for r in self.rows
+                              for n in r.get("notes", [])]
+        if notes:
+            lines += ["Notes:"] + [f"- {n}" for n in notes] + [""]
+        lines += targets(self.rows)
+        return "\n".join(lines).rstrip() + "\n"
+
+    tests_box_s = TESTS_BOX_S
+
+    def save(self) -> None:
+        text = self.report()
+        print("\n" + text, flush=True)
+        if self.args.out:
+            out = Path(self.args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+            out.with_suffix(".json").write_text(json.dumps(
+                {"machine": self.machine, "tests": self.tests, "rows": self.rows,
+                 "notes": self.notes}, indent=1, default=str))
+
+
+def budget_of(name: str, args: argparse.Namespace) -> float | None:
+    """The workload's tuner time budget before the deadline trims it."""
+    if args.time_budget is not None:
+        return args.time_budget
+    if args.trials:
+        return None
+    if args.quick:
+        return QUICK_BUDGET_S if name == "ddpm" else QUICK_OTHER_BUDGET_S
+    return (300.0 if name == "ddpm" else 40.0) if args.device == "cuda" else None
+
+
+def run_workload(run: Run, name: str) -> None:
+    """One workload step in a child process, its tuner budget trimmed to the deadline (or the
+    step skipped, with a note, when too little is left), stopped at its time box."""
+    args, device = run.args, run.args.device
+    budget, overhead = budget_of(name, args), STEP_OVERHEAD_S[device]
+    if math.isfinite(run.left()):
+        room = run.left() - overhead
+        if budget is None or room < budget:
+            if room < MIN_BUDGET_S:
+                run.notes.append(f"{name}: skipped: {max(run.left(), 0):.0f} s left, a run "
+                                 f"needs at least {MIN_BUDGET_S + overhead:.0f} s")
+                print(f"{name}: skipped ({run.left():.0f} s left)", flush=True)
+                return
+            budget = room
+    trials = args.trials or (QUICK_TRIALS.get(name, 3) if args.quick else None)
+    job = {"device": device, "scale": args.scale, "budget": budget, "trials": trials,
+           "confirm": QUICK_CONFIRM if args.quick else None,
+           "limit": DDPM_MAX_MEMORY if name == "ddpm" and device == "cuda" else None,
+           "results": str(run.results), "stop_at": min(run.stop_at, time.time() + 1e9)}
+    row_file = str(run.results / f"{name}-row.json")
+    Path(row_file).unlink(missing_ok=True)  # a row left by an earlier run in --results
+    # the tuner's budget, its grace, validate and the peers' answer, with room to spare: a step that
+    # hangs leaves the deadline's rest to the next
+    box = min(run.left(), (budget or 0.0) + 2 * overhead + PEERS_S[device]) \
+        if math.isfinite(run.left()) else None
+    t0 = time.time()
+    cut = _in_child(workload_step, (name, job, row_file), box)
+    try:
+        row = json.loads(Path(row_file).read_text())
+    except (OSError, ValueError):
+        row = dict.fromkeys(COLUMNS)
+        row.update(workload=name, notes=["the step left no figures"])
+    row["step s"] = time.time() - t0
+    if cut:
+        row["notes"].append(f"stopped at the deadline after {row['step s']:.0f} s")
+    run.rows.append(row)
+    print(f"{name}: {row['step s']:.0f} s", flush=True)
+
+
+def _in_child(target, args: tuple, box_s: float | None) -> bool:
+    """``target(*args)`` in a spawned process, SIGTERM after ``box_s`` seconds and SIGKILL
+    ``STOP_GRACE_S`` later. Returns True when the box stopped it."""
+    child = mp.get_context("spawn").Process(target=target, args=args)
+    child.start()
+    child.join(box_s)
+    if not child.is_alive():
+        return False
+    os.kill(child.pid, signal.SIGTERM)
+    child.join(STOP_GRACE_S)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        try:  # Ray's driver leads its own process group (Ray's reaper): what it started
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"one command's worth: a {QUICK_DEADLINE_S:.0f} s deadline, ddpm's "
+                             f"budget {QUICK_BUDGET_S:.0f} s, {QUICK_OTHER_BUDGET_S:.0f} s each other, "
+                             "few trials")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help=f"seconds for the whole run (default: {QUICK_DEADLINE_S:.0f} with "
+                             "--quick, else none)")
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     parser.add_argument("--scale", default=None, choices=["seed", "tiny"])
     parser.add_argument("--workloads", nargs="+", default=None)
     parser.add_argument("--time-budget", type=float, default=None)
     parser.add_argument("--trials", type=int, default=None)
+    parser.add_argument("--no-tests", action="store_true", help="skip the GPU tests")
     parser.add_argument("--results", default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     args.scale = args.scale or ("seed" if args.device == "cuda" else "tiny")
-    names = args.workloads or sorted(available())
+    if args.deadline_s is None and args.quick:
+        args.deadline_s = QUICK_DEADLINE_S
+    known = set(available())
+    names = args.workloads or [n for n in ORDER if n in known] + sorted(known - set(ORDER))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"--workloads: unknown {', '.join(unknown)}; built-ins: {', '.join(sorted(known))}",
+              file=sys.stderr)
+        return 2
+    for flag, value in (("--deadline-s", args.deadline_s), ("--time-budget", args.time_budget),
+                        ("--trials", args.trials)):
+        if value is not None and value <= 0:
+            print(f"{flag} {value:g}: must be positive", file=sys.stderr)
+            return 2
     results = Path(args.results or tempfile.mkdtemp(prefix="tuner-acceptance-"))
-    started = time.perf_counter()
-    rows = []
-
-    def save(partial: dict | None = None) -> None:  # a command cut off keeps what it has
-        if args.out:
-            done = rows + ([partial] if partial is not None else [])
-            Path(args.out).write_text(report(done, names, args, results, started) + "\n")
-
+    results.mkdir(parents=True, exist_ok=True)
+    run = Run(args, names, results)
+    if not args.no_tests:
+        run.tests_box_s = min(TESTS_BOX_S, max(run.left(), 1.0))
+        print(f"GPU tests (time box {run.tests_box_s:.0f} s)", flush=True)
+        log = (Path(args.out).parent if args.out else results) / "gpu-tests.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        run.tests = gpu_tests(run.tests_box_s, log)
+        run.save()
     for name in names:
-        t0 = time.perf_counter()
-        rows.append(tune_workload(name, args, results, save))
-        print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
-        save()
-    text = report(rows, names, args, results, started)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    shares = [r["best ÷ attainable"] for r in rows if r["best ÷ attainable"] is not None]
+        run_workload(run, name)
+        run.save()
+    shares = [r["best ÷ attainable"] for r in run.rows
+              if isinstance(r.get("best ÷ attainable"), float)]
     if shares:
         print(f"median best ÷ attainable over workloads: {statistics.median(shares):.2f}")
+    print(f"done in {time.time() - run.started:.0f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,7 +16,7 @@ Prints (figures, no pass/fail), for each run:
 
 With ``--runs N`` (N >= 2) the runs go one after another, each into its own results directory,
 and a table of them ends the output with the CV (stdev / mean) across runs of: the final
-answer's samples/sec (issue 13's target: <= 3 % on a quiet CPU), the baseline's re-measured
+answer's samples/sec (target: <= 3 % on a quiet CPU), the baseline's re-measured
 samples/sec (the same configuration in every run: how far the host itself drifts between runs),
 and the speed-up over the baseline (paired inside each run, so the host's drift cancels).
 Before the first run and after the last, ``bench/host_noise.py`` reads the host's own noise

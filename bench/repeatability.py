@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> None:
           f"of {len(configs)} configuration(s), interleaved; trial: {settings.warmup_steps} "
           f"warm-up steps, {settings.windows} windows of >= {settings.window_s} s; torch threads "
           f"per trial: {args.threads or TUNER_THREADS}")
-    print(f"machine: {os.cpu_count()} CPUs, shared with other agents (load average now "
-          f"{os.getloadavg()[0]:.1f}): the spread includes their load")
+    print(f"machine: {os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}: the "
+          f"spread includes whatever else runs on it")
 
     results: dict[str, list[dict]] = {name: [] for name in configs}
     started = time.perf_counter()

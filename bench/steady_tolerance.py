@@ -38,7 +38,7 @@ def search_run(args: argparse.Namespace, adaptive: bool, results: Path) -> dict:
     from tuner.settings import RunOptions
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tuner-bench-inductor-")
     real = driver._trial_settings
-    if not adaptive:  # the tolerance every trial had before: the plan's own
+    if not adaptive:  # the fixed tolerance: the plan's own, for every trial
         driver._trial_settings = lambda plan, rows: {
             "steady_tolerance": plan.settings.steady_tolerance}
     try:

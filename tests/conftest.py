@@ -1,5 +1,5 @@
 """Shared fixtures of the engine tests: the fake workloads' data, a private data cache, and one
-local Ray session per module that needs it."""
+local Ray instance per module that needs it."""
 
 from __future__ import annotations
 
@@ -12,24 +12,21 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 GPU_ONLY_ENV = "TUNER_TEST_KEEP_CUDA"
-"""Set to 1 to keep CUDA visible in a session that does not select ``-m gpu``."""
+"""Set to 1 to keep CUDA visible in a pytest run that does not select ``-m gpu``."""
 
 
 def pytest_configure(config) -> None:
-    """Sessions that do not select the ``gpu`` marker see no CUDA device (set before torch is
+    """A pytest run that does not select the ``gpu`` marker sees no CUDA device (set before torch is
     imported; Ray workers and CLI subprocesses inherit it), so a test that leaves the device
     at 'auto' gets the CPU run it was written for, not a CUDA run at 'seed' scale with a
     memory probe. GPU checks run with ``pytest -m gpu`` (tests/gpu/), which keeps CUDA visible.
 
-    On the H100 machine the README's ``pytest`` ran 2.7x slower per test than on the 2-core
-    CPU machine. Its first 143 tests (test_cli to test_leaderboard_remote at 569d4d0) ran
-    their trials with ``--device cpu``, and yet every trial process initialised CUDA: the
-    harness reset the current CUDA device's peak memory after each trial, and torch's
-    optimizers ask the current CUDA stream at their first step (torch 2.14; the GPU machine's
-    torch 2.11 asks without initialising CUDA, so there the first cause was the one). Both are fixed in the product
+    A ``--device cpu`` trial on a GPU machine leaves CUDA uninitialised in its process
     (``tuner.failures.free_device_memory``, ``tuner.apply.keep_cpu_trial_off_the_gpus``;
-    tests/test_harness.py, tests/gpu/test_real_card.py). Read from the code, not yet timed on
-    a card."""
+    tests/test_harness.py, tests/gpu/test_real_card.py): a CUDA context costs seconds per
+    process and memory on the card, and its mappings are copied into every DataLoader worker
+    forked after it. torch 2.14's optimizers initialise CUDA at their first step when it is
+    visible, CPU parameters or not; torch 2.11's do not."""
     if "gpu" not in (config.getoption("markexpr") or "") and not os.environ.get(GPU_ONLY_ENV):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
@@ -50,7 +47,7 @@ def tuner_in_process(*args: str, env: dict | None = None) -> subprocess.Complete
 
 @pytest.fixture(scope="session")
 def regression_data(tmp_path_factory) -> Path:
-    """The 64 .npy files of tests.fake_workloads (written once per session)."""
+    """The 64 .npy files of tests.fake_workloads (written once per pytest run)."""
     from tests.fake_workloads import regression
     return regression.prepare_default_data(tmp_path_factory.mktemp("fake-data"), "tiny")
 

@@ -17,7 +17,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import Workload
-from workloads._data import write_once
+from tuner.workloads._data import write_once
 
 N_FILES = 64
 FEATURES = 16

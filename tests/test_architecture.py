@@ -9,8 +9,8 @@ Floors, top to bottom (docs: README "Code map"):
 * ``cli`` and ``api`` — the command line and the Python API over the same driver;
 * driver — what runs in the Ray driver: the run's phases, plan, searcher, probe, Ray runtime,
   the leaderboard recorder;
-* results and the built-in workloads — reading and showing rows; the workloads build on the
-  trial's ``make_trainable``;
+* results and the built-in workloads (``tuner.workloads``) — reading and showing rows; the
+  workloads build on the trial's ``make_trainable``;
 * trial — what runs in a Ray worker and uses torch: harness, knob application, measurement,
   failures, hardware, the plain-loop validation;
 * contract — the workload contract, search spaces, cluster configs;
@@ -26,36 +26,38 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FLOORS = {
     6: {"tuner"},
-    5: {"tuner.cli", "tuner.__main__", "tuner.api"},
+    5: {"tuner.cli", "tuner.cli_options", "tuner.__main__", "tuner.api"},
     4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.probe", "tuner.ray_runtime",
+        "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock"},
     3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner._best_row",
-        "workloads",
         "tuner.integrations", "tuner.integrations.lightning",
-        "workloads._data", "workloads.ddpm", "workloads.classifier", "workloads.headpose",
-        "workloads.chargpt", "workloads.segmentation3d",
-        "workloads.datasets"},
+        "tuner.workloads", "tuner.workloads._data", "tuner.workloads.ddpm",
+        "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
+        "tuner.workloads.segmentation3d", "tuner.workloads.datasets"},
     2: {"tuner.harness", "tuner.apply", "tuner.measure", "tuner.failures", "tuner.hardware",
+        "tuner.steppers",
         "tuner.flops", "tuner.validate", "tuner.noise"},
     1: {"tuner.workload", "tuner.space", "tuner.cluster"},
-    0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors"},
+    0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
+        "tuner.budget", "tuner.windows", "tuner._deprecated"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
-TORCH_FREE = {"tuner", "tuner.cli", "tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-              "tuner.leaderboard", "tuner.progress", "tuner.noise",
+TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
+              "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
+              "tuner.budget", "tuner.windows", "tuner._deprecated",
               "tuner.winner", "tuner._best_row"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package in ("tuner", "workloads"):
-        for path in (ROOT / package).rglob("*.py"):  # subpackages too: tuner.integrations
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts).removesuffix(".__init__")
-            found[name] = path
+    for path in (ROOT / "tuner").rglob("*.py"):  # subpackages too: tuner.workloads
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts).removesuffix(".__init__")
+        found[name] = path
     return found
 
 
@@ -147,3 +149,16 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
         "tuner.knobs (floor 0) imports tuner.cli (floor 5)"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_distribution_installs_only_the_tuner_package_with_the_spaces_as_its_data():
+    """Nothing generic at the top of site-packages: the built-in workloads are
+    ``tuner.workloads`` and their search spaces its package data."""
+    import tomllib
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert all(p == "tuner" or p.startswith("tuner.")
+               for p in setuptools["packages"]["find"]["include"])
+    assert set(setuptools["package-data"]) == {"tuner.workloads"}
+    spaces = ROOT / "tuner" / "workloads" / "spaces"
+    assert {"ddpm.yaml", "chargpt.yaml", "README.md"} <= {p.name for p in spaces.iterdir()}
+    assert not (ROOT / "workloads").exists() and not (ROOT / "search_spaces").exists()

@@ -1,4 +1,4 @@
-"""The hard time budget and early stopping (issue 13): a trial stops at its deadline keeping
+"""The hard time budget and early stopping: a trial stops at its deadline keeping
 the windows it finished, warm-up is capped in time, the early-stopping rule stops clearly
 slower searched trials and never a reference, the sampler learns from a stopped trial, and
 one run under ``--time-budget 20`` with a 15-second trial ends in time with every trial
@@ -15,11 +15,12 @@ import pytest
 from tests.fake_workloads import paced
 from tuner.harness import run_trial
 from tuner.knobs import Knobs
-from tuner.plan import FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, PLAN_AGE_S, Resources, make_plan
+from tuner.budget import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
+                          FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, PLAN_AGE_S)
+from tuner.plan import Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
 from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
-from tuner.settings import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
-                            RunOptions, TrialSettings)
+from tuner.settings import RunOptions, TrialSettings
 from tuner.space import load_space
 
 PACED = "tests.fake_workloads:paced"
@@ -189,8 +190,9 @@ def test_a_settling_trial_whose_fastest_window_is_behind_stops_at_its_second_win
 
 
 def test_windows_of_whole_long_steps_leave_the_noise_to_the_other_trials():
-    """ddpm at batch 232 on the 2-core VM of 2026-11-25: three one-step windows (CV 0.27, a
-    transient kept) doubled the noise pooled over sixteen trials, and the margin with it."""
+    """A trial whose windows are whole long steps (ddpm at batch 232 on a 2-core VM: three
+    one-step windows, CV 0.27, a transient kept) leaves the noise pooled over the other
+    trials, which it would double, and the margin with it."""
     rule = EarlyStopping("samples_per_sec", "max", windows=3)
     long = {"windows_long": True}
     for i, rate in enumerate((30.0, 40.0, 45.0)):                   # the long one, alone
@@ -284,7 +286,7 @@ def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_starte
 
 
 def test_a_compile_is_costed_for_compiled_proposals_only(paced_space):
-    """The ddpm U-Net's first compiled step took ~80 s on the H100: that trial's warm-up is no
+    """The ddpm U-Net's first compiled step takes ~80 s on an H100: that trial's warm-up is no
     guide to an uncompiled proposal at a batch near it (which would end the search), and is
     one to the next proposal compiling in that mode."""
     space = load_space(paced_space, is_file=True).for_device("cpu", max_workers=2, max_batch=64)
@@ -422,7 +424,7 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
 
 
 def test_a_budget_is_printed_to_the_second_under_ten_minutes():
-    """The default CPU budget of 210 s was printed as '4 min'."""
+    """The default CPU budget of 210 s prints as '3 min 30 s', not '4 min'."""
     from tuner.progress import _duration
     assert [_duration(s) for s in (20, 210, 240, 599, 1800, 5400)] == [
         "20 s", "3 min 30 s", "4 min", "9 min 59 s", "30 min", "1 h 30 min"]
@@ -442,7 +444,7 @@ class _RunningTrial:
 @pytest.mark.parametrize("before_run_end_s, step_ms, grace_s", [
     (50, 5_000, 7.5),        # the search's deadline: one and a half of its steps
     (50, 20_000, 10.0),      # at most STEP_GRACE_MAX_S: about what a new process costs
-    (50, 100, 2.0),          # short steps: OVERDUE_S, as before
+    (50, 100, 2.0),          # short steps: OVERDUE_S
     (50, None, 2.0),         # no step measured yet (a compile): OVERDUE_S
     (3, 5_000, 3.0),         # never past the run's deadline
     (0, 5_000, 2.0),         # the run's own deadline (a follow-up): OVERDUE_S
@@ -450,7 +452,8 @@ class _RunningTrial:
 def test_a_trial_past_the_searchs_deadline_gets_a_step_to_stop_itself_before_it_is_killed(
         regression_data, monkeypatch, before_run_end_s, step_ms, grace_s):
     """Killing it ends its process, and the re-measurement's first trial then starts a new
-    one (5.7 s on the 2-core CPU); a trial past the run's own deadline is killed as before."""
+    one (5.7 s on the 2-core CPU); a trial past the run's own deadline is killed at
+    ``OVERDUE_S``."""
     import ray
     from tuner.recorder import LeaderboardWriter
     plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",

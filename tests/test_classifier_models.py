@@ -1,5 +1,5 @@
 """Any torchvision classifier by name: ``--model NAME [--image-size PX]`` on the classifier
-workloads (``workloads.classifier.NamedClassifier``), the generic option hook
+workloads (``tuner.workloads.classifier.NamedClassifier``), the generic option hook
 (``Workload.configure`` through ``tuner.workload.configured``), and the leaderboard name that
 keeps each model's rows apart. In-process, no Ray: one resnet50 trial on CPU at 32 px."""
 
@@ -27,7 +27,7 @@ from tuner.plan import make_plan
 from tuner.progress import Progress
 from tuner.settings import RunOptions, TrialSettings
 from tuner.workload import configured, resolve
-from workloads.classifier import LIST_TORCHVISION, NamedClassifier
+from tuner.workloads.classifier import LIST_TORCHVISION, NamedClassifier
 
 RESNET50_PARAMETERS = 25_557_032
 """torchvision's documented parameter count of resnet50 (1000 classes)."""

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from tests.fake_workloads import regression
-from tuner.harness import (COMPILE_MARGIN, COMPILE_NEEDS_S, DeadlineReached, _check_compile_fits,
-                           compile_needs_s, run_trial)
+from tuner.budget import COMPILE_MARGIN, COMPILE_NEEDS_S, compile_needs_s
+from tuner.harness import DeadlineReached, _check_compile_fits, run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 
@@ -65,7 +65,7 @@ def test_a_compile_is_assumed_to_need_the_workloads_measured_time(workload, mode
 
 def test_on_cuda_a_small_models_compile_starts_with_a_minute_left(regression_data):
     """chargpt's recommended reference compiles (14 s on an H100): with 60 s left it is
-    started, where the ddpm U-Net's 90 s held every compile back; with 10 s it is not. (The
+    started (the ddpm U-Net's ~90 s is not the measure of every compile); with 10 s it is not. (The
     check alone: nothing here needs a GPU.)"""
     from tuner.workload import resolve
     chargpt = resolve("chargpt")

@@ -1,5 +1,6 @@
 """The profile's diagnosis agrees with the card: a CUDA step whose GPU idles is launch-bound,
-not "99 % GPU compute" (the H100 note: NVML 20 %, 70 ms per step at bs=8 and bs=32)."""
+not "99 % GPU compute" (the ddpm U-Net on an H100: NVML 20 %, 70 ms per step at bs=8 and
+bs=32)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import pytest
 from tests import fault_workloads
 from tests.conftest import REPO_ROOT
 from tuner import leaderboard
-from tuner.driver import REMEASURE_ROUNDS
+from tuner.plan import REMEASURE_ROUNDS
 from tuner.winner import best as answer_of
 
 pytestmark = pytest.mark.slow
@@ -58,8 +58,8 @@ TUNER_WITH_CTRL_C = ("import runpy, signal; signal.signal(signal.SIGINT, "
 """``python -m tuner`` with Ctrl-C (SIGINT) raising KeyboardInterrupt, as in a terminal. A
 shell without job control starts a background job (``pytest ... &`` in a script) with SIGINT
 ignored, its children inherit that, and Python then leaves SIGINT ignored: a driver started
-so cannot be stopped with it (2026-11-25: the stopped-run tests failed that way, twice, in
-suites started in the background)."""
+so cannot be stopped with it (the stopped-run tests would hang in a suite started in the
+background)."""
 
 
 def start(args: list[str], env: dict, **kwargs) -> subprocess.Popen:
@@ -210,7 +210,7 @@ def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int,
     alive = []
     if sig == signal.SIGKILL:
         # The killed driver's Ray processes go with it: GCS, raylet and workers share its
-        # fate; its runtime-env and dashboard agents (which outlived it by 62 s) are ended by
+        # fate; its RuntimeEnvAgent and DashboardAgent (which outlive it by 62 s) are ended by
         # the reaper ray_init starts (tuner/ray_runtime.py). Any left are ended here, by PID.
         _, left = psutil.wait_procs(tree, timeout=10)
         alive = [p.name() for p in left if p.is_running()]
@@ -308,8 +308,8 @@ def test_driver_killed_then_resumed(stopped_run):
 
 def test_stopped_during_remeasurement_resume_finishes_that_phase_and_the_ceiling(stopped_run):
     """A run stopped while it re-measures resumes there: the re-measurements it lacks run, each
-    configuration once, then the ceiling (it used to answer 'already complete' and never
-    finish, comparing a re-measured winner with references that were not re-measured)."""
+    configuration once, then the ceiling (never 'already complete' with a re-measured winner
+    beside references that were not re-measured)."""
     stopped = stopped_run["SIGTERM"]
     assert stopped["returncode"] == 130, stopped["err"][-3000:]
     before = stopped["before"].values()

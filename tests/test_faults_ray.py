@@ -1,7 +1,8 @@
 """Faults around Ray and the machine: an ``--address`` where something other than Ray listens,
 a leaderboard write that fails mid-run (a full disk), Ray's state kept small, and two runs
-on one machine (tuner.runlock). The driver killed with ``kill -9`` (Ray's agents gone with
-it) is checked in tests/test_faults.py, on the run it already kills."""
+on one machine (tuner.runlock). The driver killed with ``kill -9`` (Ray's DashboardAgent and
+RuntimeEnvAgent processes gone with it) is checked in tests/test_faults.py, on the run it
+already kills."""
 
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def test_rays_pickled_copy_of_the_writer_does_not_grow_with_the_rows(plan):
 
 def test_a_full_disk_stops_the_run_at_once(tmp_path, tuner_cache, ray_session, monkeypatch):
     """Through Ray Tune: the error leaves Tuner.fit at the step that failed to write, and no
-    later trial runs (it used to run on for minutes, writing nothing, saying nothing)."""
+    later trial runs (none runs on for minutes, writing nothing, saying nothing)."""
     from tuner import leaderboard
     from tuner.driver import run
     from tuner.recorder import RecordFailed

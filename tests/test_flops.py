@@ -209,12 +209,12 @@ def test_counting_leaves_the_random_state_alone(tmp_path):
 
 @pytest.fixture(scope="module")
 def ddpm_data(tmp_path_factory) -> Path:
-    from workloads.ddpm import workload as ddpm
+    from tuner.workloads.ddpm import workload as ddpm
     return ddpm.prepare_default_data(tmp_path_factory.mktemp("ddpm-cache"), "tiny")
 
 
 def test_ddpm_tiny_is_counted_once(ddpm_data, monkeypatch):
-    from workloads.ddpm import workload as ddpm
+    from tuner.workloads.ddpm import workload as ddpm
     calls = []
     real = flops._count_flops_per_sample
 
@@ -230,9 +230,9 @@ def test_ddpm_tiny_is_counted_once(ddpm_data, monkeypatch):
 
 
 def test_ddpm_seed_matches_the_h100_count(ddpm_data):
-    """The GPU note (shared/notes/gpu-h100-2026-11-23.md) measured 15.3 GFLOP/sample with
-    FlopCounterMode on CUDA; both scales read the same default data."""
-    from workloads.ddpm import workload as ddpm
+    """FlopCounterMode on CUDA counts 15.3 GFLOP/sample for ddpm at seed scale on an H100
+    (docs/benchmarks.md); both scales read the same default data."""
+    from tuner.workloads.ddpm import workload as ddpm
     assert flops.model_flops_per_sample(ddpm, "seed", ddpm_data) == pytest.approx(15.3e9, rel=0.01)
 
 

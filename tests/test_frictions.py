@@ -1,8 +1,8 @@
-"""What a new user tripped on, each fixed: a workload without embedded data, the README's
-bring-your-own section, the reusable datasets, built-ins hidden by a ``./workloads/`` of the
-user's own, the ready-to-paste commands, the trial budget's wording, the leaderboard's phase
-column and the ``--global-batch-size`` error. In-process, no Ray; two subprocesses for a
-``./workloads/`` that shadows the built-ins (a fresh interpreter is the only honest way)."""
+"""What a new user meets: a workload without embedded data, the README's bring-your-own
+section, the reusable datasets, a ``./workloads/`` of the user's own beside the built-ins, the
+ready-to-paste commands, the trial budget's wording, the leaderboard's phase column and the
+``--global-batch-size`` error. In-process, no Ray; a subprocess for the user's ``./workloads/``
+in the current directory (a fresh interpreter is the only honest way)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tests.test_readme_examples import README, parse_examples
 from tuner.errors import DataError, SpaceError
 from tuner.knobs import Knobs
 from tuner.status import Phase
-from tuner.workload import BUILTIN_DIR, Workload, resolve
+from tuner.workload import Workload, resolve
 
 NO_DATA_MODULE = '''
 import torch
@@ -122,7 +122,7 @@ def test_readme_documents_every_optional_member_of_the_contract():
     assert not missing, f"README's bring-your-own section does not document {missing}"
     for name in re.findall(r"^\| `(\w+)", section, flags=re.M):   # the table names real members
         assert hasattr(Workload, name), name
-    assert "cpu:" in section and "cuda:" in section and "workloads.datasets" in section
+    assert "cpu:" in section and "cuda:" in section and "tuner.workloads.datasets" in section
 
 
 def test_readme_device_sections_example_applies_per_device(tmp_path):
@@ -143,10 +143,10 @@ def test_readme_device_sections_example_applies_per_device(tmp_path):
 
 
 def test_datasets_are_public_documented_and_the_builtins_own(tmp_path, monkeypatch):
-    import workloads.datasets as datasets
-    from workloads import chargpt, classifier, segmentation3d
+    import tuner.workloads.datasets as datasets
+    from tuner.workloads import chargpt, classifier, segmentation3d
     for name in datasets.__all__:
-        assert f"``{name}" in datasets.__doc__, f"workloads.datasets does not document {name}"
+        assert f"``{name}" in datasets.__doc__, f"tuner.workloads.datasets does not document {name}"
     assert datasets.CharWindows is chargpt.CharWindows
     assert datasets.VolumePatchDataset is segmentation3d.VolumePatchDataset
     assert datasets.image_folder is classifier.image_folder
@@ -158,7 +158,7 @@ def test_datasets_are_public_documented_and_the_builtins_own(tmp_path, monkeypat
     assert len(windows) == 380 // 16 and x.shape == y.shape == (16,) and x.dtype == torch.int64
     assert torch.equal(x[1:], y[:-1])
 
-    from workloads._data import write_image_folder
+    from tuner.workloads._data import write_image_folder
     write_image_folder(tmp_path / "images", {"a": 2, "b": 3}, (8, 8), seed=0)
     images = datasets.image_folder(tmp_path / "images", transform=lambda img: img.float())
     assert datasets.check_image_folder(images) == 5 and images[4][0].shape == (3, 8, 8)
@@ -167,7 +167,7 @@ def test_datasets_are_public_documented_and_the_builtins_own(tmp_path, monkeypat
 
 def test_volume_patches_take_the_users_number_of_classes(tmp_path, monkeypatch):
     import nibabel
-    from workloads.datasets import VolumePatchDataset, build_pairs
+    from tuner.workloads.datasets import VolumePatchDataset, build_pairs
     monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
     for sub in ("images", "labels"):
         (tmp_path / "data" / sub).mkdir(parents=True)
@@ -185,59 +185,58 @@ def test_volume_patches_take_the_users_number_of_classes(tmp_path, monkeypatch):
 
 # --------------------------------------------------- 5. a ./workloads/ of the user's own
 
+BUILTIN_DIR = REPO_ROOT / "tuner" / "workloads"
+
 _NO_EDITABLE_FINDER = (
     "import sys\n"
     "sys.meta_path[:] = [f for f in sys.meta_path\n"
     "                    if not getattr(f, '__module__', '').startswith('__editable__')]\n")
-"""tuner importable from the checkout on PYTHONPATH only (no ``pip install -e`` finder): the
-set-up in which a ``./workloads/`` of the user's own used to hide the built-ins."""
+"""tuner importable from the checkout on PYTHONPATH only (no ``pip install -e`` finder), with
+the current directory first on ``sys.path`` as ``python -c`` puts it."""
 
-_SHADOWED = _NO_EDITABLE_FINDER + '''
+_USERS_OWN = _NO_EDITABLE_FINDER + '''
 import json, pickle
-from tuner.errors import TunerError
 from tuner.workload import available, resolve
 out = {"known": sorted(available())}
 ddpm = resolve("ddpm")
-out["ddpm_file"] = sys.modules["workloads.ddpm"].__file__
-out["user_package"] = sys.modules["workloads"].__file__
+chargpt = resolve("chargpt")
+out["builtin_files"] = [sys.modules["tuner.workloads.ddpm"].__file__,
+                        sys.modules["tuner.workloads.chargpt"].__file__]
+out["user_package"] = sys.modules["workloads"].__file__ if "workloads" in sys.modules else None
 out["mine"] = resolve("workloads.mine:workload").name
-open("workloads/chargpt.py", "w").write("workload = None\\n")   # the user's own chargpt
-try:
-    resolve("chargpt")
-except TunerError as exc:
-    out["error"] = str(exc)
-# A Ray worker unpickles the workload before importing anything of tuner's: forget tuner, the
-# built-in modules and the finder (torch stays, to save the import), then unpickle.
+out["user_package_after"] = sys.modules["workloads"].__file__
+# A Ray worker unpickles the workload before importing anything of tuner's.
 data = pickle.dumps(ddpm)
-for name in [m for m in sys.modules if m.split(".")[0] == "tuner" or m.startswith("workloads.")]:
+for name in [m for m in sys.modules if m.split(".")[0] == "tuner"]:
     del sys.modules[name]
-for name in [a for a in vars(sys.modules["workloads"]) if not a.startswith("__")]:
-    delattr(sys.modules["workloads"], name)
-sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_BuiltinFinder"]
 again = pickle.loads(data)
-out["unpickled"] = [type(again).__name__, again.name, sys.modules["workloads.ddpm"].__file__]
+out["unpickled"] = [type(again).__name__, again.name,
+                    sys.modules["tuner.workloads.ddpm"].__file__]
 print(json.dumps(out))
 '''
 
 
-def test_builtins_resolve_beside_a_users_own_workloads_package(tmp_path):
+def test_a_users_own_workloads_folder_in_the_current_directory_changes_nothing(tmp_path):
+    """A ``./workloads/`` package of the user's own, holding modules named like the built-ins,
+    neither hides the built-ins nor is hidden by them."""
     package = tmp_path / "workloads"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "mine.py").write_text(
         "from tests.fake_workloads import regression as workload\n")
+    (package / "ddpm.py").write_text("raise RuntimeError('the user ddpm was imported')\n")
+    (package / "chargpt.py").write_text("workload = None\n")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TUNER_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-c", _SHADOWED], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, "-c", _USERS_OWN], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {"ddpm", "chargpt", "classifier"} <= set(out["known"])
-    assert Path(out["ddpm_file"]) == BUILTIN_DIR / "ddpm.py"
-    assert Path(out["user_package"]) == package / "__init__.py"      # still the user's package
+    assert [Path(f) for f in out["builtin_files"]] == [BUILTIN_DIR / "ddpm.py",
+                                                       BUILTIN_DIR / "chargpt.py"]
+    assert out["user_package"] is None                   # resolving a built-in never imports it
     assert out["mine"] == "fake-regression"
-    # A module of the user's package that takes a built-in's name: both files named.
-    assert str(BUILTIN_DIR / "chargpt.py") in out["error"]
-    assert str(package / "chargpt.py") in out["error"]
+    assert Path(out["user_package_after"]) == package / "__init__.py"
     kind, name, file = out["unpickled"]
     assert (kind, name, Path(file)) == ("DDPMWorkload", "ddpm", BUILTIN_DIR / "ddpm.py")
 

@@ -86,8 +86,8 @@ def test_device_limit_is_none_without_a_device_and_rejects_garbage():
 
 def _strict_fraction_setter(calls):
     """torch's set_per_process_memory_fraction as it behaves on a real card: an index or an
-    indexed device, a float in [0, 1] (the fake used to accept torch.device('cuda'), which
-    torch rejects: the crash every --max-memory run hit on the H100)."""
+    indexed device, a float in [0, 1]; torch.device('cuda') without an index is rejected with
+    ValueError, as torch does."""
     def set_fraction(fraction, device=None):
         if isinstance(device, torch.device):
             if device.index is None:

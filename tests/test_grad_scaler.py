@@ -1,5 +1,5 @@
 """A step the fp16 GradScaler skips (inf/NaN gradients: nothing is updated) is not a measured
-step (issue 12, point 8): it leaves the window's steps and samples, its time stays, and the
+step: it leaves the window's steps and samples, its time stays, and the
 row says how many there were."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import torch
 
 from tests.fake_workloads import Regression
 from tuner.apply import build_training, repeat
-from tuner.harness import Stepper, TrialFailure, _on_device, _windows
+from tuner.harness import TrialFailure, _windows
+from tuner.steppers import Stepper, on_device as _on_device
 from tuner.knobs import Knobs
 from tuner.measure import HostMemorySampler, counted_window, summarise
 from tuner.settings import TrialSettings
@@ -62,8 +63,8 @@ def test_steps_the_grad_scaler_skips_are_not_counted_as_measured(regression_data
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=2, window_s=0.05)
     # Warm-up first, as every trial's windows follow one: a first window right after a fresh
-    # scaler counted one skip more than the injected ones in 6 of 60 runs on a loaded 2-core
-    # VM (2026-11-25; 16 of 45 steps, always window 0, cause not found), none of 60 after it.
+    # scaler counts one skip more than the injected ones now and then on a loaded 2-core VM
+    # (6 of 60 runs, always window 0); after a warm-up, none of 60.
     for _ in range(30):
         stepper.step()
     seen = []

@@ -187,8 +187,8 @@ def test_oom_memory_names_what_ran_out(exc, device, expected):
 
 def test_the_compute_only_ceiling_trains_with_the_configurations_threads(settings):
     """Every condition but the input pipeline is the configuration's: with 1 worker on 2 CPUs
-    the configuration trains on 1 thread, and so does its ceiling (it used to get 2, and on
-    CPU came out up to 8x faster than the configuration could ever be)."""
+    the configuration trains on 1 thread, and so does its ceiling (with 2 it would come out up
+    to 8x faster on CPU than the configuration could ever be)."""
     from dataclasses import replace
     knobs = Knobs(batch_size=16, num_workers=1)
     threads = torch.get_num_threads()
@@ -253,9 +253,9 @@ def test_on_cpu_the_breakdown_is_timed_inside_the_windows_not_in_extra_steps(set
 
 
 def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, monkeypatch):
-    """Issue 'time to a trustworthy answer': a configuration whose step is as long as a window
+    """A configuration whose step is as long as a window
     is measured in whole steps; probing for a steady state would repeat multi-second steps
-    (a bf16 batch-256 ddpm trial on CPU spent over 10 minutes)."""
+    (a bf16 batch-256 ddpm trial on CPU would spend over 10 minutes)."""
     from dataclasses import replace
     from tests.fault_workloads import slow
     monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.15")       # a step >= window_s / 2 = 0.1 s
@@ -290,7 +290,7 @@ def test_windows_of_whole_long_steps_drop_nothing_and_judge_no_steady_state(regr
 
 def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_dropped(
         regression_data):
-    """Issue 13 ('warm-up by evidence'): no probes before the windows; a first window slower
+    """No probes before the windows: a first window slower
     than the others by more than ``steady_tolerance`` is warm-up, dropped (its time counted
     in ``warmup_s``, not ``measured_s``) and one more measured, so the kept windows are the
     steady ones."""

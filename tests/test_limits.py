@@ -20,7 +20,9 @@ from tuner.harness import PHASES, run_trial
 from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 from tuner.settings import parse_memory
-from tuner.driver import CAN_WIN_FRACTION, REMEASURE_ROUNDS, run
+from tuner.driver import run
+from tuner.followups import CAN_WIN_FRACTION
+from tuner.plan import REMEASURE_ROUNDS
 from tuner.plan import make_plan
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions
@@ -353,7 +355,7 @@ def test_remeasure_and_ceiling_phases(followup_run):
 # ------------------------------------------------------------------- one trial, in process
 
 def test_host_memory_limit_on_a_real_workload(tmp_path):
-    from workloads.ddpm import workload as ddpm
+    from tuner.workloads.ddpm import workload as ddpm
     data = ddpm.prepare_default_data(tmp_path / "cache" / "data", "tiny")
     knobs = Knobs(batch_size=8, num_workers=1)
 

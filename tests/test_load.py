@@ -90,9 +90,9 @@ def _round(knobs: dict, rate: float, window_cv: float = 0.01, phase: str = "reme
 
 
 def test_rounds_that_drift_far_beyond_their_windows_are_said_and_steady_ones_not():
-    """The 2-core VM of 2026-11-25: one configuration re-measured at 34.5, 46.7, 47.8
-    samples/sec with windows agreeing within 1 %, no load to show for it; every speed-up read
-    as a tie and nothing said why."""
+    """One configuration re-measured at 34.5, 46.7, 47.8 samples/sec with windows agreeing
+    within 1 % and no load to show for it (a drifting 2-core VM): every speed-up reads as a
+    tie, and the run says why."""
     a, b = {"batch_size": 37, "num_workers": 2}, {"batch_size": 8, "num_workers": 4}
     drifting = [_round(a, 34.5), _round(b, 39.1), _round(a, 46.7), _round(b, 31.5),
                 _round(a, 47.8), _round(b, 32.0)]

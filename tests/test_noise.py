@@ -16,9 +16,12 @@ from click.testing import CliRunner
 from rich.console import Console
 from scipy import stats
 
+import tuner.budget as budget
 import tuner.driver as driver
+import tuner.followups as followups
 import tuner.leaderboard as leaderboard
 import tuner.noise as noise
+import tuner.windows as windows
 import tuner.winner as winner
 from tuner.plan import Plan
 from tests.test_leaderboard import T0, row
@@ -127,7 +130,7 @@ def test_impossible_figures_are_named(changes, reason):
 
 
 def test_two_configurations_identical_in_speed_are_a_tie_not_a_speedup():
-    """The issue's case: the search's best and the baseline measure the same within the noise;
+    """The search's best and the baseline measure the same within the noise:
     the answer is the baseline itself (simpler), never '1.00x faster' than itself."""
     rows = rounds([(FAST, None, [101.0, 97.0, 102.0]),
                    (BASE, "baseline", [99.0, 100.0, 98.0])])
@@ -331,7 +334,7 @@ def search_rows() -> list[dict]:
 
 
 def test_only_configurations_that_can_win_are_remeasured():
-    top, configs = driver._remeasure_configs(plan_for(confirm=4), search_rows())
+    top, configs = followups.remeasure_configs(plan_for(confirm=4), search_rows())
     assert [k.batch_size for k in top] == [32, 32, 8]            # BUSY, FAST, BASE; not 4.8
     assert Knobs(batch_size=4) not in [k for k, _ in configs]
     assert [ref for _, ref in configs] == ["recommended", None, "baseline"]
@@ -342,7 +345,7 @@ def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits)
     configs = [(FAST, None), (BASE, "baseline")]
     writer = SimpleNamespace(rows=search_rows())
     events = []
-    fits.measure(driver._rounds(plan, writer, configs, lambda kind, data: events.append(data)),
+    fits.measure(followups.rounds(plan, writer.rows, configs, lambda kind, data: events.append(data)),
                  writer)
     # One batch: A B, A B, A B.
     assert [(phase, done) for phase, done, _ in fits] == [
@@ -353,12 +356,12 @@ def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits)
     fits.clear()
     events.clear()
     writer.rows = writer.rows[:4 + 2 + 1]
-    fits.measure(driver._rounds(plan, writer, configs, lambda kind, data: events.append(data)),
+    fits.measure(followups.rounds(plan, writer.rows, configs, lambda kind, data: events.append(data)),
                  writer)
     assert [done for _, done, _ in fits] == [[(8, "baseline"), (32, None), (8, "baseline")]]
     assert [(e["round"], e["last_round"]) for e in events] == [(2, 3)]
     fits.clear()
-    fits.measure(driver._rounds(plan, writer, configs, lambda kind, data: None), writer)
+    fits.measure(followups.rounds(plan, writer.rows, configs, lambda kind, data: None), writer)
     assert fits == []                                            # complete: nothing to run
 
 
@@ -366,7 +369,7 @@ def test_an_impossible_round_is_measured_again_once(fits):
     writer = SimpleNamespace(rows=search_rows())
     writer.rows.append(row(9, knobs=FAST, phase="remeasure", sps=100.0, step_time_ms_p50=0.0))
     events = []
-    fits.measure(driver._rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
+    fits.measure(followups.rounds(plan_for(), writer.rows, [(FAST, None), (BASE, "baseline")],
                                 lambda kind, data: events.append(data)), writer)
     assert [(e["round"], e["last_round"]) for e in events] == [(1, 4)]  # 3 rounds and one more
     assert fits[0][1] == [(8, "baseline")] + [(32, None), (8, "baseline")] * 3  # FAST had round 1
@@ -377,7 +380,7 @@ def test_an_impossible_figure_found_in_the_rounds_adds_one_round_after_them(fits
     planned from those rows, as a batch of its own, once."""
     writer = SimpleNamespace(rows=search_rows())
     events = []
-    fits.measure(driver._rounds(plan_for(), writer, [(FAST, None), (BASE, "baseline")],
+    fits.measure(followups.rounds(plan_for(), writer.rows, [(FAST, None), (BASE, "baseline")],
                                 lambda kind, data: events.append(data)),
                  writer, impossible_first=True)
     assert [(e["round"], e["last_round"]) for e in events] == [(1, 3), (4, 4)]
@@ -390,7 +393,7 @@ def test_rounds_the_time_budget_cannot_hold_are_not_started_and_the_run_says_so(
     (a resumed run whose rounds are all recorded says nothing)."""
     writer = SimpleNamespace(rows=search_rows())
     events = []
-    fits.measure(driver._rounds(plan_for(left=2.0), writer, [(FAST, None), (BASE, "baseline")],
+    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows, [(FAST, None), (BASE, "baseline")],
                                 lambda kind, data: events.append(data)), writer)
     assert fits == []
     assert [(e["count"], e["configs"], e["left_s"]) for e in events] == [(0, 2, 2.0)]
@@ -402,7 +405,7 @@ def test_rounds_the_time_budget_cannot_hold_are_not_started_and_the_run_says_so(
     done = [row(20 + i, knobs=k, sps=50.0, phase="remeasure") for i in range(3)
             for k in (FAST, BASE)]
     writer, events = SimpleNamespace(rows=search_rows() + done), []
-    fits.measure(driver._rounds(plan_for(left=2.0), writer, [(FAST, None), (BASE, "baseline")],
+    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows, [(FAST, None), (BASE, "baseline")],
                                 lambda kind, data: events.append(data)), writer)
     assert fits == [] and events == []
 
@@ -417,7 +420,7 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
     writer = SimpleNamespace(rows=search_rows())
     configs = [(FAST, None), (BUSY, "recommended"), (mid, None), (BASE, "baseline")]
     events = []
-    fits.measure(driver._rounds(plan_for(left=75.0), writer, configs,
+    fits.measure(followups.rounds(plan_for(left=75.0), writer.rows, configs,
                                 lambda kind, data: events.append(data)), writer)
     assert [done for _, done, _ in fits] == [
         [(32, None), (32, "recommended"), (8, "baseline")] * 3]
@@ -426,35 +429,33 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
     assert "1 lower-ranked searched configuration(s) left out" in _phase_text(events[0])
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())                  # time for all: none left out
-    fits.measure(driver._rounds(plan_for(left=100.0), writer, configs, lambda kind, data: None),
+    fits.measure(followups.rounds(plan_for(left=100.0), writer.rows, configs, lambda kind, data: None),
                  writer)
     assert [len(done) for _, done, _ in fits] == [12]
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())   # not even 3 rounds of the best and references
-    fits.measure(driver._rounds(plan_for(left=50.0), writer, configs, lambda kind, data: None),
+    fits.measure(followups.rounds(plan_for(left=50.0), writer.rows, configs, lambda kind, data: None),
                  writer)
     assert fits[0][1] == [(32, None), (32, "recommended"), (8, "baseline")] * 2   # 2 rounds fit
 
 
 def test_no_ceiling_is_started_without_the_time_for_one(fits):
-    """A default CPU run past its follow-up time started two experiments for the compute
-    ceiling again (5-6 s each on 2 cores) after the deadline, and ended 16 s late. None is
-    started now, and the run says all four were left out (run S of docs/benchmarks.md, third
-    session, said nothing of its ceilings)."""
+    """A run past its follow-up time starts no ceiling experiment (each costs 5-6 s on 2 cores
+    and would end the run past its deadline), and says that all four ceilings were left out."""
     from tuner.space import Choices, Space
     writer = SimpleNamespace(rows=search_rows())
     for left in (2.0, 0.0):
         plan, events = plan_for(left=left), []
         plan.node_cpus, plan.device = 2, "cpu"
         plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
-        fits.measure(driver._limits(plan, writer, lambda kind, data: events.append(data)),
+        fits.measure(followups.ceilings(plan, writer.rows, lambda kind, data: events.append(data)),
                      writer)
-        fits.measure(driver._ceiling_again(plan_for(left=left), writer, lambda kind, data: None),
+        fits.measure(followups.ceiling_again(plan_for(left=left), writer.rows, lambda kind, data: None),
                      writer)
         assert [(e["ceilings"], e["left_out"]) for e in events] == [
             ([], ["compute", "loader", "machine-loader", "machine-compute"])]
     assert fits == []
-    fits.measure(driver._ceiling_again(plan_for(left=None), writer,            # no budget
+    fits.measure(followups.ceiling_again(plan_for(left=None), writer.rows,            # no budget
                                        lambda kind, data: None), writer)
     assert [(phase, done) for phase, done, _ in fits] == [("ceiling", [(32, None)])]
 
@@ -471,7 +472,7 @@ def test_a_compute_ceiling_is_measured_again_only_when_it_is_below_the_best_beyo
                                 sps=ceiling_sps, phase="ceiling", ceiling="compute")]
     events = []
     writer = SimpleNamespace(rows=rows)
-    fits.measure(driver._ceiling_again(plan_for(), writer,
+    fits.measure(followups.ceiling_again(plan_for(), writer.rows,
                                        lambda kind, data: events.append(data)), writer)
     assert [done for _, done, _ in fits] == ([[(32, None)]] if again else [])
     assert [e["again"] for e in events] == ([True] if again else [])
@@ -488,11 +489,11 @@ def test_a_ceiling_the_time_left_cannot_hold_is_left_out_and_said():
                                 finished_at=T0 + dt.timedelta(seconds=117))]
     todo = [("compute", FAST, "compute_only"), ("loader", FAST, "loader_only"),
             ("machine-compute", big, "compute_only")]
-    kept, left_out = driver._fitting_ceilings(plan_for(left=35.0), rows, todo)
+    kept, left_out = followups.fitting_ceilings(plan_for(left=35.0), rows, todo)
     assert [label for label, _, _ in kept] == ["compute", "loader"]
     assert left_out == ["machine-compute"]
-    assert driver._fitting_ceilings(plan_for(left=52.0), rows, todo) == (todo, [])
-    assert driver._fitting_ceilings(plan_for(left=None), rows, todo) == (todo, [])
+    assert followups.fitting_ceilings(plan_for(left=52.0), rows, todo) == (todo, [])
+    assert followups.fitting_ceilings(plan_for(left=None), rows, todo) == (todo, [])
     from tuner.progress import _phase_text
     text = _phase_text({"phase": "ceiling", "ceilings": ["compute", "loader"],
                         "left_out": ["machine-compute"]})
@@ -517,7 +518,7 @@ def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
     plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
     events = []
     writer = SimpleNamespace(rows=rows)
-    fits.measure(driver._limits(plan, writer, lambda kind, data: events.append((kind, data))),
+    fits.measure(followups.ceilings(plan, writer.rows, lambda kind, data: events.append((kind, data))),
                  writer)
     assert fits == []
     assert [(kind, data["ceilings"], data["left_out"]) for kind, data in events] == [
@@ -526,18 +527,18 @@ def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
 
 def test_the_machines_compute_limit_never_searched_is_costed_from_the_nearest_batch():
     """The machine's compute limit runs the winner's knobs at the largest batch, which no
-    search trial matches: costed at the windows alone (7.5 s) it was started with 12.6 s
-    left and measured nothing. The nearest searched batch (64: a 2-s step, 1 s of warm-up)
+    search trial matches: costed at the windows alone (7.5 s) it would start with 12.6 s
+    left and measure nothing. The nearest searched batch (64: a 2-s step, 1 s of warm-up)
     scaled to 256: 8-s steps, set-up 4.6 s + 3 x 1 s, so 7.6 + 3 x 8 + 1.5 = 33.1 s."""
     near = Knobs(batch_size=64)
     rows = search_rows() + [row(9, knobs=near, sps=32.0, measured_s=0.4, warmup_s=1.0,
                                 step_time_ms_p50=2000.0)]
     big = Knobs(batch_size=256, num_workers=1)
-    assert driver._trial_cost_s(rows, big, 3, 1.0) == pytest.approx(33.1)
+    assert budget.trial_cost_s(rows, big, 3, 1.0) == pytest.approx(33.1)
     todo = [("compute", FAST, "compute_only"), ("machine-compute", big, "compute_only")]
-    kept, left_out = driver._fitting_ceilings(plan_for(left=20.0), rows, todo)
+    kept, left_out = followups.fitting_ceilings(plan_for(left=20.0), rows, todo)
     assert [label for label, _, _ in kept] == ["compute"] and left_out == ["machine-compute"]
-    assert driver._trial_cost_s([], big, 3, 1.0) == pytest.approx(4.5)   # nothing timed yet
+    assert budget.trial_cost_s([], big, 3, 1.0) == pytest.approx(4.5)   # nothing timed yet
 
 
 @pytest.mark.parametrize("error, status, retried", [
@@ -551,14 +552,14 @@ def test_a_reference_failed_for_a_transient_reason_is_retried_once(fits, error, 
     rows[0].update(status=status, samples_per_sec=None, error=error)
     writer = SimpleNamespace(rows=rows)
     events = []
-    fits.measure(driver._retry_references(plan_for(), writer,
+    fits.measure(followups.retry_references(plan_for(), writer.rows,
                                           lambda kind, data: events.append(data)), writer)
     assert bool(fits) == retried
     if retried:
         assert fits == [("search", [(8, "baseline")], {})]
         assert events[0]["retry"] == ["baseline"]
         writer.rows[-1].update(status="error", error=error)           # failed again
-        fits.measure(driver._retry_references(plan_for(), writer, lambda kind, data: None),
+        fits.measure(followups.retry_references(plan_for(), writer.rows, lambda kind, data: None),
                      writer)
         assert len(fits) == 1                                          # once only
 
@@ -606,8 +607,9 @@ def test_a_disturbed_ceiling_says_how_often_it_was_measured(rates, how):
 
 
 def test_a_ceiling_just_below_the_pipeline_reads_as_its_own_rate_not_as_disturbed():
-    """A ceiling 2 % under a compute-bound pipeline on a quiet machine was blamed on a busy
-    one, then shown as 'disturbed'; the default CPU run's 53.0 against 53.8 (2026-11-24)."""
+    """A ceiling 2 % under a compute-bound pipeline on a quiet machine (53.0 against 53.8
+    samples/sec) is the pipeline's own compute-bound rate: neither blamed on a busy machine
+    nor shown as 'disturbed'."""
     out = _best_table(_with_ceilings([98.0]))
     assert "compute-only ceiling 98.0 at it same knobs, batches on the device: 2 % below" in out
     assert "within the noise: it runs at its compute-only rate, bound by compute" in out
@@ -627,24 +629,24 @@ def test_window_noise_is_the_median_sample_cv_of_measured_rows_of_short_steps():
             row(3, samples_per_sec_cv=0.30, windows=3, step_time_ms_p50=1500.0),  # long steps
             row(4, samples_per_sec_cv=0.50, windows=1),
             row(5, samples_per_sec_cv=0.90, windows=3, status="error")]
-    assert noise.window_noise(rows, window_s=2.0) == pytest.approx(
+    assert windows.window_noise(rows, window_s=2.0) == pytest.approx(
         statistics.median([0.02 * math.sqrt(1.5), 0.06 * math.sqrt(1.5), 0.04 * math.sqrt(2)]))
-    assert noise.window_noise(rows[:1] + rows[3:], window_s=2.0) is None   # one row: unknown
+    assert windows.window_noise(rows[:1] + rows[3:], window_s=2.0) is None   # one row: unknown
     # The same steps are short against longer windows.
-    assert noise.window_noise(rows[3:4] + rows[:1], window_s=4.0) is not None
+    assert windows.window_noise(rows[3:4] + rows[:1], window_s=4.0) is not None
 
 
 def test_the_steady_tolerance_is_the_floor_on_a_quiet_host_and_grows_with_the_noise():
     """A first window is a transient only beyond two SDs of the difference of two windows: on
-    a host whose windows scatter by 7 % (the 2-core VM of 2026-11-25, where a fixed 10 %
-    dropped four windows in a row from one steady trial) the tolerance is ~0.20 (population CV
+    a host whose windows scatter by 7 % (on a 2-core VM like that, a fixed 10 % drops up to
+    four windows in a row from one steady trial) the tolerance is ~0.20 (population CV
     0.057 of 3 windows); on a quiet one it stays at the floor."""
     quiet = [row(i, samples_per_sec_cv=0.01, windows=3) for i in range(4)]
     noisy = [row(i, samples_per_sec_cv=0.057, windows=3) for i in range(4)]
-    assert noise.steady_tolerance(quiet, 0.10, window_s=2.0) == 0.10
-    assert noise.steady_tolerance([], 0.10, window_s=2.0) == 0.10        # before any row
-    expected = noise.STEADY_Z * math.sqrt(2) * 0.057 * math.sqrt(1.5)
-    assert noise.steady_tolerance(noisy, 0.10, window_s=2.0) == pytest.approx(expected)
+    assert windows.steady_tolerance(quiet, 0.10, window_s=2.0) == 0.10
+    assert windows.steady_tolerance([], 0.10, window_s=2.0) == 0.10        # before any row
+    expected = windows.STEADY_Z * math.sqrt(2) * 0.057 * math.sqrt(1.5)
+    assert windows.steady_tolerance(noisy, 0.10, window_s=2.0) == pytest.approx(expected)
     assert 0.19 < expected < 0.21
 
 
@@ -658,4 +660,4 @@ def test_each_trial_of_a_run_gets_the_tolerance_of_its_own_rows_so_far():
     other_card = [{**r, "accelerator_type": "A10G"} for r in noisy]
     assert driver._trial_settings(plan, other_run + other_card) == {"steady_tolerance": 0.10}
     widened = driver._trial_settings(plan, noisy + other_run)["steady_tolerance"]
-    assert widened == pytest.approx(noise.STEADY_Z * math.sqrt(2) * 0.08 * math.sqrt(1.5))
+    assert widened == pytest.approx(windows.STEADY_Z * math.sqrt(2) * 0.08 * math.sqrt(1.5))

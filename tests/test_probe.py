@@ -1,5 +1,5 @@
 """The memory probe: its search (power of two, then binary to within 25 %) and the fast path
-that runs every short trial in one process on one resident batch (issue 12, point 6)."""
+that runs every short trial in one process on one resident batch."""
 
 from __future__ import annotations
 

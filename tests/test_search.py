@@ -54,7 +54,7 @@ def test_run_records_references_first_and_complete_rows(tmp_path, tuner_cache, r
         assert r["started_at"] <= r["finished_at"]
         assert 4 <= r["batch_size"] <= 64
     # One trial at a time: each has the machine, and trains on every CPU its DataLoader
-    # workers leave (every trial had 1 thread before, whatever its workers).
+    # workers leave (not 1 thread whatever its workers).
     cpus = os.cpu_count()
     assert all(r["trial_cpus"] == cpus for r in rows)
     assert all(r["torch_threads"] == max(1, cpus - r["num_workers"]) for r in rows)

@@ -197,7 +197,8 @@ def test_project_reference_outside_the_space_names_knob_and_value(knobs, knob, v
 
 
 def test_unknown_builtin_space_and_unreadable_file(tmp_path):
-    with pytest.raises(SpaceError, match="no built-in search space search_spaces/nope.yaml"):
+    with pytest.raises(SpaceError,
+                       match="no built-in search space tuner/workloads/spaces/nope.yaml"):
         load_space("nope")
     with pytest.raises(SpaceError, match="cannot read it"):
         load_space(tmp_path / "missing.yaml", is_file=True)

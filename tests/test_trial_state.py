@@ -75,8 +75,8 @@ def fp32_precision() -> dict[str, str]:
 def test_a_script_using_torchs_new_precision_api_keeps_its_settings(regression_data, saved_state,
                                                                     device, tf32):
     """A workload that sets TF32 the way torch 2.9's notes say (``fp32_precision``), which
-    makes torch refuse the legacy reads (``allow_tf32`` raised in every trial before
-    ``read_precision_flags``), trains, and finds its settings as it left them after the
+    makes torch refuse the legacy reads (``allow_tf32`` raises; ``read_precision_flags``
+    reads either API), trains, and finds its settings as it left them after the
     trial; inside a CUDA trial every reader agrees, Lightning's included."""
     torch.backends.cudnn.conv.fp32_precision = "ieee"
     torch.backends.cuda.matmul.fp32_precision = "tf32"

@@ -1,6 +1,6 @@
 """``tuner.validate.train_loop``: the plain loop warms up and measures as long as the trial it
-checks did (issue 12, point 7: a 20-step loop read 1.17x the trial's ddpm figure on the H100,
-measuring the batches the workers had prefetched during the warm-up)."""
+checks did (a 20-step loop reads 1.17x the trial's ddpm figure on an H100: it measures the
+batches the workers prefetched during the warm-up)."""
 
 from __future__ import annotations
 

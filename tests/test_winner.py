@@ -226,9 +226,13 @@ def test_best_json_and_yaml_print_the_whole_answer_and_agree(tmp_path):
 
 
 def _moved(name: str):
+    """``tuner.leaderboard.<name>``, asserting its one DeprecationWarning names the new home and
+    points at the caller's line."""
     with pytest.warns(DeprecationWarning, match=rf"tuner\.leaderboard\.{name} is deprecated"
-                                                r".*use tuner\.winner\."):
-        return getattr(leaderboard, name)
+                                                r".*use tuner\.winner\.") as caught:
+        value = getattr(leaderboard, name)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    return value
 
 
 def test_leaderboard_best_row_still_answers_as_the_flat_dict_with_a_warning():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tuner.errors import DataError
-from workloads.chargpt import DEFAULT_TEXT_BYTES, VOCAB_SIZE, workload
+from tuner.workloads.chargpt import DEFAULT_TEXT_BYTES, VOCAB_SIZE, workload
 
 
 @pytest.fixture(scope="module")

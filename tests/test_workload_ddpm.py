@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tuner.errors import DataError
-from workloads.ddpm import DiffusionModel, workload
+from tuner.workloads.ddpm import DiffusionModel, workload
 
 REPORT_PARAMETERS = 12_817_859
 """ddpm-report-rtx5070.md: "Model Size: 12,817,859 parameters (~12.8M)"."""

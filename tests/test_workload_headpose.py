@@ -12,8 +12,8 @@ import torch
 
 from tuner.errors import DataError
 from tuner.knobs import Knobs
-from workloads import headpose
-from workloads.headpose import workload
+from tuner.workloads import headpose
+from tuner.workloads.headpose import workload
 
 TINY_IMAGES = headpose.DEFAULT_DATA["tiny"][0]
 

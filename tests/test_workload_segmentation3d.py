@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tuner.errors import DataError
-from workloads.segmentation3d import NPY_CACHE, UNet3d, soft_dice_loss, workload
+from tuner.workloads.segmentation3d import NPY_CACHE, UNet3d, soft_dice_loss, workload
 
 SEED_PARAMETERS = 5_601_187
 """4-level 3D U-Net, widths 32/64/128/256, 1 input channel, 3 classes. The report gives no

@@ -142,7 +142,7 @@ def tune(workload: "str | Workload", *, trials: int | None = None,
     Raises:
         TunerError: bad input, in one line naming the value and what is accepted, found
             before any trial.
-        tuner.driver.RunInterrupted: Ctrl-C, SIGTERM or SIGHUP; the finished trials are in the
+        tuner.errors.RunInterrupted: Ctrl-C, SIGTERM or SIGHUP; the finished trials are in the
             leaderboard and ``tune(..., resume=exc.run_id)`` continues the run.
     """
     _check_option_names(options)

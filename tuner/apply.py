@@ -69,8 +69,7 @@ def keep_cpu_trial_off_the_gpus(device_type: str) -> bool:
 def _cuda_index(device: torch.device) -> int:
     """The device's index: ``torch.device("cuda")`` (what a trial on its one assigned GPU
     holds) means the current device. ``set_per_process_memory_fraction`` takes an index or an
-    indexed device only; given ``cuda`` it raised before the first trial of every
-    ``--max-memory`` run on a real card (H100, 2026-11-23)."""
+    indexed device only: given ``cuda`` it raises ``ValueError``."""
     return device.index if device.index is not None else torch.cuda.current_device()
 
 

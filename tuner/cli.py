@@ -1,4 +1,6 @@
-"""Command line: ``python -m tuner run|leaderboard|best|report|export|profile|validate|workloads|check-cluster``.
+"""Command line: ``python -m tuner run|best|leaderboard|report|validate|profile|export|workloads|check-cluster``.
+
+The options, their help and the order of the commands are declared in ``tuner.cli_options``.
 
 User errors (``TunerError``, bad flags) print one line and exit with code 2, no traceback.
 """
@@ -18,9 +20,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tuner.errors import TunerError
+from tuner.cli_options import (COMMAND_ORDER, EPILOG, SHORT_HELP, applied, common_filter_options,
+                               export_options, model_options, option, profile_options,
+                               run_options, validate_options)
+from tuner.errors import TunerError, one_line
 from tuner.knobs import Knobs, knob_text
-from tuner.settings import DEVICES, OBJECTIVES, PROBE_MODES, SAMPLERS, SCALES
 from tuner.status import MEASURED, Phase, Status, phase_of
 
 def _console(stderr: bool = False) -> Console:
@@ -35,13 +39,18 @@ console = _console()
 err_console = _console(stderr=True)
 
 class TunerGroup(click.Group):
-    """Turns TunerError into one line on stderr and exit code 2."""
+    """Turns TunerError into one line on stderr and exit code 2; lists the commands in
+    ``COMMAND_ORDER``."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        order = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(self.commands, key=lambda name: (order.get(name, len(order)), name))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except TunerError as exc:
-            err_console.print(f"[bold red]error:[/] {_one_line(str(exc))}", highlight=False,
+            err_console.print(f"[bold red]error:[/] {one_line(exc)}", highlight=False,
                               soft_wrap=True)
             ctx.exit(2)
         except click.UsageError as exc:  # a bad flag of a subcommand: one line, not the usage
@@ -50,11 +59,11 @@ class TunerGroup(click.Group):
             ctx.exit(2)
 
 
-@click.group(cls=TunerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TunerGroup, epilog=EPILOG,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="tuner")
 @click.option("--verbose", is_flag=True,
-              help="Also show library notices tuner keeps off the console (Ray's start-up "
-                   "notices, library warnings).")
+              help="Also show the notices of Ray and other libraries that tuner hides.")
 def main(verbose: bool) -> None:
     """tuner: find the fastest way to train a PyTorch model on this hardware."""
     if verbose:
@@ -79,29 +88,8 @@ def _note(text: str) -> None:
     err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
 
 
-def _one_line(message: str) -> str:
-    """An error message as one line. An exception raised in a DataLoader worker is raised
-    again by torch in the main process with the worker's traceback as its message ("Caught
-    DataError in DataLoader worker process 0. Original Traceback ... tuner.errors.DataError:
-    image x.png cannot be decoded"): that becomes its last line, without the exception's
-    module path, and the worker it happened in."""
-    import re
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    caught = re.search(r"Caught (\w+) (in DataLoader worker process \d+)", message)
-    if caught and len(lines) > 1 and "Original Traceback" in message:
-        last = re.sub(rf"^([\w.]+\.)?{caught.group(1)}: ", "", lines[-1])
-        return f"{message[:caught.start()].strip()} {last} ({caught.group(2)})".lstrip()
-    return " ".join(lines)
-
-
-def _model_options(f):
-    """--model and --image-size: the options a workload is configured with (``configure``)."""
-    f = click.option("--image-size", "image_size", type=click.IntRange(min=1),
-                     help="Input side in pixels, with --model [default: the size the model's "
-                          "pretrained weights use, e.g. 224].")(f)
-    return click.option("--model", help="Classifier workloads: any torchvision classification "
-                        "model by name (resnet50, vit_b_16, …) or timm:NAME; its rows go under "
-                        "the workload name <workload>-<model>-<px>px.")(f)
+_model_options = applied(model_options())
+"""--model and --image-size of ``validate`` and ``profile``."""
 
 
 def _configured(workload: str, model: str | None, image_size: int | None):
@@ -112,74 +100,13 @@ def _configured(workload: str, model: str | None, image_size: int | None):
         "model": model, "image_size": image_size}))
 
 
-@main.command()
-@click.option("--workload", "-w", required=True,
-              help="Built-in name (see `tuner workloads`) or import path package.module:attribute.")
-@_model_options
-@click.option("--space", "space_file", type=click.Path(dir_okay=False),
-              help="Search-space YAML (default: the workload's built-in space).")
-@click.option("--trials", type=click.IntRange(min=1),
-              help="Search trials, reference configurations included; the re-measurement "
-                   "(--confirm) and the ceilings (--ceiling) run after them, on top "
-                   "[default: 12 on CPU, 40 on CUDA].")
-@click.option("--time-budget", "time_budget", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds the whole run may take (probe, search, re-measurement, ceilings); it "
-                   "ends within 10 s more, a trial cut short recorded as timeout with the windows "
-                   "it measured [default: 1800 on CUDA, none on CPU].")
-@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
-@click.option("--scale", type=click.Choice(SCALES),
-              help="seed: the report's sizes; tiny: CPU-test sizes [default: seed on CUDA, tiny on CPU].")
-@click.option("--data", type=click.Path(), help="Your dataset (directory, or file for text workloads) "
-              "[default: the workload's embedded data, written once to the cache].")
-@click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False),
-              help="Results directory or URI (s3://…, file://…); the leaderboard is <results>/leaderboard/.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampler and of torch.")
-@click.option("--sampler", type=click.Choice(SAMPLERS),
-              default="gp", show_default=True,
-              help="Search: gp (Gaussian-process Bayesian optimisation, best at small budgets), "
-                   "tpe (Optuna's TPE) or random.")
-@click.option("--address", help="Ray cluster address (auto, HOST:PORT or ray://HOST:PORT).")
-@click.option("--windows", type=click.IntRange(min=1), help="Measurement windows per trial.")
-@click.option("--window-s", "window_s", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds per measurement window.")
-@click.option("--warmup-steps", "warmup_steps", type=click.IntRange(min=1),
-              help="Optimizer steps before measuring.")
-@click.option("--objective", type=click.Choice(tuple(OBJECTIVES)),
-              default="samples-per-sec", show_default=True,
-              help="Steady-state throughput, or the predicted wall time of --train-steps steps "
-                   "including setup, warm-up and compile.")
-@click.option("--train-steps", "train_steps", type=click.IntRange(min=1),
-              help="Optimizer steps of your real job (for --objective time-to-train).")
-@click.option("--max-memory", "max_memory",
-              help="Device memory limit: a fraction (0.9) or a size (12GB); a size below the "
-                   "card's is enforced, so a big GPU behaves like the smaller card.")
-@click.option("--max-host-memory", "max_host_memory",
-              help="Host memory limit per trial, process + DataLoader workers (8GB, or a fraction of RAM).")
-@click.option("--global-batch-size", "global_batch_size", type=click.IntRange(min=1),
-              help="Keep batch_size x grad_accum at N: the search varies the micro-batch only.")
-@click.option("--probe", type=click.Choice(PROBE_MODES), default="auto", show_default=True,
-              help="Memory probe bounding the batch size before the search (auto: on CUDA or "
-                   "with --max-host-memory).")
-@click.option("--confirm", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Re-measure the N best configurations with twice the windows; the winner is "
-                   "chosen on these (0: off).")
-@click.option("--resume", "resume", is_flag=False, flag_value="latest", default=None,
-              help="Continue an interrupted run: the newest of this workload in --results, or "
-                   "--resume RUN_ID. Recorded trials are not run again.")
-@click.option("--warm-start", "warm_start", is_flag=True,
-              help="Seed the search with earlier leaderboard rows of this workload and hardware.")
-@click.option("--remeasure", is_flag=True,
-              help="With --warm-start: measure configurations again even when a row has them.")
-@click.option("--ceiling/--no-ceiling", default=True, show_default=True,
-              help="Measure the winner's compute-only ceiling (batches already on the device).")
-@click.option("--early-stop/--no-early-stop", "early_stop", default=True, show_default=True,
-              help="Stop a search trial after a window when it is slower than the best so far by "
-                   "more than the measured noise (recorded as pruned, with its windows).")
-@click.option("--peak-tflops", "peak_tflops", type=click.FloatRange(min=0, min_open=True),
-              help="Your card's dense peak TFLOP/s for MFU, when tuner does not know the card.")
+@main.command(short_help=SHORT_HELP["run"])
+@run_options()
 def run(**kwargs: Any) -> None:
     """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end.
-    (The Python API's ``tuner.tune`` runs the same.)"""
+
+    `tuner.tune(...)` in Python runs the same. Defaults that depend on the device or the scale
+    are shown as their rule."""
     import contextlib
     from tuner.api import tune_plan
     from tuner.driver import RunInterrupted, planned
@@ -190,9 +117,9 @@ def run(**kwargs: Any) -> None:
     kwargs["workload_options"] = {"model": kwargs.pop("model"),
                                   "image_size": kwargs.pop("image_size")}
     options = RunOptions(**kwargs)
-    with contextlib.ExitStack() as session:
+    with contextlib.ExitStack() as stack:
         with console.status("checking the workload, search space and data…"):
-            plan = session.enter_context(planned(options))
+            plan = stack.enter_context(planned(options))
         launched = _launched_monotonic()
         if launched is not None:  # the budget counts from the launch
             plan = plan.launched_at(launched)
@@ -225,9 +152,7 @@ def run(**kwargs: Any) -> None:
 _IMPORTED = (time.monotonic(), time.time())
 """When this module was imported, on the monotonic and the wall clock."""
 
-LAUNCH_AGE_S = 15.0
-"""A process older than this when it imported the command line was not started for one
-command (a notebook or a test runner calling ``main``): its budget counts from planning."""
+from tuner.budget import LAUNCH_AGE_S  # noqa: E402  (here, beside its one use)
 
 
 def _launched_monotonic() -> float | None:
@@ -240,14 +165,8 @@ def _launched_monotonic() -> float | None:
     return None if age_s > LAUNCH_AGE_S else _IMPORTED[0] - max(0.0, age_s)
 
 
-def _common_filters(f):
-    f = click.option("--scale", type=click.Choice(SCALES),
-                     help="Only rows of this model scale (default: all; the best answers from "
-                          "the latest run's scale).")(f)
-    f = click.option("--hardware", help="Hardware key (default: the only one, or this machine's).")(f)
-    f = click.option("--results", default="tuner-results", show_default=True,
-                     type=click.Path(file_okay=False), help="Results directory or URI.")(f)
-    return click.option("--workload", "-w", required=True, help="Workload name.")(f)
+_common_filters = applied(common_filter_options())
+"""--workload, --results, --hardware and --scale of the commands that read a leaderboard."""
 
 
 def _workload_name(spec: str) -> str:
@@ -277,11 +196,11 @@ def _this_machine_key(keys: list[str]) -> str | None:
     return None
 
 
-@main.command(name="leaderboard")
+@main.command(name="leaderboard", short_help=SHORT_HELP["leaderboard"])
 @_common_filters
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), help="Show only the first N rows.")
+@option("--limit", type=click.IntRange(min=1), metavar="N", show_default="all", help="Rows shown.")
 def leaderboard_cmd(workload: str, results: str, hardware: str | None, scale: str | None,
                     fmt: str, limit: int | None) -> None:
     """Trials ranked by samples/sec (failed trials last, with their error)."""
@@ -324,7 +243,7 @@ def _num(v: float | None, digits: int) -> str:
     return "" if v is None else f"{v:,.{digits}f}"
 
 
-@main.command()
+@main.command(short_help=SHORT_HELP["best"])
 @_common_filters
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml", "python"]), default="json",
               show_default=True)
@@ -358,12 +277,12 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
         click.echo(answer.knobs.to_python(device=answer.row["device"] or "cuda"), nl=False)
 
 
-@main.command()
+@main.command(short_help=SHORT_HELP["report"])
 @_common_filters
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Directory for the PNG figures and report.html.")
-@click.option("--max-memory-mb", "max_memory_mb", type=click.FloatRange(min=0, min_open=True),
-              help="Memory limit to draw on the throughput-vs-memory figure, MiB.")
+@option("--out", "out_dir", required=True, type=click.Path(file_okay=False), metavar="DIR",
+        help="Directory for the PNG figures and report.html.")
+@option("--max-memory-mb", "max_memory_mb", type=click.FloatRange(min=0, min_open=True),
+        metavar="MIB", show_default="none", help="Memory limit drawn on the memory figure.")
 def report(workload: str, results: str, hardware: str | None, scale: str | None,
            out_dir: str, max_memory_mb: float | None) -> None:
     """PNG figures and one self-contained HTML page from a workload's leaderboard."""
@@ -376,14 +295,9 @@ def report(workload: str, results: str, hardware: str | None, scale: str | None,
     console.print(f"open {paths[-1]}")
 
 
-@main.command(name="export")
+@main.command(name="export", short_help=SHORT_HELP["export"])
 @_common_filters
-@click.option("--optuna-storage", "storage", required=True,
-              help="Database URL to write an Optuna study to, e.g. sqlite:///tuner.db "
-                   "(open it with `optuna-dashboard sqlite:///tuner.db`).")
-@click.option("--study-name", "study_name", help="[default: WORKLOAD@HARDWARE_KEY]")
-@click.option("--run", "run_id", help="Only this run's rows [default: every run's].")
-@click.option("--overwrite", is_flag=True, help="Replace a study of the same name.")
+@applied(export_options())
 def export_cmd(workload: str, results: str, hardware: str | None, scale: str | None,
                storage: str, study_name: str | None, run_id: str | None,
                overwrite: bool) -> None:
@@ -454,14 +368,10 @@ def _data_for(workload, data: str | None, scale: str):
         return checked_data(workload, data, scale)[0]
 
 
-@main.command()
+@main.command(short_help=SHORT_HELP["validate"])
 @_common_filters
 @_model_options
-@click.option("--trial", "trial_id", help="Trial id to validate (default: the best).")
-@click.option("--steps", type=click.IntRange(min=1),
-              help="Optimizer steps (default: one epoch, at least 23 steps, and on until "
-                   "it has warmed up and measured as long as the trial did).")
-@click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
+@applied(validate_options())
 def validate(workload: str, results: str, hardware: str | None, scale: str | None,
              model: str | None, image_size: int | None, trial_id: str | None,
              steps: int | None, data: str | None) -> None:
@@ -505,20 +415,8 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     console.print(f"whole loop, warm-up included: {v.total_s:.1f} s")
 
 
-@main.command()
-@click.option("--workload", "-w", required=True, help="Workload name or import path.")
-@_model_options
-@click.option("--knobs", "knobs_json", help='Knobs as JSON, over the workload\'s baseline, e.g. '
-              '\'{"batch_size": 64}\'; with "num_workers": 0 the baseline\'s worker-only knobs '
-              '(prefetch_factor, persistent_workers) are dropped, in a note.')
-@click.option("--trial", "trial_id", help="Take the knobs of this leaderboard trial.")
-@click.option("--results", default="tuner-results", show_default=True, type=click.Path(file_okay=False))
-@click.option("--hardware", help="Hardware key of the leaderboard rows to read.")
-@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
-@click.option("--scale", type=click.Choice(SCALES), help="[default: seed on CUDA, tiny on CPU]")
-@click.option("--data", type=click.Path(), help="Dataset (default: the embedded one).")
-@click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Synchronised steps timed per phase.")
+@main.command(short_help=SHORT_HELP["profile"])
+@applied(profile_options())
 def profile(workload: str, model: str | None, image_size: int | None,
             knobs_json: str | None, trial_id: str | None, results: str,
             hardware: str | None, device: str, scale: str | None, data: str | None, steps: int) -> None:
@@ -579,7 +477,7 @@ def _has_rows(results: str, workload: str) -> bool:
     return leaderboard.read(results, workload=workload).num_rows > 0
 
 
-@main.command(name="check-cluster")
+@main.command(name="check-cluster", short_help=SHORT_HELP["check-cluster"])
 @click.argument("path", type=click.Path(dir_okay=False))
 def check_cluster(path: str) -> None:
     """Validate a Ray cluster-launcher YAML against the schema shipped with Ray."""
@@ -590,8 +488,9 @@ def check_cluster(path: str) -> None:
                   f"node types: {types})")
 
 
-@main.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@main.command(short_help=SHORT_HELP["workloads"])
+@option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+        help="A table, or JSON with each workload's import path.")
 def workloads(fmt: str) -> None:
     """Known workloads with their source, parameter count (seed scale) and sample shape."""
     from tuner.workload import available, resolve

@@ -25,10 +25,12 @@ import reprlib
 from pathlib import Path
 from typing import Any, Iterable
 
-from tuner.errors import TunerError
+from tuner.errors import TunerError, one_line
 
 _MESSAGE_CHARS = 160
 """A bad value longer than this is abbreviated in the error line."""
+_LINE_CHARS = 2 * _MESSAGE_CHARS
+"""A message quoted in the error line (YAML's, the schema's, Ray's) is cut to this length."""
 
 
 def validate_cluster_config(path: str | Path) -> dict:
@@ -74,7 +76,8 @@ def _load(path: Path) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise TunerError(f"{path}: {where}malformed YAML ({_one_line(problem)})") from None
+        raise TunerError(f"{path}: {where}malformed YAML ({one_line(problem, _LINE_CHARS)})"
+                         ) from None
     if not isinstance(config, dict):
         raise TunerError(f"{path}: (top level): expected a mapping of cluster settings "
                          f"(cluster_name, provider, available_node_types, ...), "
@@ -121,7 +124,7 @@ def _describe(error) -> str:
             "resources" in error.message:
         return (f"{_json_path(where)}: {error.message} (list the node's resources, e.g. "
                 '{"CPU": 8, "GPU": 1}: `ray up` looks them up on AWS, an offline check cannot)')
-    return f"{_json_path(where)}: {_one_line(error.message)}"
+    return f"{_json_path(where)}: {one_line(error.message, _LINE_CHARS)}"
 
 
 def _check_worker_counts(path: Path, config: dict) -> None:
@@ -170,11 +173,11 @@ def _check_with_ray(path: Path, config: dict) -> None:
         raise TunerError(f"{path}: {_describe(exc)} (after Ray filled in the provider's "
                          "defaults)") from None
     except NotImplementedError as exc:  # "Unsupported node provider: ..."
-        raise TunerError(f"{path}: provider.type: {_one_line(exc)}") from None
+        raise TunerError(f"{path}: provider.type: {one_line(exc, _LINE_CHARS)}") from None
     except (ValueError, RuntimeError, KeyError, AssertionError, click.ClickException) as exc:
         message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
         raise TunerError(f"{path}: rejected by Ray's own checks: "
-                         f"{_one_line(message) or type(exc).__name__}") from None
+                         f"{one_line(message, _LINE_CHARS) or type(exc).__name__}") from None
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z_][\w\-:]*")
@@ -197,9 +200,4 @@ def _json_path(parts: Iterable[Any]) -> str:
 def _short(value: Any) -> str:
     r = reprlib.Repr()
     r.maxstring = r.maxother = _MESSAGE_CHARS
-    return _one_line(r.repr(value))
-
-
-def _one_line(text: Any) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= 2 * _MESSAGE_CHARS else line[:2 * _MESSAGE_CHARS - 1] + "…"
+    return one_line(r.repr(value), _LINE_CHARS)

@@ -14,10 +14,10 @@ _LABELS = {"data_wait": "Data loading (wait)", "h2d": "Host→device copy", "for
 LAUNCH_BOUND_BELOW_PCT = 60.0
 """A CUDA step whose GPU is busy less than this share of the time, while neither the input
 pipeline nor host→device copies explain the idle time, is launch-bound: the CPU issues kernels
-slower than the GPU runs them. (The H100 note: NVML read 20 % utilisation and a step took 70 ms
-at both bs=8 and bs=32 for the ddpm U-Net; the synchronised breakdown called it "99 % GPU
-compute".) 60 %: below it the GPU idles over 40 % of the step, more than any compute-side lever
-can recover."""
+slower than the GPU runs them. (Source: the ddpm U-Net on an H100, docs/benchmarks.md: NVML read
+20 % utilisation and a step took 70 ms at both bs=8 and bs=32, which a synchronised breakdown
+alone reads as "99 % GPU compute".) 60 %: below it the GPU idles over 40 % of the step, more
+than any compute-side lever can recover."""
 
 
 def kind(row: dict) -> str:

@@ -10,7 +10,7 @@ import gc
 
 import torch
 
-from tuner.measure import LimitExceeded
+from tuner.errors import LimitExceeded
 from tuner.status import Status
 
 # Out-of-memory messages that do not arrive as torch.OutOfMemoryError. Each line says where
@@ -75,10 +75,9 @@ def free_device_memory() -> None:
     starts clean (Ray reuses actors even after a trial caught an OOM).
 
     Only where this process has initialised CUDA: ``reset_peak_memory_stats()`` of the current
-    device initialises it otherwise, so every ``--device cpu`` trial on a GPU machine created a
-    CUDA context (seconds per process, memory on the card, and its mappings copied into every
-    DataLoader worker forked after it); one of the two reasons, read from the code, why the
-    README's ``pytest`` ran 2.7x slower per test on the H100 machine (``tests/conftest.py``)."""
+    device initialises it otherwise, and every ``--device cpu`` trial on a GPU machine would
+    create a CUDA context (seconds per process, memory on the card, and its mappings copied into
+    every DataLoader worker forked after it)."""
     gc.collect()
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()

@@ -119,7 +119,7 @@ def has_image_layout(workload: Workload, scale: str) -> bool:
     try:
         with torch.device("meta"):
             model = workload.build_model(scale)
-    # A workload quirk must not fail planning: keep the knob, as before this check.
+    # A workload quirk must not fail planning: the knob stays searchable.
     except Exception as exc:  # noqa: BLE001
         log.info("%s (%s) cannot be built on meta (%s): channels_last stays searchable",
                  workload.name, scale, exc)

@@ -80,7 +80,7 @@ BF16 (its 'Features' line)."""
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this machine's CPU computes bf16 natively (``CPU_BF16_FLAGS``). Without, torch
     runs bf16 autocast through conversions to fp32: the ddpm U-Net at tiny scale trained at
-    ~5 samples/sec in bf16 against ~50 in fp32 on the 2-core AVX2 EPYC of docs/benchmarks.md.
+    ~5 samples/sec in bf16 against ~50 in fp32 on a 2-core AVX2 EPYC.
     True when it cannot tell (no /proc/cpuinfo: not Linux), so nothing is left out then."""
     try:
         with open(cpuinfo) as f:

@@ -5,7 +5,7 @@ start-up land there and are recorded, not measured), then timed windows between 
 synchronisations. Windows cross epoch boundaries, so the per-epoch worker restart that
 ``persistent_workers`` removes is part of the measured cost. Whether the trial had reached its
 steady state is judged from the windows themselves: a first window out of line with the others
-is warm-up, dropped and replaced (``_windows``).
+is warm-up, dropped and replaced (the rule: ``tuner.windows``).
 """
 
 from __future__ import annotations
@@ -15,16 +15,18 @@ import math
 import statistics
 import time
 import traceback
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 from torch.utils.data import DataLoader
 
-from tuner.apply import (Training, build_training, cycle, keep_cpu_trial_off_the_gpus,
-                         move_batch, repeat, trial_state)
+import tuner.budget as budget
+import tuner.windows as rule
+from tuner._deprecated import moved
+from tuner.apply import build_training, cycle, keep_cpu_trial_off_the_gpus, move_batch, trial_state
+from tuner.errors import DeadlineReached, TrialFailure  # noqa: F401  (re-exported)
 from tuner.flops import precision_of, utilisation
 from tuner.failures import classify
 from tuner.hardware import fingerprint, node_id, node_ip
@@ -32,19 +34,13 @@ from tuner.knobs import Knobs
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadMonitor,
                            Stopwatch, Window, counted_window, peak_device_memory_mb, summarise,
                            synchronize)
-from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir, long_step
+from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir
 from tuner.status import Status
+from tuner.steppers import (LoaderStepper, Stepper, on_device, phase_columns, phase_timer,
+                            resident)
 from tuner.workload import Workload
 
 Report = Callable[[dict], None]
-
-
-class TrialFailure(Exception):
-    """A trial cannot run as configured (e.g. batch larger than the dataset)."""
-
-
-class DeadlineReached(Exception):
-    """The run's time budget ran out during the trial (``TrialSettings.deadline_unix_s``)."""
 
 
 def _check_deadline(settings: TrialSettings, where: str) -> None:
@@ -58,44 +54,17 @@ WINDOW_REPORT_KEYS = ("window", "window_samples_per_sec", "window_settling", "wi
 """Keys of a window's report (early stopping reads them) that are no leaderboard column."""
 
 
-COMPILE_NEEDS_S = {"default": 90.0, "reduce-overhead": 120.0, "max-autotune": 600.0}
-"""Seconds a ``torch.compile`` mode needs before its first step ends, for a trial that would
-start one with less time left (``TrialSettings.deadline_unix_s``). Source: the H100 note of
-2026-11-23: the ddpm U-Net's first default-mode compile took ~80 s (chargpt ~14 s);
-reduce-overhead adds CUDA-graph capture; max-autotune benchmarks kernel choices and ran for
-minutes (a --time-budget 230 run was killed inside one at 300 s)."""
-
-
-COMPILE_MARGIN = 1.25
-"""Factor on a workload's ``compile_s_hint``: the machine the hint was measured on is not this
-one (the ddpm hint, 80 s, so becomes 100 s, about the 90 s ``COMPILE_NEEDS_S`` gives it)."""
-
-
-def compile_needs_s(mode: str, workload: Workload, device_type: str) -> float:
-    """Seconds a ``torch.compile`` ``mode`` is assumed to need before its first step ends.
-    On CUDA with the workload's ``compile_s_hint``: the hint x ``COMPILE_MARGIN``, plus the
-    CUDA-graph capture ``COMPILE_NEEDS_S`` adds for reduce-overhead (chargpt, 14 s measured,
-    is then no longer refused a compile with a minute left). Otherwise, and for max-autotune
-    (its kernel benchmarking was never timed to its end), ``COMPILE_NEEDS_S[mode]``."""
-    hint = workload.compile_s_hint if device_type == "cuda" else None
-    if hint is None or mode not in ("default", "reduce-overhead"):
-        return COMPILE_NEEDS_S[mode]
-    capture_s = COMPILE_NEEDS_S[mode] - COMPILE_NEEDS_S["default"]
-    return hint * COMPILE_MARGIN + capture_s
-
-
 def _check_compile_fits(workload: Workload, knobs: Knobs, settings: TrialSettings) -> None:
     """Raise DeadlineReached before a compile that cannot finish in the run's time left
-    (``compile_needs_s``): the trial is recorded as ``timeout`` without starting it. A
-    loader-only trial (a ceiling: the configuration's DataLoader, no model) compiles nothing,
-    whatever its knobs say."""
-    if knobs.compile == "off" or settings.loader_only or settings.deadline_unix_s is None:
+    (``tuner.budget.compile_refusal``): the trial is recorded as ``timeout`` without starting
+    it. A loader-only trial (a ceiling: the configuration's DataLoader, no model) compiles
+    nothing, whatever its knobs say."""
+    if settings.loader_only or settings.deadline_unix_s is None:
         return
-    left_s = settings.deadline_unix_s - time.time()
-    needs_s = compile_needs_s(knobs.compile, workload, torch.device(settings.device).type)
-    if left_s < needs_s:
-        raise DeadlineReached(f"set-up: torch.compile mode={knobs.compile} was not started "
-                              f"(it needs about {needs_s:.0f} s; {max(left_s, 0):.0f} s were left)")
+    refusal = budget.compile_refusal(knobs.compile, workload, torch.device(settings.device).type,
+                                     settings.deadline_unix_s - time.time())
+    if refusal is not None:
+        raise DeadlineReached(refusal)
 
 
 def make_trainable(workload: Workload) -> Callable[[dict], None]:
@@ -134,12 +103,9 @@ def run_tune_trial(workload: Workload, config: dict) -> None:
 
 
 def training_threads(num_workers: int, cpus: int) -> int:
-    """Intra-op threads of the training process: the trial's CPUs less one per DataLoader
-    worker, at least 1. (Ray sets OMP_NUM_THREADS to all of the trial's CPUs; with workers
-    on the same CPUs that oversubscribes them, and on a busy 2-core machine 2 threads ran
-    10-30x slower than 1.) A trial alone on its node has the node's CPUs: without workers its
-    training uses all of them (ddpm tiny at batch 37 on 2 cores, 2026-11-25: 71.6 samples/sec
-    on 2 threads, 44.2 on 1; every trial had 1 thread before, whatever its workers)."""
+    """Intra-op threads of the training process: the trial's ``cpus`` less one per DataLoader
+    worker (``num_workers``), at least 1, so that workers and training do not oversubscribe
+    the same CPUs (docs/defaults.md has the measurements)."""
     return max(1, cpus - num_workers)
 
 
@@ -157,9 +123,10 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
 
     Returns:
         A dict with ``status`` ('ok', 'oom', 'over_limit', 'error'; 'timeout' past
-        ``settings.deadline_unix_s``: the windows finished by then), the knobs, ``clamped`` notes, ``samples_per_sec`` (median over windows; 0.0 unless ok, because Ray
-        Tune requires the metric: the status says what it means), spread, step time p50/p95
-        (ms), ``warmup_s``, ``first_step_s``, peak device/host memory (MB), hardware and versions.
+        ``settings.deadline_unix_s``: the windows finished by then), the knobs, ``clamped``
+        notes, ``samples_per_sec`` (median over windows; 0.0 unless ok, because Ray Tune
+        requires the metric: the status says what it means), spread, step time p50/p95 (ms),
+        ``warmup_s``, ``first_step_s``, peak device/host memory (MB), hardware and versions.
         Failures are caught and returned, never raised: the run goes on.
     """
     report = report or (lambda result: None)
@@ -176,8 +143,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     result.update(applied.to_dict(), clamped="; ".join(clamped) or None, ceiling=settings.ceiling)
     units = workload.units_per_sample(settings.scale)
     # The compute-only ceiling trains with the configuration's threads, as every other
-    # condition of it: a ceiling given the workers' CPUs too trained up to 8x faster on CPU
-    # than the configuration could, and was printed as "783% of it".
+    # condition of it: given the workers' CPUs too it would train faster than the configuration.
     threads = None if cpus is None else training_threads(applied.num_workers, cpus)
 
     def on_window(window: dict) -> None:
@@ -320,7 +286,8 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         # The steady state was judged from the windows (not for steps of half a window or
         # more, which keep steady_state null): dropped ones warmed up (``window_dropped``).
         if settle_s > 0 and (dropped or not _long_windows(windows, settings)):
-            sofar.update(steady_state=not _unsteady(windows, settings.steady_tolerance))
+            sofar.update(steady_state=not rule.unsteady([w.samples_per_sec for w in windows],
+                                                        settings.steady_tolerance))
         out = {**sofar, **summarise(windows), **load.as_columns()}
         out.update(peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
@@ -343,15 +310,13 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
     the warm-up stops at ``max_warmup_s`` (default: twice the windows' length); without
     torch.compile a step the last one says would end past it is not started.
 
-    Returns (last step, settle seconds). Last step: when a warm-up step after the first takes
-    half a window or more (long steps: a window holds one or two whole steps and no steady state
-    is judged, ``steady_state`` null), the samples and seconds of the last one, which
-    ``_measure`` reports for early stopping; None otherwise. With one warm-up step the windows
-    alone judge the steady state. Settle seconds: what is left of the cap for windows dropped
-    as warm-up (``_windows`` judges the steady state from the windows themselves when there
-    are two or more); 0 when nothing is judged there: one window (half-window probes judge
-    it here, as they did for every trial before), long steps, the cap spent, or
-    ``max_steady_probes`` 0."""
+    Returns (last step, settle seconds). Last step: when a warm-up step after the first is a
+    ``tuner.windows.long_step`` (no steady state is judged, ``steady_state`` null), the
+    samples and seconds of the last one, which ``_measure`` reports for early stopping; None
+    otherwise. With one warm-up step the windows alone judge the steady state. Settle seconds:
+    what is left of the cap for windows dropped as warm-up (``_windows``, with two windows or
+    more); 0 when nothing is judged there: one window (half-window probes judge it here,
+    ``_probe_until_steady``), long steps, the cap spent, or ``max_steady_probes`` 0."""
     clock = Stopwatch()
     stepper.step()
     synchronize(device)
@@ -362,7 +327,7 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
              else 2 * settings.windows * settings.window_s)
     # Without torch.compile (whose first steps may compile again) a step the last one says
     # would end past the cap is not started: the first step held the one-time costs, and a
-    # step of 19-67 s (ddpm's batch 256 on 2 CPU cores) repeated as warm-up measured nothing.
+    # repeated step of tens of seconds would measure nothing.
     predictable = stepper.knobs.compile == "off"
     for _ in range(settings.warmup_steps - 1):
         spent_s = clock.elapsed() - first_step_s
@@ -376,14 +341,13 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
         last = (samples, step_s) if step_s > 0 else None
         sofar["warmup_s"] = clock.elapsed()
     # With one warm-up step (the tiny scale's default) nothing says how long a step is: the
-    # first holds the one-time costs (the default ddpm run's recommended configuration: 2.1 s,
-    # then steps of 0.65 s), so the windows judge the steady state.
-    long_steps = settings.warmup_steps > 1 and long_step(step_s, settings.window_s)
+    # first holds the one-time costs, so the windows judge the steady state.
+    long_steps = settings.warmup_steps > 1 and rule.long_step(step_s, settings.window_s)
     left_s = cap_s - (clock.elapsed() - first_step_s)
     by_windows = settings.windows >= 2
     judged = not long_steps and left_s > 0 and settings.max_steady_probes > 0
     steady, probes = ((None, 0) if not judged or by_windows
-                      else _settle(stepper.step, device, settings, left_s))
+                      else _probe_until_steady(stepper.step, device, settings, left_s))
     synchronize(device)
     sofar.update(warmup_s=clock.elapsed(), steady_state=steady, steady_probes=probes)
     settle_s = left_s if judged and by_windows else 0.0
@@ -393,10 +357,8 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
 def _warm_up_report(sofar: dict, samples: int, step_s: float, settings: TrialSettings,
                     time_to_train: Callable[[float], float]) -> dict:
     """The report after a warm-up of long steps (``window`` -1, before any window): the last
-    warm-up step's samples/sec as the objective so far, so that early stopping can stop a
-    configuration far behind the best before it measures windows of whole multi-second steps
-    (``tuner.pruning``: a stricter margin for this one step). A trial stopped here is recorded
-    ``pruned`` with this figure and no window."""
+    warm-up step's samples/sec as the objective so far, for early stopping (``tuner.pruning``;
+    a trial stopped here is recorded ``pruned`` with this figure and no window)."""
     out = {**sofar, "window": -1, "window_samples_per_sec": None,
            "samples_per_sec": samples / step_s}
     if settings.train_steps is not None:  # Ray Tune wants the objective in every result
@@ -427,108 +389,10 @@ def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: to
                              partial(move_batch, device=device, knobs=knobs)), setup.elapsed()
     training = build_training(workload, knobs, settings.scale, device)
     if settings.compute_only:
-        batches, move = _resident(loader, device, knobs, settings.resident_batches), _on_device
+        batches, move = resident(loader, device, knobs, settings.resident_batches), on_device
     else:
         batches, move = cycle(loader), partial(move_batch, device=device, knobs=knobs)
     return Stepper(training, batches, move, sampler), setup.elapsed()
-
-
-def _resident(loader: DataLoader, device: torch.device, knobs: Knobs, count: int) -> Iterator:
-    """``count`` batches moved to the device once, cycled: no loading, decoding or copying is
-    measured (the compute-only ceiling; the memory probe)."""
-    source = cycle(loader)
-    try:
-        resident = [move_batch(next(source), device, knobs) for _ in range(count)]
-    finally:
-        source.close()  # workers are not needed any more
-    return repeat(resident)
-
-
-def _on_device(batch: Any) -> Any:
-    """The move of resident batches: they are on the device already."""
-    return batch
-
-
-@dataclass
-class Stepper:
-    """Optimizer steps over a batch source: each step runs ``grad_accum`` micro-batches (next
-    batch, move it to the device, forward, backward), then the optimizer step."""
-    training: Training
-    batches: Iterator
-    """Batches forever: the DataLoader cycled across epochs, or resident batches."""
-    move: Callable[[Any], Any]
-    """Puts a batch from ``batches`` on the device."""
-    sampler: HostMemorySampler
-    """Checked after each step: a host memory limit ends the trial as soon as it is crossed."""
-    loss: torch.Tensor | None = None
-    """The last micro-batch's loss (scaled for gradient accumulation)."""
-    steps_run: int = 0
-    """Optimizer steps run so far (warm-up, probes and windows; skipped ones too)."""
-
-    @property
-    def knobs(self) -> Knobs:
-        return self.training.knobs
-
-    def step(self, timer: Callable[[str], None] | None = None) -> int:
-        """One optimizer step; returns the samples processed. With ``timer``, calls
-        timer(phase) at the end of each phase (``tuner.settings.PHASES``)."""
-        mark = timer or _no_timer
-        samples = 0
-        for _ in range(self.training.knobs.grad_accum):
-            raw = next(self.batches)
-            mark("data_wait")
-            batch = self.move(raw)
-            mark("h2d")
-            self.loss = self.training.forward(batch)
-            mark("forward")
-            self.training.backward(self.loss)
-            mark("backward")
-            samples += self.training.workload.samples_in(batch)
-        self.training.step()
-        mark("optimizer")
-        self.steps_run += 1
-        if self.sampler.exceeded.is_set():
-            raise LimitExceeded(f"host memory (process + DataLoader workers) went over the "
-                                f"limit of {self.sampler.limit_mb:,.0f} MB", "host")
-        return samples
-
-    def loss_scale(self) -> float | None:
-        """The fp16 GradScaler's scale (synchronises with the device), None without one."""
-        scaler = self.training.scaler
-        return None if scaler is None else scaler.get_scale()
-
-
-@dataclass
-class LoaderStepper:
-    """The loader-only ceiling's steps: ``grad_accum`` batches taken from the DataLoader and
-    moved to the device, no model (the stepper interface: ``step``, ``batches``, ``loss``)."""
-    workload: Workload
-    knobs: Knobs
-    batches: Iterator
-    move: Callable[[Any], Any]
-    loss: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
-    """No loss: zero, so the warm-up's finiteness check passes."""
-    steps_run: int = 0
-    """Steps run so far."""
-
-    def step(self, timer: Callable[[str], None] | None = None) -> int:
-        mark = timer or _no_timer
-        samples = 0
-        for _ in range(self.knobs.grad_accum):
-            raw = next(self.batches)
-            mark("data_wait")
-            samples += self.workload.samples_in(self.move(raw))
-            mark("h2d")
-        self.steps_run += 1
-        return samples
-
-    def loss_scale(self) -> None:
-        """No optimizer, no GradScaler."""
-        return None
-
-
-def _no_timer(phase: str) -> None:
-    pass
 
 
 def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
@@ -541,22 +405,19 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
     ``on_window``, with the median so far of the windows kept (and ``time_to_train_s`` when
     ``train_steps`` is set).
 
-    With ``settle_s`` > 0 the steady state is judged from the windows themselves, not from
-    probes run before them: while the first kept window's samples/sec differs from the median
-    of the others by more than ``steady_tolerance`` (``_unsteady``: a transient such as workers
-    starting, a prefetched queue draining, the allocator growing), it is dropped as warm-up and
-    one more window measured, within the limits ``_settled`` gives. With ``phases``
-    (a list, CPU only) each kept window's per-phase seconds are appended to it (``_window``).
-    ``on_drop(window, kept)`` is called for each window dropped, with the windows kept. A steady
-    trial so measures nothing twice (the half-window probes took 1-1.5 s of a 6-s ddpm trial on
-    CPU). Returns (windows kept, windows dropped)."""
+    With ``settle_s`` > 0 the steady state is judged from the windows themselves: until the
+    window rule says they stand (``tuner.windows.windows_stand``), the first kept window is
+    dropped as warm-up and one more measured. With ``phases`` (a list, CPU only) each kept
+    window's per-phase seconds are appended to it (``_timed_window``). ``on_drop(window,
+    kept)`` is called for each window dropped, with the windows kept. Returns (windows kept,
+    windows dropped)."""
     kept: list[Window] = []
     dropped: list[Window] = []
     faster: bool | None = None  # whether the windows dropped were faster than the rest
     index = 0
     while True:
         window_phases = None if phases is None else {**dict.fromkeys(PHASES, 0.0), "steps": 0}
-        kept.append(_window(stepper, device, settings, index, window_phases))
+        kept.append(_timed_window(stepper, device, settings, index, window_phases))
         if phases is not None:
             phases.append(window_phases)
         # The summary so far (median, spread, windows): a trial stopped after this window
@@ -578,9 +439,9 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
         index += 1
         if len(kept) < settings.windows:
             continue
-        if _settled(kept, dropped, faster, settings, settle_s):
+        if _windows_stand(kept, dropped, faster, settings, settle_s):
             return kept, dropped
-        faster = _deviation(kept) > 0
+        faster = rule.deviation([w.samples_per_sec for w in kept]) > 0
         dropped.append(kept.pop(0))
         if phases is not None:
             phases.pop(0)
@@ -588,22 +449,23 @@ def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings:
             on_drop(dropped[-1], kept)
 
 
-def _window(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
-            index: int, phases: dict[str, float] | None = None) -> Window:
+def _timed_window(stepper: "Stepper | LoaderStepper", device: torch.device,
+                  settings: TrialSettings, index: int,
+                  phases: dict[str, float] | None = None) -> Window:
     """One timed window (``index`` counts from 0): steps until ``window_s`` has passed, then a
     device synchronisation. Steps the fp16 GradScaler skipped are not counted as measured ones
     (``counted_window``): its scale is read at the synchronised ends, outside the timed span.
     With ``phases`` (CPU only: nothing to synchronise, so timing costs two clock reads a
     phase), each phase's seconds over the window's steps are added to it, with ``"steps"``.
     Raises DeadlineReached past the run's deadline, before its first step too (an unfinished
-    window is dropped, so a window begun past it ran a step for nothing, however long, and
-    one longer than ``recorder.OVERDUE_S`` got its process killed), and TrialFailure when the
+    window is dropped: a window begun past it would run a step for nothing, and one longer
+    than ``tuner.budget.OVERDUE_S`` gets its process killed), and TrialFailure when the
     scaler skipped every step."""
     _check_deadline(settings, f"window {index + 1}")
     synchronize(device)
     scale_before = stepper.loss_scale()
     t0 = time.perf_counter()
-    timer = None if phases is None else _phase_timer(phases, t0)
+    timer = None if phases is None else phase_timer(phases, t0)
     steps = samples = 0
     while True:
         samples += stepper.step(timer)
@@ -621,64 +483,23 @@ def _window(stepper: "Stepper | LoaderStepper", device: torch.device, settings: 
         raise TrialFailure(f"window {index + 1}: {exc}") from None
 
 
-def _phase_timer(phases: dict[str, float], start: float) -> Callable[[str], None]:
-    """A ``Stepper.step`` timer adding to ``phases`` the seconds since the last mark (the
-    first: ``start``); the loop's own time between steps lands in the next data wait."""
-    last = start
-
-    def timer(phase: str) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        phases[phase] += now - last
-        last = now
-    return timer
-
-
 def _long_windows(windows: list[Window], settings: TrialSettings) -> bool:
-    """Whether the windows' median step takes half a window or more: each window holds one or
-    two whole steps, too few to tell a transient from a step's own spread, and dropping one
-    would repeat a multi-second step (``tuner.settings.long_step``)."""
-    return long_step(statistics.median(w.step_time_ms for w in windows) / 1000, settings.window_s)
+    """Whether the windows' median step takes half a window or more
+    (``tuner.windows.long_windows``): no steady state is judged from them."""
+    return rule.long_windows([w.step_time_ms for w in windows], settings.window_s)
 
 
-def _settled(kept: list[Window], dropped: list[Window], faster: bool | None,
-             settings: TrialSettings, settle_s: float) -> bool:
-    """Whether the windows ``kept`` stand, none more dropped as warm-up (``_windows``): the
-    first is within ``steady_tolerance`` of the others; or ``max_steady_probes`` are dropped;
-    or the dropped windows with one measured in place of the first would pass ``settle_s``
-    seconds; or the windows' steps take half a window or more (``_long_windows``); or the
-    first lies on the other side of the rest from the windows already dropped (``faster``:
-    whether those were faster; None: none dropped). A transient (slower while workers start,
-    faster while a prefetched queue drains) lies on one side of the steady windows; windows
-    that alternate around them are the machine's noise. On a noisy 2-core VM (windows 5-10 %
-    apart, 15 sequences of 8 windows of ddpm and segmentation3d, 2026-11-25) this side rule
-    dropped 11 windows where the rule without it dropped 15."""
-    spent_s = sum(w.seconds for w in dropped) + kept[0].seconds
-    next_s = max(settings.window_s, statistics.median(w.seconds for w in kept))
-    if (settle_s <= 0 or len(dropped) >= settings.max_steady_probes
-            or spent_s + next_s > settle_s or _long_windows(kept, settings)):
-        return True
-    deviation = _deviation(kept)
-    return (abs(deviation) <= settings.steady_tolerance
-            or (faster is not None and (deviation > 0) != faster))
+def _windows_stand(kept: list[Window], dropped: list[Window], faster: bool | None,
+                   settings: TrialSettings, settle_s: float) -> bool:
+    """``tuner.windows.windows_stand`` for the windows ``kept`` and ``dropped`` so far."""
+    return rule.windows_stand(
+        [w.samples_per_sec for w in kept], [w.seconds for w in kept],
+        [w.step_time_ms for w in kept], [w.seconds for w in dropped], faster,
+        window_s=settings.window_s, tolerance=settings.steady_tolerance,
+        max_drops=settings.max_steady_probes, settle_s=settle_s)
 
 
-def _unsteady(windows: list[Window], tolerance: float) -> bool:
-    """Whether the first of ``windows`` (two or more) differs from the median samples/sec of
-    the others by more than ``tolerance`` of the larger of the two."""
-    return abs(_deviation(windows)) > tolerance
-
-
-def _deviation(windows: list[Window]) -> float:
-    """How far the first of ``windows`` (two or more) lies from the median samples/sec of the
-    others, as a fraction of the larger of the two: negative when it is slower."""
-    first = windows[0].samples_per_sec
-    rest = statistics.median(w.samples_per_sec for w in windows[1:])
-    larger = max(first, rest)
-    return (first - rest) / larger if larger > 0 else 0.0
-
-
-def _settle(train_step: Callable, device: torch.device, settings: TrialSettings,
+def _probe_until_steady(train_step: Callable, device: torch.device, settings: TrialSettings,
             time_cap_s: float = math.inf) -> tuple[bool, int]:
     """Warm up until throughput is steady: synchronised probes of half a window each, until two
     consecutive ones agree within ``steady_tolerance``, at most ``max_steady_probes`` of them
@@ -696,7 +517,7 @@ def _settle(train_step: Callable, device: torch.device, settings: TrialSettings,
             samples += train_step()
         synchronize(device)
         rate = samples / (time.perf_counter() - t0)
-        if previous is not None and abs(rate - previous) <= settings.steady_tolerance * max(rate, previous):
+        if previous is not None and rule.rates_agree(rate, previous, settings.steady_tolerance):
             return True, probe
         previous = rate
     return False, settings.max_steady_probes
@@ -717,10 +538,10 @@ def _breakdown_after(stepper: "Stepper | LoaderStepper", device: torch.device,
     """The per-phase breakdown columns once the windows are in: summed from the windows'
     ``phases`` (CPU), else timed in ``breakdown_steps`` synchronised steps (one for long
     steps; none that would end past the deadline at the windows' slowest step: the windows
-    are measured, and a trial still stepping 2 s past the deadline is stopped by the recorder,
-    ``recorder.OVERDUE_S``)."""
+    are measured, and a trial still stepping past the deadline is stopped by the recorder,
+    ``tuner.budget.OVERDUE_S``)."""
     if phases is not None:
-        return _phase_columns({p: sum(w[p] for w in phases) for p in PHASES},
+        return phase_columns({p: sum(w[p] for w in phases) for p in PHASES},
                               sum(w["steps"] for w in phases))
     steps = (min(1, settings.breakdown_steps) if _long_windows(windows, settings)
              else settings.breakdown_steps)
@@ -733,7 +554,7 @@ def _breakdown_after(stepper: "Stepper | LoaderStepper", device: torch.device,
 
 def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
     """Mean ms per optimizer step in each phase over ``steps`` synchronised steps, and each
-    phase's share (CUDA; on CPU the windows time it, ``_window``). Kept apart from the
+    phase's share (CUDA; on CPU the windows time it, ``_timed_window``). Kept apart from the
     windows: the synchronisations slow the step down."""
     if steps <= 0:
         return {}
@@ -750,22 +571,7 @@ def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
             last = now
 
         train_step(timer)
-    return _phase_columns(totals, steps)
-
-
-def _phase_columns(totals: dict[str, float], steps: int) -> dict:
-    """The breakdown columns from each phase's seconds over ``steps`` steps: mean ms per
-    optimizer step in each phase (``<phase>_ms``), its share (``<phase>_pct``) and their sum
-    (``breakdown_step_ms``); none without a step."""
-    if steps <= 0:
-        return {}
-    step_ms = sum(totals[phase] for phase in PHASES) * 1000 / steps
-    out = {"breakdown_step_ms": step_ms}
-    for phase in PHASES:
-        ms = totals[phase] * 1000 / steps
-        out[f"{phase}_ms"] = ms
-        out[f"{phase}_pct"] = 100 * ms / step_ms if step_ms > 0 else None
-    return out
+    return phase_columns(totals, steps)
 
 
 def _environment(device: torch.device, accelerator_type: str | None) -> dict:
@@ -781,3 +587,7 @@ def _environment(device: torch.device, accelerator_type: str | None) -> dict:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
+
+
+__getattr__ = moved(__name__, {name: "tuner.budget" for name in (
+    "COMPILE_NEEDS_S", "COMPILE_MARGIN", "compile_needs_s")})

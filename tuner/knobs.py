@@ -5,8 +5,9 @@ A knob changes how fast a training job runs, never what it learns (with the exce
 ``tuner.apply``, never by a workload. Every fact about a knob is the ``KnobInfo`` metadata of
 its ``Knobs`` field; the tables other modules use are derived from it at the end of this file.
 
-Sources for the knob list: the five tuning reports in ``shared/reports`` (DataLoader settings,
-AMP, ``channels_last``, ``torch.compile``, cuDNN benchmark, TF32, fused AdamW).
+Sources for the knob list: the five users' tuning reports behind the built-in workloads
+(DataLoader settings, AMP, ``channels_last``, ``torch.compile``, cuDNN benchmark, TF32, fused
+AdamW).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 import tuner.noise as noise
-from tuner.errors import TunerError
+from tuner.errors import DamagedLeaderboardWarning, TunerError
 from tuner.knobs import KNOB_INFO
 from tuner.status import MEASURED, Phase, Status, phase_of
 
@@ -395,11 +395,6 @@ def read(results: str | Path, *, workload: str | None = None,
     # Rows written before the phase column existed are search rows: said once, here.
     phase = pc.fill_null(table.column("phase"), Phase.SEARCH.value)
     return table.set_column(table.schema.get_field_index("phase"), "phase", phase)
-
-
-class DamagedLeaderboardWarning(UserWarning):
-    """``read`` skipped files in the leaderboard directory that are not readable Parquet
-    parts; the message names them and says how to move them aside."""
 
 
 _NAMED_DAMAGED = 5

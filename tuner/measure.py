@@ -19,6 +19,8 @@ from typing import Iterator
 import psutil
 import torch
 
+from tuner.errors import LimitExceeded  # noqa: F401  (re-exported)
+
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued device work (no-op on CPU, where work is synchronous)."""
@@ -111,12 +113,9 @@ class HostMemorySampler:
     where PSS cannot be read.
 
     Reading PSS is not free: the kernel walks every page of the process to compute it
-    (``/proc/<pid>/smaps_rollup``), 10-25 ms of CPU per process of a torch trial on this
-    project's 2-core machine, each DataLoader worker as much again. Sampled every 0.1 s, as
-    before 2026-11-25, that took 25-60 % of one core from the trial it measured: trials ran
-    10-33 % slower with the sampler than without (classifier299 tiny bs=16: 0.67x; ddpm tiny
-    bs=32 nw=2: 0.91x, medians of 3 pairs), which is why ``validate`` (no sampler) read
-    1.28-1.54x the trials on CPU. Inside ``measuring()`` (the timed windows) the sampler now
+    (``/proc/<pid>/smaps_rollup``), 10-25 ms of CPU per process of a torch trial on 2 CPU
+    cores, each DataLoader worker as much again; sampled every 0.1 s it would slow the trial it
+    measures (docs/defaults.md). Inside ``measuring()`` (the timed windows) the sampler
     spends at most ``max_duty`` of one core: after a sample that cost c seconds it waits
     ``max(interval_s, c x (1 - max_duty) / max_duty)``, 2.5 s for a 25-ms sample at the
     default 1 %. Outside it (set-up, warm-up, the memory probe's short trials) it samples every
@@ -292,15 +291,6 @@ class Stopwatch:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
-
-
-class LimitExceeded(Exception):
-    """A trial went over its memory limit (status ``over_limit``); ``memory`` says which:
-    'device' (allocator + CUDA context) or 'host' (process + DataLoader workers)."""
-
-    def __init__(self, message: str, memory: str):
-        super().__init__(message)
-        self.memory = memory
 
 
 class LoadMonitor:

@@ -41,7 +41,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tuner.settings import long_step
+from tuner._deprecated import moved
 from tuner.status import Phase, Status, phase_of
 
 CONFIDENCE = 0.95
@@ -49,9 +49,8 @@ CONFIDENCE = 0.95
 
 SINGLE_PAIR_FLOOR = 0.10
 """|ln ratio| below which a speed-up read from one measurement of each configuration is a tie
-(a ratio within 0.905..1.105): above the 7 % median pass-to-pass spread the search-quality
-benchmark measured on a quiet machine (docs/benchmarks.md, "Search quality"), as
-``tuner.pruning.MIN_MARGIN``."""
+(a ratio within 0.905..1.105): above the median pass-to-pass spread of the search-quality
+benchmark on a quiet machine (docs/defaults.md), as ``tuner.pruning.MIN_MARGIN``."""
 
 _MEDIAN_VARIANCE = math.pi / 2
 """Variance of the median of normal windows over that of their mean (a row's rate is the
@@ -192,7 +191,7 @@ DRIFT_NOTE_CV = 0.05
 configurations) above which a run says the machine drifted: with 3 rounds a paired speed-up's
 95 % interval is then about +-17 % wide (t = 4.3, sqrt 2 for the pair, sqrt 3 rounds), so
 most differences between configurations read as ties. On a quiet machine rounds repeat within
-1-5 % (docs/benchmarks.md, 2026-11-24); the 2-core VM of 2026-11-25 drifted 12-20 %."""
+1-5 % (docs/defaults.md)."""
 
 
 @dataclass(frozen=True)
@@ -230,50 +229,5 @@ def round_drift(rows: Sequence[Mapping]) -> RoundDrift | None:
                       statistics.median(within) if within else None, len(spreads))
 
 
-STEADY_Z = 2.0
-"""Standard deviations of the difference of two windows' rates (``sqrt 2`` window CVs) that a
-first window must be off the others by before it is taken for a transient
-(``steady_tolerance``): about one steady trial in twenty loses a window to the noise."""
-
-MIN_NOISE_ROWS = 2
-"""Rows (the references, which run first) ``window_noise`` needs before it says anything."""
-
-
-def window_noise(rows: Sequence[Mapping], window_s: float) -> float | None:
-    """One window's coefficient of variation on this machine so far: the median, over the
-    measured rows (``ok`` or ``pruned``) of two windows or more, of their window CV
-    (``samples_per_sec_cv``, a population deviation of ``windows`` windows, times
-    ``sqrt(n / (n - 1))`` for the sample deviation). Rows whose median step takes half a window
-    or more are left out: each window holds one or two whole steps, which spread as single
-    steps do (``tuner.settings.long_step``). None with fewer than ``MIN_NOISE_ROWS`` such
-    rows.
-
-    Args:
-        rows: leaderboard rows (``samples_per_sec_cv``, ``windows``, ``step_time_ms_p50``,
-            ``status``), any phase: a ceiling's windows see the host as a search trial's do.
-        window_s: the run's window length, seconds."""
-    cvs = []
-    for r in rows:
-        cv, n = r.get("samples_per_sec_cv"), r.get("windows") or 0
-        step_ms = r.get("step_time_ms_p50")
-        if (r.get("status") in (Status.OK, Status.PRUNED) and cv is not None and n >= 2
-                and (step_ms is None or not long_step(step_ms / 1000, window_s))):
-            cvs.append(cv * math.sqrt(n / (n - 1)))
-    return statistics.median(cvs) if len(cvs) >= MIN_NOISE_ROWS else None
-
-
-def steady_tolerance(rows: Sequence[Mapping], floor: float, window_s: float) -> float:
-    """The ``TrialSettings.steady_tolerance`` of the run's next trial: ``floor`` (the setting's
-    default, 0.10) or, where this machine's windows scatter more, ``STEADY_Z * sqrt(2) *
-    window_noise(rows)``, whichever is larger.
-
-    The harness drops a trial's first window as a warm-up transient while it differs from the
-    median of the others by more than this fraction, and measures one more (``tuner.harness
-    ._windows``). With a fixed 10 %, on a host whose windows scatter by 6-8 % (the 2-core VM of
-    docs/benchmarks.md, 2026-11-25, fifth session), 5 of 16 trials of a ddpm search and 4 of 9
-    of a chargpt search dropped windows, the chargpt baseline four in a row (329, 362, 370,
-    473, 406, 398, 366 samples/sec: 8 s spent re-measuring what the noise, not a transient,
-    made differ); a transient smaller than the noise cannot be told from it anyway. On a quiet
-    host (window CV 1-3 %) this is the floor."""
-    s = window_noise(rows, window_s)
-    return floor if s is None else max(floor, STEADY_Z * math.sqrt(2) * s)
+__getattr__ = moved(__name__, {name: "tuner.windows" for name in (
+    "STEADY_Z", "MIN_NOISE_ROWS", "window_noise", "steady_tolerance")})

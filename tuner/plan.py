@@ -20,26 +20,16 @@ from tuner.errors import DataError, TunerError
 from tuner.flops import conv_flops_share, has_image_layout, model_flops_per_sample
 from tuner.hardware import cpu_has_native_bf16
 from tuner.knobs import Knobs
-from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S, DEVICES,
-                            MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
+import tuner.budget as budget
+from tuner._deprecated import moved
+from tuner.budget import default_time_budget_s
+from tuner.settings import (DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
                             default_cache_dir)
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Choices, Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
 from tuner.workload import Workload, configured, resolve
 
-
-FOLLOWUP_SHARE = 0.2
-"""Least share of the time budget kept for the re-measurement and the ceilings, and the share
-when the search has no trial count (``--time-budget`` alone). With a trial count the share
-follows the trials (``Plan.followup_share``), at most ``MAX_FOLLOWUP_SHARE``."""
-
-PLAN_AGE_S = 60.0
-"""The most of a plan's age (``make_plan`` to its run) the time budget counts
-(``Plan.budget_start``)."""
-
-MAX_FOLLOWUP_SHARE = 0.5
-"""Most of the time budget kept for the follow-ups: the search is what finds the answer."""
 
 REMEASURE_ROUNDS = 3
 """Interleaved re-measurement rounds (A B C, A B C, A B C). Each round gives one paired ratio
@@ -48,7 +38,7 @@ rounds have 12.7: ``tuner.noise``)."""
 
 CEILING_TRIALS = 4
 """Ceiling trials after the re-measurement: the winner's compute-only and loader-only rates,
-the machine's loader and compute limits (``tuner.driver._limits``)."""
+the machine's loader and compute limits (``tuner.followups.ceilings``)."""
 
 
 @dataclass(frozen=True)
@@ -200,12 +190,9 @@ class Plan:
 
     def budget_start(self) -> float:
         """When the time budget started (``time.monotonic()``): the command's launch
-        (``from_launch``), else planning, at most ``PLAN_AGE_S`` ago (a plan the Python API
-        made long before its run counts from about now)."""
-        now = time.monotonic()
-        if self.planned_at is None:
-            return now
-        return self.planned_at if self.from_launch else max(self.planned_at, now - PLAN_AGE_S)
+        (``from_launch``), else planning, at most ``budget.PLAN_AGE_S`` ago
+        (``tuner.budget.budget_start``)."""
+        return budget.budget_start(self.planned_at, self.from_launch, time.monotonic())
 
     def with_batch_bound(self, max_batch: int) -> "Plan":
         """The plan with the searched batch size ending at the memory probe's bound, which may
@@ -234,10 +221,7 @@ class Plan:
     def search_time_s(self) -> float | None:
         """Seconds the search may take: the time left less ``followup_share()`` of the
         budget, kept for the re-measurement and the ceilings; None: no budget."""
-        left = self.time_left_s()
-        if left is None:
-            return None
-        return max(0.0, left - self.followup_share() * self.time_budget_s)
+        return budget.search_time_s(self.time_left_s(), self.followup_share(), self.time_budget_s)
 
     @property
     def round_windows(self) -> int:
@@ -247,25 +231,15 @@ class Plan:
         return max(2, math.ceil(2 * self.settings.windows / REMEASURE_ROUNDS))
 
     def followup_share(self) -> float:
-        """Share of the time budget kept for the follow-ups: 0 without them; with a trial
-        count, their trials' share of all trials, each weighted by its windows plus the
-        search's windows again for its warm-up and overhead (measured: a ddpm tiny search
-        trial took 10.6 s median for 4.5 s of windows), so a re-measurement of
-        ``round_windows`` weighs (round_windows + windows) / (2 windows) of a search trial and
-        a ceiling one; at least ``FOLLOWUP_SHARE``, at most ``MAX_FOLLOWUP_SHARE``. The default
-        CPU run (12 trials, 3 windows; 5 configurations x 3 rounds of 2 windows, 4 ceilings)
-        keeps 0.5, the default CUDA run (40 trials, 5 windows) 0.30. Without a trial count
-        ``FOLLOWUP_SHARE``."""
-        confirm, ceiling = self.options.confirm > 0, self.options.ceiling
-        if not (confirm or ceiling):
-            return 0.0
-        if self.trials is None:
-            return FOLLOWUP_SHARE
-        windows = self.settings.windows
-        weight = (self.round_windows + windows) / (2 * windows)
-        units = ((self.options.confirm + len(self.references)) * REMEASURE_ROUNDS * weight
-                 if confirm else 0.0) + (CEILING_TRIALS if ceiling else 0)
-        return min(MAX_FOLLOWUP_SHARE, max(FOLLOWUP_SHARE, units / (units + self.trials)))
+        """Share of the time budget kept for the follow-ups (``tuner.budget.followup_share``):
+        0 without them; with a trial count, the ``--confirm`` best and the references re-measured
+        in ``REMEASURE_ROUNDS`` rounds and the ``CEILING_TRIALS`` ceilings, weighed against the
+        search's trials; without one ``budget.FOLLOWUP_SHARE``."""
+        confirm = self.options.confirm > 0
+        return budget.followup_share(
+            trials=self.trials, windows=self.settings.windows, round_windows=self.round_windows,
+            remeasured=self.options.confirm + len(self.references) if confirm else 0,
+            rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0)
 
     def for_accelerator(self, accelerator: str | None, *, type_slots: int,
                         node_cpus: int) -> "Plan":
@@ -330,35 +304,25 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
 
 def _without_unaffordable_compile(plan: Plan) -> Plan:
     """The plan whose space no longer samples a ``torch.compile`` mode that needs longer to
-    compile (``harness.compile_needs_s``: max-autotune 600 s, the ddpm U-Net's default mode
-    ~100 s on CUDA) than the whole search has (the time budget less the follow-ups' share), a
-    note saying so; unchanged without a time budget. Every trial proposing such a mode would
-    be refused at its set-up (``harness._check_compile_fits``) and told to the sampler as a
+    compile (``tuner.budget.compile_needs_s``) than the whole search has (the time budget
+    less the follow-ups' share), with a note saying so; unchanged without a time budget.
+    Every trial proposing such a mode would be refused at its set-up
+    (``tuner.budget.compile_refusal``) and told to the sampler as a
     failure it learns nothing from. A reference using the mode keeps it: it runs as written."""
-    from tuner.harness import compile_needs_s  # torch and the harness: only when planning
     dom = plan.device_space.domains.get("compile")
     if plan.time_budget_s is None or not isinstance(dom, Choices):
         return plan
-    search_s = plan.time_budget_s * (1 - plan.followup_share())
+    search_s = budget.search_time_s(plan.time_budget_s, plan.followup_share(), plan.time_budget_s)
     used = {knobs.compile for _, knobs in plan.references}
     space, notes = plan.device_space, list(plan.notes)
     for mode in dom.values:
-        needs_s = 0.0 if mode == "off" else compile_needs_s(mode, plan.workload, plan.device)
+        needs_s = 0.0 if mode == "off" else budget.compile_needs_s(mode, plan.workload, plan.device)
         if needs_s > search_s and mode not in used:
             space = space.without("compile", mode)
             notes.append(f"compile={mode} is not searched: it needs about {needs_s:.0f} s to "
                          f"compile, more than the search's {search_s:.0f} s of the "
                          f"{plan.time_budget_s:.0f}-s time budget (--time-budget S)")
     return replace(plan, device_space=space, notes=tuple(notes))
-
-
-def default_time_budget_s(device: str, trials: int | None) -> float | None:
-    """The time budget of a run without ``--time-budget``, seconds: on CUDA
-    ``DEFAULT_CUDA_TIME_BUDGET_S``; on CPU ``DEFAULT_CPU_TIME_BUDGET_S`` for the default run (no
-    ``--trials`` either), none when the user asked for a number of trials."""
-    if device == "cuda":
-        return DEFAULT_CUDA_TIME_BUDGET_S
-    return DEFAULT_CPU_TIME_BUDGET_S if trials is None else None
 
 
 def _resumed_run(options: RunOptions, workload: str, scale: str,
@@ -531,3 +495,7 @@ def resolve_device(device: str) -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise TunerError("--device cuda: no CUDA device is visible to torch on this machine")
     return device
+
+
+__getattr__ = moved(__name__, {name: "tuner.budget" for name in (
+    "FOLLOWUP_SHARE", "MAX_FOLLOWUP_SHARE", "PLAN_AGE_S")})

@@ -10,8 +10,8 @@ after the first read.
 
 Where only device memory is measured, every probe runs in one process (``probe_in_process``):
 the allocator's peak is reset and its cache emptied between trials, so one process measures
-each batch size on its own, without a process start and CUDA initialisation per probe (the H100
-note of 2026-11-23: ~140 s for the ddpm probe with a fresh process each). A host memory limit
+each batch size on its own, without a process start and CUDA initialisation per probe. A host
+memory limit
 needs a fresh process per probe: a process keeps the heap it once held, which would be charged
 to the next batch size.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from tuner.errors import ProbeOutOfTime
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space
@@ -87,7 +88,7 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
             peak = result.get("peak_device_memory_mb") or result.get("peak_host_memory_mb")
             probes.append((bs, result["status"], peak))
             if result["status"] == Status.TIMEOUT:
-                raise _OutOfTime
+                raise ProbeOutOfTime
             if result["status"] not in TELLS_MEMORY:
                 raise RuntimeError(f"memory probe at batch_size {bs} failed: {result.get('error')}")
             cache[i] = result["status"] == Status.OK
@@ -96,15 +97,11 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
     bounds = [-1, None]  # index of the last batch that fit, of the first that did not
     try:
         _search(sizes, fits, bounds)
-    except _OutOfTime:  # the run's deadline: what fit so far bounds the search
+    except ProbeOutOfTime:  # the run's deadline: what fit so far bounds the search
         pass
     lo, hi = bounds
     return ProbeResult(sizes[lo] if lo >= 0 else None, sizes[hi] if hi is not None else None,
                        sorted(probes), timed_out=any(p[1] == Status.TIMEOUT for p in probes))
-
-
-class _OutOfTime(Exception):
-    """A probe trial stopped at the run's deadline (status ``timeout``)."""
 
 
 def _search(sizes: list[int], fits: Callable[[int], bool], bounds: list) -> None:

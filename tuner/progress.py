@@ -39,7 +39,7 @@ def _duration(seconds: float) -> str:
 def _clock_after(seconds: float) -> str:
     """The local time ``seconds`` (plus ``BUDGET_GRACE_S``) from now, HH:MM:SS."""
     import datetime as dt
-    from tuner.settings import BUDGET_GRACE_S
+    from tuner.budget import BUDGET_GRACE_S
     return (dt.datetime.now() + dt.timedelta(seconds=seconds + BUDGET_GRACE_S)).strftime("%H:%M:%S")
 
 

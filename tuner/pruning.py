@@ -18,28 +18,24 @@ the noise:
   until there are ``MIN_NOISE_DOF`` degrees of freedom nothing is stopped. Trials whose
   windows hold one or two whole steps (``windows_long``: a large batch on a CPU) are left out
   of it while other trials give it: their spread is that of single steps, with any transient
-  kept (such windows drop none), not the noise of a window of many steps. One such trial
-  (ddpm at batch 232 on the 2-core VM of 2026-11-25, window CV 0.27) doubled the pooled noise
-  of sixteen (0.087 against 0.044 without it), and the margin with it.
+  kept (such windows drop none), not the noise of a window of many steps: one such trial
+  can double the pooled noise of a dozen others, and the margin with it.
 * ``DRIFT`` = 3: one configuration measured again in another trial moves more than its own
-  windows scatter. ``bench/repeatability.py`` (docs/benchmarks.md, "Repeatability") found the
-  CV across repeats 2.6-3.4x the median within-trial CV (0.024 vs 0.009 on a quiet machine,
-  0.13-0.17 vs 0.05 on a busy one).
+  windows scatter: ``bench/repeatability.py`` measures the CV across repeats at about three
+  times the median within-trial CV (figures in docs/defaults.md).
 * ``Z`` = 2: two between-trial standard deviations. That alone would stop a configuration as
   fast as the best with a chance of about 2 % (one sided, normal noise) at one decision if
   the best were known exactly; it is measured as noisily (the chance is then ~8 %), and it is
   the highest of the trials so far, which the noise lifts (with 8 equally fast trials, by ~1.4
   deviations on average). Where the margin is this term and not the floor (a noisy machine), a
-  configuration within the noise of the best is therefore stopped now and then: on the 2-core
-  VM of 2026-11-25 one of six stops tied the best of the same search run without early
-  stopping. What that costs is bounded by the noise: a configuration stopped so is not faster
+  configuration within the noise of the best is therefore stopped now and then. What that
+  costs is bounded by the noise: a configuration stopped so is not faster
   than the best by more than the noise, and the run's answer comes from re-measured rounds.
-* ``MIN_MARGIN`` = 0.10 (a ratio of 0.905): above the 7 % median pass-to-pass spread that the
-  search-quality benchmark measured on a quiet machine (docs/benchmarks.md, "Search quality"),
-  for noise that a run's windows do not show yet.
+* ``MIN_MARGIN`` = 0.10 (a ratio of 0.905): above the median pass-to-pass spread of the
+  search-quality benchmark on a quiet machine (docs/defaults.md), for noise that a run's
+  windows do not show yet.
 
-On an H100 (window CV ~1 %) the margin is the 10 % floor; on this busy 2-core CPU machine
-(window CV ~5 %) it is ~30 %.
+At a window CV of ~1 % (a quiet GPU) the margin is the 10 % floor; at ~5 % it is ~30 %.
 
 **Steps of seconds.** A trial whose steps take half a window or more (a large batch on a CPU)
 measures whole steps, each window one or a few of them: it reports its last warm-up step before
@@ -47,16 +43,16 @@ any window (``window`` -1), and stops there when that step is behind the best by
 ``WARM_UP_FACTOR`` margins. That figure is never a best and adds nothing to the noise.
 
 **Windows still settling.** When the steady state is judged from the windows
-(``tuner.harness._windows``), the first window may be a transient the trial drops once all
+(``tuner.windows``), the first window may be a transient the trial drops once all
 its windows are in (workers starting: slower; a prefetched queue draining: faster), and the
 median before then holds it. Until then a trial is never a best (the best comes from whole
 trials), and it is judged on one window: after its first, that window against
 ``WARM_UP_FACTOR`` margins, as a warm-up step; from its second on (samples/sec objective), its
 fastest window so far against one margin. A slow transient is then outweighed by the window
 after it and a fast one only makes the trial look better, so neither stops a trial that is
-not behind; only a transient longer than two windows could. With three windows, the default,
-the two-margin rule alone let trials at 0.65-0.75 of the best run to the end (ddpm tiny on the
-Zen 5 EPYC of docs/benchmarks.md, 2026-11-24). A dropped window leaves the noise.
+not behind; only a transient longer than two windows could. (Two margins for every settling
+window would let trials well behind the best run to their end with three windows, the
+default.) A dropped window leaves the noise.
 
 **Why not ASHA or the median-stopping rule as they are.** Both cut at a quantile of the other
 trials (ASHA's rungs keep the top 1/reduction_factor; the median rule stops what is below the
@@ -121,7 +117,7 @@ class EarlyStopping(FIFOScheduler):
         self._logs: dict[str, list[float]] = {}
         """Trial id -> log of each window's samples/sec."""
         self._dropped: dict[str, int] = {}
-        """Trial id -> its first windows dropped as transients (``tuner.harness._windows``)."""
+        """Trial id -> its first windows dropped as transients (``tuner.windows.windows_stand``)."""
         self._long: set[str] = set()
         """Trials whose windows hold one or two whole steps (``windows_long``): not noise."""
         self.stopped: list[str] = []

@@ -33,9 +33,9 @@ class TrialResources:
     the resource ``accelerator_type:<T>`` = 1).
 
     ``whole_node`` is for trials that run one at a time on one node: every trial asks for the
-    same resources, so Ray Tune reuses one trial process for all of them. With a request that
-    follows ``num_workers`` each change of shape started a new process (5.7-6.1 s on the
-    2-core machine, ``docs/benchmarks.md``). Such a trial has the node to itself: its training
+    same resources, so Ray Tune reuses one trial process for all of them; a request that
+    followed ``num_workers`` would start a new process at each change of shape (5.7-6.1 s on a
+    2-core machine). Such a trial has the node to itself: its training
     process runs on every CPU its DataLoader workers leave (``tuner.harness.run_tune_trial``,
     ``training_threads``)."""
 
@@ -124,36 +124,38 @@ import signal, sys, time
 import psutil
 driver = psutil.Process(int(sys.argv[1]))
 names = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
-agents, deadline = [], time.monotonic() + 120
+found, deadline = [], time.monotonic() + 120
 try:
-    while len(agents) < len(names) and time.monotonic() < deadline:
+    while len(found) < len(names) and time.monotonic() < deadline:
         time.sleep(0.5)
-        agents = [p for p in driver.children(recursive=True)
+        found = [p for p in driver.children(recursive=True)
                   if p.cmdline()[:1] and p.cmdline()[0].startswith(names)]
 except psutil.Error:
     pass
 sys.stdin.read()
-for p in agents:
+for p in found:
     try:
         p.send_signal(signal.SIGKILL)
     except psutil.Error:
         pass
 """
-"""Ends the agents of the local Ray a driver started once the driver is gone, however it went
-(``kill -9`` included). Ray's GCS and raylet die with the driver (the kernel's parent-death
-signal), but its dashboard and runtime-env agents, finding the raylet gone, first try to report
-that to the dead GCS and wait out its 60 s timeout (Ray 2.60, ``process_watcher.py``): measured,
-they outlived a killed driver by 62 s. The reaper finds them among the driver's descendants
-(psutil checks a PID is still the process it found), then waits for end-of-file on its stdin,
-a pipe only the driver writes to, and kills them: those two processes, nothing else."""
+"""Ends the ``DashboardAgent`` and ``RuntimeEnvAgent`` processes of the local Ray a driver
+started once the driver is gone, however it went (``kill -9`` included). Ray's GCS and raylet
+die with the driver (the kernel's parent-death signal), but those two, finding the raylet gone,
+first try to report that to the dead GCS and wait out its 60 s timeout (Ray 2.60,
+``process_watcher.py``): measured, they outlived a killed driver by 62 s. The reaper finds them
+among the driver's descendants (psutil checks a PID is still the process it found), then waits
+for end-of-file on its stdin, a pipe only the driver writes to, and kills them: those two
+processes, nothing else."""
 
 _reaper: "subprocess.Popen[bytes] | None" = None
 """The reaper of the local Ray this process started last (None: none started)."""
 
 
 def _start_reaper() -> None:
-    """Start the agent reaper for the local Ray just started (ending the previous one: that
-    Ray was shut down). Its own session keeps a terminal's Ctrl-C away from it."""
+    """Start the reaper (``_AGENT_REAPER``) for the local Ray just started, ending the previous
+    one (that Ray was shut down). Started with ``start_new_session``, so a terminal's Ctrl-C
+    does not reach it."""
     global _reaper
     _stop_reaper()
     _reaper = subprocess.Popen([sys.executable, "-c", _AGENT_REAPER, str(os.getpid())],
@@ -162,7 +164,7 @@ def _start_reaper() -> None:
 
 
 def _stop_reaper() -> None:
-    """Close the reaper's pipe: it ends the agents still alive and exits."""
+    """Close the reaper's pipe: it ends Ray's two processes still alive and exits."""
     global _reaper
     if _reaper is not None:
         _reaper.stdin.close()

@@ -13,7 +13,9 @@ from typing import Any, Callable
 from ray.tune import Callback
 
 import tuner.leaderboard as leaderboard
-from tuner.errors import TunerError
+from tuner._deprecated import moved
+from tuner.budget import kill_at_unix_s
+from tuner.errors import RecordFailed, one_line
 from tuner.knobs import Knobs
 from tuner.plan import Plan
 from tuner.runlock import active_runs
@@ -41,24 +43,6 @@ def _error_file_text(trial) -> str | None:
         return None
 
 
-OVERDUE_S = 2.0
-"""Seconds past its deadline a trial may still run before its process is killed."""
-
-STEP_GRACE = 1.5
-"""Past the search's deadline (the run goes on with its follow-ups in the same process), a trial
-is left this many of its steps (``step_time_ms_p95`` of its last report) to stop itself at a
-step boundary, up to ``STEP_GRACE_MAX_S``: killed, its process is gone and the next trial
-starts a new one. On the 2-core CPU a search trial at batch 256 (~5 s a step) killed 2 s past
-the search's deadline cost 5.7 s before the re-measurement's first trial (docs/benchmarks.md,
-2026-11-25, third session)."""
-
-STEP_GRACE_MAX_S = 10.0
-"""The most a trial past the search's deadline is waited for: about what a new trial process
-costs (5.7-7 s on the 2-core CPU: torch and the workload imported again). A compile, whose
-first step is far longer, is killed at ``OVERDUE_S`` as before: no step time is reported
-before it ends."""
-
-
 def _deadline(trial) -> float | None:
     """The trial's deadline (``TrialSettings.deadline_unix_s``, time.time()), or None."""
     return (trial.config.get("tuner") or {}).get("deadline_unix_s")
@@ -66,31 +50,6 @@ def _deadline(trial) -> float | None:
 
 def ignore_event(kind: str, data: dict) -> None:
     """on_event of a restored LeaderboardWriter (no console attached)."""
-
-
-def _one_line(text: str) -> str:
-    """A multi-line error (a DataLoader worker's wrapped traceback) as one line: the first
-    line and the final cause."""
-    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
-    if len(lines) <= 1:
-        return lines[0] if lines else ""
-    return f"{lines[0]} -> {lines[-1]}"
-
-
-class RecordFailed(TunerError):
-    """A write the run needs failed (a full disk, a lost mount): the run stops at once. The
-    message names what failed and why, what the leaderboard kept, and the ``--resume`` command."""
-
-    def __init__(self, what: str, error: OSError, plan: Plan, recorded: int,
-                 lost: str | None = None):
-        cause = error.strerror or str(error) or type(error).__name__
-        lost_text = f"; the row of trial {lost} is lost" if lost else ""
-        super().__init__(
-            f"cannot write {what} ({cause}): the run stopped; {recorded} trials of run "
-            f"{plan.run_id} are in {plan.options.results}/leaderboard{lost_text}; make room, "
-            f"then continue with the same command and --resume {plan.run_id}")
-        self.run_id = plan.run_id
-        self.recorded = recorded
 
 
 class LeaderboardWriter(Callback):
@@ -146,7 +105,7 @@ class LeaderboardWriter(Callback):
         if self.plan.options.address is None:  # the runs registered on this machine
             row["other_runs"] = sum(r.pid != os.getpid() for r in active_runs())
         if row.get("error"):
-            row["error"] = _one_line(row["error"])
+            row["error"] = one_line(row["error"])
         return row
 
     def _write(self, row: dict) -> None:
@@ -204,17 +163,10 @@ class LeaderboardWriter(Callback):
             ray.kill(actor, no_restart=True)
 
     def kill_at(self, trial, deadline: float) -> float:
-        """When a trial still running past its ``deadline`` (time.time()) is killed:
-        ``OVERDUE_S`` after it; past the search's deadline, with the run's still ahead, after
-        ``STEP_GRACE`` of its steps when that is longer (at most ``STEP_GRACE_MAX_S``, never
-        past the run's deadline)."""
-        run_deadline = self.plan.settings.deadline_unix_s
-        step_ms = (trial.last_result or {}).get("step_time_ms_p95")
-        grace = OVERDUE_S
-        if run_deadline is not None and deadline < run_deadline and step_ms:
-            grace = max(grace, min(STEP_GRACE * step_ms / 1000, STEP_GRACE_MAX_S,
-                                   run_deadline - deadline))
-        return deadline + grace
+        """When a trial still running past its ``deadline`` (time.time()) is killed
+        (``tuner.budget.kill_at_unix_s``, from its last report's ``step_time_ms_p95``)."""
+        return kill_at_unix_s(deadline, self.plan.settings.deadline_unix_s,
+                              (trial.last_result or {}).get("step_time_ms_p95"))
 
     def on_experiment_end(self, trials, **info):
         """Rows of the trials Ray Tune stopped at its time budget (``TuneConfig.time_budget_s``
@@ -256,7 +208,11 @@ class LeaderboardWriter(Callback):
         text = str(error) if error else _error_file_text(trial)
         result = {k: v for k, v in (trial.last_result or {}).items()
                   if k not in leaderboard.MEASURED_COLUMNS}
-        result.update(status=Status.ERROR.value, error=_one_line(text) if text else "the trial process failed",
+        result.update(status=Status.ERROR.value, error=one_line(text) if text else "the trial process failed",
                       traceback=text)
         _stamp(trial, result)
         self._write(self._row(trial, result))
+
+
+__getattr__ = moved(__name__, {name: "tuner.budget" for name in (
+    "OVERDUE_S", "STEP_GRACE", "STEP_GRACE_MAX_S")})

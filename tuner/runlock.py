@@ -21,14 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tuner.errors import TunerError
+from tuner.errors import ConcurrentRunWarning, TunerError
 
 REGISTRY = Path(tempfile.gettempdir()) / "tuner-runs"
 """Where the runs of this machine register (shared by its users: sticky, world-writable)."""
-
-
-class ConcurrentRunWarning(UserWarning):
-    """Another tuner run is active on this machine: both runs' measurements are disturbed."""
 
 
 @dataclass(frozen=True)

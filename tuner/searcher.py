@@ -6,7 +6,7 @@
   by default, TPE or random search on request. On the reduced spaces of
   ``bench/search_quality.py`` the GP found configurations within 0.95 of the grid's best in
   fewer trials than TPE, which at a budget of 20% of the grid did no better than random search
-  (docs/benchmarks.md, "Search quality").
+  (docs/benchmarks.md, "CPU: search quality").
 * Memory is a constraint (``Trial.set_constraint``; <= 0 is feasible), so the sampler learns
   where configurations stop fitting instead of scoring them 0; Optuna ignores FAIL trials and
   would keep sampling there (Optuna's samplers skip FAIL trials). A measured trial's value
@@ -26,7 +26,7 @@
   both use. One stopped before any window is told FAIL (nothing measured). No trial is started
   after ``SearchSpec.deadline_unix_s``, nor a proposal whose first window would end past it
   (its set-up, warm-up and one window costed from the finished trial nearest in batch size,
-  scaled to the batch: a batch of 256 proposed with 15 s left on 2 CPU cores measured nothing).
+  scaled to the batch: ``tuner.budget.first_window_need_s``).
 * A resumed run's rows (and, with warm start, earlier runs' rows) seed the study; their
   constraint is worked out against this run's limits.
 """
@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ray.tune.search import Searcher
 
+from tuner.budget import first_window_need_s
 from tuner.errors import TunerError
 from tuner.knobs import HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
 from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
@@ -307,7 +308,7 @@ class ConstrainedSearch(Searcher):
         size (log ratio) gives set-up, warm-up (its compile left out) and step time, scaled up
         to a larger batch (samples/sec held), and a compiling proposal adds the longest compile
         measured in its mode (none measured yet: the trial's own set-up check,
-        ``harness._check_compile_fits``, refuses a compile that cannot finish). A compile of
+        ``tuner.budget.compile_refusal``, refuses a compile that cannot finish). A compile of
         80-100 s (the ddpm U-Net on an H100) so neither ends the search for an uncompiled
         proposal near its batch nor is forgotten for a compiled one. True without a deadline
         or a finished trial to go by."""
@@ -317,8 +318,8 @@ class ConstrainedSearch(Searcher):
         scale = max(1.0, batch_size / near.batch_size)
         compile_s = 0.0 if compile_mode == "off" else max(
             (t.compile_s for t in self.timings if t.compile == compile_mode), default=0.0)
-        need_s = (scale * near.before_s + compile_s
-                  + max(self.spec.window_s, scale * near.step_s))
+        need_s = first_window_need_s(before_s=near.before_s, step_s=near.step_s, scale=scale,
+                                     compile_s=compile_s, window_s=self.spec.window_s)
         return time.time() + need_s <= self.spec.deadline_unix_s
 
     def _config(self, trial) -> dict:
@@ -457,8 +458,8 @@ class Staged(Searcher):
     for a figure that cannot be true), so each batch is asked for (``next_batch``) only once
     every trial suggested before it is recorded (``recorded``: its leaderboard row written).
     One experiment keeps one trial process from the first trial to the last (Ray Tune reuses
-    it, ``reuse_actors``); an experiment per phase started a new one each time: torch and the
-    workload imported again, 6-7 s on 2 CPU cores (docs/benchmarks.md, 2026-11-25).
+    it, ``reuse_actors``), where an experiment per phase would start a new one each time
+    (torch and the workload imported again).
 
     Args:
         next_batch: the next batch of whole trial configurations (knobs, ``reference``,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, get_args
 
+from tuner._deprecated import moved
 from tuner.errors import TunerError
 
 VERSION = "0.2.0"
@@ -53,32 +54,11 @@ PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 MEASUREMENT_DEFAULTS = {
     # scale: (warm-up optimizer steps, windows, seconds per window)
     # tiny (the CPU default): one warm-up step for the one-time costs, then windows that judge
-    # the steady state themselves (a transient first window is dropped, harness._windows).
-    # With (3, 3, 1.0) the default CPU ddpm run spent as long warming up as measuring (72 s
-    # and 90 s of 209 s, 43 % measured); with (1, 3, 2.0) 56-61 % (docs/benchmarks.md,
-    # 2026-11-24).
+    # the steady state themselves (a transient first window is dropped: tuner.windows); the
+    # measured share of a default CPU run's time per setting is in docs/defaults.md.
     "tiny": (1, 3, 2.0),
     "seed": (10, 5, 2.0),
 }
-
-DEFAULT_CUDA_TIME_BUDGET_S = 1800.0
-"""Time budget of a run on CUDA without ``--time-budget``: 30 minutes, probe, search,
-re-measurement and ceilings included (the default 40 trials at seed scale took 25-60 s each on
-an H100, so most runs end on the trial count; a space of slow compiles ends here)."""
-
-DEFAULT_CPU_TIME_BUDGET_S = 210.0
-"""Time budget of the default run on CPU (neither ``--trials`` nor ``--time-budget``): 3 min 30 s,
-counted from the command's launch (its imports included), so that with ``BUDGET_GRACE_S`` and
-Ray's shut-down it ends within 4 minutes (issue 13's target for a default run on 2 quiet cores). A space whose large
-batches take tens of seconds per step on the CPU (ddpm's batch 256: 19-67 s steps on 2 cores)
-ends on the budget before its 12 search trials (5-11 of them in the ddpm runs measured), its
-re-measurement sized to the time left."""
-
-BUDGET_GRACE_S = 10.0
-"""A run with a time budget S ends within S + this many seconds: a trial stops at the first
-step boundary past the deadline, a step that runs on (a long compile) is stopped by Ray Tune
-a few seconds later, and Ray shuts down."""
-
 
 @dataclass(frozen=True)
 class MemoryLimit:
@@ -139,8 +119,8 @@ class RunOptions:
     """Trials in all, references included; None: 12 on CPU, 40 on CUDA (or until time budget)."""
     time_budget_s: float | None = None
     """Seconds the whole run may take (probe, search, re-measurement and ceilings; it ends
-    within ``BUDGET_GRACE_S`` more); None: ``DEFAULT_CUDA_TIME_BUDGET_S`` on CUDA; on CPU
-    ``DEFAULT_CPU_TIME_BUDGET_S`` when ``trials`` is None too (the default run), else none."""
+    within ``tuner.budget.BUDGET_GRACE_S`` more); None: ``tuner.budget.default_time_budget_s``
+    (30 min on CUDA; on CPU 210 s for the default run, none with ``trials``)."""
     device: Device = "auto"
     scale: Scale | None = None
     """None: 'seed' on CUDA, 'tiny' on CPU."""
@@ -275,11 +255,11 @@ class TrialSettings:
     """Steady state: with two or more windows, the first window kept is dropped as warm-up
     (one more measured) while its samples/sec differs from the median of the others by more
     than this fraction, on the same side of them as the windows dropped before it (a
-    transient's side: ``tuner.harness._windows``); with one window, warm-up goes on past
+    transient's side: ``tuner.windows.windows_stand``); with one window, warm-up goes on past
     ``warmup_steps`` in synchronised probes of half a window until two consecutive ones
     differ by at most this fraction. A run
     gives each trial the larger of this and what its machine's window noise so far calls for
-    (``tuner.noise.steady_tolerance``)."""
+    (``tuner.windows.steady_tolerance``)."""
     max_steady_probes: int = 6
     """At most this many windows dropped (or probes run), within ``max_warmup_s``; a trial
     that never settles (or whose windows alternate around each other beyond the tolerance,
@@ -351,15 +331,6 @@ class TrialSettings:
 
 
 
-def long_step(step_s: float, window_s: float) -> bool:
-    """Whether a step of ``step_s`` seconds takes half a window (``window_s`` seconds) or more:
-    a window then holds one or two whole steps, too few to tell a transient from a step's own
-    spread (ddpm's batch 185-256 on 2 CPU cores: 4-8 s a step). Such a trial judges no steady
-    state (``tuner.harness``) and its windows' spread is left out of the machine's window noise
-    (``tuner.noise.window_noise``)."""
-    return step_s >= window_s / 2
-
-
 def trial_cpus(num_workers: int, available: float) -> int:
     """The CPUs a trial asks Ray for when trials share a node: one for the training process
     and one per DataLoader worker, at most ``available`` (the node's). A trial alone on its
@@ -404,3 +375,8 @@ def device_limit_mb(max_memory: MemoryLimit | None, total_mb: float | None) -> f
 def default_cache_dir() -> Path:
     """Where embedded default datasets are written: ``$TUNER_CACHE`` or ``~/.cache/tuner``."""
     return Path(os.environ.get("TUNER_CACHE") or Path.home() / ".cache" / "tuner")
+
+
+__getattr__ = moved(__name__, {
+    "DEFAULT_CUDA_TIME_BUDGET_S": "tuner.budget", "DEFAULT_CPU_TIME_BUDGET_S": "tuner.budget",
+    "BUDGET_GRACE_S": "tuner.budget", "long_step": "tuner.windows"})

@@ -1,7 +1,8 @@
 """Search spaces: YAML -> a validated, conditional Optuna define-by-run space.
 
-Format: search_spaces/README.md. A space is validated completely before Ray starts; every error
-names the file, the knob, the bad value and what is accepted.
+Format: tuner/workloads/spaces/README.md (the built-in spaces are the package data
+``tuner/workloads/spaces/<workload>.yaml``). A space is validated completely before Ray starts;
+every error names the file, the knob, the bad value and what is accepted.
 """
 
 from __future__ import annotations
@@ -277,8 +278,15 @@ def _workers(chosen: Mapping[str, Any], constants: Mapping[str, Any]) -> int:
     return int(chosen.get("num_workers", constants.get("num_workers", 0)))
 
 
+SPACES_PACKAGE = "tuner.workloads"
+"""The package whose data holds the built-in spaces, under ``SPACES_DIR``."""
+SPACES_DIR = "spaces"
+
+
 def builtin_path(name: str) -> str:
-    return f"search_spaces/{name}.yaml"
+    """The built-in space of workload ``name`` as shown to the user (the file's path in the
+    source tree and in site-packages): 'tuner/workloads/spaces/ddpm.yaml'."""
+    return f"{SPACES_PACKAGE.replace('.', '/')}/{SPACES_DIR}/{name}.yaml"
 
 
 def load_space(name_or_path: str | Path, *, is_file: bool = False) -> Space:
@@ -299,8 +307,8 @@ def load_space(name_or_path: str | Path, *, is_file: bool = False) -> Space:
     else:
         source = builtin_path(str(name_or_path))
         try:
-            text = resources.files("search_spaces").joinpath(f"{name_or_path}.yaml").read_text(
-                encoding="utf-8")
+            file = resources.files(SPACES_PACKAGE) / SPACES_DIR / f"{name_or_path}.yaml"
+            text = file.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise SpaceError(f"no built-in search space {source}; pass one with --space FILE") from None
     return parse_space(text, source)
@@ -319,7 +327,8 @@ def _decode(data: bytes, source: str) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise SpaceError(f"search space {source}: {what} (byte 0x{byte} at offset {exc.start}, "
                          f"line {line}, is not {encoding.removesuffix('-sig').upper()}); "
-                         "expected a UTF-8 YAML file (see search_spaces/README.md)") from None
+                         "expected a UTF-8 YAML file (see tuner/workloads/spaces/README.md)"
+                         ) from None
 
 
 def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:

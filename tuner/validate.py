@@ -48,7 +48,7 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     the loop goes on past ``steps`` (across epochs) until it has lasted ``min_measured_s``:
     given the trial's warm-up and measured time, the loop warms up and measures as long as the
     trial did. (A short loop measures the batches the DataLoader's workers prefetched during
-    the warm-up, faster than they can be produced: on the H100 a 20-step validate read 1.17x
+    the warm-up, faster than they can be produced: on an H100 a 20-step loop read 1.17x
     the trial's figure for ddpm's recommended configuration.)
 
     Raises:

@@ -31,21 +31,19 @@ file (``path/to/mod.py:attribute``: imported as the module ``mod`` with its dire
 to ``sys.path``, which Ray's workers inherit) or by the entry-point group ``tuner.workloads``.
 A module that fails to import is reported in one line naming its file and line.
 
-The built-ins are the package ``workloads`` beside ``tuner`` (``BUILTIN_DIR``). A user's own
-package of that name found first on ``sys.path`` (a ``./workloads/`` in the current directory,
-with tuner importable from a checkout on ``PYTHONPATH``) does not hide them: ``_BuiltinFinder``
-finds every ``workloads.<module>`` that package lacks in ``BUILTIN_DIR``, and built-in workloads
-travel to Ray's workers through it (``Workload.__reduce_ex__``).
+The built-ins are the subpackage ``tuner.workloads`` (their search spaces are its package data,
+``tuner/workloads/spaces/<name>.yaml``), so a user's own ``workloads`` package or folder cannot
+hide them, and they pickle to Ray's workers by their module path like any other class.
 """
 
 from __future__ import annotations
 
 import abc
 import importlib
-import importlib.abc
 import importlib.util
 import os
 import sys
+import warnings
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
@@ -54,94 +52,21 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from tuner.errors import DataError, TunerError
+from tuner.errors import DataError, TunerError, one_line
 from tuner.knobs import Knobs
 from tuner.settings import SCALES, default_cache_dir  # noqa: F401  (public: workloads import them here)
 
 ENTRY_POINT_GROUP = "tuner.workloads"
 
 BUILTINS: dict[str, str] = {
-    "ddpm": "workloads.ddpm:workload",
-    "classifier": "workloads.classifier:workload",
-    "classifier299": "workloads.classifier:workload299",
-    "segmentation3d": "workloads.segmentation3d:workload",
-    "headpose": "workloads.headpose:workload",
-    "chargpt": "workloads.chargpt:workload",
+    "ddpm": "tuner.workloads.ddpm:workload",
+    "classifier": "tuner.workloads.classifier:workload",
+    "classifier299": "tuner.workloads.classifier:workload299",
+    "segmentation3d": "tuner.workloads.segmentation3d:workload",
+    "headpose": "tuner.workloads.headpose:workload",
+    "chargpt": "tuner.workloads.chargpt:workload",
 }
 """Built-in workload names and where they live. A name whose module is missing is skipped."""
-
-BUILTIN_PACKAGE = "workloads"
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / BUILTIN_PACKAGE
-"""Where the built-in workloads live: the ``workloads`` package beside the ``tuner`` package
-(in a checkout, or in site-packages after ``pip install``)."""
-
-
-class _BuiltinFinder(importlib.abc.MetaPathFinder):
-    """Finds ``workloads.<module>`` in ``BUILTIN_DIR`` when no other finder does: when the
-    ``workloads`` package Python imported is another one (a user's ``./workloads/`` first on
-    ``sys.path``) that lacks the module, or when no ``workloads`` package is on the path at all.
-    It comes last in ``sys.meta_path``, so a module the normal import finds always wins."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname == BUILTIN_PACKAGE:
-            init = BUILTIN_DIR / "__init__.py"
-            return (importlib.util.spec_from_file_location(
-                fullname, init, submodule_search_locations=[str(BUILTIN_DIR)])
-                if init.is_file() else None)
-        package, _, leaf = fullname.partition(".")
-        if package != BUILTIN_PACKAGE or not leaf.isidentifier():
-            return None
-        file = BUILTIN_DIR / f"{leaf}.py"
-        return importlib.util.spec_from_file_location(fullname, file) if file.is_file() else None
-
-
-if not any(type(f).__name__ == _BuiltinFinder.__name__ for f in sys.meta_path):
-    sys.meta_path.append(_BuiltinFinder())  # once, also when this module is imported again
-
-
-def _in_builtin_dir(file: str | None) -> bool:
-    try:
-        return file is not None and Path(file).resolve().parent == BUILTIN_DIR
-    except OSError:
-        return False
-
-
-def _is_builtin_class(cls: type) -> bool:
-    """Whether ``cls`` is defined at the top of one of the built-in modules in ``BUILTIN_DIR``
-    (so a worker can import it by its module and name)."""
-    module = sys.modules.get(cls.__module__)
-    return (cls.__module__.startswith(BUILTIN_PACKAGE + ".") and module is not None
-            and _in_builtin_dir(getattr(module, "__file__", None))
-            and getattr(module, cls.__qualname__, None) is cls)
-
-
-def _builtin_object(module_name: str, qualname: str) -> "Workload":
-    """An empty instance of a built-in workload class (pickle then restores its attributes):
-    the other half of ``Workload.__reduce_ex__``."""
-    cls = getattr(importlib.import_module(module_name), qualname)
-    return cls.__new__(cls)
-
-
-def _load_builtin(name: str, where: str) -> Any:
-    """The built-in workload ``name`` from ``where`` ('workloads.ddpm:workload'), checked to
-    come from ``BUILTIN_DIR``.
-
-    Raises:
-        TunerError: another ``workloads`` package holds a module of the same name and comes
-            first on ``sys.path``: the message names both files.
-    """
-    obj = _load_import_path(where)
-    module_name = where.partition(":")[0]
-    found = getattr(sys.modules.get(module_name), "__file__", None)
-    if not _in_builtin_dir(found):
-        package = getattr(sys.modules.get(BUILTIN_PACKAGE), "__file__", None)
-        builtin = BUILTIN_DIR / f"{module_name.rpartition('.')[2]}.py"
-        raise TunerError(
-            f"workload {name!r}: the built-in is {builtin}, "
-            f"but {module_name!r} was imported from {found} (the package {BUILTIN_PACKAGE!r} at "
-            f"{Path(package).parent if package else 'another place'} comes first on sys.path); "
-            f"rename that package or run from another directory")
-    return obj
 
 
 class Workload(abc.ABC):
@@ -165,14 +90,15 @@ class Workload(abc.ABC):
     """Named reference configurations, evaluated first in every run: 'baseline' (the user's
     starting point, required) and optionally 'recommended' (what the guide said to do)."""
     space: ClassVar[str | None] = None
-    """Name of the search-space YAML in ``search_spaces/`` (default: ``name``)."""
+    """Name of the built-in search space, ``tuner/workloads/spaces/<space>.yaml`` (default:
+    ``name``)."""
     learning_rate: ClassVar[float] = 1e-4
     """Learning rate of the default optimizer (AdamW)."""
     compile_s_hint: ClassVar[float | None] = None
     """Seconds the first step under ``torch.compile`` (default mode) took for this workload on
     a GPU machine, with its source where it is set; None: not measured. On CUDA a trial starts
-    a compile only with that much time left (``tuner.harness.compile_needs_s``); without it,
-    the time ddpm's U-Net needed (``tuner.harness.COMPILE_NEEDS_S``)."""
+    a compile only with that much time left (``tuner.budget.compile_needs_s``); without it,
+    the time ddpm's U-Net needed (``tuner.budget.COMPILE_NEEDS_S``)."""
     data_is_file: ClassVar[bool] = False
     """True when ``--data`` names one file (a text corpus) rather than a directory."""
     option_names: ClassVar[tuple[str, ...]] = ()
@@ -281,16 +207,6 @@ class Workload(abc.ABC):
     def parameter_count(self, scale: str) -> int:
         return sum(p.numel() for p in self.build_model(scale).parameters())
 
-    def __reduce_ex__(self, protocol: int) -> Any:
-        """A built-in workload pickles (to Ray's workers) as its module and class names and
-        its attributes, rebuilt by ``_builtin_object``: unpickling imports ``tuner.workload``
-        first, whose finder locates the built-in module even where another ``workloads``
-        package comes first on the worker's ``sys.path``. Any other workload pickles as usual."""
-        cls = type(self)
-        if _is_builtin_class(cls):
-            return _builtin_object, (cls.__module__, cls.__qualname__), dict(self.__dict__)
-        return super().__reduce_ex__(protocol)
-
 
 def _load_import_path(spec: str) -> Any:
     """The object ``spec`` names: ``package.module:attribute``, or ``path/to/file.py:attribute``
@@ -361,7 +277,7 @@ def _import(spec: str, module_name: str) -> Any:
     except SyntaxError as exc:
         where = f" at {exc.filename}:{exc.lineno}" if exc.filename else ""
         raise TunerError(f"workload {spec!r}: importing it raised {type(exc).__name__}: "
-                         f"{_one_line(exc.msg)}{where}") from None
+                         f"{one_line(exc.msg, _MESSAGE_CHARS)}{where}") from None
     except SystemExit as exc:  # a script's top-level argparse / sys.exit()
         where = _where(exc, module_name)
         raise TunerError(f"workload {spec!r}: importing it called sys.exit({exc.code!r})"
@@ -382,7 +298,7 @@ def _attribute(spec: str, module: Any, module_name: str, attr: str) -> Any:
 
 def _describe(exc: BaseException, module_name: str) -> str:
     """``ZeroDivisionError: division by zero at /path/mod.py:3``."""
-    message = _one_line(exc)
+    message = one_line(exc, _MESSAGE_CHARS)
     where = _where(exc, module_name)
     return (f"{type(exc).__name__}{f': {message}' if message else ''}"
             f"{f' at {where}' if where else ''}")
@@ -408,11 +324,6 @@ _MESSAGE_CHARS = 300
 """An exception's message is cut to this many characters in the one error line."""
 
 
-def _one_line(text: Any) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= _MESSAGE_CHARS else line[:_MESSAGE_CHARS - 1] + "…"
-
-
 def _entry_points() -> dict[str, metadata.EntryPoint]:
     return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
@@ -427,8 +338,8 @@ def _load_entry_point(name: str) -> Any:
                          f"({exc})") from None
     except SyntaxError as exc:
         raise TunerError(f"workload {name!r} (entry point {ep.value}): importing it raised "
-                         f"SyntaxError: {_one_line(exc.msg)} at {exc.filename}:{exc.lineno}"
-                         ) from None
+                         f"SyntaxError: {one_line(exc.msg, _MESSAGE_CHARS)} at "
+                         f"{exc.filename}:{exc.lineno}") from None
     except Exception as exc:
         raise TunerError(f"workload {name!r} (entry point {ep.value}): importing it raised "
                          f"{_describe(exc, module_name)}") from None
@@ -493,7 +404,7 @@ def resolve(spec: "str | Workload") -> Workload:
                          f"or a tuner.workload.Workload instance, not a {type(spec).__name__}")
     known = available()
     if spec in known:
-        obj = (_load_builtin(spec, known[spec]) if spec in BUILTINS
+        obj = (_load_import_path(known[spec]) if spec in BUILTINS
                else _load_entry_point(spec))
     elif ":" in spec:
         obj = _load_import_path(spec)
@@ -523,10 +434,36 @@ def _checked(obj: Any, spec: str) -> Workload:
 
 
 def __getattr__(name: str) -> Any:
-    """The old home of ``make_trainable`` answers with its new one: it moved to
-    ``tuner.harness`` in 0.2 so that this contract no longer imports the harness (the harness
-    builds on the contract, not the other way round)."""
+    """Deprecated names (PEP 562), kept for the 0.3 releases and removed in 0.4:
+
+    * ``make_trainable``: moved to ``tuner.harness`` in 0.2 (the harness builds on this
+      contract, not the other way round);
+    * ``BUILTIN_PACKAGE``, ``BUILTIN_DIR``: the built-in workloads are the package
+      ``tuner.workloads`` (their import paths: ``BUILTINS``).
+
+    ``tuner.harness`` is imported on first use only, by name: an import at module level would
+    make a cycle, and this shim is the one place the contract reaches up to the trial's floor.
+
+    Warns:
+        DeprecationWarning: naming what to use instead.
+
+    Raises:
+        AttributeError: any other name.
+    """
     if name == "make_trainable":
-        raise ImportError("tuner.workload.make_trainable moved in tuner 0.2: use "
-                          "`from tuner.harness import make_trainable`")
+        _deprecated(name, "use `from tuner.harness import make_trainable`")
+        return importlib.import_module("tuner.harness").make_trainable
+    if name == "BUILTIN_PACKAGE":
+        _deprecated(name, "the built-in workloads are the package 'tuner.workloads' "
+                          "(their import paths: `tuner.workload.BUILTINS`)")
+        return "tuner.workloads"
+    if name == "BUILTIN_DIR":
+        _deprecated(name, "the built-in workloads are the package 'tuner.workloads': use "
+                          "`importlib.resources.files('tuner.workloads')`")
+        return Path(__file__).resolve().parent / "workloads"
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _deprecated(name: str, instead: str) -> None:
+    warnings.warn(f"tuner.workload.{name} is deprecated and will be removed in tuner 0.4; "
+                  f"{instead}", DeprecationWarning, stacklevel=3)

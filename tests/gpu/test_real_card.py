@@ -1,7 +1,6 @@
 """GPU checks on a real card: ``pytest -m gpu`` (needs CUDA; skipped with the reason without).
 
-Each test is a failure first seen on the H100 (2026-11-23) or a CUDA path the CPU tests can
-only fake: the memory limit through the allocator's per-process fraction, real
+Each test is a CUDA path the CPU tests can only fake: the memory limit through the allocator's per-process fraction, real
 ``OutOfMemoryError`` followed by a fitting trial in the same process, AMP fp16/bf16,
 channels_last, compile, flags restored, NVML telemetry.
 """
@@ -49,8 +48,8 @@ def settings(regression_data) -> TrialSettings:
 
 
 def test_max_memory_turns_a_batch_over_the_limit_into_oom_and_the_next_trial_fits(settings):
-    """The crash of 2026-11-23 (set_per_process_memory_fraction without an index) and the
-    promise of --max-memory: a big card behaves like the smaller one."""
+    """--max-memory on a real card (``set_per_process_memory_fraction`` given an index): a big
+    card behaves like the smaller one."""
     limited = replace(settings, max_memory=MemoryLimit.parse("3GB"))      # 2.79 GiB
     over = run_trial(gib, Knobs(batch_size=4), limited)                  # 4 GiB + grads
     assert over["status"] in ("oom", "over_limit"), over.get("error")
@@ -69,15 +68,17 @@ def test_max_memory_12gb_makes_a_24gib_batch_fail(settings):
 
 
 def test_the_memory_probe_under_a_limit_on_a_real_card(settings):
+    """The limit is set from this card's own batch-1 peak (CUDA context, cuBLAS workspace and
+    1 GiB of ballast: 2,824 MiB on an H200 with torch 2.11), plus 1.5 GiB: batch 2 (one GiB
+    more) fits, batch 3 (two more) does not, whatever the context costs on this card."""
     space = Space("gpu-test", {"batch_size": IntRange(1, 8)}, {"num_workers": 0})
-    # 3050 MiB: batch 3's ballast alone (3072 MiB) cannot fit, batch 2's (2048 MiB) leaves
-    # ~1 GiB for the model, cuBLAS workspace and the CUDA context (3GB, 2861 MiB, left only
-    # ~800 MiB: a larger context than the ~0.5 GiB expected would fail batch 2 for no fault
-    # of the product's)
-    limited = replace(settings, max_memory=MemoryLimit.parse("3050MiB"))
+    one = run_trial(gib, Knobs(batch_size=1), settings)
+    assert one["status"] == "ok", one.get("error")
+    limit_mib = one["peak_device_memory_mb"] + 1536
+    limited = replace(settings, max_memory=MemoryLimit.parse(f"{limit_mib:.0f}MiB"))
     found = probe_batch_limit(space, Knobs(batch_size=1), limited,
                               lambda knobs, s: run_trial(gib, knobs, s))
-    assert found.max_batch == 2 and found.first_failure == 3, found.probes
+    assert found.max_batch == 2 and found.first_failure == 3, (limit_mib, found.probes)
 
 
 @pytest.mark.parametrize("amp", ["fp16", "bf16"])
@@ -145,10 +146,9 @@ def _optimizer_step_initialises_cuda() -> bool:
 
 @pytest.mark.parametrize("mode", ["hide", "leave"])
 def test_a_cpu_trial_process_holds_no_cuda_context(mode):
-    """The cause of the slow suite on the H100 machine: a CPU training step on a machine with a
-    GPU initialises CUDA in torch itself (its optimizers' graph-capture check, in the torch
-    versions ``_optimizer_step_initialises_cuda`` names), which a CPU trial's process now
-    prevents: ``hide`` never holds a context; ``leave`` shows what this torch does without the
+    """A CPU training step on a machine with a GPU initialises CUDA in torch itself (its
+    optimizers' graph-capture check, in the torch versions ``_optimizer_step_initialises_cuda``
+    names), a context per trial process; a CPU trial's process prevents it: ``hide`` never holds a context; ``leave`` shows what this torch does without the
     hiding."""
     import subprocess
     import sys

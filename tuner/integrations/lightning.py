@@ -20,7 +20,7 @@ The harness then applies the knobs as for any workload: it builds its own DataLo
 dataset (shuffled, incomplete last batch dropped), moves batches to the device, runs
 ``training_step`` under autocast (``torch.compile`` compiles the whole ``training_step``, as
 Lightning does for a compiled LightningModule), calls backward and steps the optimizer. The
-search space is ``search_spaces/lightning.yaml``.
+search space is ``tuner/workloads/spaces/lightning.yaml``.
 
 Not supported, with a one-line ``TunerError`` when ``from_lightning`` is called: manual
 optimization (``automatic_optimization = False``), several optimizers, a ``configure_optimizers``

@@ -1,6 +1,6 @@
 """Image classifiers trained on an ImageFolder at a fixed input size: 40x40 and 299x299.
 
-Source: ``shared/reports/dataloader-guide-rtx5070.md`` (RTX 5070 12 GB, i7-8700K 12 threads,
+Source: a user's DataLoader "Performance Optimization Guide" (RTX 5070 12 GB, i7-8700K 12 threads,
 WSL2). The guide tunes the DataLoader of the user's ``train.py`` ("Current: train.py:
 batch_size=16") and enables cuDNN benchmark "with fixed input sizes (40x40, 299x299)". The
 guide names no model; we use the standard ones for those sizes:
@@ -40,9 +40,9 @@ from tuner.errors import DataError, TunerError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, option_flag
-from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
+from tuner.workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
-_REPORT = "shared/reports/dataloader-guide-rtx5070.md"
+_REPORT = "a user's DataLoader Performance Optimization Guide"
 _DATA_VERSION = 1
 
 # ImageNet channel statistics: the usual normalisation for both architectures.
@@ -205,7 +205,7 @@ class Classifier(_ImageFolderClassifier):
     description = "ResNet-18 (CIFAR stem) on 40x40 crops of an ImageFolder of JPEGs"
     source = f"{_REPORT} (train.py, 40x40 input; RTX 5070 12 GB, i7-8700K)"
     references = _REFERENCES
-    # first step under torch.compile, seed scale, one H100: shared/notes/gpu-h100-2026-11-23.md
+    # first step under torch.compile, seed scale, one H100 (docs/benchmarks.md)
     compile_s_hint = 21.0
     space = "classifier"
     input_px = {"seed": 40, "tiny": 40}

@@ -1,6 +1,6 @@
 """3D U-Net segmentation trained on random patches cropped from large on-disk volumes.
 
-Source: ``shared/reports/segmentation3d-plan-a100.md`` (A100 80 GB, 12 vCPUs, 170 GB RAM): a 3D
+Source: a user's "Training Performance Analysis & Optimization Plan" (A100 80 GB, 12 vCPUs, 170 GB RAM): a 3D
 segmentation job trained on 72x136x136 patches at batch size 1 with one DataLoader worker,
 ~18 s per step, the GPU idle while the single worker loads the next patch.
 
@@ -53,7 +53,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, default_cache_dir
-from workloads._data import write_once
+from tuner.workloads._data import write_once
 
 NUM_CLASSES = 3
 """Background, class 1, class 2."""
@@ -403,7 +403,7 @@ class Segmentation3dWorkload(Workload):
     name = "segmentation3d"
     description = ("3D U-Net (4 levels, InstanceNorm) on random 72x136x136 patches of large "
                    "memory-mapped image/label volumes; Dice + cross-entropy")
-    source = "shared/reports/segmentation3d-plan-a100.md (A100 80 GB, 12 vCPUs, 170 GB RAM)"
+    source = "a user's Training Performance Analysis & Optimization Plan (A100 80 GB, 12 vCPUs, 170 GB RAM)"
     learning_rate = 3e-4
     references = {
         # "Current Configuration": batch_size 1, workers 1, prefetch_factor 1,

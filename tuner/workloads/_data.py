@@ -1,6 +1,6 @@
 """Shared data helpers for built-in workloads: write-once cache directories, deterministic
 synthetic image folders, and an ImageFolder whose decode errors name the file. The ones meant
-for your own workloads are exported, documented, by ``workloads.datasets``."""
+for your own workloads are exported, documented, by ``tuner.workloads.datasets``."""
 
 from __future__ import annotations
 

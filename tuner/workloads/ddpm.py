@@ -1,6 +1,6 @@
 """DDPM: a class-conditional denoising diffusion model on 40x40 RGB images.
 
-Source: ``shared/reports/ddpm-report-rtx5070.md`` (RTX 5070 12 GB, i7-8700K). The report gives
+Source: a user's "Performance Analysis Report for DDPM Training" (2025-11-24) (RTX 5070 12 GB, i7-8700K). The report gives
 the U-Net's shape (base 64 channels, multipliers (1, 2, 4), attention (False, False, True),
 1000 timesteps), its size (12,817,859 parameters), the augmentation, the dataset (652 images of
 40x40, 546 "Normal" and 106 "Abnormal") and the before/after settings. Noise schedule and loss
@@ -32,7 +32,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
-from workloads._data import check_image_folder, image_folder, write_image_folder, write_once
+from tuner.workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 IMAGE_SIZE = 40
 """Image side in pixels (report: "Image Size: 40x40 pixels")."""
@@ -303,7 +303,7 @@ class DDPMWorkload(Workload):
                    "on 40x40 RGB images")
     source = "ddpm-report-rtx5070.md (RTX 5070 12 GB, i7-8700K); architecture: Ho et al. 2020"
     learning_rate = 2e-4  # Ho et al. 2020 (the report gives none)
-    # first step under torch.compile, seed scale, one H100: shared/notes/gpu-h100-2026-11-23.md
+    # first step under torch.compile, seed scale, one H100 (docs/benchmarks.md)
     compile_s_hint = 80.0
     references = {
         "baseline": Knobs(

@@ -1,6 +1,6 @@
 """chargpt: a character-level GPT (nanoGPT's shakespeare-char shape) on one UTF-8 text file.
 
-Source: ``shared/reports/chargpt-guide-rtx4080s.md``, a performance guide for a character-level
+Source: a user's "Performance Optimizations Guide", a performance guide for a character-level
 transformer trained on ~1M characters of Shakespeare on an RTX 4080 Super 16 GB ("1M char
 dataset", guide line 169; ``python train.py --dataset shakespeare``, line 307; Flash Attention in
 ``model.py``, lines 147-154). The guide does not give the model's shape, so the seed scale is
@@ -36,7 +36,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
-from workloads._data import write_once
+from tuner.workloads._data import write_once
 
 VOCAB_SIZE = 256
 """Token ids are byte values of the UTF-8 text."""
@@ -327,10 +327,10 @@ class CharGPT(Workload):
     name = "chargpt"
     description = ("character-level GPT (nanoGPT shakespeare-char: 6 layers, 6 heads, 384 wide, "
                    "context 256, ~10.8M params, byte vocab) on one UTF-8 text file")
-    source = ("shared/reports/chargpt-guide-rtx4080s.md (RTX 4080 Super 16 GB); model shape "
+    source = ("a user's Performance Optimizations Guide (RTX 4080 Super 16 GB); model shape "
               "from nanoGPT config/train_shakespeare_char.py")
     learning_rate = 1e-3  # nanoGPT train_shakespeare_char.py: learning_rate = 1e-3
-    # first step under torch.compile, seed scale, one H100: shared/notes/gpu-h100-2026-11-23.md
+    # first step under torch.compile, seed scale, one H100 (docs/benchmarks.md)
     compile_s_hint = 14.0
     data_is_file = True
     references = {

@@ -1,7 +1,7 @@
 """Datasets and data helpers of the built-in workloads, public for your own workloads.
 
-Import them in a workload module (``from workloads.datasets import CharWindows``); the built-in
-workloads use these very objects, so they are as tested as the built-ins are. Every one reads
+Import them in a workload module (``from tuner.workloads.datasets import CharWindows``); the
+built-in workloads use these very objects, so they are as tested as the built-ins are. Every one reads
 real files in ``__getitem__`` (the CPU work DataLoader workers parallelise) and raises
 ``tuner.errors.DataError`` naming the file that cannot be used, which tuner reports in one line.
 
@@ -42,10 +42,10 @@ Default data: ``write_once(target, writer)`` creates a directory atomically (wha
 
 from __future__ import annotations
 
-from workloads._data import (IMAGE_EXTENSIONS, check_image_folder, image_folder, read_image,
+from tuner.workloads._data import (IMAGE_EXTENSIONS, check_image_folder, image_folder, read_image,
                              write_once)
-from workloads.chargpt import CharWindows, check_text_file
-from workloads.segmentation3d import VolumePatchDataset, build_pairs
+from tuner.workloads.chargpt import CharWindows, check_text_file
+from tuner.workloads.segmentation3d import VolumePatchDataset, build_pairs
 
 __all__ = ["IMAGE_EXTENSIONS", "CharWindows", "VolumePatchDataset", "build_pairs",
            "check_image_folder", "check_text_file", "image_folder", "read_image", "write_once"]

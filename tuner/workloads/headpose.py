@@ -1,6 +1,6 @@
 """Head-pose regression: a ResNet-50 predicting yaw/pitch/roll (degrees) from face crops.
 
-Source: ``shared/reports/headpose-guide-rtx3090.md`` ("GPU Optimization Guide - RTX 3090
+Source: a user's tuning guide ("GPU Optimization Guide - RTX 3090
 (24GB)"), a user's guide for ``train_cnn_model.py`` / ``trainer_cnn.py`` training a CNN on
 300W-LP (~104K samples) and BIWI (~12K samples), reaching "Model MAE: ~4-6° on 300W-LP".
 
@@ -71,7 +71,7 @@ from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
-from workloads._data import read_image, write_once
+from tuner.workloads._data import read_image, write_once
 
 LABELS_FILE = "labels.csv"
 LABEL_COLUMNS = ("file", "yaw", "pitch", "roll")
@@ -330,7 +330,7 @@ class HeadPoseWorkload(Workload):
 
     name = "headpose"
     description = "ResNet-50 regressing yaw/pitch/roll (degrees) from 224x224 JPEG face crops"
-    source = "shared/reports/headpose-guide-rtx3090.md (RTX 3090 24 GB, 300W-LP / BIWI)"
+    source = "a user's GPU Optimization Guide (RTX 3090 24 GB, 300W-LP / BIWI)"
     learning_rate = 1e-4  # Adam(W) at 1e-4: the usual rate for fine-grained head-pose regression
     references = {
         "baseline": Knobs(

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU check in one command (at most 9 minutes on one H100, the dependency install included):
+#   bash bench/gpu_check.sh [extra options of bench/gpu_acceptance.py]
+# Installs what is missing (a .devbundle/ folder beside the checkout, from
+# device-bundle.sh, on a machine without internet; else `pip install -e .`), then runs
+# `bench/gpu_acceptance.py --quick`. Writes gpu-acceptance.md, .json, .log, gpu-tests.log and
+# tuner-results.tar.gz (the leaderboards) to $OUT (default: .).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+out=${OUT:-.}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+if [ -f .devbundle/install.sh ]; then
+  bash .devbundle/install.sh || exit 1
+  export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+elif ! "$py" -c "import tuner, ray, optuna" 2>/dev/null; then
+  "$py" -m pip install -q -e . || exit 1
+fi
+export TUNER_CACHE=${TUNER_CACHE:-/tmp/tuner-cache}
+total=${GPU_CHECK_S:-500}   # seconds for the whole command but a stopped step's grace (40 s); the run's deadline is what is left
+deadline=$(( total - ($(date +%s) - started) ))
+echo "dependencies ready in $(( $(date +%s) - started )) s; deadline ${deadline} s"
+"$py" bench/gpu_acceptance.py --quick --deadline-s "$deadline" --results "${RESULTS:-/tmp/tuner-acceptance}" \
+  --out "$out/gpu-acceptance.md" "$@" 2>&1 | tee "$out/gpu-acceptance.log"
+rc=${PIPESTATUS[0]}
+tar -C "${RESULTS:-/tmp/tuner-acceptance}" -czf "$out/tuner-results.tar.gz" . 2>/dev/null || true
+exit "$rc"

@@ -1,0 +1,149 @@
+"""The time-budget arithmetic (``tuner.budget``) as pure functions, and the old import paths of
+the names that moved into ``tuner.budget``, ``tuner.windows`` and ``tuner.followups``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+import tuner.budget as budget
+from tuner.knobs import Knobs
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def search_row(knobs: Knobs, wall_s: float, **extra) -> dict:
+    return {"phase": "search", "started_at": T0, "finished_at": T0 + dt.timedelta(seconds=wall_s),
+            **knobs.to_dict(), **extra}
+
+
+def test_the_default_budget_depends_on_the_device_and_a_trial_count():
+    assert budget.default_time_budget_s("cuda", None) == budget.DEFAULT_CUDA_TIME_BUDGET_S
+    assert budget.default_time_budget_s("cuda", 10) == budget.DEFAULT_CUDA_TIME_BUDGET_S
+    assert budget.default_time_budget_s("cpu", None) == budget.DEFAULT_CPU_TIME_BUDGET_S
+    assert budget.default_time_budget_s("cpu", 10) is None
+
+
+def test_the_budget_counts_from_launch_or_from_at_most_plan_age_ago():
+    assert budget.budget_start(None, False, now=500.0) == 500.0
+    assert budget.budget_start(100.0, True, now=500.0) == 100.0
+    assert budget.budget_start(100.0, False, now=500.0) == 500.0 - budget.PLAN_AGE_S
+    assert budget.budget_start(480.0, False, now=500.0) == 480.0
+
+
+@pytest.mark.parametrize("kwargs, share", [
+    (dict(remeasured=0, ceilings=0, trials=12), 0.0),                    # no follow-ups
+    (dict(remeasured=5, ceilings=4, trials=None), budget.FOLLOWUP_SHARE),  # no trial count
+    (dict(remeasured=5, ceilings=4, trials=12), budget.MAX_FOLLOWUP_SHARE),
+    (dict(remeasured=0, ceilings=4, trials=1000), budget.FOLLOWUP_SHARE),
+    # 5 configurations x 3 rounds, each weighing (2 + 2) / (2 x 2) = 1 search trial, + 4
+    (dict(remeasured=5, ceilings=4, trials=40), 19 / (19 + 40)),
+])
+def test_the_followup_share_weighs_their_trials_against_the_search(kwargs, share):
+    got = budget.followup_share(windows=2, round_windows=2, rounds=3, **kwargs)
+    assert got == pytest.approx(share)
+
+
+def test_the_search_gets_the_time_left_less_the_followups_share():
+    assert budget.search_time_s(100.0, 0.2, 200.0) == 60.0
+    assert budget.search_time_s(10.0, 0.5, 200.0) == 0.0
+    assert budget.search_time_s(None, 0.2, 200.0) is None
+
+
+def test_a_phase_starts_only_with_the_least_time_it_needs():
+    assert budget.has_time(None) and budget.has_time(budget.MIN_PHASE_S)
+    assert not budget.has_time(budget.MIN_PHASE_S - 0.01)
+    assert budget.tune_time_budget_s(None) is None
+    assert budget.tune_time_budget_s(10.0) == 10.0 + budget.TUNE_STOP_GRACE_S
+
+
+def test_a_trial_costs_its_search_trials_set_up_plus_the_new_windows():
+    knobs = Knobs(batch_size=16)
+    rows = [search_row(knobs, 6.0, measured_s=2.0, step_time_ms_p50=100.0)]
+    # 6 s of wall time less 2 s measured, 3 windows of 1 s, the overhead
+    assert budget.trial_cost_s(rows, knobs, 3, 1.0) == pytest.approx(4 + 3 + budget.TRIAL_OVERHEAD_S)
+    # a batch four times larger: step and warm-up scaled up, windows of at least one step
+    big = Knobs(batch_size=64)
+    rows[0]["warmup_s"] = 1.0
+    assert budget.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
+        4 + 3 * 1.0 + 3 * 0.4 + budget.TRIAL_OVERHEAD_S)
+    assert budget.trial_cost_s([], big, 3, 1.0) == 3 + budget.TRIAL_OVERHEAD_S
+    assert budget.trials_fit(None, [1e9]) and budget.trials_fit(10.0, [4.0, 6.0])
+    assert not budget.trials_fit(9.9, [4.0, 6.0])
+
+
+def test_a_first_window_needs_the_scaled_set_up_the_compile_and_one_window():
+    assert budget.first_window_need_s(before_s=2.0, step_s=0.5, scale=2.0, compile_s=10.0,
+                                      window_s=0.5) == pytest.approx(4.0 + 10.0 + 1.0)
+
+
+def test_a_compile_is_refused_without_the_time_it_needs():
+    hinted = SimpleNamespace(compile_s_hint=20.0)
+    assert budget.compile_needs_s("default", hinted, "cuda") == 20.0 * budget.COMPILE_MARGIN
+    assert budget.compile_needs_s("default", hinted, "cpu") == budget.COMPILE_NEEDS_S["default"]
+    assert budget.compile_needs_s("max-autotune", hinted, "cuda") == 600.0
+    assert budget.compile_refusal("off", hinted, "cuda", 0.0) is None
+    assert budget.compile_refusal("default", hinted, "cuda", None) is None
+    assert budget.compile_refusal("default", hinted, "cuda", 25.0) is None
+    assert budget.compile_refusal("default", hinted, "cuda", 24.0) == (
+        "set-up: torch.compile mode=default was not started (it needs about 25 s; 24 s were left)")
+    with pytest.raises(KeyError):
+        budget.compile_needs_s("fastest", hinted, "cuda")
+
+
+@pytest.mark.parametrize("run_deadline, step_ms, grace", [
+    (None, 5_000, budget.OVERDUE_S),          # the run's own deadline: no step grace
+    (150.0, None, budget.OVERDUE_S),          # no step measured (a compile)
+    (150.0, 100, budget.OVERDUE_S),           # short steps
+    (150.0, 5_000, 7.5),                      # STEP_GRACE steps
+    (150.0, 20_000, budget.STEP_GRACE_MAX_S),
+    (103.0, 5_000, 3.0),                      # never past the run's deadline
+])
+def test_a_trial_past_its_deadline_is_killed_after_its_grace(run_deadline, step_ms, grace):
+    assert budget.kill_at_unix_s(100.0, run_deadline, step_ms) == pytest.approx(100.0 + grace)
+
+
+MOVED = [
+    ("tuner.settings", "DEFAULT_CUDA_TIME_BUDGET_S", "tuner.budget"),
+    ("tuner.settings", "DEFAULT_CPU_TIME_BUDGET_S", "tuner.budget"),
+    ("tuner.settings", "BUDGET_GRACE_S", "tuner.budget"),
+    ("tuner.settings", "long_step", "tuner.windows"),
+    ("tuner.plan", "FOLLOWUP_SHARE", "tuner.budget"),
+    ("tuner.plan", "MAX_FOLLOWUP_SHARE", "tuner.budget"),
+    ("tuner.plan", "PLAN_AGE_S", "tuner.budget"),
+    ("tuner.harness", "COMPILE_NEEDS_S", "tuner.budget"),
+    ("tuner.harness", "COMPILE_MARGIN", "tuner.budget"),
+    ("tuner.harness", "compile_needs_s", "tuner.budget"),
+    ("tuner.recorder", "OVERDUE_S", "tuner.budget"),
+    ("tuner.recorder", "STEP_GRACE", "tuner.budget"),
+    ("tuner.recorder", "STEP_GRACE_MAX_S", "tuner.budget"),
+    ("tuner.driver", "MIN_PHASE_S", "tuner.budget"),
+    ("tuner.driver", "TUNE_STOP_GRACE_S", "tuner.budget"),
+    ("tuner.driver", "TRIAL_OVERHEAD_S", "tuner.budget"),
+    ("tuner.driver", "tune_time_budget_s", "tuner.budget"),
+    ("tuner.driver", "CAN_WIN_FRACTION", "tuner.followups"),
+    ("tuner.driver", "REMEASURE_ROUNDS", "tuner.plan"),
+    ("tuner.noise", "STEADY_Z", "tuner.windows"),
+    ("tuner.noise", "MIN_NOISE_ROWS", "tuner.windows"),
+    ("tuner.noise", "window_noise", "tuner.windows"),
+    ("tuner.noise", "steady_tolerance", "tuner.windows"),
+]
+
+
+@pytest.mark.parametrize("old, name, new", MOVED)
+def test_a_moved_name_still_imports_from_its_old_module_with_a_deprecation_warning(old, name, new):
+    with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {new}.{name}"):
+        value = getattr(importlib.import_module(old), name)
+    assert value is getattr(importlib.import_module(new), name)
+
+
+def test_an_unknown_name_is_still_an_attribute_error():
+    import tuner.settings as settings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError, match="no attribute 'NOT_A_NAME'"):
+            settings.NOT_A_NAME  # noqa: B018

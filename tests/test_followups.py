@@ -1,0 +1,187 @@
+"""The follow-up planning (``tuner.followups``) as pure functions of a plan and leaderboard rows:
+fake rows, a plan with a fixed time left, no Ray and no training."""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+
+import pytest
+
+import tuner.budget as budget
+import tuner.followups as followups
+from tuner.knobs import Knobs
+from tuner.plan import REMEASURE_ROUNDS, Plan
+from tuner.space import Choices, Space
+from tuner.status import Phase
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+BASE = Knobs(batch_size=8, num_workers=2, prefetch_factor=2)
+FAST = Knobs(batch_size=32, num_workers=2, prefetch_factor=2)
+BUSY = Knobs(batch_size=32, num_workers=6, prefetch_factor=4, persistent_workers=True)
+
+
+def make_row(n: int, knobs: Knobs, *, sps: float | None = 100.0, reference: str | None = None,
+             phase: str = "search", status: str = "ok", seconds: float = 5.0, **extra) -> dict:
+    """A leaderboard row of trial ``n`` of run 'run-a' on one CPU machine: ``seconds`` of wall
+    time, 0.4 s of it measured, 2.5-ms steps."""
+    return {"run_id": "run-a", "trial_id": f"run-a-{n}", "workload": "fake", "scale": "tiny",
+            "status": status, "reference": reference, "is_baseline": reference == "baseline",
+            "samples_per_sec": sps, "samples_per_sec_cv": 0.01, "step_time_ms_p50": 2.5,
+            "step_time_ms_p95": 3.0, "windows": 2, "measured_s": 0.4, "warmup_s": 0.1,
+            "device": "cpu", "hardware_key": "cpu:test:2cpu", "phase": phase,
+            "error": None if status == "ok" else f"{status} happened",
+            "started_at": T0 + dt.timedelta(seconds=10 * n),
+            "finished_at": T0 + dt.timedelta(seconds=10 * n + seconds),
+            **knobs.to_dict(), **extra}
+
+
+def search_rows() -> list[dict]:
+    return [make_row(0, BASE, reference="baseline", sps=50.0),
+            make_row(1, BUSY, reference="recommended", sps=60.0),
+            make_row(2, FAST, sps=56.4), make_row(3, Knobs(batch_size=4), sps=4.8)]
+
+
+def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = True,
+              windows: int = 3, accelerator: str | None = None) -> SimpleNamespace:
+    """The attributes of a ``Plan`` the follow-up planning reads, with a fixed time left."""
+    settings = SimpleNamespace(windows=windows, window_s=1.0)
+    return SimpleNamespace(
+        metric="samples_per_sec", mode="max", accelerator_type=accelerator,
+        options=SimpleNamespace(confirm=confirm, ceiling=ceiling), settings=settings,
+        round_windows=Plan.round_windows.fget(SimpleNamespace(settings=settings)),
+        references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left,
+        node_cpus=2, device="cpu",
+        device_space=Space("test", {"batch_size": Choices((8, 32, 256))}, {}))
+
+
+def run_all(plan, rows: list[dict], sps: float = 100.0) -> tuple[list, list]:
+    """Drive ``followups.followups`` as the driver does: each batch's trials append one ok row
+    each before the next batch is asked for. Returns (batches, events)."""
+    batches, events = [], []
+    for batch in followups.followups(plan, rows, lambda kind, data: events.append((kind, data))):
+        batches.append(batch)
+        changes = batch.per_trial or [{} for _ in batch.configs]
+        for (knobs, ref), change in zip(batch.configs, changes):
+            settings = {**batch.settings, **change}
+            rows.append(make_row(len(rows), knobs, reference=ref, phase=str(batch.phase),
+                                 sps=sps, ceiling=settings.get("ceiling")))
+    return batches, events
+
+
+def test_a_run_with_time_plans_rounds_then_the_ceilings_each_from_the_rows_before_it():
+    rows = search_rows()
+    batches, events = run_all(fake_plan(), rows)
+    assert [b.phase for b in batches] == [Phase.REMEASURE, Phase.CEILING]
+    remeasure, ceilings = batches
+    # the three best that can win (BUSY, FAST, BASE) are also the references' configurations
+    assert remeasure.configs == [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")] * 3
+    assert remeasure.settings == {"windows": 2}
+    assert [change["ceiling"] for change in ceilings.per_trial] == [
+        "compute", "loader", "machine-loader", "machine-compute"]
+    assert [kind for kind, _ in events] == ["phase", "phase"]
+    assert events[0][1] == remeasure.event and events[1][1] == ceilings.event
+    # done: a second pass over the same rows (a resumed run) plans nothing more
+    assert run_all(fake_plan(), rows) == ([], [])
+
+
+def test_nothing_is_planned_with_less_time_left_than_a_phase_needs():
+    rows = search_rows()
+    assert run_all(fake_plan(left=budget.MIN_PHASE_S - 0.1), rows) == ([], [])
+
+
+def test_no_ceiling_without_the_ceiling_option():
+    batches, _ = run_all(fake_plan(ceiling=False), search_rows())
+    assert [b.phase for b in batches] == [Phase.REMEASURE]
+
+
+def test_rows_of_another_accelerator_type_are_not_this_types():
+    rows = search_rows() + [make_row(9, FAST, phase="remeasure", accelerator_type="A10G")]
+    assert followups.type_rows(fake_plan(), rows) == search_rows()
+    assert len(followups.type_rows(fake_plan(accelerator="A10G"), rows)) == 1
+
+
+def test_the_remeasured_configurations_can_win_and_compare_with_a_reference():
+    top, configs = followups.remeasure_configs(fake_plan(confirm=1), search_rows())
+    assert top == [BUSY]
+    assert configs == [(BUSY, "recommended"), (BASE, "baseline")]
+    only = [make_row(0, FAST, sps=56.4)]          # one configuration: nothing to compare with
+    assert followups.remeasure_configs(fake_plan(), only) == ([FAST], [])
+    slow = search_rows()[:1] + [make_row(5, FAST, sps=200.0)]
+    top, _ = followups.remeasure_configs(fake_plan(), slow)
+    assert BASE not in top                         # 50 is under CAN_WIN_FRACTION of 200
+
+
+def test_round_batch_runs_the_rounds_from_the_first_one_missing():
+    configs = [(FAST, None), (BASE, "baseline")]
+    rows = search_rows() + [make_row(9, FAST, phase="remeasure")]
+    batch = followups.round_batch(fake_plan(), rows, configs, first=1)
+    assert batch.configs == [(BASE, "baseline")] + configs * (REMEASURE_ROUNDS - 1)
+    assert (batch.event["round"], batch.event["last_round"]) == (1, REMEASURE_ROUNDS)
+    assert followups.round_batch(fake_plan(), rows, configs, first=REMEASURE_ROUNDS + 1) is None
+
+
+def test_rounds_todo_stops_at_the_first_round_the_time_left_cannot_hold():
+    configs = [(FAST, None), (BASE, "baseline")]
+    rows = search_rows()
+    one_round_s = sum(budget.trial_cost_s(rows, k, 2, 1.0) for k, _ in configs)
+    plan = fake_plan(left=2.5 * one_round_s)
+    todo = followups.rounds_todo(plan, rows, configs, range(1, 4), 2)
+    assert [r for r, _ in todo] == [1, 1, 2, 2]
+    assert len(followups.rounds_todo(plan, rows, configs, range(1, 4), 2, timed=False)) == 6
+
+
+def test_no_round_event_says_what_the_first_round_needs():
+    configs = [(FAST, None), (BASE, "baseline")]
+    event = followups.no_round_event(fake_plan(left=1.0), search_rows(), configs)
+    assert (event["count"], event["configs"], event["left_s"]) == (0, 2, 1.0)
+    assert event["need_s"] > 1.0
+    done = [make_row(20 + i, k, phase="remeasure") for i in range(3) for k, _ in configs]
+    assert followups.no_round_event(fake_plan(left=1.0), search_rows() + done, configs) is None
+
+
+def test_a_transient_failure_of_a_reference_is_retried_once():
+    rows = search_rows()
+    rows[0].update(status="error", samples_per_sec=None, error="RayActorError: The actor died")
+    batch = followups.retry_batch(fake_plan(), rows)
+    assert batch.configs == [(BASE, "baseline")] and batch.phase == Phase.SEARCH
+    assert batch.event["retry"] == ["baseline"]
+    rows.append(make_row(9, BASE, reference="baseline", status="error"))   # the retry failed
+    assert followups.retry_batch(fake_plan(), rows) is None
+    assert not followups.transient({"status": "oom", "error": "worker killed: out of memory"})
+
+
+def test_limits_left_out_for_lack_of_time_are_said_without_a_batch():
+    batch, event = followups.ceilings_batch(fake_plan(left=0.5), search_rows())
+    assert batch is None
+    assert event["left_out"] == ["compute", "loader", "machine-loader", "machine-compute"]
+    assert followups.ceilings_batch(fake_plan(), []) == (None, None)     # no winner
+
+
+def test_the_machines_limits_use_every_cpu_and_the_largest_batch():
+    batch, _ = followups.ceilings_batch(fake_plan(), search_rows())
+    by_label = {change["ceiling"]: knobs
+                for (knobs, _), change in zip(batch.configs, batch.per_trial)}
+    assert by_label["machine-loader"].num_workers == 2          # the plan's node_cpus
+    assert by_label["machine-compute"].batch_size == 256        # the space's largest
+    assert [list(change) for change in batch.per_trial] == [
+        ["ceiling", "compute_only"], ["ceiling", "loader_only"],
+        ["ceiling", "loader_only"], ["ceiling", "compute_only"]]
+
+
+@pytest.mark.parametrize("left, kept", [(None, 2), (1e6, 2), (0.0, 0)])
+def test_fitting_ceilings_keeps_what_the_time_left_holds_in_order(left, kept):
+    todo = [("compute", FAST, "compute_only"), ("loader", FAST, "loader_only")]
+    got, left_out = followups.fitting_ceilings(fake_plan(left=left), search_rows(), todo)
+    assert got == todo[:kept] and left_out == [label for label, _, _ in todo[kept:]]
+
+
+def test_the_compute_ceiling_is_measured_again_only_when_far_below_the_winner():
+    rows = search_rows()              # FAST wins: within the noise of BUSY, and simpler
+    first = followups.ceiling_again_batch(fake_plan(), rows)
+    assert first.configs == [(FAST, None)] and not first.event["again"]
+    assert first.settings == {"compute_only": True, "ceiling": "compute"}
+    far_below = rows + [make_row(9, FAST, phase="ceiling", ceiling="compute", sps=20.0)]
+    assert followups.ceiling_again_batch(fake_plan(), far_below).event["again"]
+    rows.append(make_row(9, FAST, phase="ceiling", ceiling="compute", sps=61.0))
+    assert followups.ceiling_again_batch(fake_plan(), rows) is None      # at the winner: stands

@@ -1,0 +1,342 @@
+"""What the run measures after its search, planned from the rows recorded so far: a reference
+retried after a transient failure, the re-measurement of the best configurations beside the
+references in interleaved rounds (the winner and its speed-ups are read from these), and the
+winner's ceilings, each sized to the time left (``tuner.budget``).
+
+Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the columns of
+``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
+``options.confirm``, ``options.ceiling``, ``references``, ``settings.windows``,
+``settings.window_s``, ``round_windows``, ``accelerator_type``, ``node_cpus``, ``device``,
+``device_space`` and ``time_left_s()``. No Ray, no torch: the driver (``tuner.driver``) runs
+the batches as trials of its Ray Tune experiment, and ``followups`` asks for the next batch
+only once the last one's rows are recorded, so a resumed run measures only what its rows lack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import tuner.budget as budget
+import tuner.noise as noise
+from tuner.knobs import Knobs
+from tuner.plan import REMEASURE_ROUNDS
+from tuner.probe import candidates
+from tuner.status import Phase, Status, phase_of
+from tuner.winner import best as winning
+
+Config = tuple[Knobs, "str | None"]
+"""A configuration to measure: its knobs and the reference it is (None: a searched one)."""
+
+OnEvent = Callable[[str, dict], None]
+"""``on_event(kind, data)``: each batch's 'phase' event (``tuner.progress`` prints it)."""
+
+CAN_WIN_FRACTION = 0.5
+"""A searched configuration is re-measured only when its search rate is at least this share of
+the best search rate (for ``time_to_train_s``: a time at most 1/this of the best): a busy
+machine can halve a rate between search and re-measurement, so a configuration below half the
+best cannot overtake it (docs/defaults.md)."""
+
+TRANSIENT_ERRORS = ("DataLoader worker failure", "died", "killed")
+"""Error texts of a failure that may not recur: a DataLoader worker died (``tuner.failures``'s
+prefix), Ray lost the trial's process or node ('The actor died ...'), a process was killed.
+Out-of-memory is a status of its own (``oom``), never transient."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Configurations a follow-up phase measures next, one trial each, in order, with
+    ``settings`` (``TrialSettings`` fields) changed for all of them and ``per_trial`` changes
+    for each (None: none), and the 'phase' event that announces it."""
+    configs: list[Config]
+    phase: Phase
+    settings: dict = field(default_factory=dict)
+    per_trial: list[dict] | None = None
+    event: dict = field(default_factory=dict, compare=False)
+
+
+def type_rows(plan: Any, rows: Sequence[dict]) -> list[dict]:
+    """The rows of the accelerator type being tuned (all of them on one type)."""
+    return [r for r in rows if r.get("accelerator_type") == plan.accelerator_type]
+
+
+def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
+    """The follow-up batches, in order: ``retry_references``, ``rounds`` of the configurations
+    ``remeasure_configs`` picks, then (with ``options.ceiling`` and a configuration re-measured)
+    ``ceilings`` and ``ceiling_again``. ``rows``: the run's rows, a list the caller appends each
+    finished trial's row to before it asks for the next batch. Nothing when the time left is
+    under ``budget.MIN_PHASE_S``."""
+    if not budget.has_time(plan.time_left_s()):
+        return
+    yield from retry_references(plan, rows, on_event)
+    top, configs = remeasure_configs(plan, type_rows(plan, rows))
+    if configs:
+        yield from rounds(plan, rows, configs, on_event)
+    if plan.options.ceiling and top:
+        yield from ceilings(plan, rows, on_event)
+        yield from ceiling_again(plan, rows, on_event)
+
+
+def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
+    """Whether the time left holds one more trial of each of ``knobs``
+    (``budget.trial_cost_s``); always without a budget."""
+    return budget.trials_fit(plan.time_left_s(), [
+        budget.trial_cost_s(rows, k, plan.settings.windows, plan.settings.window_s)
+        for k in knobs])
+
+
+# ------------------------------------------------------------------------- the retry
+
+def transient(row: dict) -> bool:
+    """True for an ``error`` row whose error may not recur (``TRANSIENT_ERRORS``)."""
+    return (row["status"] == Status.ERROR
+            and any(p in (row.get("error") or "") for p in TRANSIENT_ERRORS))
+
+
+def retry_batch(plan: Any, rows: Sequence[dict]) -> Batch | None:
+    """One search-phase trial of each reference whose only search trial failed for a
+    transient reason (a reference is retried once), or None: none to retry, or the time left
+    cannot hold them (``fits``)."""
+    rows = type_rows(plan, rows)
+    todo = []
+    for name, _ in plan.references:
+        tried = [r for r in rows if r.get("reference") == name and phase_of(r) == Phase.SEARCH]
+        if len(tried) == 1 and transient(tried[0]):
+            todo.append((Knobs.from_dict(tried[0], strict=False), name))
+    if not todo or not fits(plan, rows, [k for k, _ in todo]):
+        return None
+    return Batch(todo, Phase.SEARCH, event={"phase": Phase.SEARCH, "count": len(todo),
+                                            "retry": [n for _, n in todo]})
+
+
+def retry_references(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
+    """``retry_batch``, announced: without a retry the run has no speed-up over a reference
+    whose only trial a killed worker or process ended."""
+    batch = retry_batch(plan, rows)
+    if batch is not None:
+        on_event("phase", batch.event)
+        yield batch
+
+
+# ------------------------------------------------------------------ the re-measurement
+
+def remeasure_configs(plan: Any, rows: Sequence[dict]) -> tuple[list[Knobs], list[Config]]:
+    """The ``--confirm`` best configurations of the search that can still win
+    (``CAN_WIN_FRACTION``), and what the re-measurement measures: those and, beside them, the
+    references that succeeded (nothing with fewer than two configurations to compare). A best
+    whose figures cannot be true (``tuner.noise.impossible``) is among them, measured again; it
+    does not set the bar for the others."""
+    ok = [r for r in rows if r["status"] == Status.OK and r[plan.metric] is not None
+          and phase_of(r) == Phase.SEARCH]
+    ok.sort(key=lambda r: r[plan.metric], reverse=plan.mode == "max")
+    sound = [r[plan.metric] for r in ok if noise.impossible(r) is None]
+    top: list[Knobs] = []
+    for r in ok:
+        knobs = Knobs.from_dict(r, strict=False)
+        can_win = not sound or (r[plan.metric] >= CAN_WIN_FRACTION * sound[0]
+                                if plan.mode == "max" else
+                                r[plan.metric] <= sound[0] / CAN_WIN_FRACTION)
+        if knobs not in top and can_win:
+            top.append(knobs)
+    top = top[:plan.options.confirm]
+    refs: dict[Knobs, str] = {}
+    for r in ok:
+        if r["reference"] and r["reference"] not in refs.values():
+            refs.setdefault(Knobs.from_dict(r, strict=False), r["reference"])
+    configs = [(k, refs.get(k)) for k in top] + [(k, name) for k, name in refs.items()
+                                                 if k not in top]
+    return top, (configs if top and len(configs) >= 2 else [])
+
+
+def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: range,
+                windows: int, timed: bool = True) -> list[tuple[int, Config]]:
+    """(round, configuration) of the re-measurements still to run in ``rounds``, in order:
+    round r holds the configurations with fewer than r re-measurement rows; it ends at the
+    first round the time left cannot hold (unless ``timed`` is False)."""
+    counts: dict[Knobs, int] = {}
+    for x in rows:
+        if phase_of(x) == Phase.REMEASURE:
+            knobs = Knobs.from_dict(x, strict=False)
+            counts[knobs] = counts.get(knobs, 0) + 1
+    left = plan.time_left_s() if timed else None
+    todo: list[tuple[int, Config]] = []
+    cost = 0.0
+    for r in rounds:
+        round_todo = [(k, ref) for k, ref in configs if counts.get(k, 0) < r]
+        cost += sum(budget.trial_cost_s(rows, k, windows, plan.settings.window_s)
+                    for k, _ in round_todo)
+        if left is not None and left < cost:
+            break
+        todo += [(r, config) for config in round_todo]
+    return todo
+
+
+def fitting_configs(plan: Any, rows: Sequence[dict], configs: list[Config],
+                    windows: int) -> tuple[list[Config], int]:
+    """``configs`` less their lowest-ranked searched ones while the time left cannot hold all
+    ``REMEASURE_ROUNDS`` rounds of them, and how many were left out: three rounds of fewer
+    configurations give every speed-up a t-interval, two rounds of more give none worth reading
+    (quantile 12.7). The first-ranked configuration and the references stay, and so does a
+    configuration already re-measured (a resumed run)."""
+    every = range(1, REMEASURE_ROUNDS + 1)
+    remeasured = {Knobs.from_dict(x, strict=False) for x in rows if phase_of(x) == Phase.REMEASURE}
+    kept = list(configs)
+    droppable = [c for c in kept[1:] if c[1] is None and c[0] not in remeasured]
+    while droppable and (len(rounds_todo(plan, rows, kept, every, windows))
+                         < len(rounds_todo(plan, rows, kept, every, windows, timed=False))):
+        kept.remove(droppable.pop())  # the lowest-ranked first
+    return kept, len(configs) - len(kept)
+
+
+def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: int,
+                dropped: int = 0) -> Batch | None:
+    """The rounds from ``first`` on, as one batch (A B C A B C ...) of ``plan.round_windows``
+    windows each, as many as the time left holds; None when none is left to run. There are
+    ``REMEASURE_ROUNDS``, one more when a re-measurement recorded a figure that cannot be true
+    (``tuner.noise.impossible``). ``dropped``: configurations ``fitting_configs`` left out, for
+    the event."""
+    windows = plan.round_windows
+    rows = type_rows(plan, rows)
+    again = [x for x in rows if phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
+             and noise.impossible(x)]
+    total = REMEASURE_ROUNDS + (1 if again else 0)
+    todo = rounds_todo(plan, rows, configs, range(first, total + 1), windows)
+    if not todo:
+        return None
+    return Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows},
+                 event={"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
+                        "last_round": todo[-1][0], "rounds": total, "windows": windows,
+                        "dropped": dropped})
+
+
+def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> dict | None:
+    """The event saying the re-measurement is left out, when the time left cannot hold its
+    first round; None when nothing is left to re-measure (a resumed run whose rounds are
+    recorded)."""
+    rows = type_rows(plan, rows)
+    windows = plan.round_windows
+    first = rounds_todo(plan, rows, configs, range(1, 2), windows, timed=False)
+    if not first:
+        return None
+    need_s = sum(budget.trial_cost_s(rows, k, windows, plan.settings.window_s)
+                 for _, (k, _) in first)
+    return {"phase": Phase.REMEASURE, "count": 0, "no_time": True, "configs": len(first),
+            "need_s": need_s, "left_s": plan.time_left_s() or 0.0}
+
+
+def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
+           on_event: OnEvent) -> Iterator[Batch]:
+    """Re-measure ``configs`` in interleaved rounds (``round_batch``), after leaving out what
+    the time left cannot hold (``fitting_configs``); one more batch for a round added by an
+    impossible figure. Says so when not even the first round fits (``no_round_event``)."""
+    configs, dropped = fitting_configs(plan, type_rows(plan, rows), configs, plan.round_windows)
+    first = 1
+    while True:
+        batch = round_batch(plan, rows, configs, first, dropped if first == 1 else 0)
+        if batch is None:
+            event = no_round_event(plan, rows, configs) if first == 1 else None
+            if event is not None:
+                on_event("phase", event)
+            return
+        on_event("phase", batch.event)
+        yield batch
+        first = batch.event["last_round"] + 1
+
+
+# ------------------------------------------------------------------------- the ceilings
+
+def fitting_ceilings(plan: Any, rows: Sequence[dict], todo: list[tuple[str, Knobs, str]]
+                     ) -> tuple[list[tuple[str, Knobs, str]], list[str]]:
+    """The ceilings of ``todo`` (label, knobs, mode) whose trials the time left holds, one
+    after another in order (``budget.trial_cost_s``), and the labels of those left out: a
+    ceiling started without the time for it measures nothing."""
+    left = plan.time_left_s()
+    if left is None:
+        return todo, []
+    kept, left_out, total = [], [], 0.0
+    for entry in todo:
+        cost = budget.trial_cost_s(rows, entry[1], plan.settings.windows, plan.settings.window_s)
+        if total + cost <= left:
+            kept.append(entry)
+            total += cost
+        else:
+            left_out.append(entry[0])
+    return kept, left_out
+
+
+def ceilings_batch(plan: Any, rows: Sequence[dict]) -> tuple[Batch | None, dict | None]:
+    """What bounds the winner, as one batch, and its event: the winner's compute-only ceiling
+    ('compute'), its own DataLoader alone ('loader'), and the machine's two limits, whose
+    minimum is the attainable rate: the loader-only rate with every CPU a trial may have as
+    workers ('machine-loader') and the compute-only rate at the largest batch the search
+    allows in the fastest precision ('machine-compute'). Each is measured once per run; those
+    the time left cannot hold are left out, and the event says so even when none is measured
+    (batch None). (None, None): no winner, or nothing left to measure."""
+    rows = type_rows(plan, rows)
+    winner = winning(rows)
+    if winner is None:
+        return None, None
+    knobs = winner.knobs
+    have = {r.get("ceiling") or "compute" for r in rows if phase_of(r) == Phase.CEILING}
+    machine_loader = knobs.replace(num_workers=plan.node_cpus, persistent_workers=True,
+                                   prefetch_factor=max(knobs.prefetch_factor or 2, 4))
+    largest = max(candidates(plan.device_space))  # the batch sizes the search allows
+    machine_compute = knobs.replace(batch_size=max(largest, knobs.batch_size),
+                                    amp="bf16" if plan.device == "cuda" else knobs.amp)
+    todo = [(label, config.clamp(plan.device)[0], mode) for label, config, mode in (
+        ("compute", knobs, "compute_only"), ("loader", knobs, "loader_only"),
+        ("machine-loader", machine_loader, "loader_only"),
+        ("machine-compute", machine_compute, "compute_only")) if label not in have]
+    if fits(plan, rows, [knobs]):
+        todo, left_out = fitting_ceilings(plan, rows, todo)
+    else:  # not even the winner's own: none is started, and the run says so
+        todo, left_out = [], [label for label, _, _ in todo]
+    if not (todo or left_out):
+        return None, None
+    event = {"phase": Phase.CEILING, "count": len(todo),
+             "ceilings": [label for label, _, _ in todo], "left_out": left_out}
+    if not todo:
+        return None, event
+    return Batch([(config, None) for _, config, _ in todo], Phase.CEILING,
+                 per_trial=[{"ceiling": label, mode: True} for label, _, mode in todo],
+                 event=event), event
+
+
+def ceilings(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
+    """``ceilings_batch``, announced (a ceiling left out is said even when none is measured)."""
+    batch, event = ceilings_batch(plan, rows)
+    if event is not None:
+        on_event("phase", event)
+    if batch is not None:
+        yield batch
+
+
+def ceiling_again_batch(plan: Any, rows: Sequence[dict]) -> Batch | None:
+    """The winner's compute-only ceiling, when this run's rows lack it or hold one only that
+    came out below the winner by more than the noise (``tuner.winner.Answer.ceiling_far_below``:
+    a disturbed measurement; within the noise it is the pipeline's own rate, which a second
+    trial would not change), and the time left holds it; else None. At most two per run."""
+    rows = type_rows(plan, rows)
+    winner = winning(rows)
+    if winner is None:
+        return None
+    knobs = winner.knobs
+    measured = [r for r in rows if phase_of(r) == Phase.CEILING
+                and (r.get("ceiling") or "compute") == "compute"
+                and Knobs.from_dict(r, strict=False) == knobs]
+    if (measured and not winner.ceiling_far_below) or len(measured) >= 2:
+        return None
+    if not fits(plan, rows, [knobs]):
+        return None
+    return Batch([(knobs, None)], Phase.CEILING, {"compute_only": True, "ceiling": "compute"},
+                 event={"phase": Phase.CEILING, "count": 1, "again": bool(measured)})
+
+
+def ceiling_again(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
+    """``ceiling_again_batch``, announced, asked twice: after the first, from its row."""
+    for _ in range(2):
+        batch = ceiling_again_batch(plan, rows)
+        if batch is None:
+            return
+        on_event("phase", batch.event)
+        yield batch

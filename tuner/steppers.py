@@ -1,0 +1,145 @@
+"""What one optimizer step of a trial is: the training step over a batch source
+(``Stepper``), or the loader-only ceiling's batches alone (``LoaderStepper``), with optional
+per-phase timing (``phase_timer``, ``phase_columns``). ``tuner.harness`` warms them up and times them in windows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader
+
+from tuner.apply import Training, cycle, move_batch, repeat
+from tuner.knobs import Knobs
+from tuner.measure import HostMemorySampler, LimitExceeded
+from tuner.settings import PHASES
+from tuner.workload import Workload
+
+
+def resident(loader: DataLoader, device: torch.device, knobs: Knobs, count: int) -> Iterator:
+    """``count`` batches moved to the device once, cycled: no loading, decoding or copying is
+    measured (the compute-only ceiling; the memory probe)."""
+    source = cycle(loader)
+    try:
+        resident = [move_batch(next(source), device, knobs) for _ in range(count)]
+    finally:
+        source.close()  # workers are not needed any more
+    return repeat(resident)
+
+
+def on_device(batch: Any) -> Any:
+    """The move of resident batches: they are on the device already."""
+    return batch
+
+
+@dataclass
+class Stepper:
+    """Optimizer steps over a batch source: each step runs ``grad_accum`` micro-batches (next
+    batch, move it to the device, forward, backward), then the optimizer step."""
+    training: Training
+    batches: Iterator
+    """Batches forever: the DataLoader cycled across epochs, or resident batches."""
+    move: Callable[[Any], Any]
+    """Puts a batch from ``batches`` on the device."""
+    sampler: HostMemorySampler
+    """Checked after each step: a host memory limit ends the trial as soon as it is crossed."""
+    loss: torch.Tensor | None = None
+    """The last micro-batch's loss (scaled for gradient accumulation)."""
+    steps_run: int = 0
+    """Optimizer steps run so far (warm-up, probes and windows; skipped ones too)."""
+
+    @property
+    def knobs(self) -> Knobs:
+        return self.training.knobs
+
+    def step(self, timer: Callable[[str], None] | None = None) -> int:
+        """One optimizer step; returns the samples processed. With ``timer``, calls
+        timer(phase) at the end of each phase (``tuner.settings.PHASES``)."""
+        mark = timer or no_timer
+        samples = 0
+        for _ in range(self.training.knobs.grad_accum):
+            raw = next(self.batches)
+            mark("data_wait")
+            batch = self.move(raw)
+            mark("h2d")
+            self.loss = self.training.forward(batch)
+            mark("forward")
+            self.training.backward(self.loss)
+            mark("backward")
+            samples += self.training.workload.samples_in(batch)
+        self.training.step()
+        mark("optimizer")
+        self.steps_run += 1
+        if self.sampler.exceeded.is_set():
+            raise LimitExceeded(f"host memory (process + DataLoader workers) went over the "
+                                f"limit of {self.sampler.limit_mb:,.0f} MB", "host")
+        return samples
+
+    def loss_scale(self) -> float | None:
+        """The fp16 GradScaler's scale (synchronises with the device), None without one."""
+        scaler = self.training.scaler
+        return None if scaler is None else scaler.get_scale()
+
+
+@dataclass
+class LoaderStepper:
+    """The loader-only ceiling's steps: ``grad_accum`` batches taken from the DataLoader and
+    moved to the device, no model (the stepper interface: ``step``, ``batches``, ``loss``)."""
+    workload: Workload
+    knobs: Knobs
+    batches: Iterator
+    move: Callable[[Any], Any]
+    loss: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
+    """No loss: zero, so the warm-up's finiteness check passes."""
+    steps_run: int = 0
+    """Steps run so far."""
+
+    def step(self, timer: Callable[[str], None] | None = None) -> int:
+        mark = timer or no_timer
+        samples = 0
+        for _ in range(self.knobs.grad_accum):
+            raw = next(self.batches)
+            mark("data_wait")
+            samples += self.workload.samples_in(self.move(raw))
+            mark("h2d")
+        self.steps_run += 1
+        return samples
+
+    def loss_scale(self) -> None:
+        """No optimizer, no GradScaler."""
+        return None
+
+
+def no_timer(phase: str) -> None:
+    pass
+
+
+def phase_timer(phases: dict[str, float], start: float) -> Callable[[str], None]:
+    """A ``Stepper.step`` timer adding to ``phases`` the seconds since the last mark (the
+    first: ``start``); the loop's own time between steps lands in the next data wait."""
+    last = start
+
+    def timer(phase: str) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        phases[phase] += now - last
+        last = now
+    return timer
+
+
+def phase_columns(totals: dict[str, float], steps: int) -> dict:
+    """The breakdown columns from each phase's seconds over ``steps`` steps: mean ms per
+    optimizer step in each phase (``<phase>_ms``), its share (``<phase>_pct``) and their sum
+    (``breakdown_step_ms``); none without a step."""
+    if steps <= 0:
+        return {}
+    step_ms = sum(totals[phase] for phase in PHASES) * 1000 / steps
+    out = {"breakdown_step_ms": step_ms}
+    for phase in PHASES:
+        ms = totals[phase] * 1000 / steps
+        out[f"{phase}_ms"] = ms
+        out[f"{phase}_pct"] = 100 * ms / step_ms if step_ms > 0 else None
+    return out
