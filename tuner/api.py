@@ -14,11 +14,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+import tuner.winner as winner
 from tuner.driver import RunSummary, planned, run
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
 from tuner.settings import RunOptions
-from tuner.status import phase_of
 
 if TYPE_CHECKING:  # pandas and the workload contract load only when used
     import pandas as pd
@@ -40,12 +40,16 @@ class Best:
 
     knobs: Knobs
     samples_per_sec: float
-    """Median over the measurement windows, samples/sec."""
+    """Median over the measurement windows, samples/sec; with re-measured rounds, the geometric
+    mean of their medians."""
     trial_id: str
     phase: str
     """'search' or 'remeasure'."""
     row: dict
-    """The whole leaderboard row (``tuner.leaderboard.SCHEMA``)."""
+    """The whole leaderboard row (``tuner.leaderboard.SCHEMA``), figures as in ``answer.row``."""
+    answer: winner.Answer
+    """The winner with its speed-ups over the references, ties, ceilings and the attainable
+    rate (``tuner.winner.best``)."""
 
 
 @dataclass(frozen=True)
@@ -60,16 +64,15 @@ class TuneResult(RunSummary):
 
     @property
     def best(self) -> Best | None:
-        """The fastest successful configuration (``tuner.leaderboard.best_row``'s rule: the
+        """The fastest successful configuration (``tuner.winner.best``'s rule: the
         re-measured figures when there are any; on a cluster of several accelerator types,
         that of the type whose trials finished last: each type has its own answer in
         ``rows``), or None when no trial succeeded."""
-        import tuner.leaderboard as leaderboard
-        row = leaderboard.best_row(self.rows)
-        if row is None:
+        answer = winner.best(self.rows)
+        if answer is None:
             return None
-        return Best(Knobs.from_dict(row, strict=False), row["samples_per_sec"], row["trial_id"],
-                    phase_of(row), row)
+        return Best(answer.knobs, answer.samples_per_sec, answer.row["trial_id"],
+                    answer.phase, dict(answer.row), answer)
 
     @property
     def speedup(self) -> dict[str, float]:
@@ -78,8 +81,8 @@ class TuneResult(RunSummary):
         best = self.best
         if best is None:
             return {}
-        return {name: best.row[f"speedup_vs_{name}"] for name in ("baseline", "recommended")
-                if best.row.get(f"speedup_vs_{name}")}
+        refs = (best.answer.baseline, best.answer.recommended)
+        return {ref.name: ref.ratio for ref in refs if ref.ratio}
 
     @property
     def leaderboard(self) -> "pd.DataFrame":
