@@ -11,6 +11,7 @@ answer as values, for notebooks and scripts (as ``study.optimize`` does for Optu
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -31,6 +32,40 @@ _OPTIONS = tuple(f.name for f in dataclasses.fields(RunOptions)
                  if f.name not in ("workload", "trials", "time_budget_s", "device", "space_file",
                                    "results", "data"))
 """RunOptions fields ``tune`` takes as ``**options`` (the rest are its named arguments)."""
+
+
+class WinnerRow(dict):
+    """The winner's leaderboard row (``tuner.leaderboard.SCHEMA``). The derived keys this row
+    carried up to 0.2 (``speedup_vs_baseline``, ``ceiling_samples_per_sec``,
+    ``attainable_samples_per_sec`` and the others of ``tuner.leaderboard.best_row``) are still
+    read, by ``row[key]`` and ``row.get(key)``, for one release, with a ``DeprecationWarning``
+    naming ``Best.answer`` (``tuner.winner.Answer``), which holds them as attributes."""
+
+    def __init__(self, row: dict, rows: list[dict]):
+        super().__init__(row)
+        self._rows = rows
+
+    def _derived(self, key: str) -> Any:
+        from tuner import _best_row
+        derived = _best_row.best_row(self._rows) or {}
+        if key not in derived:
+            raise KeyError(key)
+        warnings.warn(f"TuneResult.best.row[{key!r}] is deprecated (removed in the next "
+                      f"release): read TuneResult.best.answer, a tuner.winner.Answer "
+                      f"(answer.to_dict() has every derived key)",
+                      DeprecationWarning, stacklevel=3)
+        return derived[key]
+
+    def __missing__(self, key: str) -> Any:
+        return self._derived(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self:
+            return dict.get(self, key)
+        try:
+            return self._derived(key)
+        except KeyError:
+            return default
 
 
 @dataclass(frozen=True)
@@ -72,7 +107,7 @@ class TuneResult(RunSummary):
         if answer is None:
             return None
         return Best(answer.knobs, answer.samples_per_sec, answer.row["trial_id"],
-                    answer.phase, dict(answer.row), answer)
+                    answer.phase, WinnerRow(answer.row, self.rows), answer)
 
     @property
     def speedup(self) -> dict[str, float]:
