@@ -296,24 +296,23 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
 
 
 def _fill_best(out: dict, best, device: str) -> None:
-    row = best.row
+    row, ceilings, attainable = best.row, best.answer.ceilings, best.answer.attainable
     out.update({"best": best.samples_per_sec, "best knobs": knob_text(row),
-                "compute-only": _bound(row.get("ceiling_samples_per_sec"),
-                                       row.get("ceiling_disturbed"), best.samples_per_sec),
-                "loader-only": _bound(row.get("loader_ceiling_samples_per_sec"),
-                                      row.get("loader_ceiling_disturbed"), best.samples_per_sec),
-                "attainable (bound)": (row.get("attainable_samples_per_sec"),
-                                       row.get("attainable_bound_by")
-                                       if row.get("attainable_share") is not None
+                "compute-only": _bound(ceilings.compute_samples_per_sec,
+                                       ceilings.compute_disturbed, best.samples_per_sec),
+                "loader-only": _bound(ceilings.loader_samples_per_sec,
+                                      ceilings.loader_disturbed, best.samples_per_sec),
+                "attainable (bound)": (attainable.samples_per_sec,
+                                       attainable.bound_by if attainable.share is not None
                                        else "below the best: not a bound"),
-                "best ÷ attainable": row.get("attainable_share"),
+                "best ÷ attainable": attainable.share,
                 "MFU %": row.get("mfu_pct"),
                 "compile s": row.get("compile_s") if row.get("compile") not in (None, "off")
                 else "off",
                 "peak dev MiB": row.get("peak_device_memory_mb"),
                 "peak host MiB": row.get("peak_host_memory_mb")})
-    out["recommended"] = row.get("recommended_samples_per_sec") or out["recommended"]
-    out["baseline"] = row.get("baseline_samples_per_sec") or out["baseline"]
+    out["recommended"] = best.answer.recommended.samples_per_sec or out["recommended"]
+    out["baseline"] = best.answer.baseline.samples_per_sec or out["baseline"]
     if device == "cpu":
         out.update(dict.fromkeys(NOT_ON_CPU, "n/a"))
 
@@ -388,9 +387,9 @@ def validate_ratio(plan, row: dict) -> float | None:
 
 def _bound(rate: float | None, below_best: bool | None, best: float) -> float | str | None:
     """A ceiling's cell: its samples/sec, or, measured below the best it bounds, the figure
-    labelled as what it is (within ``leaderboard.CEILING_NOISE``: the best runs at it; further
+    labelled as what it is (within ``tuner.winner.CEILING_NOISE``: the best runs at it; further
     below: a disturbed measurement), never a bare figure under the rate it bounds."""
-    from tuner.leaderboard import CEILING_NOISE
+    from tuner.winner import CEILING_NOISE
     if rate is None or not below_best:
         return rate
     label = "at it" if rate >= (1 - CEILING_NOISE) * best else "disturbed: below the best"

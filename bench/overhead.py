@@ -10,7 +10,7 @@ Prints (figures, no pass/fail), for each run:
     the rest (Ray scheduling and actor start, dataset/model build, teardown);
   * the run's total wall time and the share spent in measured windows, as the line
     ``measured share of wall time: N %`` (target: >= 60 % for the default CPU ddpm run);
-  * the run's final answer as ``tuner best`` reads it (``tuner.leaderboard.best_row``): its
+  * the run's final answer as ``tuner best`` reads it (``tuner.winner.best``): its
     samples/sec, knobs, the speed-up over the baseline with its 95 % interval, and the
     baseline's own rate re-measured in the same run.
 
@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from host_noise import host_noise, summary
 from tuner.knobs import knob_text
-from tuner.leaderboard import best_row
+from tuner.winner import best
 
 
 def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
@@ -58,7 +58,7 @@ def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
 def one_run(workload: str, trials: int | None, results: Path,
             transcript: str | None) -> dict:
     """Launch one ``tuner run`` into ``results``, print its overhead figures, and return them
-    with its final answer (``best_row`` of its rows)."""
+    with its final answer (``tuner.winner.best`` of its rows)."""
     launched = dt.datetime.now(dt.timezone.utc)
     budget = [] if trials is None else ["--trials", str(trials)]
     wall, proc = timed([sys.executable, "-m", "tuner", "run", "--workload", workload,
@@ -112,18 +112,19 @@ def print_trials(rows: list[dict], first_start: dt.datetime) -> float:
 def answer_of(rows: list[dict]) -> dict:
     """The run's final answer as ``tuner best`` reads it: samples/sec, knobs (as the run prints
     them), the speed-up over the baseline (text, with its interval) and the baseline's rate."""
-    top = best_row(rows)
+    top = best(rows)
     if top is None:
         sys.exit("the run has no successful trial: no answer to compare")
-    knobs = knob_text(top)
-    ratio, low, high = (top.get(f"speedup_vs_baseline{s}") for s in ("", "_low", "_high"))
-    speedup = ("the baseline itself" if top.get("baseline_is_best") else
+    ref = top.baseline
+    ratio, sp = ref.ratio, ref.speedup
+    low, high = (sp.low, sp.high) if sp else (None, None)
+    speedup = ("the baseline itself" if ref.is_best else
                "none" if ratio is None else
                f"{ratio:.2f}x" + ("" if low is None else f" [{low:.2f}, {high:.2f}]")
-               + (" tie" if top.get("tie_vs_baseline") else ""))
-    return {"samples_per_sec": top["samples_per_sec"], "knobs": knobs,
+               + (" tie" if ref.tie else ""))
+    return {"samples_per_sec": top.samples_per_sec, "knobs": knob_text(top.row),
             "speedup_vs_baseline": ratio, "speedup": speedup,
-            "baseline_samples_per_sec": top.get("baseline_samples_per_sec") or float("nan")}
+            "baseline_samples_per_sec": ref.samples_per_sec or float("nan")}
 
 
 def cv_pct(values: list[float]) -> str:

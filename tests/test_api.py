@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import tuner
-from tests.test_readme_examples import README, REPO_ROOT, parse_examples
+from tests.test_readme_examples import REPO_ROOT, documented_examples
 from tuner.errors import TunerError
 from tuner.noise import SINGLE_PAIR_FLOOR
 
@@ -49,7 +49,7 @@ def test_readme_example_tunes_ddpm_and_returns_values(tmp_path, monkeypatch, tun
                                                       ray_session, capsys):
     """The README's ``tune_example.py`` as written, with the measurement shortened (3 trials:
     both references and one searched configuration)."""
-    example = parse_examples(README.read_text())["tune_example.py"]
+    example = documented_examples()["tune_example.py"]
     calls = []
     from tuner import api
     real_tune = api.tune

@@ -75,3 +75,23 @@ def test_importing_tuner_workload_imports_neither_the_harness_nor_warns():
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "False"
+
+
+def test_the_derived_keys_of_tune_results_best_row_still_read_with_a_warning():
+    """``TuneResult.best.row`` is the plain leaderboard row; a key it carried up to 0.2
+    (``speedup_vs_baseline``) still reads, by ``[]`` and ``get``, with a warning naming
+    ``best.answer``; a key no version had is still a KeyError."""
+    from tests.test_leaderboard import row
+    from tuner.api import TuneResult
+    rows = [row(0, run="r", sps=100.0, reference="baseline"), row(1, run="r", sps=400.0)]
+    result = TuneResult(run_id="r", workload="w", device="cpu", scale="tiny", rows=rows,
+                        wall_s=1.0, results_dir="x")
+    best = result.best
+    assert "speedup_vs_baseline" not in best.row and best.row["trial_id"] == "r-1"
+    with pytest.warns(DeprecationWarning, match=r"best\.answer"):
+        assert best.row["speedup_vs_baseline"] == pytest.approx(best.answer.baseline.ratio)
+    with pytest.warns(DeprecationWarning, match=r"best\.answer"):
+        assert best.row.get("baseline_samples_per_sec") == pytest.approx(100.0)
+    with pytest.raises(KeyError):
+        best.row["no_such_key"]
+    assert best.row.get("no_such_key", 7) == 7

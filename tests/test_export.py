@@ -19,7 +19,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from tests.test_leaderboard import T0, row
-from tests.test_readme_examples import README, parse_examples
+from tests.test_readme_examples import documented_examples, documented_text
 import tuner.leaderboard as leaderboard
 from tuner.cli import main
 from tuner.errors import TunerError
@@ -91,12 +91,16 @@ def results(tmp_path) -> Path:
 
 
 def readme_export_args() -> list[str]:
-    """The README's ``python -m tuner export`` command, its placeholder ``W`` filled in."""
-    text = README.read_text(encoding="utf-8")
-    line = next(line for line in text.splitlines() if line.startswith("python -m tuner export"))
+    """The documented ``python -m tuner export`` command (README.md or docs/), its workload
+    replaced by this test's."""
+    text = documented_text()
+    line = next((line for line in text.splitlines() if line.startswith("python -m tuner export")),
+                None)
+    assert line is not None, "README.md and docs/ have no line `python -m tuner export ...`"
     argv = shlex.split(line.split(" #", 1)[0])
-    assert argv[:4] == ["python", "-m", "tuner", "export"] and "W" in argv, argv
-    return [WORKLOAD if arg == "W" else arg for arg in argv[4:]]
+    assert argv[:4] == ["python", "-m", "tuner", "export"] and "--workload" in argv, argv
+    argv[argv.index("--workload") + 1] = WORKLOAD
+    return argv[4:]
 
 
 def test_export_writes_one_trial_per_leaderboard_row(results, tmp_path, monkeypatch):
@@ -253,11 +257,11 @@ def readme_results(tmp_path, monkeypatch):
                     "status": ["ok"], "samples_per_sec": [90.0], "batch_size": [8]})
     pq.write_table(old, "tuner-results/leaderboard/part-00000000000000000000000000000000.parquet")
     Path("tuner-results/leaderboard/.tmp-part-ffff.parquet").write_bytes(b"half-written")
-    return parse_examples(README.read_text(encoding="utf-8"))
+    return documented_examples()
 
 
 def _run_example(examples, name: str, capsys) -> list[str]:
-    assert name in examples, f"README.md has no '<!-- example: {name} -->' block"
+    assert name in examples, f"README.md and docs/ have no '<!-- example: {name} -->' block"
     assert examples[name].language == "python"
     Path(name).write_text(examples[name].code, encoding="utf-8")
     runpy.run_path(name, run_name="__main__")

@@ -23,6 +23,7 @@ from tests import fault_workloads
 from tests.conftest import REPO_ROOT
 from tuner import leaderboard
 from tuner.plan import REMEASURE_ROUNDS
+from tuner.winner import best as answer_of
 
 pytestmark = pytest.mark.slow
 
@@ -166,9 +167,9 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
     (retry,) = [r for r in rows if r["reference"] == "baseline" and r is not killed]
     assert retry["phase"] == "search" and retry["status"] == "ok"
     assert "measuring baseline once more" in " ".join(out.split())
-    top = leaderboard.best_row(rows)
-    assert top["baseline_samples_per_sec"] == retry["samples_per_sec"]
-    assert top["speedup_vs_baseline"] is not None
+    top = answer_of(rows)
+    assert top.baseline.samples_per_sec == retry["samples_per_sec"]
+    assert top.baseline.ratio is not None
     # The run can still be resumed (it is complete: nothing left to run) ...
     from tuner.plan import make_plan
     from tuner.settings import RunOptions
@@ -387,7 +388,7 @@ def test_each_accelerator_type_gets_its_own_search_and_best(tmp_path, typed_clus
         assert sorted(r["reference"] or "" for r in mine) == ["", "baseline", "recommended"]
         table = leaderboard.read(tmp_path / "results", workload="fake-regression",
                                  hardware_key=mine[0]["hardware_key"])
-        assert leaderboard.best_row(table.to_pylist())["accelerator_type"] == accel
+        assert answer_of(table).row["accelerator_type"] == accel
 
 
 # ---------------------------------------------------------------- two nodes, one machine

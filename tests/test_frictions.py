@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from tests.conftest import REPO_ROOT
-from tests.test_readme_examples import README, parse_examples
+from tests.test_readme_examples import DOCS, README, documented_examples
 from tuner.errors import DataError, SpaceError
 from tuner.knobs import Knobs
 from tuner.status import Phase
@@ -104,9 +104,12 @@ def test_without_data_or_default_the_run_stops_with_one_line(tmp_path, monkeypat
 
 
 def _bring_your_own() -> str:
+    """The README's bring-your-own section and the docs page it links (when there is one)."""
     text = README.read_text(encoding="utf-8")
     start = text.index("## Bring your own model")
-    return text[start:text.index("\n## ", start + 1)]
+    page = DOCS / "bring-your-own.md"
+    return text[start:text.index("\n## ", start + 1)] + (
+        page.read_text(encoding="utf-8") if page.is_file() else "")
 
 
 def test_readme_documents_every_optional_member_of_the_contract():
@@ -119,7 +122,7 @@ def test_readme_documents_every_optional_member_of_the_contract():
     assert {"prepare_default_data", "data_is_file", "units_per_sample", "build_optimizer"} <= set(
         optional)
     missing = [name for name in optional if f"`{name}" not in section]
-    assert not missing, f"README's bring-your-own section does not document {missing}"
+    assert not missing, f"the bring-your-own section and page do not document {missing}"
     for name in re.findall(r"^\| `(\w+)", section, flags=re.M):   # the table names real members
         assert hasattr(Workload, name), name
     assert "cpu:" in section and "cuda:" in section and "tuner.workloads.datasets" in section
@@ -127,7 +130,7 @@ def test_readme_documents_every_optional_member_of_the_contract():
 
 def test_readme_device_sections_example_applies_per_device(tmp_path):
     from tuner.space import IntRange, load_space
-    example = parse_examples(README.read_text(encoding="utf-8"))["my_space_devices.yaml"]
+    example = documented_examples()["my_space_devices.yaml"]
     file = tmp_path / "space.yaml"
     file.write_text(example.code)
     space = load_space(file, is_file=True)

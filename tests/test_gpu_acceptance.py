@@ -48,12 +48,16 @@ def test_a_run_cut_off_is_counted_from_its_progress_characters(bench):
 
 def test_a_cpu_row_fills_every_column_but_mfu_and_device_memory_with_n_a(bench):
     row = dict.fromkeys(bench.COLUMNS)
-    best = SimpleNamespace(samples_per_sec=120.0, row={
-        "batch_size": 32, "num_workers": 2, "compile": "off", "ceiling_samples_per_sec": 150.0,
-        "loader_ceiling_samples_per_sec": 400.0, "attainable_samples_per_sec": 150.0,
-        "attainable_bound_by": "compute", "attainable_share": 0.8, "mfu_pct": None,
-        "peak_device_memory_mb": None, "peak_host_memory_mb": 900.0,
-        "baseline_samples_per_sec": 80.0, "recommended_samples_per_sec": 100.0})
+    from tuner.noise import Speedup
+    from tuner.winner import Attainable, Ceilings, Reference
+    answer = SimpleNamespace(
+        ceilings=Ceilings(150.0, 1, False, 0.8, 400.0, False),
+        attainable=Attainable(150.0, "compute", 0.8),
+        baseline=Reference("baseline", 80.0, False, Speedup(1.5, None, None, 1)),
+        recommended=Reference("recommended", 100.0, False, Speedup(1.2, None, None, 1)))
+    best = SimpleNamespace(samples_per_sec=120.0, answer=answer, row={
+        "batch_size": 32, "num_workers": 2, "compile": "off", "mfu_pct": None,
+        "peak_device_memory_mb": None, "peak_host_memory_mb": 900.0})
     bench._fill_best(row, best, "cpu")
     line = bench.markdown([row]).splitlines()[2]
     cells = dict(zip(bench.COLUMNS, (c.strip() for c in line.split("|")[1:-1]), strict=True))

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tuner import leaderboard
+from tuner import leaderboard, winner
 from tuner.knobs import Knobs
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -191,24 +191,14 @@ def test_ranked_puts_ceilings_then_disturbed_rows_after_the_measured_ones():
         "run-a-0", "run-a-2", "run-a-1", "run-a-3", "run-a-4"]
 
 
-def test_best_compares_only_rows_of_the_latest_runs_scale():
-    """A later seed-scale run is answered from its own rows, not by an older tiny-scale row
-    that trained a smaller model faster."""
-    rows = [row(0, run="tiny-run", sps=400.0), row(0, run="seed-run", sps=90.0, scale="seed",
-                                                     knobs=Knobs(batch_size=64))]
-    rows[1]["finished_at"] = T0 + dt.timedelta(days=1)
-    top = leaderboard.best_row(rows)
-    assert top["run_id"] == "seed-run" and top["scale"] == "seed"
-
-
 def test_read_commands_take_one_scale_on_request(tmp_path):
     """After a quick tiny run, the seed run's answer is still there with --scale seed."""
     rows = [row(0, run="seed-run", sps=90.0, scale="seed", knobs=Knobs(batch_size=64)),
             {**row(0, run="tiny-run", sps=400.0), "finished_at": T0 + dt.timedelta(days=1)}]
     leaderboard.append(tmp_path, rows)
     table, _ = leaderboard.select(tmp_path, "fake-regression", scale="seed")
-    assert leaderboard.best(table)["run_id"] == "seed-run"
-    assert leaderboard.best(leaderboard.select(tmp_path, "fake-regression")[0])["scale"] == "tiny"
+    assert winner.best(table).row["run_id"] == "seed-run"
+    assert winner.best(leaderboard.select(tmp_path, "fake-regression")[0]).row["scale"] == "tiny"
     from tuner.errors import TunerError
     with pytest.raises(TunerError, match="--scale huge: no rows .* scales with rows: seed, tiny"):
         leaderboard.select(tmp_path, "fake-regression", scale="huge")
@@ -219,86 +209,6 @@ def test_read_commands_take_one_scale_on_request(tmp_path):
     assert out.exit_code == 0 and '"batch_size": 64' in out.output, out.output
 
 
-def test_best_answers_for_one_card_of_a_run_over_two():
-    """A run over two accelerator types measures each configuration on each: the answer is
-    one card's, never a pairing of one card's rounds with the other's."""
-    a100 = [row(i, sps=s, knobs=Knobs(batch_size=8 * (i % 2 + 1)), hardware_key="A100",
-                accelerator_type="A100") for i, s in enumerate((200.0, 180.0))]
-    v100 = [{**row(i + 2, sps=s, knobs=Knobs(batch_size=8 * (i % 2 + 1)), hardware_key="V100",
-                   accelerator_type="V100")} for i, s in enumerate((90.0, 100.0))]
-    top = leaderboard.best_row(a100 + v100)
-    assert top["hardware_key"] == "V100" and top["samples_per_sec"] == 100.0
-
-
-def test_best_is_fastest_ok_row_with_speedups_from_its_own_run():
-    rows = [
-        row(0, run="run-a", sps=100.0, reference="baseline"),
-        row(1, run="run-a", sps=200.0, reference="recommended"),
-        row(2, run="run-a", sps=400.0),
-        row(3, run="run-a", status="oom", sps=0.0),
-        # A later run on the same hardware: faster references, slower best.
-        row(0, run="run-b", sps=300.0, reference="baseline"),
-        row(1, run="run-b", sps=350.0, reference="recommended"),
-        row(2, run="run-b", sps=380.0),
-    ]
-    top = leaderboard.best(table_of(rows))
-    assert top["trial_id"] == "run-a-2" and top["samples_per_sec"] == 400.0
-    assert top["baseline_samples_per_sec"] == 100.0
-    assert top["recommended_samples_per_sec"] == 200.0
-    assert top["speedup_vs_baseline"] == pytest.approx(4.0)
-    assert top["speedup_vs_recommended"] == pytest.approx(2.0)
-
-
-def test_best_without_a_successful_reference_has_no_speedup():
-    rows = [row(0, sps=0.0, status="oom", reference="baseline"), row(1, sps=250.0)]
-    top = leaderboard.best(table_of(rows))
-    assert top["trial_id"] == "run-a-1"
-    assert top["baseline_samples_per_sec"] is None and top["speedup_vs_baseline"] is None
-    assert top["recommended_samples_per_sec"] is None and top["speedup_vs_recommended"] is None
-
-
-def test_best_is_none_when_nothing_succeeded():
-    assert leaderboard.best(table_of([row(0, status="oom", sps=0.0)])) is None
-    assert leaderboard.best(leaderboard.SCHEMA.empty_table()) is None
-
-
-def test_a_ceiling_below_the_winner_is_disturbed_never_an_efficiency_over_100():
-    win = {**row(0), "phase": "remeasure", "samples_per_sec": 100.0, "batch_size": 32}
-    ceiling = {**row(1), "phase": "ceiling", "samples_per_sec": 80.0, "batch_size": 32}
-    top = leaderboard.best_row([win, ceiling])
-    assert top["ceiling_disturbed"] and top["pipeline_efficiency"] is None
-    assert top["ceiling_samples_per_sec"] == 80.0
-    again = {**ceiling, "trial_id": "t-again", "samples_per_sec": 125.0}   # measured again
-    top = leaderboard.best_row([win, ceiling, again])
-    assert not top["ceiling_disturbed"] and top["pipeline_efficiency"] == 0.8
-
-
-def test_a_loader_only_ceiling_below_the_winner_is_flagged():
-    win = {**row(0), "phase": "remeasure", "samples_per_sec": 100.0, "batch_size": 32}
-    loader = {**row(1), "phase": "ceiling", "ceiling": "loader", "samples_per_sec": 80.0,
-              "batch_size": 32}
-    top = leaderboard.best_row([win, loader])
-    assert top["loader_ceiling_samples_per_sec"] == 80.0 and top["loader_ceiling_disturbed"]
-    loader["samples_per_sec"] = 400.0
-    assert not leaderboard.best_row([win, loader])["loader_ceiling_disturbed"]
-
-
-def test_attainable_is_the_machines_lower_limit_and_names_it():
-    win = {**row(0), "phase": "remeasure", "samples_per_sec": 100.0, "batch_size": 32}
-    limits = [{**row(1), "phase": "ceiling", "ceiling": "machine-compute",
-               "samples_per_sec": 400.0, "batch_size": 256},
-              {**row(2), "phase": "ceiling", "ceiling": "machine-loader",
-               "samples_per_sec": 125.0, "batch_size": 32, "num_workers": 16}]
-    top = leaderboard.best_row([win, *limits])
-    assert top["attainable_samples_per_sec"] == 125.0
-    assert top["attainable_bound_by"] == "input pipeline"
-    assert top["attainable_share"] == 0.8
-    assert top["ceiling_samples_per_sec"] is None           # machine rows are not its ceiling
-    faster = {**win, "samples_per_sec": 130.0}               # above the limit: not a bound
-    top = leaderboard.best_row([faster, *limits])
-    assert top["attainable_samples_per_sec"] == 125.0 and top["attainable_share"] is None
-
-
 def test_write_row_normalises_once_and_returns_the_row_as_written(tmp_path):
     raw = {**row(0), "status": "oom", "not_a_column": 1}          # a failed trial's raw result
     written = leaderboard.write_row(tmp_path, raw)
@@ -306,18 +216,3 @@ def test_write_row_normalises_once_and_returns_the_row_as_written(tmp_path):
     assert written["schema_version"] == leaderboard.SCHEMA_VERSION
     (stored,) = leaderboard.read(tmp_path).to_pylist()
     assert stored == written
-
-
-def test_the_machines_compute_limit_is_the_best_compute_only_rate_measured():
-    """On CPU the largest batch is not the fastest: the machine's compute limit is at least the
-    winner's own compute-only ceiling (a real ddpm run: 26.2 at batch 256, 39.0 at 37)."""
-    win = {**row(0), "phase": "remeasure", "samples_per_sec": 36.0, "batch_size": 37}
-    rows = [win, {**row(1), "phase": "ceiling", "ceiling": "compute", "samples_per_sec": 39.0,
-                  "batch_size": 37},
-            {**row(2), "phase": "ceiling", "ceiling": "machine-compute", "samples_per_sec": 26.2,
-             "batch_size": 256},
-            {**row(3), "phase": "ceiling", "ceiling": "machine-loader", "samples_per_sec": 1057.3,
-             "batch_size": 37, "num_workers": 2}]
-    top = leaderboard.best_row(rows)
-    assert top["attainable_samples_per_sec"] == 39.0 and top["attainable_bound_by"] == "compute"
-    assert top["attainable_share"] == pytest.approx(36.0 / 39.0)

@@ -255,11 +255,11 @@ def test_the_readme_example_trains_one_trial(tmp_path, tuner_cache):
     """The README's "Your LightningModule" example, pasted as the user would, runs a trial."""
     import runpy
 
-    from tests.test_readme_examples import README, parse_examples
+    from tests.test_readme_examples import documented_examples
     from tuner.harness import run_trial
     from tuner.settings import TrialSettings
 
-    example = parse_examples(README.read_text(encoding="utf-8"))["lit_mlp.py"]
+    example = documented_examples()["lit_mlp.py"]
     (tmp_path / "lit_mlp.py").write_text(example.code, encoding="utf-8")
     w = runpy.run_path(str(tmp_path / "lit_mlp.py"))["workload"]
     assert w.baseline == Knobs(batch_size=64, num_workers=1, prefetch_factor=2)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import tuner_in_process
 from tuner import leaderboard
+from tuner.winner import best as answer_of
 from tuner.errors import TunerError
 from tuner.harness import PHASES, run_trial
 from tuner.settings import TrialSettings
@@ -183,7 +184,7 @@ def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_worke
         assert r["memory_exceeded"] == "host"              # the CPU device's memory
         assert r["samples_per_sec"] is None and r["step_time_ms_p50"] is None
         assert "OutOfMemoryError" in r["error"]
-    top = leaderboard.best_row(rows)
+    top = answer_of(rows).row
     assert top["status"] == "ok" and top["batch_size"] <= OOM_ABOVE
 
 
@@ -227,9 +228,9 @@ def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tm
     compute = [d for k, d in events if k == "phase" and d["phase"] == "ceiling"
                and d.get("ceiling", "compute") == "compute"]
     assert [d.get("again", False) for d in compute] == [False, True]
-    top = leaderboard.best_row(summary.rows)
-    assert top["ceiling_disturbed"] and top["pipeline_efficiency"] is None
-    assert top["ceiling_samples_per_sec"] < top["samples_per_sec"]
+    top = answer_of(summary.rows)
+    assert top.ceilings.compute_disturbed and top.ceilings.pipeline_efficiency is None
+    assert top.ceilings.compute_samples_per_sec < top.samples_per_sec
 
 
 def test_fixed_global_batch_holds_in_every_row(tmp_path, ray_local, no_workers_space):
@@ -309,49 +310,46 @@ def test_remeasure_and_ceiling_phases(followup_run):
     # The winner is chosen among the re-measurements (the geometric mean of its rounds); its
     # speed-ups are against the references measured beside it, round by round, with a 95 %
     # interval.
-    top = leaderboard.best_row(rows)
-    assert top["phase"] == "remeasure" and top["rounds"] == REMEASURE_ROUNDS
-    winner_rows = [r for r in remeasured if Knobs.from_dict(r, strict=False)
-                   == Knobs.from_dict(top, strict=False)]
-    assert top["samples_per_sec"] == pytest.approx(
+    top = answer_of(rows)
+    assert top.phase == "remeasure" and top.rounds == REMEASURE_ROUNDS
+    winner_rows = [r for r in remeasured if Knobs.from_dict(r, strict=False) == top.knobs]
+    assert top.samples_per_sec == pytest.approx(
         math.prod(r["samples_per_sec"] for r in winner_rows) ** (1 / REMEASURE_ROUNDS))
     baseline_again = [r["samples_per_sec"] for r in remeasured if r["reference"] == "baseline"]
-    if not top["baseline_is_best"]:
-        assert top["baseline_samples_per_sec"] == pytest.approx(
+    if not top.baseline.is_best:
+        assert top.baseline.samples_per_sec == pytest.approx(
             math.prod(baseline_again) ** (1 / REMEASURE_ROUNDS))
-        assert top["speedup_vs_baseline"] == pytest.approx(
-            top["samples_per_sec"] / top["baseline_samples_per_sec"])
-        assert top["speedup_vs_baseline_pairs"] == REMEASURE_ROUNDS
-        assert top["speedup_vs_baseline_low"] <= top["speedup_vs_baseline"] \
-            <= top["speedup_vs_baseline_high"]
+        sp = top.baseline.speedup
+        assert sp.ratio == pytest.approx(top.samples_per_sec / top.baseline.samples_per_sec)
+        assert sp.pairs == REMEASURE_ROUNDS
+        assert sp.low <= sp.ratio <= sp.high
     # The ceilings: the winner's knobs with batches already in memory (measured again if it
     # came out below the winner), and its DataLoader alone.
-    winner = Knobs.from_dict(top, strict=False)
+    winner, bounds = top.knobs, top.ceilings
     compute = [r for r in ceilings if r["ceiling"] == "compute"]
     assert all(Knobs.from_dict(r, strict=False) == winner for r in compute)
-    assert top["ceiling_samples_per_sec"] == max(r["samples_per_sec"] for r in compute)
-    if not top["ceiling_disturbed"]:
-        assert top["pipeline_efficiency"] == pytest.approx(
-            top["samples_per_sec"] / top["ceiling_samples_per_sec"])
-        assert 0 < top["pipeline_efficiency"] <= 1
+    assert bounds.compute_samples_per_sec == max(r["samples_per_sec"] for r in compute)
+    if not bounds.compute_disturbed:
+        assert bounds.pipeline_efficiency == pytest.approx(
+            top.samples_per_sec / bounds.compute_samples_per_sec)
+        assert 0 < bounds.pipeline_efficiency <= 1
     (loader,) = [r for r in ceilings if r["ceiling"] == "loader"]
     assert Knobs.from_dict(loader, strict=False) == winner and loader["final_loss"] is None
-    assert top["loader_ceiling_samples_per_sec"] == loader["samples_per_sec"]
+    assert bounds.loader_samples_per_sec == loader["samples_per_sec"]
     assert loader["achieved_tflops"] is None                # no model ran
     # This machine's limits: every CPU a worker; the largest batch the search allows.
     (m_loader,) = [r for r in ceilings if r["ceiling"] == "machine-loader"]
     (m_compute,) = [r for r in ceilings if r["ceiling"] == "machine-compute"]
     assert m_loader["num_workers"] == (os.cpu_count() or 1) and m_loader["persistent_workers"]
     assert m_compute["batch_size"] == 64                    # the space's high = the dataset
-    compute = max(m_compute["samples_per_sec"], top["ceiling_samples_per_sec"])  # best measured
+    compute = max(m_compute["samples_per_sec"], bounds.compute_samples_per_sec)  # best measured
     attainable = min(m_loader["samples_per_sec"], compute)
-    assert top["attainable_samples_per_sec"] == attainable
-    assert top["attainable_bound_by"] == ("compute" if compute <= attainable
-                                          else "input pipeline")
-    if top["samples_per_sec"] <= attainable:
-        assert top["attainable_share"] == pytest.approx(top["samples_per_sec"] / attainable)
+    assert top.attainable.samples_per_sec == attainable
+    assert top.attainable.bound_by == ("compute" if compute <= attainable else "input pipeline")
+    if top.samples_per_sec <= attainable:
+        assert top.attainable.share == pytest.approx(top.samples_per_sec / attainable)
     else:
-        assert top["attainable_share"] is None
+        assert top.attainable.share is None
 
 
 # ------------------------------------------------------------------- one trial, in process
@@ -537,7 +535,7 @@ def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_ru
         assert "Traceback" not in proc.stderr, name
 
     profile = procs["profile"].stdout
-    winner = leaderboard.best_row(leaderboard.read(results).to_pylist())
+    winner = answer_of(leaderboard.read(results)).row
     assert f"trial {winner['trial_id']}" in profile              # the best trial's knobs
     assert "Per-step breakdown" in profile
     assert "Bottleneck" in profile

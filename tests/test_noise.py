@@ -22,6 +22,7 @@ import tuner.followups as followups
 import tuner.leaderboard as leaderboard
 import tuner.noise as noise
 import tuner.windows as windows
+import tuner.winner as winner
 from tuner.plan import Plan
 from tests.test_leaderboard import T0, row
 from tuner.knobs import Knobs
@@ -125,7 +126,7 @@ def test_impossible_figures_are_named(changes, reason):
     assert noise.impossible(row(0)) is None
 
 
-# -------------------------------------------------------------------- best_row's answer
+# ------------------------------------------------------------ tuner.winner.best's answer
 
 
 def test_two_configurations_identical_in_speed_are_a_tie_not_a_speedup():
@@ -133,11 +134,11 @@ def test_two_configurations_identical_in_speed_are_a_tie_not_a_speedup():
     the answer is the baseline itself (simpler), never '1.00x faster' than itself."""
     rows = rounds([(FAST, None, [101.0, 97.0, 102.0]),
                    (BASE, "baseline", [99.0, 100.0, 98.0])])
-    top = leaderboard.best_row(rows)
-    assert top["batch_size"] == BASE.batch_size and top["baseline_is_best"]
-    assert top["rounds"] == 3
-    assert top["samples_per_sec"] == pytest.approx((99.0 * 100.0 * 98.0) ** (1 / 3))
-    row_fast, sp = top["tied_faster"]
+    top = winner.best(rows)
+    assert top.knobs.batch_size == BASE.batch_size and top.baseline.is_best
+    assert top.rounds == 3
+    assert top.samples_per_sec == pytest.approx((99.0 * 100.0 * 98.0) ** (1 / 3))
+    row_fast, sp = top.tied_faster.row, top.tied_faster.speedup
     assert row_fast["batch_size"] == FAST.batch_size and sp.tie
     lines = verdict_lines(top)
     assert any("tie within the noise (speed-up 1.01, 95 % CI [" in ln for ln in lines), lines
@@ -147,15 +148,14 @@ def test_two_configurations_identical_in_speed_are_a_tie_not_a_speedup():
 def test_a_tie_between_searched_configurations_goes_to_fewer_workers():
     rows = rounds([(BUSY, None, [110.0, 99.0, 106.0]), (FAST, None, [104.0, 103.0, 101.0]),
                    (BASE, "baseline", [50.0, 51.0, 49.0])])
-    top = leaderboard.best_row(rows)
-    assert top["num_workers"] == FAST.num_workers           # slower by 1 %, within the noise
-    assert top["tied_faster"][0]["num_workers"] == BUSY.num_workers
-    assert not top["tie_vs_baseline"] and top["speedup_vs_baseline"] == pytest.approx(
-        (104 * 103 * 101 / (50 * 51 * 49)) ** (1 / 3))
-    assert top["speedup_vs_baseline_low"] < top["speedup_vs_baseline"] < \
-        top["speedup_vs_baseline_high"]
-    assert top["speedup_vs_baseline_pairs"] == 3
-    assert top["speedup_vs_recommended"] is None            # no recommended in this run
+    top = winner.best(rows)
+    assert top.knobs.num_workers == FAST.num_workers        # slower by 1 %, within the noise
+    assert top.tied_faster.row["num_workers"] == BUSY.num_workers
+    sp = top.baseline.speedup
+    assert not sp.tie and sp.ratio == pytest.approx((104 * 103 * 101 / (50 * 51 * 49)) ** (1 / 3))
+    assert sp.low < sp.ratio < sp.high
+    assert sp.pairs == 3
+    assert top.recommended.ratio is None                    # no recommended in this run
 
 
 def test_the_answers_tflops_and_mfu_belong_to_its_mean_samples_per_sec():
@@ -165,12 +165,12 @@ def test_the_answers_tflops_and_mfu_belong_to_its_mean_samples_per_sec():
     for r in rows:
         r.update(achieved_tflops=r["samples_per_sec"] / 100, mfu_pct=r["samples_per_sec"] / 10,
                  tokens_per_sec=r["samples_per_sec"] * 256)
-    top = leaderboard.best_row(rows)
+    top = winner.best(rows)
     mean = (150.0 * 120.0 * 180.0) ** (1 / 3)
-    assert top["samples_per_sec"] == pytest.approx(mean)
-    assert top["achieved_tflops"] == pytest.approx(mean / 100)
-    assert top["mfu_pct"] == pytest.approx(mean / 10)
-    assert top["tokens_per_sec"] == pytest.approx(mean * 256)
+    assert top.samples_per_sec == pytest.approx(mean)
+    assert top.row["achieved_tflops"] == pytest.approx(mean / 100)
+    assert top.row["mfu_pct"] == pytest.approx(mean / 10)
+    assert top.row["tokens_per_sec"] == pytest.approx(mean * 256)
 
 
 def test_a_tie_never_goes_to_a_configuration_clearly_slower_than_another_tied_one():
@@ -179,20 +179,20 @@ def test_a_tie_never_goes_to_a_configuration_clearly_slower_than_another_tied_on
     simple = Knobs(batch_size=16, num_workers=0)
     rows = rounds([(BUSY, None, [110.0, 90.0, 120.0]), (simple, None, [90.0, 91.0, 89.0]),
                    (BASE, "baseline", [100.0, 101.0, 99.0])])
-    sp = noise.speedup(leaderboard._pairs(*[[r for r in rows if r["batch_size"] == k]
-                                            for k in (BASE.batch_size, simple.batch_size)],
-                                          "samples_per_sec"))
+    sp = noise.speedup(winner.pairs(*[[r for r in rows if r["batch_size"] == k]
+                                       for k in (BASE.batch_size, simple.batch_size)],
+                                     "samples_per_sec"))
     assert not sp.tie and sp.ratio > 1                    # the baseline beats it, clearly
-    top = leaderboard.best_row(rows)
-    assert top["batch_size"] == BASE.batch_size and top["baseline_is_best"]
-    assert top["tied_faster"][0]["num_workers"] == BUSY.num_workers
+    top = winner.best(rows)
+    assert top.knobs.batch_size == BASE.batch_size and top.baseline.is_best
+    assert top.tied_faster.row["num_workers"] == BUSY.num_workers
 
 
 def test_a_clear_win_is_a_speedup_with_its_interval():
     rows = rounds([(FAST, None, [150.0, 148.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
-    top = leaderboard.best_row(rows)
-    assert top["batch_size"] == FAST.batch_size and top["tied_faster"] is None
-    assert not top["tie_vs_baseline"] and top["speedup_vs_baseline_low"] > 1.4
+    top = winner.best(rows)
+    assert top.knobs.batch_size == FAST.batch_size and top.tied_faster is None
+    assert not top.baseline.tie and top.baseline.speedup.low > 1.4
     (line,) = verdict_lines(top)
     assert line.startswith("vs baseline: 1.50x faster (95 % CI [") and "3 interleaved rounds" in line
 
@@ -201,17 +201,18 @@ def test_rounds_pair_by_position_and_a_failed_round_drops_only_its_pair():
     rows = rounds([(FAST, None, [150.0, 10.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
     failed = rows[2]                                 # round 2 of FAST
     failed.update(status="error", samples_per_sec=None, error="boom")
-    top = leaderboard.best_row(rows)
-    assert top["speedup_vs_baseline_pairs"] == 2
-    assert top["speedup_vs_baseline"] == pytest.approx(math.sqrt(1.5 * 153 / 101))
+    top = winner.best(rows)
+    assert top.baseline.speedup.pairs == 2
+    assert top.baseline.ratio == pytest.approx(math.sqrt(1.5 * 153 / 101))
 
 
 def test_an_impossible_measurement_never_wins_and_is_reported():
     rows = rounds([(FAST, None, [150.0, 148.0, 153.0]), (BASE, "baseline", [100.0, 99.0, 101.0])])
     rows[0].update(samples_per_sec=900.0, mfu_pct=180.0, mfu_impossible=True)
-    top = leaderboard.best_row(rows)
-    assert top["rounds"] == 2 and top["samples_per_sec"] < 200
-    assert top["disturbed"] == [(rows[0]["trial_id"], "MFU 180 % is above 100 % of the card's peak")]
+    top = winner.best(rows)
+    assert top.rounds == 2 and top.samples_per_sec < 200
+    assert top.disturbed == (winner.Disturbed(rows[0]["trial_id"],
+                                              "MFU 180 % is above 100 % of the card's peak"),)
     assert any("set aside as disturbed" in ln and "MFU 180 %" in ln for ln in verdict_lines(top))
 
 
@@ -220,9 +221,9 @@ def test_a_retried_reference_counts_its_successful_trial():
                 error="DataLoader worker failure: RuntimeError: killed"),
             row(1, knobs=FAST, sps=300.0),
             row(2, reference="baseline", sps=100.0, knobs=BASE)]        # the retry
-    top = leaderboard.best_row(rows)
-    assert top["baseline_samples_per_sec"] == 100.0
-    assert top["speedup_vs_baseline"] == pytest.approx(3.0)
+    top = winner.best(rows)
+    assert top.baseline.samples_per_sec == 100.0
+    assert top.baseline.ratio == pytest.approx(3.0)
 
 
 def test_summary_and_best_command_say_tie(tmp_path):
@@ -465,9 +466,9 @@ def test_a_compute_ceiling_is_measured_again_only_when_it_is_below_the_best_beyo
     """A ceiling within CEILING_NOISE below the winner is the pipeline's own compute-bound rate
     ('at it'): a second trial (14 s of the default CPU run) could not change that reading.
     Further below it is disturbed and measured again; above the winner it is a ceiling."""
-    winner = leaderboard.best_row(search_rows())
-    assert winner["samples_per_sec"] == 56.4                    # FAST, the searched best
-    rows = search_rows() + [row(9, knobs=Knobs.from_dict(winner, strict=False),
+    answer = winner.best(search_rows())
+    assert answer.samples_per_sec == 56.4                       # FAST, the searched best
+    rows = search_rows() + [row(9, knobs=answer.knobs,
                                 sps=ceiling_sps, phase="ceiling", ceiling="compute")]
     events = []
     writer = SimpleNamespace(rows=rows)
@@ -565,7 +566,7 @@ def test_a_reference_failed_for_a_transient_reason_is_retried_once(fits, error, 
 
 def test_only_impossible_measurements_print_no_result_but_the_reason():
     rows = [row(0, reference="baseline", step_time_ms_p50=0.0), row(1, mfu_pct=250.0)]
-    assert leaderboard.best_row(rows) is None
+    assert winner.best(rows) is None
     console = Console(record=True, width=200)
     summary = SimpleNamespace(workload="fake-regression", scale="tiny", results_dir="res")
     Progress(console)._print_best(rows, summary)

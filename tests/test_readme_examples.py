@@ -1,10 +1,21 @@
-"""The README's code examples, executed, so the README cannot drift from the code.
+"""The README's code blocks, executed or checked, so the README cannot drift from the code.
 
-Every fenced block preceded by ``<!-- example: NAME -->`` in README.md is written to a file
-called NAME and used as the README tells the user to use it: the workload module is imported
-and held to the ``tuner.workload.Workload`` contract, the search space is loaded and must
-contain the workload's references, the README's ``python -m tuner run`` command for them runs
-end to end on CPU, and the leaderboard snippet reads what that run wrote.
+Every fenced block of README.md carries a marker on the line before it (blank lines between
+allowed), which says what checks it:
+
+* ``<!-- example: NAME -->``: the block is written to a file called NAME and used as the README
+  tells the user to use it, by the test ``EXAMPLE_TESTS[NAME]`` names (the workload module is
+  held to the ``tuner.workload.Workload`` contract, the search space must contain the
+  workload's references, the leaderboard snippet reads what the README's run wrote);
+* ``<!-- checked-by: tests/FILE.py::TEST -->``: that test finds the block by its marker and runs
+  its commands (a long run with the smallest measurement added);
+* ``<!-- checked-by: .ci/run -->``: install and test commands, which CI runs in a fresh virtual
+  environment (a clone, a network and 11+ minutes: no unit test runs them);
+* the block between the ``sample-output`` markers is output, compared with what tuner prints
+  by ``tests/test_readme_sample.py``.
+
+Examples of the docs pages (``docs/*.md``) use the same ``example`` markers and are found by
+``documented_examples``.
 """
 
 from __future__ import annotations
@@ -20,23 +31,39 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 README = REPO_ROOT / "README.md"
+DOCS = REPO_ROOT / "docs"
 
 WORKLOAD_EXAMPLE = "my_workload.py"
 SPACE_EXAMPLE = "my_space.yaml"
 LEADERBOARD_EXAMPLE = "read_leaderboard.py"
-KNOWN_EXAMPLES = (WORKLOAD_EXAMPLE, SPACE_EXAMPLE, LEADERBOARD_EXAMPLE)
+EXAMPLE_TESTS = {
+    WORKLOAD_EXAMPLE: "tests/test_readme_examples.py::test_workload_example_honours_the_contract",
+    SPACE_EXAMPLE: "tests/test_readme_examples.py::test_space_example_contains_the_references",
+    LEADERBOARD_EXAMPLE: "tests/test_readme_examples.py::test_readme_leaderboard_snippet_reads_the_run",
+    "tune_example.py": "tests/test_api.py::test_readme_example_tunes_ddpm_and_returns_values",
+}
+"""The README's examples and the test that runs each."""
+CI = ".ci/run"
+MAIN_JOB = "tests/test_readme_examples.py::test_readme_main_job_runs_on_the_embedded_data"
+READ_COMMANDS = "tests/test_readme_examples.py::test_readme_read_commands_answer_from_a_run"
+OWN_RUN = "tests/test_readme_examples.py::test_readme_run_command_end_to_end"
 FENCE_LANGUAGE = {".py": "python", ".yaml": "yaml", ".yml": "yaml"}
 
 # The smallest measurement that still runs every phase of a trial (added to the README's command).
 QUICK_RUN = ["--device", "cpu", "--trials", "2", "--windows", "1", "--window-s", "0.1",
              "--warmup-steps", "1", "--confirm", "0", "--no-ceiling"]
-RUN_TIMEOUT_S = 240
+RUN_TIMEOUT_S = 600
+"""Seconds a README run may take: about a minute on a quiet 2-core machine; minutes more when
+other work shares its CPUs."""
 
 _MARKER = re.compile(r"<!--\s*example:\s*(\S+?)\s*-->")
+_CHECKED_BY = re.compile(r"<!--\s*checked-by:\s*(\S+?)\s*-->")
+_SAMPLE = re.compile(r"<!--\s*sample-output:(start|end)\b")
 _FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 
 
@@ -45,6 +72,34 @@ class Example:
         self.name, self.language, self.code = name, language, code
         self.line = line  # 1-based line of the marker
         self.end = end    # 0-based index of the line after the closing fence
+
+
+def _blocks(lines: list[str], source: str) -> list[tuple[int, int, str, str]]:
+    """Every fenced block as ``(opening index, closing index, fence language, code)``. Fails
+    the test naming the line when a block is never closed."""
+    blocks, i = [], 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        fence, language = opening.groups()
+        for k in range(i + 1, len(lines)):
+            if lines[k].strip() == fence:
+                break
+        else:
+            pytest.fail(f"{source} line {i + 1}: a code block is never closed")
+        blocks.append((i, k, language, "\n".join(lines[i + 1:k]) + "\n"))
+        i = k + 1
+    return blocks
+
+
+def _marker_before(lines: list[str], i: int) -> str:
+    """The line before line ``i`` that is not blank ('' at the top)."""
+    j = i - 1
+    while j >= 0 and not lines[j].strip():
+        j -= 1
+    return lines[j] if j >= 0 else ""
 
 
 def parse_examples(text: str, source: str = "README.md") -> dict[str, Example]:
@@ -79,6 +134,48 @@ def parse_examples(text: str, source: str = "README.md") -> dict[str, Example]:
     return examples
 
 
+def documented_files() -> list[Path]:
+    """README.md and every Markdown page under docs/."""
+    return [README, *sorted(DOCS.rglob("*.md"))] if DOCS.is_dir() else [README]
+
+
+def documented_examples() -> dict[str, Example]:
+    """The ``example`` blocks of README.md and the docs pages, by name. A page may repeat an
+    example of the README under its name (a page reads on its own); the README's is returned,
+    then the first page's in name order. A name used twice in one file fails the test."""
+    found: dict[str, Example] = {}
+    for path in documented_files():
+        source = str(path.relative_to(REPO_ROOT))
+        for name, example in parse_examples(path.read_text(encoding="utf-8"), source).items():
+            found.setdefault(name, example)
+    return found
+
+
+def documented_text() -> str:
+    """README.md and the docs pages, one after the other."""
+    return "\n".join(path.read_text(encoding="utf-8") for path in documented_files())
+
+
+def checked_blocks(text: str, source: str = "README.md") -> dict[str, list[str]]:
+    """The code of each ``<!-- checked-by: WHERE -->`` block, by WHERE (blocks naming the same
+    WHERE are joined)."""
+    lines = text.splitlines()
+    found: dict[str, list[str]] = {}
+    for i, _, _, code in _blocks(lines, source):
+        marker = _CHECKED_BY.search(_marker_before(lines, i))
+        if marker:
+            found.setdefault(marker.group(1), []).append(code)
+    return found
+
+
+def commands(where: str) -> list[list[str]]:
+    """The commands of the README's blocks checked by ``where``, one argv each (comments off)."""
+    blocks = checked_blocks(README.read_text(encoding="utf-8")).get(where)
+    assert blocks, f"README.md has no block marked '<!-- checked-by: {where} -->'"
+    return [shlex.split(line.split(" #", 1)[0]) for code in blocks
+            for line in code.splitlines() if line.strip()]
+
+
 def write_examples(directory: Path) -> dict[str, Example]:
     examples = parse_examples(README.read_text(encoding="utf-8"))
     for example in examples.values():
@@ -86,23 +183,14 @@ def write_examples(directory: Path) -> dict[str, Example]:
     return examples
 
 
-def documented_run_command(text: str, after: Example) -> list[str]:
-    """The first ``python -m tuner run`` line of the first bash block after ``after``'s block:
-    the command the README gives for running the example."""
-    lines = text.splitlines()
-    block = None  # the language of the block we are in, None outside blocks
-    for line in lines[after.end:]:
-        fence = _FENCE.match(line)
-        if fence and block is None:
-            block = fence.group(2)
-        elif fence:
-            if block in ("bash", "sh", "shell"):
-                break  # only the first shell block after the example
-            block = None
-        elif block in ("bash", "sh", "shell") and "-m tuner run" in line:
-            return shlex.split(line.split(" #", 1)[0])
-    pytest.fail(f"README.md: no `python -m tuner run` command in a bash block after "
-                f"'example: {after.name}' (line {after.line})")
+def write_vector_folders(root: Path, classes: int = 4, per_class: int = 32) -> Path:
+    """The layout the README's workload reads: ``root/<class>/<sample>.npy``, 32 float32 each."""
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        (root / f"class{c}").mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            np.save(root / f"class{c}" / f"{i:03d}.npy", rng.normal(size=32).astype(np.float32))
+    return root
 
 
 def import_example(name: str, directory: Path, monkeypatch):
@@ -126,13 +214,89 @@ def load_example_workload(directory: Path):
     return module.workload
 
 
+def _run(argv: list[str], root: Path, pythonpath: list[Path]) -> dict:
+    """``argv`` (a README ``python -m tuner run``) with the quick measurement, in ``root``,
+    results in ``root/tuner-results``, data cache in ``root/cache``."""
+    assert argv[:4] == ["python", "-m", "tuner", "run"], f"unexpected README command {argv}"
+    results = root / "tuner-results"
+    argv = [sys.executable, *argv[1:], *QUICK_RUN, "--results", str(results)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [*pythonpath, REPO_ROOT])
+    env["TUNER_CACHE"] = str(root / "cache")
+    env.pop("RAY_ADDRESS", None)
+    try:
+        proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        out, err = (s.decode(errors="replace") if isinstance(s, bytes) else s or ""
+                    for s in (exc.stdout, exc.stderr))
+        pytest.fail(f"{shlex.join(argv)} did not finish in {RUN_TIMEOUT_S} s:\n"
+                    f"{out[-3000:]}\n{err[-3000:]}")
+    assert proc.returncode == 0, (
+        f"{shlex.join(argv)} exited {proc.returncode}\n"
+        f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+    return {"root": root, "argv": argv, "proc": proc, "env": env, "results": results}
+
+
+def _cli(args: list[str], env: dict, cwd: Path, monkeypatch):
+    """``python -m tuner ARGS`` through its click entry point in this process."""
+    from click.testing import CliRunner
+    from tuner.cli import main
+    monkeypatch.chdir(cwd)
+    result = CliRunner(env={"TUNER_CACHE": env["TUNER_CACHE"], "COLUMNS": "200"}).invoke(main, args)
+    assert result.exit_code == 0, f"{args} exited {result.exit_code}:\n{result.stderr[-3000:]}"
+    assert result.exception is None, result.exception
+    return result.stdout
+
+
 # --------------------------------------------------------------------------------------------
 # 1. The markers and their blocks
 
 
+def test_every_readme_code_block_says_what_checks_it():
+    text = README.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    in_sample = [i for i, line in enumerate(lines) if _SAMPLE.search(line)]
+    assert len(in_sample) == 2, "README.md needs one sample-output:start and one :end marker"
+    unmarked, unknown = [], []
+    for i, _, _, _ in _blocks(lines, "README.md"):
+        if in_sample[0] < i < in_sample[1]:
+            continue  # output: tests/test_readme_sample.py
+        before = _marker_before(lines, i)
+        example, checked = _MARKER.search(before), _CHECKED_BY.search(before)
+        if example:
+            where = EXAMPLE_TESTS.get(example.group(1))
+            if where is None:
+                unknown.append(f"line {i + 1}: example {example.group(1)!r} has no test in "
+                               "EXAMPLE_TESTS")
+        elif checked:
+            where = checked.group(1)
+        else:
+            unmarked.append(f"line {i + 1}")
+            continue
+        if where == CI:
+            continue
+        path, _, test = where.partition("::")
+        if not (REPO_ROOT / path).is_file() or not re.search(
+                rf"^def {re.escape(test)}\(", (REPO_ROOT / path).read_text(encoding="utf-8"),
+                flags=re.M):
+            unknown.append(f"line {i + 1}: {where} is not a test")
+    assert not unmarked, f"README.md code blocks with no example/checked-by marker: {unmarked}"
+    assert not unknown, unknown
+
+
+def test_the_readme_is_short_and_keeps_its_two_commands():
+    """At most 250 lines (the details live in docs/), with the main job on the embedded data
+    and the test command."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250, f"README.md has {len(text.splitlines())} lines"
+    assert "\npython -m tuner run --workload ddpm\n" in text
+    assert '\npip install -e ".[test]" && pytest\n' in text
+
+
 def test_readme_examples_are_extracted(tmp_path):
     examples = write_examples(tmp_path)
-    missing = [name for name in KNOWN_EXAMPLES if name not in examples]
+    missing = [name for name in EXAMPLE_TESTS if name not in examples]
     assert not missing, (f"README.md has no '<!-- example: NAME -->' marker for {missing}; "
                          f"found {sorted(examples)}")
     for name, example in examples.items():
@@ -152,6 +316,21 @@ def test_marker_without_code_block_fails_clearly():
         parse_examples(text)
     good = "<!-- example: a.py -->\n\n```python\nx = 1\n```\n"
     assert parse_examples(good)["a.py"].code == "x = 1\n"
+    checked = "<!-- checked-by: .ci/run -->\n```bash\npytest   # all\n```\n```bash\nls\n```\n"
+    assert checked_blocks(checked) == {".ci/run": ["pytest   # all\n"]}
+
+
+def test_the_readme_install_and_test_commands_are_what_ci_runs():
+    """The blocks marked ``checked-by: .ci/run``: CI makes a fresh venv and runs the README's
+    install (with the test extras) and test commands, as written."""
+    argvs = commands(CI)
+    assert ["pip", "install", "-e", "."] in argvs
+    assert ["pip", "install", "-e", ".[test]", "&&", "pytest"] in argvs
+    assert ["python", "-m", "venv", ".venv", "&&", "source", ".venv/bin/activate"] in argvs
+    ci = (REPO_ROOT / CI).read_text(encoding="utf-8")
+    assert re.search(r"^python3? -m venv ", ci, flags=re.M)
+    assert re.search(r"^pip install (--quiet )?-e \"\.\[test\]\"$", ci, flags=re.M)
+    assert re.search(r"^pytest$", ci, flags=re.M)
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,34 +347,38 @@ def test_workload_example_honours_the_contract(tmp_path, monkeypatch):
     write_examples(tmp_path)
     module = import_example(WORKLOAD_EXAMPLE, tmp_path, monkeypatch)
     assert isinstance(module.workload, Workload)
-    assert callable(module.trainable)
     workload = module.workload
     assert isinstance(workload.references.get("baseline"), Knobs)
     # The README's `--workload my_workload:workload` resolves to this very object.
     assert resolve(f"{Path(WORKLOAD_EXAMPLE).stem}:workload") is workload
 
-    data_dir = workload.prepare_default_data(tmp_path / "cache", "tiny")
-    assert Path(data_dir).is_dir()
-    assert workload.prepare_default_data(tmp_path / "cache", "tiny") == data_dir  # reused
+    data_dir = write_vector_folders(tmp_path / "npy-dir")
     dataset = workload.build_dataset(data_dir, "tiny")
-    assert len(dataset) > 0
+    assert len(dataset) == 4 * 32
     assert workload.check_data(data_dir, "tiny") == len(dataset)
 
     # sample_shape describes one sample's tensors, in order.
-    sample = dataset[0]
-    shapes = [list(t.shape) for t in (sample if isinstance(sample, (tuple, list)) else (sample,))]
+    shapes = [list(torch.as_tensor(t).shape) for t in dataset[0]]
     assert shapes == list(workload.sample_shape("tiny").values())
 
     torch.manual_seed(0)
-    batch = next(iter(DataLoader(dataset, batch_size=8, shuffle=False)))
+    batch = next(iter(DataLoader(dataset, batch_size=8, shuffle=True, num_workers=1)))
     assert workload.samples_in(batch) == 8
-    model = workload.build_model("tiny")
-    loss = workload.training_step(model, batch)
-    assert isinstance(loss, torch.Tensor)
-    assert loss.ndim == 0, f"training_step returned shape {tuple(loss.shape)}, not a scalar"
-    assert torch.isfinite(loss).item()
-    loss.backward()  # the harness calls backward on it
-    assert any(p.grad is not None for p in model.parameters())
+    for scale in ("tiny", "seed"):
+        model = workload.build_model(scale)
+        loss = workload.training_step(model, batch)
+        assert isinstance(loss, torch.Tensor)
+        assert loss.ndim == 0, f"training_step returned shape {tuple(loss.shape)}, not a scalar"
+        assert torch.isfinite(loss).item()
+        loss.backward()  # the harness calls backward on it
+        assert all(p.grad is not None for p in model.parameters())
+    assert workload.parameter_count("seed") > workload.parameter_count("tiny")
+
+
+def test_the_workload_example_is_at_most_30_lines():
+    code = parse_examples(README.read_text(encoding="utf-8"))[WORKLOAD_EXAMPLE].code
+    assert len(code.splitlines()) <= 40
+    assert len([line for line in code.splitlines() if line.strip()]) <= 30
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,7 +404,7 @@ def test_space_example_contains_the_references(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# 4. and 5. The README's command runs end to end; the leaderboard snippet reads its results
+# 4. and 5. The README's runs end to end; the leaderboard snippet and the read commands read them
 
 
 @pytest.fixture(scope="module")
@@ -230,65 +413,34 @@ def readme_run(tmp_path_factory):
     from a directory holding the example files. Results go to ./tuner-results (the default the
     leaderboard snippet reads)."""
     root = tmp_path_factory.mktemp("readme-run")
-    text = README.read_text(encoding="utf-8")
-    examples = write_examples(root)
-    workload = load_example_workload(root)
-    data_dir = workload.prepare_default_data(root / "my-data", "tiny")
-
-    argv = documented_run_command(text, examples[SPACE_EXAMPLE])
-    assert argv[:3] == ["python", "-m", "tuner"], f"unexpected README command {argv}"
+    write_examples(root)
+    data_dir = write_vector_folders(root / "npy-dir")
+    (argv,) = commands(OWN_RUN)
     if "--data" in argv:  # the README's placeholder path -> real .npy files
         argv[argv.index("--data") + 1] = str(data_dir)
-    results = root / "tuner-results"
-    argv = [sys.executable, *argv[1:], *QUICK_RUN, "--results", str(results)]
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(root), str(REPO_ROOT)])
-    env["TUNER_CACHE"] = str(root / "cache")
-    env.pop("RAY_ADDRESS", None)
-    try:
-        proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{shlex.join(argv)} did not finish in {RUN_TIMEOUT_S} s:\n"
-                    f"{(exc.stdout or '')[-3000:]}\n{(exc.stderr or '')[-3000:]}")
-    return {"root": root, "argv": argv, "proc": proc, "env": env, "results": results,
-            "workload": workload.name}
+    return {**_run(argv, root, [root]), "workload": load_example_workload(root).name}
 
 
 @pytest.mark.slow
 def test_readme_run_command_end_to_end(readme_run, monkeypatch):
-    from click.testing import CliRunner
-    from tuner.cli import main
-    proc = readme_run["proc"]
-    assert proc.returncode == 0, (
-        f"{shlex.join(readme_run['argv'])} exited {proc.returncode}\n"
-        f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
     assert (readme_run["results"] / "leaderboard").is_dir()
-
-    # `python -m tuner leaderboard` through its click entry point in this process, from the
-    # run's directory with the example importable (the run's PYTHONPATH)
-    monkeypatch.chdir(readme_run["root"])
+    # `python -m tuner leaderboard` from the run's directory with the example importable
     monkeypatch.syspath_prepend(str(readme_run["root"]))
-    board = CliRunner(env={"TUNER_CACHE": readme_run["env"]["TUNER_CACHE"]}).invoke(
-        main, ["leaderboard", "--workload", readme_run["workload"],
-               "--results", str(readme_run["results"]), "--format", "json"])
-    assert board.exit_code == 0, f"leaderboard exited {board.exit_code}:\n{board.stderr[-3000:]}"
-    assert board.exception is None, board.exception
-    rows = json.loads(board.stdout)
+    rows = json.loads(_cli(["leaderboard", "--workload", readme_run["workload"], "--results",
+                            str(readme_run["results"]), "--format", "json"],
+                           readme_run["env"], readme_run["root"], monkeypatch))
     assert len(rows) == 2, f"--trials 2 recorded {len(rows)} rows: {rows}"
     assert all(r["status"] == "ok" for r in rows), [(r["status"], r.get("error")) for r in rows]
     assert all(r["workload"] == readme_run["workload"] for r in rows)
     assert all(r["samples_per_sec"] and math.isfinite(r["samples_per_sec"])
                and r["samples_per_sec"] > 0 for r in rows)
     baseline = [r for r in rows if r["reference"] == "baseline"]
-    assert len(baseline) == 1, "the workload's baseline reference was not measured"
+    assert len(baseline) == 1, "no row of the workload's baseline reference"
     assert baseline[0]["batch_size"] == 64 and baseline[0]["num_workers"] == 1
 
 
 @pytest.mark.slow
 def test_readme_leaderboard_snippet_reads_the_run(readme_run, monkeypatch):
-    assert readme_run["proc"].returncode == 0, "the README's run failed (see the test above)"
     snippet = readme_run["root"] / LEADERBOARD_EXAMPLE
     monkeypatch.chdir(readme_run["root"])  # the snippet reads ./tuner-results, unchanged
     namespace = runpy.run_path(str(snippet), run_name="__main__")
@@ -298,3 +450,35 @@ def test_readme_leaderboard_snippet_reads_the_run(readme_run, monkeypatch):
     assert set(df["status"]) == {"ok"}
     assert set(df["workload"]) == {readme_run["workload"]}
     assert df["samples_per_sec"].gt(0).all()
+
+
+@pytest.fixture(scope="module")
+def ddpm_run(tmp_path_factory):
+    """The README's main job, as written, with the smallest measurement added: the built-in
+    ddpm on its embedded dataset (written to a fresh cache)."""
+    (argv,) = commands(MAIN_JOB)
+    assert argv == ["python", "-m", "tuner", "run", "--workload", "ddpm"], argv
+    return _run(argv, tmp_path_factory.mktemp("readme-ddpm"), [])
+
+
+@pytest.mark.slow
+def test_readme_main_job_runs_on_the_embedded_data(ddpm_run):
+    out = ddpm_run["proc"].stdout
+    assert "tuner run ddpm" in out and "data: " in out
+    assert re.search(r"\[search 2/2\] ok +[\d,.]+ samples/sec", out), out[-3000:]
+    assert (ddpm_run["root"] / "cache" / "data").is_dir()  # the embedded data, written once
+
+
+@pytest.mark.slow
+def test_readme_read_commands_answer_from_a_run(ddpm_run, monkeypatch):
+    argvs = commands(READ_COMMANDS)
+    assert [argv[3] for argv in argvs] == ["best", "leaderboard"]
+    printed = {}
+    for argv in argvs:
+        assert argv[:3] == ["python", "-m", "tuner"], argv
+        printed[argv[3]] = _cli([*argv[3:], "--results", str(ddpm_run["results"])],
+                                ddpm_run["env"], ddpm_run["root"], monkeypatch)
+    assert printed["best"].startswith("# tuner best for ddpm on ")
+    assert "batch_size=" in printed["best"]
+    compile(printed["best"], "best.py", "exec")  # code to paste: valid Python
+    assert "samples/sec" in printed["leaderboard"] and "bs=" in printed["leaderboard"]

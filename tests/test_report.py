@@ -8,7 +8,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from tuner import leaderboard
+from tuner import leaderboard, winner
+from tuner.noise import Speedup
 from tuner.errors import TunerError
 from tuner.report import (FIGURES, knob_importances, memory_column, plot_best_vs_references,
                           plot_throughput_vs_batch, plot_throughput_vs_memory, training_trials,
@@ -263,26 +264,24 @@ def test_tie_with_a_reference_reads_as_a_tie_with_its_interval(tmp_path):
     assert not re.search(r"\d\.\d\dx", best), best  # never a bare '1.07x' for a tie
 
 
-def _top(**extra) -> dict:
-    """A ``leaderboard.best_row``-shaped dict, one measurement of each: the best at 40.8
-    samples/sec, the baseline at 38.0 (a 1.07x lead, a tie within the single-pair floor) and
-    the recommended at 20.0 (2.04x)."""
-    top = _row(0, samples_per_sec=40.8)
-    for ref, sps in (("baseline", 38.0), ("recommended", 20.0)):
-        top.update({f"{ref}_samples_per_sec": sps, f"{ref}_is_best": False,
-                    f"speedup_vs_{ref}": 40.8 / sps, f"speedup_vs_{ref}_low": None,
-                    f"speedup_vs_{ref}_high": None, f"tie_vs_{ref}": None,
-                    f"speedup_vs_{ref}_pairs": 1})
-    top.update(extra)
-    return top
+def _top(baseline: Speedup | None = None, recommended: Speedup | None = None,
+         baseline_sps: float = 38.0) -> winner.Answer:
+    """An answer (``tuner.winner.Answer``) with one measurement of each by default: the best at
+    40.8 samples/sec, the baseline at ``baseline_sps`` (38.0: a 1.07x lead, a tie within the
+    single-pair floor) and the recommended at 20.0 (2.04x); ``baseline`` / ``recommended``
+    replace a speed-up."""
+    refs = [winner.Reference(name, sps, False, given or Speedup(40.8 / sps, None, None, 1))
+            for name, sps, given in (("baseline", baseline_sps, baseline),
+                                     ("recommended", 20.0, recommended))]
+    return winner.Answer(row=_row(0, samples_per_sec=40.8, rounds=1), baseline=refs[0],
+                         recommended=refs[1], tied_faster=None, disturbed=(),
+                         ceilings=winner.Ceilings(None, 0, False, None, None, False),
+                         attainable=winner.Attainable(None, None, None))
 
 
 def test_bar_chart_says_tie_and_shows_each_interval():
-    top = _top(baseline_samples_per_sec=35.5, speedup_vs_baseline=1.15,
-               speedup_vs_baseline_low=0.97, speedup_vs_baseline_high=1.36, tie_vs_baseline=True, speedup_vs_baseline_pairs=3,
-               speedup_vs_recommended=2.04, speedup_vs_recommended_low=1.80,
-               speedup_vs_recommended_high=2.30, tie_vs_recommended=False,
-               speedup_vs_recommended_pairs=3)
+    top = _top(baseline=Speedup(1.15, 0.97, 1.36, 3), recommended=Speedup(2.04, 1.80, 2.30, 3),
+               baseline_sps=35.5)
     labels = [t.get_text() for t in plot_best_vs_references(top).axes[0].texts]
     baseline = next(t for t in labels if t.startswith("35.5"))
     recommended = next(t for t in labels if t.startswith("20.0"))

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from tuner import leaderboard
+from tuner.winner import best as answer_of
 from tuner.driver import run
 from tuner.plan import make_plan
 from tuner.searcher import make_searcher
@@ -92,9 +93,9 @@ def test_oom_trials_are_recorded_and_the_run_goes_on(tmp_path, tuner_cache, ray_
         else:
             assert r["batch_size"] <= 16
             assert r["samples_per_sec"] > 0
-    top = leaderboard.best(leaderboard.read(summary.results_dir))
-    assert top["status"] == "ok" and top["batch_size"] <= 16
-    assert top["speedup_vs_baseline"] is not None
+    top = answer_of(leaderboard.read(summary.results_dir))
+    assert top.row["status"] == "ok" and top.knobs.batch_size <= 16
+    assert top.baseline.ratio is not None
 
 
 @pytest.fixture

@@ -11,14 +11,15 @@ answer as values, for notebooks and scripts (as ``study.optimize`` does for Optu
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+import tuner.winner as winner
 from tuner.driver import RunSummary, planned, run
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
 from tuner.settings import RunOptions
-from tuner.status import phase_of
 
 if TYPE_CHECKING:  # pandas and the workload contract load only when used
     import pandas as pd
@@ -33,6 +34,40 @@ _OPTIONS = tuple(f.name for f in dataclasses.fields(RunOptions)
 """RunOptions fields ``tune`` takes as ``**options`` (the rest are its named arguments)."""
 
 
+class WinnerRow(dict):
+    """The winner's leaderboard row (``tuner.leaderboard.SCHEMA``). The derived keys this row
+    carried up to 0.2 (``speedup_vs_baseline``, ``ceiling_samples_per_sec``,
+    ``attainable_samples_per_sec`` and the others of ``tuner.leaderboard.best_row``) are still
+    read, by ``row[key]`` and ``row.get(key)``, for one release, with a ``DeprecationWarning``
+    naming ``Best.answer`` (``tuner.winner.Answer``), which holds them as attributes."""
+
+    def __init__(self, row: dict, rows: list[dict]):
+        super().__init__(row)
+        self._rows = rows
+
+    def _derived(self, key: str) -> Any:
+        from tuner import _best_row
+        derived = _best_row.best_row(self._rows) or {}
+        if key not in derived:
+            raise KeyError(key)
+        warnings.warn(f"TuneResult.best.row[{key!r}] is deprecated (removed in the next "
+                      f"release): read TuneResult.best.answer, a tuner.winner.Answer "
+                      f"(answer.to_dict() has every derived key)",
+                      DeprecationWarning, stacklevel=3)
+        return derived[key]
+
+    def __missing__(self, key: str) -> Any:
+        return self._derived(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self:
+            return dict.get(self, key)
+        try:
+            return self._derived(key)
+        except KeyError:
+            return default
+
+
 @dataclass(frozen=True)
 class Best:
     """The winner of a run: its knobs and its throughput (from the re-measurement when the run
@@ -40,12 +75,16 @@ class Best:
 
     knobs: Knobs
     samples_per_sec: float
-    """Median over the measurement windows, samples/sec."""
+    """Median over the measurement windows, samples/sec; with re-measured rounds, the geometric
+    mean of their medians."""
     trial_id: str
     phase: str
     """'search' or 'remeasure'."""
     row: dict
-    """The whole leaderboard row (``tuner.leaderboard.SCHEMA``)."""
+    """The whole leaderboard row (``tuner.leaderboard.SCHEMA``), figures as in ``answer.row``."""
+    answer: winner.Answer
+    """The winner with its speed-ups over the references, ties, ceilings and the attainable
+    rate (``tuner.winner.best``)."""
 
 
 @dataclass(frozen=True)
@@ -60,16 +99,15 @@ class TuneResult(RunSummary):
 
     @property
     def best(self) -> Best | None:
-        """The fastest successful configuration (``tuner.leaderboard.best_row``'s rule: the
+        """The fastest successful configuration (``tuner.winner.best``'s rule: the
         re-measured figures when there are any; on a cluster of several accelerator types,
         that of the type whose trials finished last: each type has its own answer in
         ``rows``), or None when no trial succeeded."""
-        import tuner.leaderboard as leaderboard
-        row = leaderboard.best_row(self.rows)
-        if row is None:
+        answer = winner.best(self.rows)
+        if answer is None:
             return None
-        return Best(Knobs.from_dict(row, strict=False), row["samples_per_sec"], row["trial_id"],
-                    phase_of(row), row)
+        return Best(answer.knobs, answer.samples_per_sec, answer.row["trial_id"],
+                    answer.phase, WinnerRow(answer.row, self.rows), answer)
 
     @property
     def speedup(self) -> dict[str, float]:
@@ -78,8 +116,8 @@ class TuneResult(RunSummary):
         best = self.best
         if best is None:
             return {}
-        return {name: best.row[f"speedup_vs_{name}"] for name in ("baseline", "recommended")
-                if best.row.get(f"speedup_vs_{name}")}
+        refs = (best.answer.baseline, best.answer.recommended)
+        return {ref.name: ref.ratio for ref in refs if ref.ratio}
 
     @property
     def leaderboard(self) -> "pd.DataFrame":

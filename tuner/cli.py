@@ -252,66 +252,29 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
     """The best configuration and its speed-up over the references of its run, with a 95 %
     interval; where the fastest ties with a simpler configuration within the noise, the
     simpler one (no compile, fewer workers, closer to the baseline: README "Ties and noise")."""
-    import tuner.leaderboard as leaderboard
+    from tuner.winner import best as winner
     table, hardware = _load(results, workload, hardware, scale)
-    top = leaderboard.best(table)
-    if top is None:
+    answer = winner(table)
+    if answer is None:
         raise TunerError(f"no successful trial for {workload!r} on {hardware} in {results}")
-    knobs = Knobs.from_dict(top, strict=False)
-    doc = {
-        "workload": workload, "hardware_key": hardware, "device": top["device"],
-        "scale": top["scale"], "run_id": top["run_id"], "trial_id": top["trial_id"],
-        "knobs": knobs.to_dict(), "samples_per_sec": top["samples_per_sec"],
-        "tokens_per_sec": top["tokens_per_sec"],
-        "baseline_samples_per_sec": top["baseline_samples_per_sec"],
-        "speedup_vs_baseline": top["speedup_vs_baseline"],
-        "recommended_samples_per_sec": top["recommended_samples_per_sec"],
-        "speedup_vs_recommended": top["speedup_vs_recommended"],
-        **_interval_keys(top, "baseline"), **_interval_keys(top, "recommended"),
-        "rounds": top["rounds"],
-        "chosen_over_faster": _tied_faster(top),
-        "model_flops_per_sample": top["model_flops_per_sample"],
-        "achieved_tflops": top["achieved_tflops"], "mfu_pct": top["mfu_pct"],
-        "compile_s": top.get("compile_s"),
-        "peak_device_memory_mb": top["peak_device_memory_mb"],
-        "peak_host_memory_mb": top["peak_host_memory_mb"],
-        "clamped": top["clamped"],
-    }
+    # The whole answer (tuner.winner.Answer.to_dict), named as the command was given.
+    doc = {**answer.to_dict(), "workload": workload, "hardware_key": hardware}
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2, default=str))
     elif fmt == "yaml":
         import yaml
         click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
     else:
-        speed = f"{top['samples_per_sec']:.1f} samples/sec"
-        if top["baseline_is_best"]:
+        speed = f"{answer.samples_per_sec:.1f} samples/sec"
+        if answer.baseline.is_best:
             speed += ", the baseline itself"
-        elif top["tie_vs_baseline"]:
+        elif answer.baseline.tie:
             speed += ", a tie with the baseline within the noise"
-        elif top["speedup_vs_baseline"]:
-            speed += f", {top['speedup_vs_baseline']:.2f}x the baseline"
-        click.echo(f"# tuner best for {workload} on {hardware}: {speed} (run {top['run_id']})")
-        click.echo(knobs.to_python(device=top["device"] or "cuda"), nl=False)
-
-
-def _interval_keys(top: dict, ref: str) -> dict:
-    """For ``best``'s JSON: ``speedup_ci_vs_<ref>`` ([low, high], the 95 % interval; null
-    without a measured spread), ``tie_vs_<ref>`` (the interval contains 1) and
-    ``<ref>_is_best`` (the winner is that reference)."""
-    low, high = top[f"speedup_vs_{ref}_low"], top[f"speedup_vs_{ref}_high"]
-    return {f"speedup_ci_vs_{ref}": [low, high] if low is not None else None,
-            f"tie_vs_{ref}": top[f"tie_vs_{ref}"], f"{ref}_is_best": top[f"{ref}_is_best"]}
-
-
-def _tied_faster(top: dict) -> dict | None:
-    """For ``best``'s JSON: the faster configuration the tie rule set aside for the simpler
-    winner (``leaderboard.best_row``), with its speed-up over the winner and 95 % interval."""
-    if not top.get("tied_faster"):
-        return None
-    row, sp = top["tied_faster"]
-    return {"trial_id": row["trial_id"], "knobs": Knobs.from_dict(row, strict=False).to_dict(),
-            "samples_per_sec": row["samples_per_sec"], "speedup": sp.ratio,
-            "speedup_ci": [sp.low, sp.high]}
+        elif answer.baseline.ratio:
+            speed += f", {answer.baseline.ratio:.2f}x the baseline"
+        click.echo(f"# tuner best for {workload} on {hardware}: {speed} "
+                   f"(run {answer.row['run_id']})")
+        click.echo(answer.knobs.to_python(device=answer.row["device"] or "cuda"), nl=False)
 
 
 @main.command(short_help=SHORT_HELP["report"])
@@ -363,13 +326,13 @@ def export_cmd(workload: str, results: str, hardware: str | None, scale: str | N
 
 
 def _pick_row(table, trial_id: str | None) -> dict:
-    import tuner.leaderboard as leaderboard
+    from tuner.winner import best
     rows = table.to_pylist()
     if trial_id is None:
-        row = leaderboard.best_row(rows)
-        if row is None:
+        answer = best(rows)
+        if answer is None:
             raise TunerError("no successful trial to take the configuration from")
-        return row
+        return dict(answer.row)
     match = [r for r in rows if r["trial_id"] == trial_id]
     if not match:
         raise TunerError(f"--trial {trial_id}: no such trial; trials here: "

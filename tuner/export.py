@@ -48,8 +48,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import TunerError
 from tuner.knobs import KNOB_INFO, Knobs
-from tuner.leaderboard import best_row
 from tuner.status import MEASURED, Phase, Status, phase_of
+from tuner.winner import best
 
 METRIC = "samples_per_sec"
 """The study's objective value (maximised)."""
@@ -147,8 +147,8 @@ def to_trials(rows: Sequence[Mapping[str, Any]]) -> list[FrozenTrial]:
     """Every row as a trial, in the order the trials started (rows without a start time
     last, by trial id); the row ``tuner best`` picks is marked ``best``."""
     distributions = knob_distributions(rows)
-    top = best_row([dict(r) for r in rows])
-    top_key = tuple(top[k] for k in _ROW_KEY) if top else None
+    answer = best(rows)
+    top_key = tuple(answer.row[k] for k in _ROW_KEY) if answer else None
     ordered = sorted(rows, key=lambda r: (r.get("started_at") is None,
                                           _local(r.get("started_at")) or dt.datetime.min,
                                           str(r.get("trial_id"))))

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import tuner.budget as budget
-import tuner.leaderboard as leaderboard
 import tuner.noise as noise
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS
 from tuner.probe import candidates
 from tuner.status import Phase, Status, phase_of
+from tuner.winner import best as winning
 
 Config = tuple[Knobs, "str | None"]
 """A configuration to measure: its knobs and the reference it is (None: a searched one)."""
@@ -274,10 +274,10 @@ def ceilings_batch(plan: Any, rows: Sequence[dict]) -> tuple[Batch | None, dict 
     the time left cannot hold are left out, and the event says so even when none is measured
     (batch None). (None, None): no winner, or nothing left to measure."""
     rows = type_rows(plan, rows)
-    winner = leaderboard.best_row(rows)
+    winner = winning(rows)
     if winner is None:
         return None, None
-    knobs = Knobs.from_dict(winner, strict=False)
+    knobs = winner.knobs
     have = {r.get("ceiling") or "compute" for r in rows if phase_of(r) == Phase.CEILING}
     machine_loader = knobs.replace(num_workers=plan.node_cpus, persistent_workers=True,
                                    prefetch_factor=max(knobs.prefetch_factor or 2, 4))
@@ -314,18 +314,18 @@ def ceilings(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Bat
 
 def ceiling_again_batch(plan: Any, rows: Sequence[dict]) -> Batch | None:
     """The winner's compute-only ceiling, when this run's rows lack it or hold one only that
-    came out below the winner by more than the noise (``leaderboard.ceiling_far_below``: a
-    disturbed measurement; within the noise it is the pipeline's own rate, which a second trial
-    would not change), and the time left holds it; else None. At most two per run."""
+    came out below the winner by more than the noise (``tuner.winner.Answer.ceiling_far_below``:
+    a disturbed measurement; within the noise it is the pipeline's own rate, which a second
+    trial would not change), and the time left holds it; else None. At most two per run."""
     rows = type_rows(plan, rows)
-    winner = leaderboard.best_row(rows)
+    winner = winning(rows)
     if winner is None:
         return None
-    knobs = Knobs.from_dict(winner, strict=False)
+    knobs = winner.knobs
     measured = [r for r in rows if phase_of(r) == Phase.CEILING
                 and (r.get("ceiling") or "compute") == "compute"
                 and Knobs.from_dict(r, strict=False) == knobs]
-    if (measured and not leaderboard.ceiling_far_below(winner)) or len(measured) >= 2:
+    if (measured and not winner.ceiling_far_below) or len(measured) >= 2:
         return None
     if not fits(plan, rows, [knobs]):
         return None

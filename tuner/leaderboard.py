@@ -18,8 +18,6 @@ Readable by pyarrow, pandas and DuckDB as a dataset.
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import os
 import re
 import stat
@@ -36,7 +34,7 @@ import pyarrow.parquet as pq
 
 import tuner.noise as noise
 from tuner.errors import DamagedLeaderboardWarning, TunerError
-from tuner.knobs import KNOB_INFO, Knobs
+from tuner.knobs import KNOB_INFO
 from tuner.status import MEASURED, Phase, Status, phase_of
 
 SCHEMA_VERSION = 6
@@ -471,7 +469,7 @@ def select(results: str | Path, workload: str, hardware: str | None = None, *,
            scale: str | None = None,
            this_machine: Callable[[list[str]], str | None] | None = None) -> tuple[pa.Table, str]:
     """The rows every read command shows: one workload's, on one hardware key, of one model
-    scale when ``scale`` is given (else all: ``best_row`` answers from the latest run's). The
+    scale when ``scale`` is given (else all: ``tuner.winner.best`` answers from the latest run's). The
     key is ``hardware``, else the only one with rows, else the one ``this_machine(keys)``
     picks.
 
@@ -527,283 +525,30 @@ def ranked(table: pa.Table) -> list[dict]:
     return measured + ceilings + disturbed + others
 
 
-def best(table: pa.Table) -> dict | None:
-    """The best ``ok`` row of ``table``; see ``best_row``."""
-    return best_row(table.to_pylist())
+# ---------------------------------------------------------------------------------------------
+# Old import paths of the winner's rule, which lives in ``tuner.winner``: kept for one release.
+
+_MOVED = {
+    "best_row": "tuner.winner.best(rows), which returns a tuner.winner.Answer",
+    "best": "tuner.winner.best(table), which returns a tuner.winner.Answer",
+    "speedup_vs": "tuner.winner.best(rows).baseline.speedup (or .recommended.speedup)",
+    "ceiling_far_below": "tuner.winner.best(rows).ceiling_far_below",
+    "CEILING_NOISE": "tuner.winner.CEILING_NOISE",
+    "RATE_COLUMNS": "tuner.winner.RATE_COLUMNS",
+}
+"""Deprecated name -> what replaces it."""
 
 
-def _ceilings(rows: list[dict], knobs: dict) -> dict[str, list[float]]:
-    """The successful measurements (samples/sec) of each ceiling among one run's rows: the
-    winner's own ('compute', 'loader': rows with its knobs; rows before the ``ceiling`` column
-    are compute ceilings) and the machine's ('machine-compute', 'machine-loader')."""
-    out: dict[str, list[float]] = {k: [] for k in ("compute", "loader", "machine-compute",
-                                                   "machine-loader")}
-    for r in rows:
-        if phase_of(r) != Phase.CEILING or r["status"] != Status.OK:
-            continue
-        kind = r.get("ceiling") or "compute"
-        if not kind.startswith("machine") and any(r[n] != v for n, v in knobs.items()):
-            continue
-        out[kind].append(r["samples_per_sec"])
-    return out
+def __getattr__(name: str) -> Any:
+    """PEP 562: a moved name still reads, with a ``DeprecationWarning`` naming its new home;
+    ``tuner.winner`` is imported only then."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"tuner.leaderboard.{name} is deprecated and will be removed in the next "
+                  f"release; use {_MOVED[name]}", DeprecationWarning, stacklevel=2)
+    if name in ("CEILING_NOISE", "RATE_COLUMNS"):
+        import tuner.winner as winner
+        return getattr(winner, name)
+    import tuner._best_row as old
+    return getattr(old, name)
 
-
-def _attainable(best: float, compute: float | None, loader: float | None) -> dict[str, Any]:
-    """The machine's attainable samples/sec, min(its compute limit: the best compute-only rate
-    measured, at the largest batch in the fastest precision or the winner's own; its input
-    limit: loader-only with every CPU as workers), which of the two binds, and the best's share
-    of it; a best above it means a limit was measured low (disturbed): no share."""
-    out = {"attainable_samples_per_sec": None, "attainable_bound_by": None,
-           "attainable_share": None}
-    if compute is None or loader is None:
-        return out
-    attainable = min(compute, loader)
-    out.update(attainable_samples_per_sec=attainable,
-               attainable_bound_by="compute" if compute <= loader else "input pipeline")
-    if best <= attainable:
-        out["attainable_share"] = best / attainable
-    return out
-
-
-def best_row(rows: list[dict]) -> dict | None:
-    """The winning configuration, with the references measured in the same run beside it.
-
-    The objective is that of the most recent run (``samples_per_sec``: highest wins;
-    ``time_to_train_s``: lowest wins), and only rows of its scale, hardware and accelerator
-    type (and, for a time to train, its ``train_steps``) compete (``_comparable``): a
-    tiny-scale row is not a seed-scale answer (``select(scale=...)`` reads another scale's). Where a run re-measured its best configurations in
-    interleaved rounds (phase ``remeasure``), the winner of that run is chosen among the
-    re-measurements, each configuration by the geometric mean of its rounds, so a single
-    lucky window cannot win. Compute-only ``ceiling`` rows never win, nor does a row with a
-    figure that cannot be true (``tuner.noise.impossible``: a disturbed measurement).
-
-    The tie rule: where the fastest configuration's lead over another of its run and phase is
-    within the noise (the 95 % interval of the paired speed-up contains 1,
-    ``tuner.noise.speedup``), the simpler of them wins (``tuner.noise.simplicity``: no
-    ``torch.compile``, then fewer DataLoader workers, then fewer knobs differing from the
-    baseline's values) -- which may be a reference itself -- unless it is clearly slower than
-    another configuration tied with the fastest (an interval above 1 over it).
-
-    Returns None when no trial succeeded. The winner's row, with ``samples_per_sec`` (and the
-    objective) the geometric mean over its measurements and ``rounds`` their count (the other
-    columns are those of the measurement closest to that mean), and keys added:
-
-    * per reference (``baseline``, ``recommended``): ``<ref>_samples_per_sec`` (geometric mean),
-      ``speedup_vs_<ref>`` (samples/sec ratio from the paired rounds; 1.0 when the winner is
-      that reference, ``<ref>_is_best``), ``speedup_vs_<ref>_low`` / ``_high`` (its 95 %
-      interval; None without a measured spread), ``tie_vs_<ref>`` (the interval contains 1)
-      and ``speedup_vs_<ref>_pairs``; all None where the reference failed or did not run. The
-      reference measured in the winner's phase counts, else the search's.
-    * ``tied_faster``: None, or (the fastest configuration's mean row, its ``noise.Speedup``
-      over the winner) when the tie rule chose a simpler winner.
-    * ``disturbed``: (trial id, reason) of the run's rows set aside as impossible.
-    * ``ceiling_samples_per_sec`` (the highest of the winner's compute-only ceiling
-      measurements), ``ceiling_measurements`` (how many there are), ``ceiling_disturbed``
-      (that ceiling is below the winner: the measurement was disturbed) and
-      ``pipeline_efficiency`` (winner ÷ ceiling, <= 1; None without a ceiling row or with a
-      disturbed one); ``loader_ceiling_samples_per_sec`` (the winner's DataLoader alone) and
-      ``loader_ceiling_disturbed`` (it is below the winner); ``attainable_samples_per_sec``, ``attainable_bound_by`` ('compute' or
-      'input pipeline') and ``attainable_share`` (winner ÷ attainable; see ``_attainable``).
-    """
-    measured = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
-                and r["samples_per_sec"] is not None]
-    if not measured:
-        return None
-    latest = max(measured, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
-    metric = latest.get("objective") or "samples_per_sec"
-    rows = _comparable(rows, latest, metric)
-    groups = _groups(rows)
-    chosen = _winner(groups, metric, higher=metric != "time_to_train_s")
-    if chosen is None:
-        return None
-    key, top, tied_faster = chosen
-    top = dict(top, tied_faster=tied_faster)
-    same_run = [r for r in rows if r["run_id"] == top["run_id"]]
-    top["disturbed"] = [(r["trial_id"], noise.impossible(r)) for r in same_run
-                        if r["status"] == Status.OK and noise.impossible(r)]
-    for ref in ("baseline", "recommended"):
-        top.update(_vs_reference(key, top, groups, ref))
-    _add_ceilings(top, same_run)
-    return top
-
-
-def _comparable(rows: list[dict], latest: dict, metric: str) -> list[dict]:
-    """The rows comparable with the most recent run's (``latest``, one of its rows): the same
-    scale (another model size trains at another rate), the same hardware and accelerator type
-    (a run over several types measures each configuration on each) and, for a time to train
-    (``metric``), the same ``train_steps``."""
-    same = ("scale", "hardware_key", "accelerator_type") + (
-        ("train_steps",) if metric == "time_to_train_s" else ())
-    return [r for r in rows if all(r.get(c) == latest.get(c) for c in same)]
-
-
-_EARLIEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-
-
-def _ran_at(row: dict) -> tuple:
-    """Sort key: when a row's trial started (rows without a start last), then its trial id."""
-    return (row["started_at"] is None, row["started_at"] or _EARLIEST, row["trial_id"] or "")
-
-
-def _valid(row: dict, metric: str) -> bool:
-    """A measurement that may win or serve as a reference: ok, not a ceiling, a value of
-    ``metric`` and no impossible figure."""
-    return (row["status"] == Status.OK and phase_of(row) != Phase.CEILING
-            and row["samples_per_sec"] is not None and row.get(metric) is not None
-            and noise.impossible(row) is None)
-
-
-def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
-    """Each configuration's rows per (run id, phase, knob values), in the order they ran,
-    failed ones included: in a re-measurement, the n-th row of each configuration is its
-    n-th round, so rows of two configurations pair by position."""
-    out: dict[tuple, list[dict]] = {}
-    for r in sorted((r for r in rows if phase_of(r) != Phase.CEILING), key=_ran_at):
-        key = (r["run_id"], phase_of(r), tuple(r.get(name) for name in Knobs.names()))
-        out.setdefault(key, []).append(r)
-    return out
-
-
-RATE_COLUMNS = ("tokens_per_sec", "achieved_tflops", "mfu_pct")
-"""Columns proportional to samples/sec in one row (the same work per sample)."""
-
-
-def _mean_row(group: list[dict], metric: str) -> dict | None:
-    """The group's valid measurement closest to their geometric mean, with ``samples_per_sec``
-    and ``metric`` set to the geometric means, ``RATE_COLUMNS`` scaled to that samples/sec (a
-    printed MFU or TFLOP/s belongs to the printed samples/sec, not to one round's), and
-    ``rounds`` to their count; None if none."""
-    valid = [r for r in group if _valid(r, metric)]
-    if not valid:
-        return None
-    means = {m: (math.exp(sum(math.log(r[m]) for r in valid) / len(valid)) if len(valid) > 1
-                 else valid[0][m]) for m in {"samples_per_sec", metric}}
-    closest = min(valid, key=lambda r: abs(math.log(r[metric] / means[metric])))
-    scale = means["samples_per_sec"] / closest["samples_per_sec"]
-    rates = {c: closest[c] * scale for c in RATE_COLUMNS if closest.get(c) is not None}
-    return {**closest, **means, **rates, "rounds": len(valid)}
-
-
-def _pairs(a: list[dict], b: list[dict], metric: str) -> list[tuple[dict, dict]]:
-    """Paired measurements of two configurations: round by round where both were
-    re-measured, else the last valid measurement of each (one pair)."""
-    if phase_of(a[0]) == phase_of(b[0]) == Phase.REMEASURE:
-        return [(x, y) for x, y in zip(a, b) if _valid(x, metric) and _valid(y, metric)]
-    va, vb = [r for r in a if _valid(r, metric)], [r for r in b if _valid(r, metric)]
-    return [(va[-1], vb[-1])] if va and vb else []
-
-
-def _winner(groups: dict[tuple, list[dict]], metric: str,
-            higher: bool) -> tuple[tuple, dict, tuple | None] | None:
-    """(group key, mean row, tied_faster) of the winner (see ``best_row``: candidates, the tie
-    rule), or None without a valid measurement."""
-    means = {k: m for k, g in groups.items() if (m := _mean_row(g, metric)) is not None}
-    remeasured = {k[0] for k in means if k[1] == Phase.REMEASURE}
-    candidates = {k: m for k, m in means.items() if k[0] not in remeasured
-                  or k[1] == Phase.REMEASURE}
-    if not candidates:
-        return None
-    sign = 1 if higher else -1
-    fastest = max(candidates, key=lambda k: sign * candidates[k][metric])
-    baseline = next((r for k, g in groups.items() if k[0] == fastest[0] for r in g
-                     if r.get("reference") == "baseline"), None)
-    tied = {}
-    for k in candidates:
-        if k[:2] == fastest[:2] and k != fastest:
-            sp = noise.speedup(_pairs(groups[fastest], groups[k], metric), metric, higher)
-            if sp is not None and sp.tie:
-                tied[k] = sp
-    pool = [fastest, *tied]
-    # Each tied configuration is within the noise of the fastest, not necessarily of the
-    # others: one measured clearly slower than another of them (the baseline, say) is no answer.
-    eligible = [k for k in pool if k == fastest or not any(
-        (sp := noise.speedup(_pairs(groups[j], groups[k], metric), metric, higher)) is not None
-        and not sp.tie and sp.ratio > 1 for j in pool if j != k)]
-    chosen = min(eligible, key=lambda k: (noise.simplicity(candidates[k], baseline),
-                                          -sign * candidates[k][metric]))
-    faster = (candidates[fastest], tied[chosen]) if chosen != fastest else None
-    return chosen, candidates[chosen], faster
-
-
-def _vs_reference(key: tuple, top: dict, groups: dict[tuple, list[dict]],
-                  ref: str) -> dict[str, Any]:
-    """The ``<ref>_*`` and ``speedup_vs_<ref>*`` keys of ``best_row`` for the winner (its
-    group ``key``, its mean row ``top``)."""
-    run, phase, knobs = key
-    sps = "samples_per_sec"
-    out: dict[str, Any] = {f"{ref}_samples_per_sec": None, f"speedup_vs_{ref}": None,
-                           f"speedup_vs_{ref}_low": None, f"speedup_vs_{ref}_high": None,
-                           f"tie_vs_{ref}": None, f"speedup_vs_{ref}_pairs": None,
-                           f"{ref}_is_best": False}
-    keys = sorted((k for k, g in groups.items() if k[0] == run
-                   and any(r.get("reference") == ref for r in g)
-                   and any(_valid(r, sps) for r in g)), key=lambda k: k[1] != phase)
-    if not keys:
-        return out
-    if keys[0][2] == knobs:
-        out.update({f"{ref}_samples_per_sec": top[sps], f"speedup_vs_{ref}": 1.0,
-                    f"{ref}_is_best": True})
-        return out
-    sp = noise.speedup(_pairs(groups[key], groups[keys[0]], sps))
-    if sp is None:
-        return out
-    out.update({f"{ref}_samples_per_sec": _mean_row(groups[keys[0]], sps)[sps],
-                f"speedup_vs_{ref}": sp.ratio, f"speedup_vs_{ref}_low": sp.low,
-                f"speedup_vs_{ref}_high": sp.high, f"tie_vs_{ref}": sp.tie,
-                f"speedup_vs_{ref}_pairs": sp.pairs})
-    return out
-
-
-def speedup_vs(top: dict, ref: str) -> noise.Speedup | None:
-    """The best's speed-up over reference ``ref`` ('baseline' or 'recommended'), rebuilt from
-    the ``speedup_vs_<ref>``, ``_low``, ``_high`` and ``_pairs`` keys of ``top`` (a
-    ``best_row``, ``_vs_reference``); None where the reference failed, did not run, or is the
-    best itself (``<ref>_is_best``)."""
-    ratio = top.get(f"speedup_vs_{ref}")
-    if ratio is None or top.get(f"{ref}_is_best"):
-        return None
-    return noise.Speedup(ratio, top.get(f"speedup_vs_{ref}_low"),
-                         top.get(f"speedup_vs_{ref}_high"),
-                         top.get(f"speedup_vs_{ref}_pairs") or 1)
-
-
-CEILING_NOISE = 0.05
-"""A compute-only ceiling at most this share below the pipeline it bounds is read as the
-pipeline's own rate within the noise (a compute-bound configuration: the default CPU ddpm run
-measured 48.1 against 49.0 on a quiet machine), not as a busy machine, and not measured again.
-Either way no efficiency is shown."""
-
-
-def ceiling_far_below(top: dict) -> bool:
-    """Whether the winner's compute-only ceiling (``best_row``) lies more than
-    ``CEILING_NOISE`` below the winner: a disturbed measurement, which the run measures again."""
-    bound = top.get("ceiling_samples_per_sec")
-    return (bool(top.get("ceiling_disturbed")) and bound is not None
-            and bound < (1 - CEILING_NOISE) * top["samples_per_sec"])
-
-
-def _add_ceilings(top: dict, same_run: list[dict]) -> None:
-    """The ceiling and attainable keys of ``best_row``, added to ``top``."""
-    knobs = {name: top[name] for name in Knobs.names()}
-    measured = _ceilings(same_run, knobs)
-    ceilings = {kind: max(rates, default=None) for kind, rates in measured.items()}
-    # A ceiling below what it bounds is a disturbed measurement (measured again by the run):
-    # the highest of its measurements counts, and none below the winner gives an efficiency.
-    bound = ceilings["compute"]
-    top["ceiling_samples_per_sec"] = bound
-    top["ceiling_measurements"] = len(measured["compute"])
-    top["ceiling_disturbed"] = bound is not None and bound < top["samples_per_sec"]
-    top["pipeline_efficiency"] = (top["samples_per_sec"] / bound
-                                  if bound is not None and not top["ceiling_disturbed"] else None)
-    top["loader_ceiling_samples_per_sec"] = ceilings["loader"]
-    # The winner trains no faster than its DataLoader delivers alone: a loader-only rate below
-    # it was disturbed too (a busy machine), never a bound to quote.
-    top["loader_ceiling_disturbed"] = (ceilings["loader"] is not None
-                                       and ceilings["loader"] < top["samples_per_sec"])
-    # The machine computes at least as fast as any compute-only rate measured on it: on CPU
-    # the largest batch is not the fastest (a ddpm batch of 256 ran at 26 samples/sec, the
-    # winner's batch of 37 at 39), so the winner's own ceiling counts too.
-    compute = ceilings["machine-compute"]
-    if compute is not None and bound is not None:
-        compute = max(compute, bound)
-    top.update(_attainable(top["samples_per_sec"], compute, ceilings["machine-loader"]))

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-import tuner.leaderboard as leaderboard
 import tuner.noise as noise
+import tuner.winner as winner
 from tuner.knobs import knob_text
 from tuner.status import STATUSES, Phase, Status, phase_of
 
@@ -186,7 +187,7 @@ class Progress:
                 self.console.print(f"[yellow]warning:[/] {note}", highlight=False)
 
     def _print_best(self, rows: list[dict], summary) -> None:
-        best = leaderboard.best_row(rows)
+        best = winner.best(rows)
         if best is None:
             disturbed = sorted({why for r in rows if r["status"] == Status.OK
                                 and (why := noise.impossible(r))})
@@ -195,76 +196,76 @@ class Progress:
                                    f"cannot be true ({'; '.join(disturbed)}): the machine was "
                                    "disturbed; run again on a quiet one", highlight=False)
             return
-        t = Table(title=f"{summary.workload} on {best['hardware_key']} ({summary.scale} scale)",
+        row, ceilings = best.row, best.ceilings
+        t = Table(title=f"{summary.workload} on {row['hardware_key']} ({summary.scale} scale)",
                   title_justify="left")
         for col in ("configuration", "samples/sec", "best is", "knobs"):
             t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
-        chosen = (f"re-measured, mean of {best['rounds']} rounds" if best["rounds"] > 1 else
-                  "re-measured" if phase_of(best) == Phase.REMEASURE else "measured")
-        t.add_row(f"[bold]best[/] ({chosen})", f"{best['samples_per_sec']:,.1f}", "", knob_text(best))
+        chosen = (f"re-measured, mean of {best.rounds} rounds" if best.rounds > 1 else
+                  "re-measured" if best.phase == Phase.REMEASURE else "measured")
+        t.add_row(f"[bold]best[/] ({chosen})", f"{best.samples_per_sec:,.1f}", "", knob_text(row))
         _reference_rows(t, best, rows)
-        if best["ceiling_disturbed"]:
-            t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
+        if ceilings.compute_disturbed:
+            t.add_row("compute-only ceiling", f"{ceilings.compute_samples_per_sec:,.1f}",
                       *_low_ceiling_cells(best))
-        elif best["ceiling_samples_per_sec"]:
-            t.add_row("compute-only ceiling", f"{best['ceiling_samples_per_sec']:,.1f}",
-                      f"{100 * best['pipeline_efficiency']:.0f}% of it",
+        elif ceilings.compute_samples_per_sec:
+            t.add_row("compute-only ceiling", f"{ceilings.compute_samples_per_sec:,.1f}",
+                      f"{100 * ceilings.pipeline_efficiency:.0f}% of it",
                       "same knobs, batches on the device")
-        if best.get("loader_ceiling_samples_per_sec"):
-            t.add_row("loader-only ceiling", f"{best['loader_ceiling_samples_per_sec']:,.1f}",
-                      *(_low_loader_cells(best) if best.get("loader_ceiling_disturbed")
+        if ceilings.loader_samples_per_sec:
+            t.add_row("loader-only ceiling", f"{ceilings.loader_samples_per_sec:,.1f}",
+                      *(_low_loader_cells(best) if ceilings.loader_disturbed
                         else ("", "same knobs, its DataLoader alone, no model")))
-        _attainable_row(t, best)
+        _attainable_row(t, best.attainable)
         self.console.print(t)
         for line in verdict_lines(best):
             self.console.print(line, highlight=False)
-        self.console.print(_compute_line(best), highlight=False)
-        if best.get("time_to_train_s") is not None:
-            self.console.print(f"predicted time for {best['train_steps']:,} steps: "
-                               f"{best['time_to_train_s']:,.1f} s (setup, warm-up and compile included)")
+        self.console.print(_compute_line(row), highlight=False)
+        if row.get("time_to_train_s") is not None:
+            self.console.print(f"predicted time for {row['train_steps']:,} steps: "
+                               f"{row['time_to_train_s']:,.1f} s (setup, warm-up and compile included)")
 
 
-def _reference_rows(t: Table, best: dict, rows: list[dict]) -> None:
+def _reference_rows(t: Table, best: winner.Answer, rows: list[dict]) -> None:
     """One table row per reference of the run: its rate and the best's speed-up over it ('the
     best itself' when the winner is that reference; 'tie' inside the noise), or how its trials
     failed ('retried' when it was measured twice)."""
-    for name in ("baseline", "recommended"):
-        matches = [r for r in rows if r["reference"] == name]
+    for ref in (best.baseline, best.recommended):
+        matches = [r for r in rows if r["reference"] == ref.name]
         if not matches:
             continue
         shown = next((r for r in matches if r["status"] == Status.OK), matches[-1])
-        sps = best[f"{name}_samples_per_sec"]
-        if best.get(f"{name}_is_best"):
-            t.add_row(name, f"{sps:,.1f}", "the best itself", knob_text(shown))
+        sps = ref.samples_per_sec
+        if ref.is_best:
+            t.add_row(ref.name, f"{sps:,.1f}", "the best itself", knob_text(shown))
         elif sps:
-            t.add_row(name, f"{sps:,.1f}", leaderboard.speedup_vs(best, name).short(),
-                      knob_text(shown))
+            t.add_row(ref.name, f"{sps:,.1f}", ref.speedup.short(), knob_text(shown))
         else:
             tried = " (retried)" if sum(phase_of(r) == Phase.SEARCH for r in matches) > 1 else ""
-            t.add_row(name, f"{shown['status']}{tried}", "", knob_text(shown))
+            t.add_row(ref.name, f"{shown['status']}{tried}", "", knob_text(shown))
 
 
-def verdict_lines(best: dict) -> list[str]:
+def verdict_lines(best: winner.Answer) -> list[str]:
     """The end-of-run lines under the table: each speed-up with its 95 % interval ('tie within
     the noise (speed-up X, 95 % CI [lo, hi])' where it contains 1, never 'X.XXx faster'), the
     faster configuration a tie set aside for a simpler one, and the measurements set aside as
-    impossible (``best``: a ``leaderboard.best_row``)."""
+    impossible (``best``: ``tuner.winner.best``'s answer)."""
     lines = []
-    for name in ("baseline", "recommended"):
-        sp = leaderboard.speedup_vs(best, name)
+    for ref in (best.baseline, best.recommended):
+        sp = ref.speedup
         if sp is None:  # failed, not run, or the best itself
             continue
         paired = f"; {sp.pairs} interleaved rounds" if sp.pairs > 1 else ""
-        lines.append(f"vs {name}: {sp.text()}{paired}")
-    if best.get("tied_faster"):
-        row, sp = best["tied_faster"]
+        lines.append(f"vs {ref.name}: {sp.text()}{paired}")
+    if best.tied_faster:
+        row, sp = best.tied_faster.row, best.tied_faster.speedup
         lines.append(f"fastest measured, {knob_text(row)} at {row['samples_per_sec']:,.1f} "
                      f"samples/sec, against the best shown: {sp.text()}; the simpler "
                      "configuration is chosen (no compile, then fewer workers, then closer to "
                      "the baseline)")
-    if best.get("disturbed"):
-        shown = "; ".join(f"trial {trial}: {why}" for trial, why in best["disturbed"][:3])
-        more = f" and {len(best['disturbed']) - 3} more" if len(best["disturbed"]) > 3 else ""
+    if best.disturbed:
+        shown = "; ".join(f"trial {d.trial_id}: {d.reason}" for d in best.disturbed[:3])
+        more = f" and {len(best.disturbed) - 3} more" if len(best.disturbed) > 3 else ""
         lines.append(f"set aside as disturbed (figures that cannot be true, never a result): "
                      f"{shown}{more}")
     return lines
@@ -373,8 +374,9 @@ def leaderboard_statuses(rows: list[dict]) -> list[str]:
     return [s for s in STATUSES if any(r["status"] == s for r in rows)]
 
 
-def _compute_line(best: dict) -> str:
-    """How far the winner is from the card's peak: FLOP per sample, achieved TFLOP/s, MFU."""
+def _compute_line(best: Mapping) -> str:
+    """How far the winner (its row) is from the card's peak: FLOP per sample, achieved
+    TFLOP/s, MFU."""
     flops = best.get("model_flops_per_sample")
     if flops is None:
         return "compute: the model's FLOPs could not be counted"
@@ -388,42 +390,40 @@ def _compute_line(best: dict) -> str:
     return text + f" · MFU {best['mfu_pct']:.1f}% of the card's dense peak"
 
 
-
-def _attainable_row(t: Table, best: dict) -> None:
+def _attainable_row(t: Table, attainable: winner.Attainable) -> None:
     """The machine's attainable rate, the winner's share of it and which limit binds."""
-    attainable = best.get("attainable_samples_per_sec")
-    if attainable is None:
+    if attainable.samples_per_sec is None:
         return
-    share = best.get("attainable_share")
-    t.add_row("attainable here", f"{attainable:,.1f}",
+    share = attainable.share
+    t.add_row("attainable here", f"{attainable.samples_per_sec:,.1f}",
               f"{100 * share:.0f}% of it" if share is not None else "not a bound",
-              f"bound by {best['attainable_bound_by']}: min(the best compute-only rate measured, "
+              f"bound by {attainable.bound_by}: min(the best compute-only rate measured, "
               "loader-only with every CPU a worker)" if share is not None else
               "the best ran faster than this machine's measured limit: a disturbed measurement")
 
 
-def _low_ceiling_cells(best: dict) -> tuple[str, str]:
+def _low_ceiling_cells(best: winner.Answer) -> tuple[str, str]:
     """The 'best is' and 'knobs' cells of a compute-only ceiling measured below the best: within
-    ``leaderboard.CEILING_NOISE`` it is the pipeline's own rate ('at it': bound by compute), further below a
-    disturbed measurement. No efficiency either way (it would read over 100 %)."""
-    below = 1 - best["ceiling_samples_per_sec"] / best["samples_per_sec"]
-    if below <= leaderboard.CEILING_NOISE:
+    ``tuner.winner.CEILING_NOISE`` it is the pipeline's own rate ('at it': bound by compute),
+    further below a disturbed measurement. No efficiency either way (it would read over 100 %)."""
+    below = 1 - best.ceilings.compute_samples_per_sec / best.samples_per_sec
+    if below <= winner.CEILING_NOISE:
         return "at it", (f"same knobs, batches on the device: {100 * below:.0f} % below the "
                          "pipeline, within the noise: it runs at its compute-only rate, bound by "
                          "compute")
-    how = ("twice" if best["ceiling_measurements"] >= 2 else
+    how = ("twice" if best.ceilings.compute_measurements >= 2 else
            "once (the time budget left none to measure it again)")
     return "disturbed", (f"measured below the pipeline it bounds, {how}: no efficiency shown "
                          "(the machine was busy; run again on a quiet one)")
 
 
-def _low_loader_cells(best: dict) -> tuple[str, str]:
+def _low_loader_cells(best: winner.Answer) -> tuple[str, str]:
     """The 'best is' and 'knobs' cells of a loader-only ceiling measured below the best, which
-    trains no faster than its DataLoader delivers alone: within ``leaderboard.CEILING_NOISE``
+    trains no faster than its DataLoader delivers alone: within ``tuner.winner.CEILING_NOISE``
     the pipeline runs at its loader's rate ('at it': bound by the input pipeline), further
     below a disturbed measurement, never a bound."""
-    below = 1 - best["loader_ceiling_samples_per_sec"] / best["samples_per_sec"]
-    if below <= leaderboard.CEILING_NOISE:
+    below = 1 - best.ceilings.loader_samples_per_sec / best.samples_per_sec
+    if below <= winner.CEILING_NOISE:
         return "at it", (f"same knobs, its DataLoader alone: {100 * below:.0f} % below the "
                          "pipeline, within the noise: it runs at its loader's rate, bound by "
                          "the input pipeline")

@@ -37,9 +37,10 @@ from matplotlib.figure import Figure
 
 import tuner.leaderboard as leaderboard
 import tuner.noise as noise
+import tuner.winner as winner
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
-from tuner.status import FAILED, MEASURED, STATUSES, Phase, Status, phase_of
+from tuner.status import FAILED, MEASURED, Phase, Status, phase_of
 
 FIGURES = ("throughput_vs_batch", "knob_importance", "throughput_vs_memory", "best_vs_references")
 """Figure names, in page order; each is written as ``<name>.png``."""
@@ -85,7 +86,7 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
     table, hardware = leaderboard.select(results, workload, hardware, scale=scale)
     rows = report_order(leaderboard.ranked(table))
     trials = training_trials(rows)
-    top = leaderboard.best(table)
+    top = winner.best(table)
     out = check_out_dir(out_dir)
     importances, importance_note = knob_importances(trials)
     figures = {
@@ -172,8 +173,7 @@ def _believable_ok(rows: Iterable[dict]) -> list[dict]:
             and not disturbed(r)]
 
 
-# ---------------------------------------------------------------------------------------------
-# Knob importance
+# --- Knob importance -------------------------------------------------------------------------
 
 
 def knob_importances(rows: Iterable[dict]) -> tuple[dict[str, float] | None, str]:
@@ -241,8 +241,7 @@ def _distributions(ok: list[dict]) -> dict[str, optuna.distributions.BaseDistrib
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Figures (each returns a matplotlib Figure; nothing is drawn into global state)
+# --- Figures (each returns a matplotlib Figure; nothing is drawn into global state) ----------
 
 
 def plot_throughput_vs_batch(rows: list[dict]) -> Figure:
@@ -356,35 +355,34 @@ def speedup_label(sp: noise.Speedup) -> str:
     return f"best: {verdict}\nspeed-up {sp.ratio:.2f}, {ci}"
 
 
-def plot_best_vs_references(top: dict | None) -> Figure:
+def plot_best_vs_references(top: winner.Answer | None) -> Figure:
     """Bars: samples/sec of the best trial and of the baseline and recommended references of
-    its run (``leaderboard.best``), each reference bar annotated with the best's speed-up over
+    its run (``tuner.winner.best``), each reference bar annotated with the best's speed-up over
     it and its interval (``speedup_label``: 'tie' where the interval contains 1), or 'the best
     itself' where the reference won."""
     fig, ax = _figure("Best configuration against the references", grid="y")
     if top is None:
         return _message(fig, ax, "no successful trial")
-    labels = ["best", "baseline", "recommended"]
-    values = [top["samples_per_sec"], top["baseline_samples_per_sec"],
-              top["recommended_samples_per_sec"]]
-    colors = ["tab:green", "tab:grey", "tab:grey"]
-    bars = ax.bar(labels, [v or 0.0 for v in values], color=colors)
+    refs = (top.baseline, top.recommended)
+    values = [top.samples_per_sec, *(ref.samples_per_sec for ref in refs)]
+    bars = ax.bar(["best", *(ref.name for ref in refs)], [v or 0.0 for v in values],
+                  color=["tab:green", "tab:grey", "tab:grey"])
     texts = [f"{values[0]:,.1f}"]
-    for ref, value in zip(labels[1:], values[1:]):
-        sp = leaderboard.speedup_vs(top, ref)
+    for ref in refs:
+        value = ref.samples_per_sec
         if value is None:
             texts.append("failed or not run")
-        elif top.get(f"{ref}_is_best"):
+        elif ref.is_best:
             texts.append(f"{value:,.1f}\nthe best itself")
-        elif sp is None:
+        elif ref.speedup is None:
             texts.append(f"{value:,.1f}")
         else:
-            texts.append(f"{value:,.1f}\n{speedup_label(sp)}")
+            texts.append(f"{value:,.1f}\n{speedup_label(ref.speedup)}")
     ax.bar_label(bars, labels=texts, padding=3, fontsize="x-small")
     ax.set_ylim(0, max(v or 0.0 for v in values) * 1.35 or 1.0)
     ax.set_ylabel("samples/sec")
-    ax.text(0.01, 0.98, f"best: {knob_text(top)}", transform=ax.transAxes, ha="left", va="top",
-            fontsize="x-small", color="dimgrey", wrap=True)
+    ax.text(0.01, 0.98, f"best: {knob_text(top.row)}", transform=ax.transAxes, ha="left",
+            va="top", fontsize="x-small", color="dimgrey", wrap=True)
     return fig
 
 
@@ -409,8 +407,7 @@ def _png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-# ---------------------------------------------------------------------------------------------
-# HTML
+# --- HTML ------------------------------------------------------------------------------------
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -440,7 +437,7 @@ _CAPTIONS = {
 
 
 def render_html(*, workload: str, hardware: str | None, rows: list[dict], trials: list[dict],
-                top: dict | None, pngs: dict[str, bytes], importances: dict[str, float] | None,
+                top: winner.Answer | None, pngs: dict[str, bytes], importances: dict[str, float] | None,
                 importance_note: str) -> str:
     """The report page: every figure inlined as a data URI, no external files, scripts or
     styles. ``rows`` are ranked (``report_order``; the top-10 table), ``trials`` the training
@@ -501,34 +498,35 @@ def _disturbed_note(trials: list[dict]) -> str:
             f"(set aside; not in the figures): {html.escape(shown + more)}.</p>")
 
 
-def _best_section(top: dict | None) -> str:
+def _best_section(top: winner.Answer | None) -> str:
     """The best's samples/sec, its speed-up over each reference in the tool's words
     (``noise.Speedup.text``: 'tie within the noise (speed-up 1.15, 95 % CI [0.97, 1.36])',
     never a bare '1.15x'), the faster configuration a tie set aside, and its knobs."""
     e = html.escape
     if top is None:
         return "<p>No successful trial.</p>"
-    lines = [f"<p><strong>{_fmt_num(top['samples_per_sec'], 1)} samples/sec</strong> "
-             f"(run <code>{e(str(top['run_id']))}</code>, trial "
-             f"<code>{e(str(top['trial_id']))}</code>)</p>"]
+    row = top.row
+    lines = [f"<p><strong>{_fmt_num(top.samples_per_sec, 1)} samples/sec</strong> "
+             f"(run <code>{e(str(row['run_id']))}</code>, trial "
+             f"<code>{e(str(row['trial_id']))}</code>)</p>"]
     speed_rows = []
-    for ref in ("baseline", "recommended"):
-        sps, sp = top[f"{ref}_samples_per_sec"], leaderboard.speedup_vs(top, ref)
-        verdict = ("the best itself" if top.get(f"{ref}_is_best") and sps is not None
+    for ref in (top.baseline, top.recommended):
+        sps, sp = ref.samples_per_sec, ref.speedup
+        verdict = ("the best itself" if ref.is_best and sps is not None
                    else sp.text() if sp is not None else "")
         if sp is not None and sp.pairs > 1:
             verdict += f"; {sp.pairs} interleaved rounds"
-        speed_rows.append([e(ref), _td(_fmt_num(sps, 1) or "failed or not run"), e(verdict)])
+        speed_rows.append([e(ref.name), _td(_fmt_num(sps, 1) or "failed or not run"), e(verdict)])
     lines.append(_table(["reference", "samples/sec", "best against it"], speed_rows))
-    if top.get("tied_faster"):
-        row, sp = top["tied_faster"]
-        lines.append(f"<p>Fastest measured, <code>{e(knob_text(row))}</code> at "
-                     f"{_fmt_num(row['samples_per_sec'], 1)} samples/sec, against the best "
+    if top.tied_faster:
+        faster, sp = top.tied_faster.row, top.tied_faster.speedup
+        lines.append(f"<p>Fastest measured, <code>{e(knob_text(faster))}</code> at "
+                     f"{_fmt_num(faster['samples_per_sec'], 1)} samples/sec, against the best "
                      f"shown: {e(sp.text())}; the simpler configuration is chosen (no compile, "
                      "then fewer workers, then closer to the baseline).</p>")
-    knob_rows = [[e(name), e(_fmt_value(top.get(name)))] for name in Knobs.names()]
-    if top.get("clamped"):
-        knob_rows.append([e("clamped"), e(str(top["clamped"]))])
+    knob_rows = [[e(name), e(_fmt_value(row.get(name)))] for name in Knobs.names()]
+    if row.get("clamped"):
+        knob_rows.append([e("clamped"), e(str(row["clamped"]))])
     lines.append(_table(["knob", "value"], knob_rows))
     return "\n".join(lines)
 
@@ -597,6 +595,4 @@ def _fmt_num(v: float | None, digits: int) -> str:
 
 
 def _fmt_value(v: Any) -> str:
-    if v is None:
-        return "—"
-    return str(v).lower() if isinstance(v, bool) else str(v)
+    return "—" if v is None else str(v).lower() if isinstance(v, bool) else str(v)

@@ -1,0 +1,460 @@
+"""The answer of a run: the winning configuration, its speed-ups over the references, the
+ties within the noise, its ceilings and the machine's attainable rate.
+
+``best(rows)`` reads leaderboard rows (``tuner.leaderboard.read``, as dicts or a table) and
+returns a frozen ``Answer``: typed fields read by attribute, and ``Answer.to_dict()``, the
+stable document ``python -m tuner best --format json|yaml`` prints. The rows stay the
+leaderboard's (``tuner.leaderboard.SCHEMA``); this module only reads them.
+
+Torch-free: the CLI, the report and the progress printer use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import tuner.noise as noise
+from tuner.knobs import Knobs
+from tuner.status import Phase, Status, phase_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+REFERENCES = ("baseline", "recommended")
+"""The reference configurations a run measures beside its search (``reference`` column)."""
+
+RATE_COLUMNS = ("tokens_per_sec", "achieved_tflops", "mfu_pct")
+"""Columns proportional to samples/sec in one row (the same work per sample)."""
+
+CEILING_NOISE = 0.05
+"""A compute-only ceiling at most this share below the pipeline it bounds is read as the
+pipeline's own rate within the noise (a compute-bound configuration), not as a busy machine,
+and not measured again. Either way no efficiency is shown. Source: the spread of the default
+CPU ddpm run's compute-only ceiling against its pipeline on a quiet machine (about 2 %)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The winner against one reference configuration of its run."""
+
+    name: str
+    """'baseline' or 'recommended'."""
+    samples_per_sec: float | None
+    """The reference's geometric mean over its measurements in the compared phase, samples/sec
+    (the winner's own where ``is_best``); None where it failed, did not run or has no
+    measurement paired with the winner's."""
+    is_best: bool
+    """The winner is this reference."""
+    speedup: noise.Speedup | None
+    """The winner's samples/sec over the reference's from paired rounds, with its 95 %
+    interval; None where ``samples_per_sec`` is None or the winner is the reference."""
+
+    @property
+    def ratio(self) -> float | None:
+        """The speed-up's point estimate; 1.0 when the winner is the reference."""
+        return 1.0 if self.is_best else self.speedup.ratio if self.speedup else None
+
+    @property
+    def tie(self) -> bool | None:
+        """The interval contains 1 (``noise.Speedup.tie``); None without a speed-up."""
+        return self.speedup.tie if self.speedup else None
+
+
+@dataclass(frozen=True)
+class TiedFaster:
+    """The fastest configuration, set aside by the tie rule for a simpler winner."""
+
+    row: Mapping[str, Any]
+    """Its leaderboard row, figures as the geometric mean of its measurements."""
+    speedup: noise.Speedup
+    """Its samples/sec (or objective) over the winner's, with its 95 % interval (a tie)."""
+
+
+@dataclass(frozen=True)
+class Disturbed:
+    """A row of the winner's run set aside: a figure that cannot be true
+    (``tuner.noise.impossible``)."""
+
+    trial_id: str
+    reason: str
+    """The figure that cannot be true, e.g. 'MFU 180 % is above 100 % of the card's peak'."""
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What bounds the winner: its own configuration measured without a part of the pipeline
+    (phase ``ceiling`` rows of its run). All rates in samples/sec."""
+
+    compute_samples_per_sec: float | None
+    """The highest of its compute-only measurements (batches already on the device); None
+    without one."""
+    compute_measurements: int
+    """How many compute-only measurements there are."""
+    compute_disturbed: bool
+    """The compute-only ceiling is below the winner: a disturbed measurement (or a
+    compute-bound pipeline within ``CEILING_NOISE``), never a bound."""
+    pipeline_efficiency: float | None
+    """Winner ÷ compute-only ceiling (<= 1); None without a ceiling or with a disturbed one."""
+    loader_samples_per_sec: float | None
+    """Its DataLoader alone, no model; None without one."""
+    loader_disturbed: bool
+    """The loader-only rate is below the winner (which trains no faster than its DataLoader
+    delivers): a disturbed measurement, never a bound."""
+
+
+@dataclass(frozen=True)
+class Attainable:
+    """The machine's attainable samples/sec: min(its compute limit, the best compute-only rate
+    measured on it, at the largest batch in the fastest precision or the winner's own; its
+    input limit, loader-only with every CPU a worker). All None without both limits."""
+
+    samples_per_sec: float | None
+    bound_by: str | None
+    """Which limit binds: 'compute' or 'input pipeline'."""
+    share: float | None
+    """Winner ÷ attainable (<= 1); None when the winner ran above it (a limit measured low:
+    disturbed), or without it."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The winning configuration of the most recent run, with everything measured beside it.
+
+    Read by attribute; ``to_dict`` is its serialised form."""
+
+    row: Mapping[str, Any]
+    """The winner's leaderboard row (``tuner.leaderboard.SCHEMA`` columns, read-only), with
+    ``samples_per_sec``, the objective and ``RATE_COLUMNS`` the geometric mean over its
+    measurements and ``rounds`` their count; the other columns are those of the measurement
+    closest to that mean."""
+    baseline: Reference
+    """The winner against its run's 'baseline' reference (the user's starting point,
+    ``Workload.references``)."""
+    recommended: Reference
+    """The winner against its run's 'recommended' reference (what the guide says to do), where
+    the workload has one."""
+    tied_faster: TiedFaster | None
+    """Set when the tie rule chose a simpler winner than the fastest."""
+    disturbed: tuple[Disturbed, ...]
+    """The rows of the winner's run set aside as impossible."""
+    ceilings: Ceilings
+    """What bounds the winner's own configuration."""
+    attainable: Attainable
+    """The machine's attainable rate and which limit binds."""
+
+    @property
+    def samples_per_sec(self) -> float:
+        """Geometric mean over the winner's measurements, samples/sec."""
+        return self.row["samples_per_sec"]
+
+    @property
+    def rounds(self) -> int:
+        """How many measurements of the winner the figures are the mean of."""
+        return self.row["rounds"]
+
+    @property
+    def ceiling_far_below(self) -> bool:
+        """The compute-only ceiling lies more than ``CEILING_NOISE`` below the winner: a
+        disturbed measurement, which a run measures again."""
+        bound = self.ceilings.compute_samples_per_sec
+        return (self.ceilings.compute_disturbed and bound is not None
+                and bound < (1 - CEILING_NOISE) * self.samples_per_sec)
+
+    @property
+    def knobs(self) -> Knobs:
+        """The winner's knob values."""
+        return Knobs.from_dict(self.row, strict=False)
+
+    @property
+    def phase(self) -> Phase:
+        """``Phase.REMEASURE`` when the winner was chosen among re-measurements, else
+        ``Phase.SEARCH``."""
+        return phase_of(self.row)
+
+    def reference(self, name: str) -> Reference:
+        """``baseline`` or ``recommended`` by name.
+
+        Raises:
+            ValueError: ``name`` is neither."""
+        if name not in REFERENCES:
+            raise ValueError(f"reference {name!r}: accepted: {', '.join(REFERENCES)}")
+        return getattr(self, name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole answer as plain JSON/YAML values, keys in this order:
+
+        * ``workload``, ``hardware_key``, ``device``, ``scale``, ``run_id``, ``trial_id``;
+          ``knobs`` (name -> value); ``samples_per_sec``, ``tokens_per_sec``;
+        * per reference ``<ref>`` (``baseline``, ``recommended``): ``<ref>_samples_per_sec``,
+          ``speedup_vs_<ref>`` (``Reference.ratio``), then ``speedup_ci_vs_<ref>`` ([low, high]
+          or null), ``tie_vs_<ref>``, ``<ref>_is_best``;
+        * ``rounds``; ``chosen_over_faster`` (null, or the tied faster configuration:
+          ``trial_id``, ``knobs``, ``samples_per_sec``, ``speedup`` over the winner,
+          ``speedup_ci``); ``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``,
+          ``compile_s``, ``peak_device_memory_mb``, ``peak_host_memory_mb``, ``clamped``;
+        * ``phase``, ``objective``, ``time_to_train_s``, ``train_steps``;
+          ``speedup_pairs_vs_<ref>`` (paired rounds of each speed-up, or null);
+        * ``ceilings``: the ``Ceilings`` fields; ``attainable``: the ``Attainable`` fields;
+          ``disturbed``: a list of {``trial_id``, ``reason``}.
+
+        Every field of the answer is in it; the row's other columns are the leaderboard's.
+        """
+        row = self.row
+        doc: dict[str, Any] = {
+            name: row.get(name) for name in ("workload", "hardware_key", "device", "scale",
+                                             "run_id", "trial_id")}
+        doc.update(knobs=self.knobs.to_dict(), samples_per_sec=self.samples_per_sec,
+                   tokens_per_sec=row.get("tokens_per_sec"))
+        for ref in (self.baseline, self.recommended):
+            doc[f"{ref.name}_samples_per_sec"] = ref.samples_per_sec
+            doc[f"speedup_vs_{ref.name}"] = ref.ratio
+        for ref in (self.baseline, self.recommended):
+            sp = ref.speedup
+            doc[f"speedup_ci_vs_{ref.name}"] = ([sp.low, sp.high] if sp and sp.low is not None
+                                                else None)
+            doc[f"tie_vs_{ref.name}"] = ref.tie
+            doc[f"{ref.name}_is_best"] = ref.is_best
+        doc["rounds"] = self.rounds
+        doc["chosen_over_faster"] = _faster_doc(self.tied_faster)
+        for name in ("model_flops_per_sample", "achieved_tflops", "mfu_pct", "compile_s",
+                     "peak_device_memory_mb", "peak_host_memory_mb", "clamped"):
+            doc[name] = row.get(name)
+        doc.update(phase=self.phase.value, objective=row.get("objective") or "samples_per_sec",
+                   time_to_train_s=row.get("time_to_train_s"), train_steps=row.get("train_steps"))
+        for ref in (self.baseline, self.recommended):
+            doc[f"speedup_pairs_vs_{ref.name}"] = ref.speedup.pairs if ref.speedup else None
+        doc["ceilings"] = dataclasses.asdict(self.ceilings)
+        doc["attainable"] = dataclasses.asdict(self.attainable)
+        doc["disturbed"] = [dataclasses.asdict(d) for d in self.disturbed]
+        return doc
+
+
+def _faster_doc(faster: TiedFaster | None) -> dict[str, Any] | None:
+    if faster is None:
+        return None
+    row, sp = faster.row, faster.speedup
+    return {"trial_id": row["trial_id"], "knobs": Knobs.from_dict(row, strict=False).to_dict(),
+            "samples_per_sec": row["samples_per_sec"], "speedup": sp.ratio,
+            "speedup_ci": [sp.low, sp.high]}
+
+
+def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
+    """The winning configuration, with the references measured in the same run beside it.
+
+    ``rows``: leaderboard rows as mappings, or a ``pyarrow.Table`` of them.
+
+    The objective is that of the most recent run (``samples_per_sec``: highest wins;
+    ``time_to_train_s``: lowest wins), and only rows of its scale, hardware and accelerator
+    type (and, for a time to train, its ``train_steps``) compete (``_comparable``): a
+    tiny-scale row is not a seed-scale answer (``tuner.leaderboard.select(scale=...)`` reads
+    another scale's). Where a run re-measured its best configurations in interleaved rounds
+    (phase ``remeasure``), the winner of that run is chosen among the re-measurements, each
+    configuration by the geometric mean of its rounds, so a single lucky window cannot win.
+    Compute-only ``ceiling`` rows never win, nor does a row with a figure that cannot be true
+    (``tuner.noise.impossible``: a disturbed measurement).
+
+    The tie rule: where the fastest configuration's lead over another of its run and phase is
+    within the noise (the 95 % interval of the paired speed-up contains 1,
+    ``tuner.noise.speedup``), the simpler of them wins (``tuner.noise.simplicity``: no
+    ``torch.compile``, then fewer DataLoader workers, then fewer knobs differing from the
+    baseline's values) -- which may be a reference itself -- unless it is clearly slower than
+    another configuration tied with the fastest (an interval above 1 over it).
+
+    A reference is compared in the winner's phase where it was measured there, else in the
+    search.
+
+    Returns:
+        The ``Answer``, or None when no trial succeeded.
+    """
+    rows = [dict(r) for r in (rows.to_pylist() if hasattr(rows, "to_pylist") else rows)]
+    measured = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
+                and r["samples_per_sec"] is not None]
+    if not measured:
+        return None
+    latest = max(measured, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
+    metric = latest.get("objective") or "samples_per_sec"
+    rows = _comparable(rows, latest, metric)
+    groups = _groups(rows)
+    chosen = _winner(groups, metric, higher=metric != "time_to_train_s")
+    if chosen is None:
+        return None
+    key, top, tied_faster = chosen
+    same_run = [r for r in rows if r["run_id"] == top["run_id"]]
+    disturbed = tuple(Disturbed(r["trial_id"], why) for r in same_run
+                      if r["status"] == Status.OK and (why := noise.impossible(r)))
+    ceilings, attainable = _ceilings(top, same_run)
+    return Answer(row=MappingProxyType(top),
+                  baseline=_vs_reference(key, top, groups, "baseline"),
+                  recommended=_vs_reference(key, top, groups, "recommended"),
+                  tied_faster=(TiedFaster(MappingProxyType(tied_faster[0]), tied_faster[1])
+                               if tied_faster else None),
+                  disturbed=disturbed, ceilings=ceilings, attainable=attainable)
+
+
+def _comparable(rows: list[dict], latest: dict, metric: str) -> list[dict]:
+    """The rows comparable with the most recent run's (``latest``, one of its rows): the same
+    scale (another model size trains at another rate), the same hardware and accelerator type
+    (a run over several types measures each configuration on each) and, for a time to train
+    (``metric``), the same ``train_steps``."""
+    same = ("scale", "hardware_key", "accelerator_type") + (
+        ("train_steps",) if metric == "time_to_train_s" else ())
+    return [r for r in rows if all(r.get(c) == latest.get(c) for c in same)]
+
+
+_EARLIEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+
+
+def _ran_at(row: dict) -> tuple:
+    """Sort key: when a row's trial started (rows without a start last), then its trial id."""
+    return (row["started_at"] is None, row["started_at"] or _EARLIEST, row["trial_id"] or "")
+
+
+def _valid(row: dict, metric: str) -> bool:
+    """A measurement that may win or serve as a reference: ok, not a ceiling, a value of
+    ``metric`` and no impossible figure."""
+    return (row["status"] == Status.OK and phase_of(row) != Phase.CEILING
+            and row["samples_per_sec"] is not None and row.get(metric) is not None
+            and noise.impossible(row) is None)
+
+
+def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Each configuration's rows per (run id, phase, knob values), in the order they ran,
+    failed ones included: in a re-measurement, the n-th row of each configuration is its
+    n-th round, so rows of two configurations pair by position."""
+    out: dict[tuple, list[dict]] = {}
+    for r in sorted((r for r in rows if phase_of(r) != Phase.CEILING), key=_ran_at):
+        key = (r["run_id"], phase_of(r), tuple(r.get(name) for name in Knobs.names()))
+        out.setdefault(key, []).append(r)
+    return out
+
+
+def _mean_row(group: list[dict], metric: str) -> dict | None:
+    """The group's valid measurement closest to their geometric mean, with ``samples_per_sec``
+    and ``metric`` set to the geometric means, ``RATE_COLUMNS`` scaled to that samples/sec (a
+    printed MFU or TFLOP/s belongs to the printed samples/sec, not to one round's), and
+    ``rounds`` to their count; None if none."""
+    valid = [r for r in group if _valid(r, metric)]
+    if not valid:
+        return None
+    means = {m: (math.exp(sum(math.log(r[m]) for r in valid) / len(valid)) if len(valid) > 1
+                 else valid[0][m]) for m in {"samples_per_sec", metric}}
+    closest = min(valid, key=lambda r: abs(math.log(r[metric] / means[metric])))
+    scale = means["samples_per_sec"] / closest["samples_per_sec"]
+    rates = {c: closest[c] * scale for c in RATE_COLUMNS if closest.get(c) is not None}
+    return {**closest, **means, **rates, "rounds": len(valid)}
+
+
+def pairs(a: list[Mapping], b: list[Mapping],
+          metric: str = "samples_per_sec") -> list[tuple[Mapping, Mapping]]:
+    """Paired measurements of two configurations' rows (each in the order they ran): round by
+    round where both were re-measured, else the last valid measurement of each (one pair)."""
+    if phase_of(a[0]) == phase_of(b[0]) == Phase.REMEASURE:
+        return [(x, y) for x, y in zip(a, b) if _valid(x, metric) and _valid(y, metric)]
+    va, vb = [r for r in a if _valid(r, metric)], [r for r in b if _valid(r, metric)]
+    return [(va[-1], vb[-1])] if va and vb else []
+
+
+def _winner(groups: dict[tuple, list[dict]], metric: str,
+            higher: bool) -> tuple[tuple, dict, tuple | None] | None:
+    """(group key, mean row, (fastest's mean row, its speed-up over the winner) or None) of
+    the winner (see ``best``: candidates, the tie rule), or None without a valid measurement."""
+    means = {k: m for k, g in groups.items() if (m := _mean_row(g, metric)) is not None}
+    remeasured = {k[0] for k in means if k[1] == Phase.REMEASURE}
+    candidates = {k: m for k, m in means.items() if k[0] not in remeasured
+                  or k[1] == Phase.REMEASURE}
+    if not candidates:
+        return None
+    sign = 1 if higher else -1
+    fastest = max(candidates, key=lambda k: sign * candidates[k][metric])
+    baseline = next((r for k, g in groups.items() if k[0] == fastest[0] for r in g
+                     if r.get("reference") == "baseline"), None)
+    tied = {}
+    for k in candidates:
+        if k[:2] == fastest[:2] and k != fastest:
+            sp = noise.speedup(pairs(groups[fastest], groups[k], metric), metric, higher)
+            if sp is not None and sp.tie:
+                tied[k] = sp
+    pool = [fastest, *tied]
+    # Each tied configuration is within the noise of the fastest, not necessarily of the
+    # others: one measured clearly slower than another of them (the baseline, say) is no answer.
+    eligible = [k for k in pool if k == fastest or not any(
+        (sp := noise.speedup(pairs(groups[j], groups[k], metric), metric, higher)) is not None
+        and not sp.tie and sp.ratio > 1 for j in pool if j != k)]
+    chosen = min(eligible, key=lambda k: (noise.simplicity(candidates[k], baseline),
+                                          -sign * candidates[k][metric]))
+    faster = (candidates[fastest], tied[chosen]) if chosen != fastest else None
+    return chosen, candidates[chosen], faster
+
+
+def _vs_reference(key: tuple, top: dict, groups: dict[tuple, list[dict]],
+                  ref: str) -> Reference:
+    """The winner (its group ``key``, its mean row ``top``) against reference ``ref``: the
+    reference's group in the winner's phase, else in the search."""
+    run, phase, knobs = key
+    sps = "samples_per_sec"
+    keys = sorted((k for k, g in groups.items() if k[0] == run
+                   and any(r.get("reference") == ref for r in g)
+                   and any(_valid(r, sps) for r in g)), key=lambda k: k[1] != phase)
+    if not keys:
+        return Reference(ref, None, False, None)
+    if keys[0][2] == knobs:
+        return Reference(ref, top[sps], True, None)
+    sp = noise.speedup(pairs(groups[key], groups[keys[0]], sps))
+    if sp is None:
+        return Reference(ref, None, False, None)
+    return Reference(ref, _mean_row(groups[keys[0]], sps)[sps], False, sp)
+
+
+def _ceiling_rates(rows: list[dict], knobs: dict) -> dict[str, list[float]]:
+    """The successful measurements (samples/sec) of each ceiling among one run's rows: the
+    winner's own ('compute', 'loader': rows with its knobs; rows before the ``ceiling`` column
+    are compute ceilings) and the machine's ('machine-compute', 'machine-loader')."""
+    out: dict[str, list[float]] = {k: [] for k in ("compute", "loader", "machine-compute",
+                                                   "machine-loader")}
+    for r in rows:
+        if phase_of(r) != Phase.CEILING or r["status"] != Status.OK:
+            continue
+        kind = r.get("ceiling") or "compute"
+        if not kind.startswith("machine") and any(r[n] != v for n, v in knobs.items()):
+            continue
+        out[kind].append(r["samples_per_sec"])
+    return out
+
+
+def _ceilings(top: dict, same_run: list[dict]) -> tuple[Ceilings, Attainable]:
+    """The winner's ceilings and the machine's attainable rate, from its run's rows."""
+    best_sps = top["samples_per_sec"]
+    measured = _ceiling_rates(same_run, {name: top[name] for name in Knobs.names()})
+    highest = {kind: max(rates, default=None) for kind, rates in measured.items()}
+    # A ceiling below what it bounds is a disturbed measurement (measured again by the run):
+    # the highest of its measurements counts, and none below the winner gives an efficiency.
+    bound, loader = highest["compute"], highest["loader"]
+    disturbed = bound is not None and bound < best_sps
+    ceilings = Ceilings(
+        compute_samples_per_sec=bound, compute_measurements=len(measured["compute"]),
+        compute_disturbed=disturbed,
+        pipeline_efficiency=best_sps / bound if bound is not None and not disturbed else None,
+        loader_samples_per_sec=loader,
+        # The winner trains no faster than its DataLoader delivers alone.
+        loader_disturbed=loader is not None and loader < best_sps)
+    # The machine computes at least as fast as any compute-only rate measured on it; on CPU
+    # the largest batch is not always the fastest, so the winner's own ceiling counts too.
+    compute = highest["machine-compute"]
+    if compute is not None and bound is not None:
+        compute = max(compute, bound)
+    return ceilings, _attainable(best_sps, compute, highest["machine-loader"])
+
+
+def _attainable(best_sps: float, compute: float | None, loader: float | None) -> Attainable:
+    """min(``compute``, ``loader``), which binds, and ``best_sps``'s share of it (none when
+    the best ran above it: a limit was measured low)."""
+    if compute is None or loader is None:
+        return Attainable(None, None, None)
+    attainable = min(compute, loader)
+    return Attainable(attainable, "compute" if compute <= loader else "input pipeline",
+                      best_sps / attainable if best_sps <= attainable else None)
