@@ -252,20 +252,24 @@ def test_on_cpu_the_breakdown_is_timed_inside_the_windows_not_in_extra_steps(set
     assert off.get("breakdown_step_ms") is None                # 0 still turns it off
 
 
-def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, monkeypatch):
-    """Issue 'time to a trustworthy answer': a configuration whose step is as long as a window
-    is measured in whole steps; probing for a steady state would repeat multi-second steps
-    (a bf16 batch-256 ddpm trial on CPU spent over 10 minutes)."""
+def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, step_clock):
+    """A configuration whose step is as long as a window is measured in whole steps; probing
+    for a steady state would repeat multi-second steps (a bf16 batch-256 ddpm trial on CPU
+    spent over 10 minutes doing so)."""
     from dataclasses import replace
-    from tests.fault_workloads import slow
-    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.15")       # a step >= window_s / 2 = 0.1 s
-    result = run_trial(slow, Knobs(batch_size=16), replace(settings, max_steady_probes=6,
-                                                            breakdown_steps=3))
+
+    def steps_of(step_s: float) -> _ClockedTransient:
+        workload = _ClockedTransient(step_clock)
+        workload.SLOW_STEPS, workload.FAST_S = 0, step_s
+        return workload
+    result = run_trial(steps_of(0.15), Knobs(batch_size=16),    # a step >= window_s / 2
+                       replace(settings, max_steady_probes=6, breakdown_steps=3))
+    assert settings.window_s / 2 <= 0.15
     assert result["status"] == "ok", result.get("error")
     assert result["steady_probes"] == 0 and result["steady_state"] is None
     assert result["windows"] == settings.windows
-    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0")          # quick steps: judged as before
-    quick = run_trial(slow, Knobs(batch_size=16), replace(settings, max_steady_probes=6))
+    quick = run_trial(steps_of(0.005), Knobs(batch_size=16),    # quick steps: judged
+                      replace(settings, max_steady_probes=6))
     assert quick["steady_state"] is not None
 
 
