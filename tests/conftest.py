@@ -72,3 +72,10 @@ def ray_session():
     finally:
         if started:
             ray.shutdown()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The tests of ``tests/timing.py`` carry the ``timing`` marker (``pytest -m timing``)."""
+    from tests.timing import mark
+    whole_files = not config.option.keyword and not any("::" in a for a in config.args)
+    mark(items, pytest.mark.timing, whole_files)

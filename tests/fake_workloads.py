@@ -111,23 +111,6 @@ class SlowCeiling(Regression):
         return super().training_step(model, batch)
 
 
-class Transient(Regression):
-    """A transient after the first step, as a DataLoader's prefetched queue draining or an
-    allocator growing gives: the next ``SLOW_STEPS`` steps of each model sleep ``SLOW_S``,
-    every later one ``FAST_S`` (~4x fewer steps per second in the transient). The slow steps
-    fill a test's first 0.15-s window with several short steps, so its median step stays well
-    under half a window (a long step, ``harness._long_windows``), on a busy machine too."""
-    name = "fake-transient"
-    SLOW_STEPS, SLOW_S, FAST_S = 5, 0.03, 0.005
-
-    def training_step(self, model, batch):
-        import time
-        step = model.__dict__.setdefault("_steps", 0)
-        model.__dict__["_steps"] = step + 1
-        time.sleep(self.SLOW_S if 1 <= step <= self.SLOW_STEPS else self.FAST_S)
-        return super().training_step(model, batch)
-
-
 class Paced(Regression):
     """Steps paced by the clock (the time-budget and early-stopping tests): each micro-batch
     takes ``STEP_S`` whatever its size, so samples/sec is proportional to batch_size (batch 4
@@ -167,5 +150,4 @@ paced_long = PacedLong()
 oom = FakeOOM()
 broken = BrokenData()
 slow_ceiling = SlowCeiling()
-transient = Transient()
 trainable = make_trainable(regression)

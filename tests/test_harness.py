@@ -11,7 +11,7 @@ import psutil
 import pytest
 import torch
 
-from tests.fake_workloads import N_FILES, broken, oom, regression
+from tests.fake_workloads import N_FILES, Regression, broken, oom, regression
 from tuner.apply import keep_cpu_trial_off_the_gpus
 from tuner.failures import free_device_memory, is_oom, oom_memory
 from tuner.harness import WINDOW_REPORT_KEYS, run_trial
@@ -252,20 +252,24 @@ def test_on_cpu_the_breakdown_is_timed_inside_the_windows_not_in_extra_steps(set
     assert off.get("breakdown_step_ms") is None                # 0 still turns it off
 
 
-def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, monkeypatch):
-    """A configuration whose step is as long as a window
-    is measured in whole steps; probing for a steady state would repeat multi-second steps
-    (a bf16 batch-256 ddpm trial on CPU would spend over 10 minutes)."""
+def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, step_clock):
+    """A configuration whose step is as long as a window is measured in whole steps; probing
+    for a steady state would repeat multi-second steps (a bf16 batch-256 ddpm trial on CPU
+    spent over 10 minutes doing so)."""
     from dataclasses import replace
-    from tests.fault_workloads import slow
-    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.15")       # a step >= window_s / 2 = 0.1 s
-    result = run_trial(slow, Knobs(batch_size=16), replace(settings, max_steady_probes=6,
-                                                            breakdown_steps=3))
+
+    def steps_of(step_s: float) -> _ClockedTransient:
+        workload = _ClockedTransient(step_clock)
+        workload.SLOW_STEPS, workload.FAST_S = 0, step_s
+        return workload
+    result = run_trial(steps_of(0.15), Knobs(batch_size=16),    # a step >= window_s / 2
+                       replace(settings, max_steady_probes=6, breakdown_steps=3))
+    assert settings.window_s / 2 <= 0.15
     assert result["status"] == "ok", result.get("error")
     assert result["steady_probes"] == 0 and result["steady_state"] is None
     assert result["windows"] == settings.windows
-    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0")          # quick steps: judged as before
-    quick = run_trial(slow, Knobs(batch_size=16), replace(settings, max_steady_probes=6))
+    quick = run_trial(steps_of(0.005), Knobs(batch_size=16),    # quick steps: judged
+                      replace(settings, max_steady_probes=6))
     assert quick["steady_state"] is not None
 
 
@@ -289,16 +293,18 @@ def test_windows_of_whole_long_steps_drop_nothing_and_judge_no_steady_state(regr
 
 
 def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_dropped(
-        regression_data):
-    """No probes before the windows: a first window slower
-    than the others by more than ``steady_tolerance`` is warm-up, dropped (its time counted
-    in ``warmup_s``, not ``measured_s``) and one more measured, so the kept windows are the
-    steady ones."""
+        regression_data, step_clock):
+    """No probes before the windows; a first window slower than the others by more than
+    ``steady_tolerance`` is warm-up, dropped (its time counted in ``warmup_s``, not
+    ``measured_s``) and one more measured, so the kept windows are the steady ones. The
+    trial runs on a clock that moves only with its steps, so the transient is exactly 6x
+    slower whatever else the machine is doing."""
     from dataclasses import replace
-    from tests.fake_workloads import transient
+    clock = step_clock
+    transient = _ClockedTransient(clock)
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=3, window_s=0.15, warmup_steps=1, breakdown_steps=0,
-                             steady_tolerance=0.35, max_warmup_s=2.0)  # a busy CI's noise agrees
+                             steady_tolerance=0.35, max_warmup_s=2.0)
     reports = []
     result = run_trial(transient, Knobs(batch_size=8), settings, report=reports.append)
     assert result["status"] == "ok", result.get("error")
@@ -319,14 +325,16 @@ def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_d
     # Caps: one dropped window at most (a tolerance of 0 finds every window unsteady), or a
     # warm-up cap that holds no more window: measured anyway, recorded not steady; 0 probes
     # turns the judgement off.
-    capped = run_trial(transient, Knobs(batch_size=8),
-                       replace(settings, max_steady_probes=1, steady_tolerance=0.0))
+    def trial(**changes):
+        return run_trial(_ClockedTransient(clock), Knobs(batch_size=8),
+                         replace(settings, **changes))
+    capped = trial(max_steady_probes=1, steady_tolerance=0.0)
     assert capped["status"] == "ok" and capped["steady_probes"] == 1
     assert capped["steady_state"] is False and capped["windows"] == 3
-    timed = run_trial(transient, Knobs(batch_size=8), replace(settings, max_warmup_s=0.1))
+    timed = trial(max_warmup_s=0.1)
     assert timed["status"] == "ok" and timed["steady_probes"] == 0
     assert timed["steady_state"] is False and timed["windows"] == 3
-    off = run_trial(transient, Knobs(batch_size=8), replace(settings, max_steady_probes=0))
+    off = trial(max_steady_probes=0)
     assert off["steady_probes"] == 0 and off["steady_state"] is None
 
 
@@ -340,6 +348,33 @@ class _Clock:
 
     def time(self) -> float:
         return 1e9 + self.now
+
+
+@pytest.fixture
+def step_clock(monkeypatch) -> "_Clock":
+    """The harness's and the stopwatches' clock, moved only by the steps of a
+    ``_ClockedTransient``: its windows run at exact rates however busy the machine is."""
+    from tuner import harness, measure
+    clock = _Clock()
+    monkeypatch.setattr(harness, "time", clock)
+    monkeypatch.setattr(measure, "time", clock)
+    return clock
+
+
+class _ClockedTransient(Regression):
+    """``tests.fake_workloads.Transient`` on ``clock``: after the first step, ``SLOW_STEPS``
+    steps of ``SLOW_S``, then steps of ``FAST_S``, each moving the clock by exactly that."""
+    name = "fake-clocked-transient"
+    SLOW_STEPS, SLOW_S, FAST_S = 5, 0.03, 0.005
+
+    def __init__(self, clock: "_Clock"):
+        self.clock = clock
+
+    def training_step(self, model, batch):
+        step = model.__dict__.setdefault("_steps", 0)
+        model.__dict__["_steps"] = step + 1
+        self.clock.now += self.SLOW_S if 1 <= step <= self.SLOW_STEPS else self.FAST_S
+        return super().training_step(model, batch)
 
 
 class _PacedStepper:
@@ -435,39 +470,44 @@ def test_a_trial_stopped_in_the_window_after_a_drop_is_recorded_without_the_drop
     assert row["measured_s"] < 2 * settings.window_s + 0.2
 
 
-def test_one_warm_up_step_of_one_time_costs_does_not_make_the_steps_long(regression_data):
+def test_one_warm_up_step_of_one_time_costs_does_not_make_the_steps_long(regression_data,
+                                                                          step_clock):
     """With one warm-up step (the tiny scale's default) the first step, one-time costs and all,
-    is no measure of a step: the default ddpm run's recommended configuration took 2.1 s for
-    it, then 0.65-s steps, and was measured as if a window held one step, its transient kept.
-    The windows judge the steady state."""
-    from tests.fake_workloads import Transient
+    is no measure of a step: a first step of 0.4 s (worker start-up, lazy initialisation)
+    before steps of 5-30 ms must not be read as if a window held one step, its transient
+    kept. The windows judge the steady state."""
+    clock = step_clock
 
-    class SlowStart(Transient):
+    class SlowStart(_ClockedTransient):
         def training_step(self, model, batch):
             if model.__dict__.get("_steps", 0) == 0:
-                import time
-                time.sleep(0.4)                          # worker start-up, lazy init
+                self.clock.now += 0.4                    # worker start-up, lazy init
             return super().training_step(model, batch)
 
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=3, window_s=0.15, warmup_steps=1, breakdown_steps=0,
                              steady_tolerance=0.35, max_warmup_s=2.0)
-    result = run_trial(SlowStart(), Knobs(batch_size=8), settings)
+    result = run_trial(SlowStart(clock), Knobs(batch_size=8), settings)
     assert result["status"] == "ok", result.get("error")
     assert result["first_step_s"] >= 0.4 > settings.window_s / 2
     assert result["steady_state"] is True and result["steady_probes"] >= 1   # judged, dropped
     assert result["windows"] == 3
 
 
-def test_a_steady_trial_runs_no_probe_before_its_windows(regression_data):
+def test_a_steady_trial_runs_no_probe_before_its_windows(regression_data, step_clock):
     """Nothing is measured twice when the windows agree: the warm-up is the warm-up steps."""
+    clock = step_clock
+
+    class Steady(_ClockedTransient):
+        SLOW_STEPS = 0                                   # every step 5 ms on the clock
+
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=3, window_s=0.2, warmup_steps=1, breakdown_steps=0,
-                             steady_tolerance=0.9)          # any noise of a busy CI agrees
-    result = run_trial(regression, Knobs(batch_size=16), settings)
+                             steady_tolerance=0.1)
+    result = run_trial(Steady(clock), Knobs(batch_size=16), settings)
     assert result["status"] == "ok", result.get("error")
     assert result["steady_state"] is True and result["steady_probes"] == 0
-    assert result["warmup_s"] == pytest.approx(result["first_step_s"], abs=0.02)  # no probe
+    assert result["warmup_s"] == pytest.approx(result["first_step_s"])  # no probe
 
 
 def test_a_warm_up_step_that_would_end_past_the_cap_is_not_started(settings, monkeypatch):
