@@ -29,8 +29,7 @@ TIMING_TESTS: dict[str, tuple[str, ...]] = {
         "test_time_to_train_prediction",
     ),
     "test_load.py": (
-        "test_other_processes_cpu_time_is_told_apart_from_the_trials_own",
-        "test_the_host_memory_sampler_spends_at_most_its_duty_of_one_core",
+        "test_the_trials_own_cpu_time_counts_its_descendants_and_no_other_process",
     ),
     "test_noise.py": (
         "test_an_impossible_measurement_never_wins_and_is_reported",
