@@ -1,4 +1,4 @@
-"""The hard time budget and early stopping (issue 13): a trial stops at its deadline keeping
+"""The hard time budget and early stopping: a trial stops at its deadline keeping
 the windows it finished, warm-up is capped in time, the early-stopping rule stops clearly
 slower searched trials and never a reference, the sampler learns from a stopped trial, and
 one run under ``--time-budget 20`` with a 15-second trial ends in time with every trial
@@ -12,7 +12,7 @@ from dataclasses import replace
 import optuna
 import pytest
 
-from tests.fake_workloads import paced
+from tests.fake_workloads import ClockedPaced, StepClock, paced
 from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.plan import FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, PLAN_AGE_S, Resources, make_plan
@@ -41,38 +41,54 @@ def paced_space(tmp_path) -> str:
 
 # ------------------------------------------------------------------------- in the trial
 
-def test_a_trial_stops_at_its_deadline_keeping_the_windows_it_finished(settings):
-    # Past the deadline before it starts: recorded with nothing measured, not run. (First:
-    # it also pays this process's one-time start-up, which is not what is timed below.)
-    late = run_trial(paced, Knobs(batch_size=20), replace(settings, deadline_unix_s=time.time()))
+@pytest.fixture
+def clock(monkeypatch) -> StepClock:
+    """The harness's and the stopwatches' clock, moved only by a ``ClockedPaced`` trial's
+    steps: its deadlines and caps fall at exact steps however busy the machine is."""
+    from tuner import harness, measure
+    clock = StepClock()
+    monkeypatch.setattr(harness, "time", clock)
+    monkeypatch.setattr(measure, "time", clock)
+    return clock
+
+
+def test_a_trial_stops_at_its_deadline_keeping_the_windows_it_finished(settings, clock):
+    """On a clock only the steps move (0.05 s each): a trial due to run 40 windows of 0.25 s
+    stops at the first step boundary past a deadline 4 s away, with the windows it finished."""
+    workload = ClockedPaced(clock)
+    # Past the deadline before it starts: recorded with nothing measured, not run.
+    late = run_trial(workload, Knobs(batch_size=20),
+                     replace(settings, deadline_unix_s=clock.time()))
     assert late["status"] == "timeout" and late["samples_per_sec"] is None
     assert late["windows"] == 0 and "set-up" in late["error"]
+    assert clock.now == 0.0                                    # not a step run
     reports = []
-    deadline = time.time() + 4.0  # set-up took 1.8 s of it while a benchmark ran beside
-    result = run_trial(paced, Knobs(batch_size=20),
+    deadline = clock.time() + 4.0
+    result = run_trial(workload, Knobs(batch_size=20),
                        replace(settings, windows=40, deadline_unix_s=deadline),
                        report=reports.append)
-    # Stopped at a step boundary past it (then the DataLoader and memory sampler shut down;
-    # slow on a loaded 2-core machine), not after the 40 windows' 10 s.
-    assert time.time() < deadline + 3.0
+    # Stopped at a step boundary past it, not after the 40 windows' 10 s.
+    assert deadline <= clock.time() < deadline + workload.STEP_S + 1e-9
     assert result["status"] == "timeout", result.get("error")
-    assert 1 <= result["windows"] < 40
+    assert 12 <= result["windows"] <= 15                       # 4 s less warm-up, 0.25-s windows
     assert "time budget" in result["error"] and "of 40 windows" in result["error"]
-    # The finished windows' median: 20 samples per step of at least 0.05 s.
-    assert 0 < result["samples_per_sec"] <= 400
-    assert result["setup_s"] > 0 and 0 < result["first_step_s"] <= result["warmup_s"]
-    assert result["step_time_ms_p50"] > 0 and result["samples_per_sec_cv"] is not None
+    # The finished windows' median: 20 samples per step of 0.05 s.
+    assert result["samples_per_sec"] == pytest.approx(400)
+    assert 0 < result["first_step_s"] <= result["warmup_s"]
+    assert result["step_time_ms_p50"] == pytest.approx(50) and result["samples_per_sec_cv"] < 1e-6
     assert reports[-1] == result
     assert all(r["status"] == "running" for r in reports[:-1])
 
 
-def test_warm_up_stops_at_its_time_cap(settings):
-    """200 warm-up steps of 0.05 s would take 10 s; the cap ends warm-up after 0.5 s."""
-    capped = run_trial(paced, Knobs(batch_size=20),
+def test_warm_up_stops_at_its_time_cap(settings, clock):
+    """200 warm-up steps of 0.05 s would take 10 s; the cap ends warm-up after 0.5 s (on a
+    clock only the steps move)."""
+    capped = run_trial(ClockedPaced(clock), Knobs(batch_size=20),
                        replace(settings, warmup_steps=200, max_warmup_s=0.5, windows=1))
     assert capped["status"] == "ok", capped.get("error")
-    assert capped["warmup_s"] - capped["first_step_s"] < 2.0
-    assert capped["windows"] == 1 and capped["samples_per_sec"] > 0
+    # the cap, then the half-window probes that judge a one-window trial's steady state
+    assert 0.45 <= capped["warmup_s"] - capped["first_step_s"] < 1.0     # 10 s uncapped
+    assert capped["windows"] == 1 and capped["samples_per_sec"] == pytest.approx(400)
 
 
 # ------------------------------------------------------------------ the early-stop rule
@@ -205,17 +221,20 @@ def test_windows_of_whole_long_steps_leave_the_noise_to_the_other_trials():
     assert not rule.decide("bs128", False, {**_window(0, 380.0), **long})
 
 
-def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settings):
+def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settings, clock):
+    """Steps of 0.05 s (on a clock only the steps move) are as long as a 0.05-s window: the
+    warm-up step's rate is reported first; steps shorter than half a window report none."""
     reports = []
-    result = run_trial(paced, Knobs(batch_size=20), replace(settings, window_s=0.05),
+    result = run_trial(ClockedPaced(clock), Knobs(batch_size=20), replace(settings, window_s=0.05),
                        report=reports.append)
     assert result["status"] == "ok", result.get("error")
     early = [r for r in reports if r.get("window") == -1]
     assert len(early) == 1 and reports[0] is early[0]              # first, before the windows
     assert early[0]["status"] == "running" and early[0]["window_samples_per_sec"] is None
-    assert early[0]["samples_per_sec"] == pytest.approx(20 / paced.STEP_S, rel=0.5)
+    assert early[0]["samples_per_sec"] == pytest.approx(20 / paced.STEP_S)
     quick = []                                                      # steps shorter than half a window
-    run_trial(paced, Knobs(batch_size=20), replace(settings, window_s=1.0), report=quick.append)
+    run_trial(ClockedPaced(clock), Knobs(batch_size=20), replace(settings, window_s=1.0),
+              report=quick.append)
     assert not [r for r in quick if r.get("window") == -1]
 
 

@@ -17,9 +17,6 @@ TIMING_TESTS: dict[str, tuple[str, ...]] = {
         "test_no_window_begins_past_the_deadline",
     ),
     "test_budget.py": (
-        "test_a_trial_stops_at_its_deadline_keeping_the_windows_it_finished",
-        "test_warm_up_stops_at_its_time_cap",
-        "test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window",
         "test_the_plan_carries_the_budget_and_a_default_on_cuda",
         "test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials",
     ),
