@@ -22,7 +22,6 @@ TIMING_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "test_limits.py": (
         "test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged",
-        "test_breakdown_phases_add_up_and_match_the_step_time",
         "test_time_to_train_prediction",
     ),
     "test_load.py": (
