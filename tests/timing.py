@@ -17,7 +17,6 @@ TIMING_TESTS: dict[str, tuple[str, ...]] = {
         "test_no_window_begins_past_the_deadline",
     ),
     "test_budget.py": (
-        "test_the_plan_carries_the_budget_and_a_default_on_cuda",
         "test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials",
     ),
     "test_limits.py": (
