@@ -26,14 +26,6 @@ TIMING_TESTS: dict[str, tuple[str, ...]] = {
     "test_load.py": (
         "test_the_trials_own_cpu_time_counts_its_descendants_and_no_other_process",
     ),
-    "test_noise.py": (
-        "test_an_impossible_measurement_never_wins_and_is_reported",
-        "test_rounds_the_time_budget_cannot_hold_are_not_started_and_the_run_says_so",
-    ),
-    "test_compile_budget.py": (
-        "test_a_compile_that_cannot_finish_in_the_time_left_is_not_started",
-        "test_without_compile_the_same_time_left_measures",
-    ),
     "test_probe.py": ("test_a_probe_stopped_by_the_time_budget_keeps_what_fit_by_then",),
     "test_searcher.py": ("test_staged_starts_no_follow_up_past_the_runs_deadline",),
     "test_faults_ray.py": ("test_an_address_where_another_service_listens_stops_in_seconds",),
