@@ -26,8 +26,6 @@ TIMING_TESTS: dict[str, tuple[str, ...]] = {
     "test_load.py": (
         "test_the_trials_own_cpu_time_counts_its_descendants_and_no_other_process",
     ),
-    "test_probe.py": ("test_a_probe_stopped_by_the_time_budget_keeps_what_fit_by_then",),
-    "test_searcher.py": ("test_staged_starts_no_follow_up_past_the_runs_deadline",),
     "test_faults_ray.py": ("test_an_address_where_another_service_listens_stops_in_seconds",),
 }
 """Test file name -> the names of its timing-dependent tests (parametrised ones included)."""
