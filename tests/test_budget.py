@@ -344,7 +344,8 @@ def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_
     assert started.settings.deadline_unix_s == still.time() + 100
     # The follow-ups (re-measurement, ceilings) keep their share; without them, none.
     assert started.search_time_s() == pytest.approx(100 * (1 - FOLLOWUP_SHARE))
-    bare = make_plan(replace(options, confirm=0, ceiling=False)).with_deadline(still.monotonic() + 100)
+    bare = make_plan(replace(options, confirm=0, ceiling=False)).with_deadline(
+        still.monotonic() + 100)
     assert bare.search_time_s() == 100
     # CPU: the default run (no --trials) ends within 4 minutes; asked for N trials, it runs them
     default = make_plan(replace(options, time_budget_s=None))
