@@ -268,11 +268,18 @@ def test_a_stopped_trial_is_told_to_the_sampler_as_its_partial_measurement(paced
     assert late.suggest("t") == "FINISHED"
 
 
-def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_started(paced_space):
+def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_started(paced_space,
+                                                                                   monkeypatch):
     """A default CPU run started batch 256 with 15 s of its search left: set-up and one 5.8-s
     step measured nothing before the budget stopped it. A proposal is costed from the finished
     trial nearest in batch size (batch 4: 0.1 s steps, 2 s before its windows), scaled to the
-    batch: at batch 20 that is 10 s + 0.5 s."""
+    batch: at batch 20 that is 10 s + 0.5 s. The searcher's clock stands still (a fixed
+    ``time`` in tuner.searcher), so the time left is exact however slow the machine is."""
+    from types import SimpleNamespace
+
+    from tuner import searcher
+    time = SimpleNamespace(time=lambda: 1.8e9)
+    monkeypatch.setattr(searcher, "time", time)
     space = load_space(paced_space, is_file=True).for_device("cpu", max_workers=2, max_batch=64)
 
     def search(left_s: float) -> ConstrainedSearch:
