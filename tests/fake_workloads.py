@@ -114,18 +114,14 @@ class BrokenData(Regression):
 class SlowCeiling(Regression):
     """Slow only on a batch it has seen before: the compute-only ceiling cycles 4 resident
     batches, so its ceiling comes out below the pipeline it bounds (a disturbed measurement,
-    injected). The slowness is 50 ms of this thread's CPU time (a busy loop), not a sleep: a
-    busy machine stretches it as much as the pipeline's own work, so the ceiling stays below
-    the pipeline (whose step is a few ms of CPU) at any load."""
+    injected)."""
     name = "fake-slow-ceiling"
 
     def training_step(self, model, batch):
         import time
         seen = self.__dict__.setdefault("_seen", set())
         if id(batch[0]) in seen:
-            until = time.thread_time() + 0.05
-            while time.thread_time() < until:
-                pass
+            time.sleep(0.05)
         seen.add(id(batch[0]))
         return super().training_step(model, batch)
 
