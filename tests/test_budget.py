@@ -12,7 +12,7 @@ from dataclasses import replace
 import optuna
 import pytest
 
-from tests.fake_workloads import paced
+from tests.fake_workloads import ClockedPaced, StepClock, paced
 from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.budget import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
@@ -42,38 +42,54 @@ def paced_space(tmp_path) -> str:
 
 # ------------------------------------------------------------------------- in the trial
 
-def test_a_trial_stops_at_its_deadline_keeping_the_windows_it_finished(settings):
-    # Past the deadline before it starts: recorded with nothing measured, not run. (First:
-    # it also pays this process's one-time start-up, which is not what is timed below.)
-    late = run_trial(paced, Knobs(batch_size=20), replace(settings, deadline_unix_s=time.time()))
+@pytest.fixture
+def clock(monkeypatch) -> StepClock:
+    """The harness's and the stopwatches' clock, moved only by a ``ClockedPaced`` trial's
+    steps: its deadlines and caps fall at exact steps however busy the machine is."""
+    from tuner import harness, measure
+    clock = StepClock()
+    monkeypatch.setattr(harness, "time", clock)
+    monkeypatch.setattr(measure, "time", clock)
+    return clock
+
+
+def test_a_trial_stops_at_its_deadline_keeping_the_windows_it_finished(settings, clock):
+    """On a clock only the steps move (0.05 s each): a trial due to run 40 windows of 0.25 s
+    stops at the first step boundary past a deadline 4 s away, with the windows it finished."""
+    workload = ClockedPaced(clock)
+    # Past the deadline before it starts: recorded with nothing measured, not run.
+    late = run_trial(workload, Knobs(batch_size=20),
+                     replace(settings, deadline_unix_s=clock.time()))
     assert late["status"] == "timeout" and late["samples_per_sec"] is None
     assert late["windows"] == 0 and "set-up" in late["error"]
+    assert clock.now == 0.0                                    # not a step run
     reports = []
-    deadline = time.time() + 4.0  # set-up took 1.8 s of it while a benchmark ran beside
-    result = run_trial(paced, Knobs(batch_size=20),
+    deadline = clock.time() + 4.0
+    result = run_trial(workload, Knobs(batch_size=20),
                        replace(settings, windows=40, deadline_unix_s=deadline),
                        report=reports.append)
-    # Stopped at a step boundary past it (then the DataLoader and memory sampler shut down;
-    # slow on a loaded 2-core machine), not after the 40 windows' 10 s.
-    assert time.time() < deadline + 3.0
+    # Stopped at a step boundary past it, not after the 40 windows' 10 s.
+    assert deadline <= clock.time() < deadline + workload.STEP_S + 1e-9
     assert result["status"] == "timeout", result.get("error")
-    assert 1 <= result["windows"] < 40
+    assert 12 <= result["windows"] <= 15                       # 4 s less warm-up, 0.25-s windows
     assert "time budget" in result["error"] and "of 40 windows" in result["error"]
-    # The finished windows' median: 20 samples per step of at least 0.05 s.
-    assert 0 < result["samples_per_sec"] <= 400
-    assert result["setup_s"] > 0 and 0 < result["first_step_s"] <= result["warmup_s"]
-    assert result["step_time_ms_p50"] > 0 and result["samples_per_sec_cv"] is not None
+    # The finished windows' median: 20 samples per step of 0.05 s.
+    assert result["samples_per_sec"] == pytest.approx(400)
+    assert 0 < result["first_step_s"] <= result["warmup_s"]
+    assert result["step_time_ms_p50"] == pytest.approx(50) and result["samples_per_sec_cv"] < 1e-6
     assert reports[-1] == result
     assert all(r["status"] == "running" for r in reports[:-1])
 
 
-def test_warm_up_stops_at_its_time_cap(settings):
-    """200 warm-up steps of 0.05 s would take 10 s; the cap ends warm-up after 0.5 s."""
-    capped = run_trial(paced, Knobs(batch_size=20),
+def test_warm_up_stops_at_its_time_cap(settings, clock):
+    """200 warm-up steps of 0.05 s would take 10 s; the cap ends warm-up after 0.5 s (on a
+    clock only the steps move)."""
+    capped = run_trial(ClockedPaced(clock), Knobs(batch_size=20),
                        replace(settings, warmup_steps=200, max_warmup_s=0.5, windows=1))
     assert capped["status"] == "ok", capped.get("error")
-    assert capped["warmup_s"] - capped["first_step_s"] < 2.0
-    assert capped["windows"] == 1 and capped["samples_per_sec"] > 0
+    # the cap, then the half-window probes that judge a one-window trial's steady state
+    assert 0.45 <= capped["warmup_s"] - capped["first_step_s"] < 1.0     # 10 s uncapped
+    assert capped["windows"] == 1 and capped["samples_per_sec"] == pytest.approx(400)
 
 
 # ------------------------------------------------------------------ the early-stop rule
@@ -207,17 +223,20 @@ def test_windows_of_whole_long_steps_leave_the_noise_to_the_other_trials():
     assert not rule.decide("bs128", False, {**_window(0, 380.0), **long})
 
 
-def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settings):
+def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settings, clock):
+    """Steps of 0.05 s (on a clock only the steps move) are as long as a 0.05-s window: the
+    warm-up step's rate is reported first; steps shorter than half a window report none."""
     reports = []
-    result = run_trial(paced, Knobs(batch_size=20), replace(settings, window_s=0.05),
+    result = run_trial(ClockedPaced(clock), Knobs(batch_size=20), replace(settings, window_s=0.05),
                        report=reports.append)
     assert result["status"] == "ok", result.get("error")
     early = [r for r in reports if r.get("window") == -1]
     assert len(early) == 1 and reports[0] is early[0]              # first, before the windows
     assert early[0]["status"] == "running" and early[0]["window_samples_per_sec"] is None
-    assert early[0]["samples_per_sec"] == pytest.approx(20 / paced.STEP_S, rel=0.5)
+    assert early[0]["samples_per_sec"] == pytest.approx(20 / paced.STEP_S)
     quick = []                                                      # steps shorter than half a window
-    run_trial(paced, Knobs(batch_size=20), replace(settings, window_s=1.0), report=quick.append)
+    run_trial(ClockedPaced(clock), Knobs(batch_size=20), replace(settings, window_s=1.0),
+              report=quick.append)
     assert not [r for r in quick if r.get("window") == -1]
 
 
@@ -251,11 +270,18 @@ def test_a_stopped_trial_is_told_to_the_sampler_as_its_partial_measurement(paced
     assert late.suggest("t") == "FINISHED"
 
 
-def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_started(paced_space):
+def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_started(paced_space,
+                                                                                   monkeypatch):
     """A default CPU run started batch 256 with 15 s of its search left: set-up and one 5.8-s
     step measured nothing before the budget stopped it. A proposal is costed from the finished
     trial nearest in batch size (batch 4: 0.1 s steps, 2 s before its windows), scaled to the
-    batch: at batch 20 that is 10 s + 0.5 s."""
+    batch: at batch 20 that is 10 s + 0.5 s. The searcher's clock stands still (a fixed
+    ``time`` in tuner.searcher), so the time left is exact however slow the machine is."""
+    from types import SimpleNamespace
+
+    from tuner import searcher
+    time = SimpleNamespace(time=lambda: 1.8e9)
+    monkeypatch.setattr(searcher, "time", time)
     space = load_space(paced_space, is_file=True).for_device("cpu", max_workers=2, max_batch=64)
 
     def search(left_s: float) -> ConstrainedSearch:
@@ -309,18 +335,27 @@ def test_a_compile_is_costed_for_compiled_proposals_only(paced_space):
 
 # ------------------------------------------------------------------------------ the plan
 
-def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_path):
+def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_path,
+                                                           monkeypatch):
+    """The plan's clocks stand still (a fixed ``time`` in tuner.plan), so the time left and
+    the trials' wall-clock deadline are exact however long the machine takes between reads."""
+    from types import SimpleNamespace
+
+    from tuner import plan as plan_module
+    still = SimpleNamespace(monotonic=lambda: 5000.0, time=lambda: 1.8e9)
+    monkeypatch.setattr(plan_module, "time", still)
     options = RunOptions(workload=PACED, data=str(regression_data), device="cpu",
                          results=str(tmp_path / "r"), time_budget_s=100)
     plan = make_plan(options)
     assert plan.time_budget_s == 100 and plan.time_left_s() is None   # not started yet
-    started = plan.with_deadline(time.monotonic() + 100)
-    assert 99 < started.time_left_s() <= 100
-    assert abs(started.settings.deadline_unix_s - (time.time() + 100)) < 1
+    started = plan.with_deadline(still.monotonic() + 100)
+    assert started.time_left_s() == 100
+    assert started.settings.deadline_unix_s == still.time() + 100
     # The follow-ups (re-measurement, ceilings) keep their share; without them, none.
-    assert started.search_time_s() == pytest.approx(100 * (1 - FOLLOWUP_SHARE), abs=1)
-    bare = make_plan(replace(options, confirm=0, ceiling=False)).with_deadline(time.monotonic() + 100)
-    assert bare.search_time_s() == pytest.approx(100, abs=1)
+    assert started.search_time_s() == pytest.approx(100 * (1 - FOLLOWUP_SHARE))
+    bare = make_plan(replace(options, confirm=0, ceiling=False)).with_deadline(
+        still.monotonic() + 100)
+    assert bare.search_time_s() == 100
     # CPU: the default run (no --trials) ends within 4 minutes; asked for N trials, it runs them
     default = make_plan(replace(options, time_budget_s=None))
     assert default.time_budget_s == DEFAULT_CPU_TIME_BUDGET_S and default.trials == 12

@@ -1,6 +1,6 @@
 """A step the fp16 GradScaler skips (inf/NaN gradients: nothing is updated) is not a measured
-step: it leaves the window's steps and samples, its time stays, and the
-row says how many there were."""
+step: it leaves the window's steps and samples, its time stays, and the row says how many
+there were."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.fake_workloads import Regression
+from tests.fake_workloads import Regression, StepClock
 from tuner.apply import build_training, repeat
 from tuner.harness import TrialFailure, _windows
 from tuner.steppers import Stepper, on_device as _on_device
@@ -38,22 +38,32 @@ def test_a_window_whose_every_step_was_skipped_is_an_error():
 
 class OverflowsEveryThirdStep(Regression):
     """The regression MLP whose loss is inf on every third micro-batch: fp16 gradients
-    overflow there and the GradScaler skips that optimizer step."""
+    overflow there and the GradScaler skips that optimizer step. Each step moves ``clock``
+    (when given) by ``STEP_S``."""
     name = "fake-fp16-overflow"
+    STEP_S = 1 / 128                      # a power of two: six steps make 6/128 s exactly
 
-    def __init__(self):
+    def __init__(self, clock: StepClock | None = None):
         self.calls = 0
+        self.clock = clock
 
     def training_step(self, model, batch):
         self.calls += 1
+        if self.clock is not None:
+            self.clock.now += self.STEP_S
         loss = super().training_step(model, batch)
         return loss * float("inf") if self.calls % 3 == 0 else loss
 
 
-def test_steps_the_grad_scaler_skips_are_not_counted_as_measured(regression_data):
+def test_steps_the_grad_scaler_skips_are_not_counted_as_measured(regression_data, monkeypatch):
     """A real GradScaler (fp16 autocast on the CPU device, which tuner clamps off in trials
-    but torch runs) skipping every third step: a third of the steps leave the count."""
-    workload = OverflowsEveryThirdStep()
+    but torch runs) skipping every third step: a third of the steps leave the count. The
+    harness runs on a clock that only the steps move, so each window holds exactly six steps
+    (two of them skipped) however busy the machine is."""
+    from tuner import harness
+    clock = StepClock()
+    monkeypatch.setattr(harness, "time", clock)
+    workload = OverflowsEveryThirdStep(clock)
     training = build_training(workload, Knobs(batch_size=8, amp="fp16"), "tiny",
                               torch.device("cpu"))
     assert training.scaler is not None
@@ -61,21 +71,20 @@ def test_steps_the_grad_scaler_skips_are_not_counted_as_measured(regression_data
     batch = next(iter(torch.utils.data.DataLoader(dataset, batch_size=8)))
     stepper = Stepper(training, repeat([batch]), _on_device, HostMemorySampler())
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
-                             windows=2, window_s=0.05)
-    # Warm-up first, as every trial's windows follow one: a first window right after a fresh
-    # scaler counts one skip more than the injected ones now and then on a loaded 2-core VM
-    # (6 of 60 runs, always window 0); after a warm-up, none of 60.
+                             windows=2, window_s=6 * workload.STEP_S)
+    # Warm-up first, as every trial's windows follow one: at the scaler's initial scale of
+    # 2**16 this MLP's first step overflows fp16 by itself for about 2 in 5 random
+    # initialisations (a real skip the scaler counts, beside the injected ones).
     for _ in range(30):
         stepper.step()
     seen = []
     windows, dropped = _windows(stepper, torch.device("cpu"), settings, seen.append,
                                 lambda ms: 0.0)
     assert dropped == []  # no settle_s: no window is dropped as warm-up
-    for window in windows:
-        total = window.steps + window.skipped
-        assert window.skipped == total // 3 or window.skipped == (total + 2) // 3
-        assert window.samples == 8 * window.steps
-    assert summarise(windows)["skipped_steps"] == sum(w.skipped for w in windows) > 0
+    assert [(w.steps, w.skipped, w.samples, w.seconds) for w in windows] == [
+        (4, 2, 32, 6 * workload.STEP_S)] * 2
+    assert windows[0].samples_per_sec == 32 / (6 * workload.STEP_S)   # 4 measured steps' samples
+    assert summarise(windows)["skipped_steps"] == 4
     assert len(seen) == 2
 
 

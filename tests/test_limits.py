@@ -376,28 +376,26 @@ def test_host_memory_limit_on_a_real_workload(tmp_path):
     assert ok["samples_per_sec"] > 0
 
 
-@pytest.fixture
-def slow_steps(monkeypatch, tmp_path):
-    """Steps of tests.fault_workloads:slow take >= 20 ms (sleeping): phase times well above
-    timer noise on a loaded machine."""
-    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.02")
-    monkeypatch.delenv("TUNER_TEST_PID_DIR", raising=False)
-    from tests.fault_workloads import slow
-    return slow
-
-
-def test_breakdown_phases_add_up_and_match_the_step_time(regression_data, slow_steps):
+def test_breakdown_phases_add_up_and_match_the_step_time(regression_data, monkeypatch):
+    """On a clock only the forward pass moves (0.05 s a step, ``ClockedPaced``), the phases
+    add up to the step, the forward pass holds all of it, and the breakdown's step equals the
+    windows' step exactly, however busy the machine is."""
+    from tests.fake_workloads import ClockedPaced, StepClock
+    from tuner import harness, measure
+    clock = StepClock()
+    monkeypatch.setattr(harness, "time", clock)
+    monkeypatch.setattr(measure, "time", clock)
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              warmup_steps=1, windows=3, window_s=0.2, breakdown_steps=5)
-    row = run_trial(slow_steps, Knobs(batch_size=8), settings)
+    row = run_trial(ClockedPaced(clock), Knobs(batch_size=8), settings)
     assert row["status"] == "ok", row["error"]
     ms = [row[f"{p}_ms"] for p in PHASES]
     assert [p for p in PHASES] == ["data_wait", "h2d", "forward", "backward", "optimizer"]
     assert all(v >= 0 for v in ms)
     assert sum(ms) == pytest.approx(row["breakdown_step_ms"], rel=1e-6)
     assert sum(row[f"{p}_pct"] for p in PHASES) == pytest.approx(100, rel=1e-6)
-    assert row["forward_ms"] >= 20              # the sleep is in the forward pass (training_step)
-    assert 0.3 <= row["breakdown_step_ms"] / row["step_time_ms_p50"] <= 5
+    assert row["forward_ms"] == pytest.approx(50)   # the clock moves in the forward pass
+    assert row["breakdown_step_ms"] == pytest.approx(row["step_time_ms_p50"]) == pytest.approx(50)
 
 
 def test_compute_only_removes_the_data_wait(regression_data):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import threading
 import time
 
 import pytest
@@ -24,40 +25,82 @@ def test_load_is_recorded_around_a_measurement():
     assert 0 <= columns["other_cpu_pct"] <= 100
 
 
-def test_other_processes_cpu_time_is_told_apart_from_the_trials_own(tmp_path):
+def test_other_processes_cpu_time_is_told_apart_from_the_trials_own(monkeypatch):
     """The load average counts the trial's own DataLoader workers: on 2 cores a quiet run was
-    warned 'busy' at load 2.4. ``other_cpu_pct`` counts only processes outside the trial's own
-    tree: a busy loop in a child of this process is its own (as a DataLoader worker is), the
-    same loop in a process that is not its descendant is another's (one core of the machine's
-    CPUs). Each is compared with the machine measured the same way just before."""
+    warned 'busy' at load 2.4. ``other_cpu_pct`` is the machine's busy CPU time less the
+    trial's own (``own_cpu_s``), over the machine's CPU time; idle, iowait and steal are not
+    busy. Fed fixed ``/proc/stat`` and own-CPU readings, so the shares are exact."""
+    from collections import namedtuple
+
+    from tuner import measure
+    Times = namedtuple("Times", "user nice system idle iowait steal")
+    readings = iter([Times(100.0, 0.0, 20.0, 500.0, 1.0, 2.0),      # on entry
+                     Times(101.2, 0.0, 20.2, 500.4, 1.0, 2.2)])     # 2 s of 2 CPUs later
+    own = iter([30.0, 30.6])                  # the trial and its workers: 0.6 CPU s of the 1.4
+    monkeypatch.setattr(measure.psutil, "cpu_times", lambda: next(readings))
+    monkeypatch.setattr(measure, "own_cpu_s", lambda: next(own))
+    loads = iter([1.5, 2.4])
+    monkeypatch.setattr(measure.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    with LoadMonitor(torch.device("cpu")) as load:
+        pass
+    assert load.other_cpu_pct == pytest.approx(40.0)          # (1.4 - 0.6) / 2.0
+    assert load.cpu_steal_pct == pytest.approx(10.0)          # 0.2 / 2.0
+    assert load.load_avg_1m == 2.4                            # the higher of entry and exit
+    # the trial alone kept the machine busy: nothing is another's (never below 0)
+    readings = iter([Times(0.0, 0.0, 0.0, 0.0, 0.0, 0.0), Times(1.8, 0.0, 0.2, 0.0, 0.0, 0.0)])
+    own, loads = iter([0.0, 2.05]), iter([2.0, 2.0])
+    with LoadMonitor(torch.device("cpu")) as load:
+        pass
+    assert load.other_cpu_pct == 0.0
+    # its own CPU time unreadable: the share is unknown, not 0 %
+    readings = iter([Times(0.0, 0.0, 0.0, 0.0, 0.0, 0.0), Times(1.0, 0.0, 0.0, 1.0, 0.0, 0.0)])
+    own, loads = iter([None, None]), iter([1.0, 1.0])
+    with LoadMonitor(torch.device("cpu")) as load:
+        pass
+    assert load.other_cpu_pct is None and load.cpu_steal_pct == 0.0
+
+
+def test_the_trials_own_cpu_time_counts_its_descendants_and_no_other_process(tmp_path):
+    """``own_cpu_s`` counts a child process (as a DataLoader worker is) while it lives and
+    after it is reaped, and not a process that is not its descendant. Each helper process
+    spins until it has used 0.5 CPU seconds of its own (``time.process_time``), however long a
+    busy machine makes that take, while this process sleeps: its own CPU time moves by at
+    least that 0.5 s for the child and by far less for the other process, on a quiet machine
+    or a loaded one, and either way the wrong attribution would miss by 0.5 s."""
     import subprocess
     import sys
-    import time
-    import psutil
+
+    from tuner.measure import own_cpu_s
+    spin = ("import sys, time\nwhile time.process_time() < 0.5: pass\n"
+            "open(sys.argv[1], 'w').close()\nsys.stdin.read()\n")
     script = tmp_path / "spin.py"
-    script.write_text("import time\nt = time.time()\nwhile time.time() - t < 1.5: pass\n")
-    core_pct = 100 / psutil.cpu_count()
+    script.write_text(spin)
 
-    def other_pct() -> float:
-        with LoadMonitor(torch.device("cpu")) as load:
-            time.sleep(0.8)
-        return load.other_cpu_pct
+    def wait_for(path) -> None:
+        deadline = time.monotonic() + 300
+        while not path.exists():
+            assert time.monotonic() < deadline, "the spinning process did not finish"
+            time.sleep(0.05)
 
-    before = other_pct()
-    child = subprocess.Popen([sys.executable, str(script)])      # a descendant: its own
+    before = own_cpu_s()
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path / "child")],
+                             stdin=subprocess.PIPE)       # a descendant: its own
     try:
-        time.sleep(0.3)
-        own = other_pct()
+        wait_for(tmp_path / "child")
+        alive = own_cpu_s()                               # counted while it lives
     finally:
-        child.wait()                                              # the process this test started
-    before_orphan = other_pct()
-    # not a descendant: started through a shell that exits at once (it ends by itself in 1.5 s)
-    subprocess.run(f"{sys.executable} {script} &", shell=True, check=True)
-    time.sleep(0.3)
-    orphan = other_pct()
-    time.sleep(0.6)
-    assert own - before < 0.4 * core_pct, (before, own)
-    assert orphan - before_orphan > 0.6 * core_pct, (before_orphan, orphan)
+        child.communicate(b"")                            # the process this test started
+    reaped = own_cpu_s()                                  # and once it is reaped
+    assert alive - before >= 0.5 - 0.02, (before, alive)  # clock ticks of 10 ms, each side
+    assert reaped - before >= 0.5 - 0.02, (before, reaped)
+    # not a descendant: started through a shell that exits at once; it ends by itself after
+    # its 0.5 s once its stdin (/dev/null) reads empty
+    before_other = own_cpu_s()
+    subprocess.run(f"{sys.executable} {script} {tmp_path / 'other'} </dev/null &", shell=True,
+                   check=True)
+    wait_for(tmp_path / "other")
+    after_other = own_cpu_s()
+    assert after_other - before_other < 0.25, (before_other, after_other)
 
 
 def test_a_busy_machine_is_said_in_one_line_and_a_quiet_one_not_at_all():
@@ -139,7 +182,9 @@ def test_compile_time_is_the_first_step_beyond_a_steady_one():
 def test_the_host_memory_sampler_spends_at_most_its_duty_of_one_core(monkeypatch):
     """Reading PSS costs 10-25 ms of CPU per torch process: sampled every 0.1 s it slowed the
     trial it measured by 10-33 % on 2 cores. After a sample of c seconds the sampler waits
-    c x 99 (1 % of one core) or ``interval_s``, whichever is longer."""
+    c x 99 (1 % of one core) or ``interval_s``, whichever is longer. Its thread runs on a
+    clock that only the samples (50 ms each) and its waits move, so the count of samples in
+    one second is exact however busy the machine is."""
     sampler = HostMemorySampler(interval_s=0.1)
     assert sampler.wait_after_s(0.025) == 0.1                 # outside the windows
     with sampler.measuring():
@@ -147,21 +192,51 @@ def test_the_host_memory_sampler_spends_at_most_its_duty_of_one_core(monkeypatch
         assert sampler.wait_after_s(0.0001) == 0.1
     assert sampler.wait_after_s(0.025) == 0.1
 
-    def samples_in_one_second(measuring: bool) -> int:
+    from tuner import measure
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    class OneSecond:
+        """The sampler's stop event: a wait moves the clock by its length, and the thread's
+        first wait holds until the test has entered (or not) the measuring window."""
+        def __init__(self, clock: Clock, entered: threading.Event):
+            self.clock, self.entered, self.stopped, self.waits = clock, entered, False, []
+
+        def wait(self, seconds: float) -> bool:
+            assert self.entered.wait(60)
+            self.waits.append(seconds)
+            self.clock.now += seconds
+            return self.stopped or self.clock.now >= 1.0
+
+        def set(self) -> None:
+            self.stopped = True
+
+    def samples_in_one_second(measuring: bool) -> tuple[list[float], list[float]]:
+        clock, entered = Clock(), threading.Event()
+        monkeypatch.setattr(measure, "time", clock)
         slow = HostMemorySampler(interval_s=0.01)
+        slow._stop = stop = OneSecond(clock, entered)
         real, calls = slow.sample, []
 
         def costly() -> int:                  # a sample that takes 50 ms, as with workers
-            calls.append(time.perf_counter())
-            time.sleep(0.05)
+            calls.append(clock.now)
+            clock.now += 0.05
             return real()
         monkeypatch.setattr(slow, "sample", costly)
         with slow, (slow.measuring() if measuring else contextlib.nullcontext()):
-            time.sleep(1.0)
+            entered.set()
+            slow._thread.join(60)             # the thread's second ends: the window's ends
         assert slow.peak_mb > 0
-        return len(calls)
+        return calls, stop.waits
     # in a window: the sample on entry, the window's first (after interval_s), then one 4.95 s
-    # later at the earliest, and the one on exit; outside (warm-up, the probe's short trials,
-    # where a step's peak must be caught): one every 60 ms
-    assert samples_in_one_second(measuring=True) <= 3
-    assert samples_in_one_second(measuring=False) >= 8
+    # later at the earliest (past the second: none), and the one on exit; outside (warm-up,
+    # the probe's short trials, where a step's peak must be caught): one every 60 ms
+    calls, waits = samples_in_one_second(measuring=True)
+    assert calls == pytest.approx([0.0, 0.06, 5.06]) and waits == pytest.approx([0.01, 4.95])
+    calls, waits = samples_in_one_second(measuring=False)
+    assert len(calls) == 1 + 16 + 1 and waits == pytest.approx([0.01] * 17)
+    assert calls[:3] == pytest.approx([0.0, 0.06, 0.12])

@@ -287,13 +287,18 @@ def test_staged_gives_each_trial_the_settings_read_when_it_is_suggested():
     assert search.completed == ["a", "b"]
 
 
-def test_staged_starts_no_follow_up_past_the_runs_deadline():
+def test_staged_starts_no_follow_up_past_the_runs_deadline(monkeypatch):
     """Follow-ups are queued as a batch sized to the time left when it was planned; trials
     that ran long leave the rest of the batch past the deadline: none of it is started (each
-    would measure nothing before it is stopped, and cost its start and stop)."""
-    import time
+    would measure nothing before it is stopped, and cost its start and stop). The searcher's
+    clock stands still (a fixed ``time`` in tuner.searcher), so in time and past it are exact."""
+    from types import SimpleNamespace
+
     from ray.tune.search import Searcher
+    from tuner import searcher
     from tuner.searcher import Staged
+    time = SimpleNamespace(time=lambda: 1.8e9)
+    monkeypatch.setattr(searcher, "time", time)
     deadline = [time.time() + 60]
     batch = [{"batch_size": 1, "phase": "remeasure"}, {"batch_size": 2, "phase": "remeasure"}]
     staged = Staged(lambda: list(batch), lambda trial_id: True, deadline_unix_s=deadline[0])
