@@ -46,10 +46,11 @@ def paced_space(tmp_path) -> str:
 def clock(monkeypatch) -> StepClock:
     """The harness's and the stopwatches' clock, moved only by a ``ClockedPaced`` trial's
     steps: its deadlines and caps fall at exact steps however busy the machine is."""
-    from tuner import harness, measure
+    from tuner import harness, measure, steppers
     clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     monkeypatch.setattr(measure, "time", clock)
+    monkeypatch.setattr(steppers, "time", clock)
     return clock
 
 

@@ -24,10 +24,11 @@ def settings(data, **changes) -> TrialSettings:
 def clock(monkeypatch) -> StepClock:
     """The harness's and the stopwatches' clock, moved only by a ``ClockedPaced`` trial's
     steps: the time left is exact however long set-up takes on a busy machine."""
-    from tuner import harness, measure
+    from tuner import harness, measure, steppers
     clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     monkeypatch.setattr(measure, "time", clock)
+    monkeypatch.setattr(steppers, "time", clock)
     return clock
 
 

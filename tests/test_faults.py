@@ -494,11 +494,17 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
     assert not thread.is_alive(), "the run did not finish after the node went away"
     assert "error" not in outcome, repr(outcome.get("error"))
     rows = rows_of(tmp_path / "results")
-    assert len(rows) == trials
-    assert len({r["trial_id"] for r in rows}) == trials
     errors = [r for r in rows if r["status"] == "error"]
     assert len(errors) == 1, [(r["status"], r["node_id"], r["error"]) for r in rows]
     lost = errors[0]                                  # the trial that was on the removed node
+    # A reference lost with the node is measured once more (on the node left), so the run
+    # still has its speed-up: which trial the node held when it went depends on timing.
+    retried = 1 if lost["reference"] is not None else 0
+    assert len(rows) == trials + retried
+    assert len({r["trial_id"] for r in rows}) == trials + retried
+    if retried:
+        (retry,) = [r for r in rows if r["reference"] == lost["reference"] and r is not lost]
+        assert retry["status"] == "ok" and retry["node_id"] == cluster.head_node.node_id
     assert lost["trial_id"] not in recorded
     assert lost["node_id"] in (worker_id, None)       # None: it died before its first window
     assert "died" in lost["error"].lower() or "node" in lost["error"].lower(), lost["error"]

@@ -354,10 +354,11 @@ class _Clock:
 def step_clock(monkeypatch) -> "_Clock":
     """The harness's and the stopwatches' clock, moved only by the steps of a
     ``_ClockedTransient``: its windows run at exact rates however busy the machine is."""
-    from tuner import harness, measure
+    from tuner import harness, measure, steppers
     clock = _Clock()
     monkeypatch.setattr(harness, "time", clock)
     monkeypatch.setattr(measure, "time", clock)
+    monkeypatch.setattr(steppers, "time", clock)
     return clock
 
 

@@ -381,10 +381,11 @@ def test_breakdown_phases_add_up_and_match_the_step_time(regression_data, monkey
     add up to the step, the forward pass holds all of it, and the breakdown's step equals the
     windows' step exactly, however busy the machine is."""
     from tests.fake_workloads import ClockedPaced, StepClock
-    from tuner import harness, measure
+    from tuner import harness, measure, steppers
     clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     monkeypatch.setattr(measure, "time", clock)
+    monkeypatch.setattr(steppers, "time", clock)
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              warmup_steps=1, windows=3, window_s=0.2, breakdown_steps=5)
     row = run_trial(ClockedPaced(clock), Knobs(batch_size=8), settings)

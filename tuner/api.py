@@ -46,8 +46,8 @@ class WinnerRow(dict):
         self._rows = rows
 
     def _derived(self, key: str) -> Any:
-        from tuner import _best_row
-        derived = _best_row.best_row(self._rows) or {}
+        from tuner._best_row import best_row
+        derived = best_row(self._rows) or {}
         if key not in derived:
             raise KeyError(key)
         warnings.warn(f"TuneResult.best.row[{key!r}] is deprecated (removed in the next "
