@@ -11,7 +11,7 @@ import psutil
 import pytest
 import torch
 
-from tests.fake_workloads import N_FILES, Regression, broken, oom, regression
+from tests.fake_workloads import N_FILES, Regression, StepClock, broken, oom, regression
 from tuner.apply import keep_cpu_trial_off_the_gpus
 from tuner.failures import free_device_memory, is_oom, oom_memory
 from tuner.harness import WINDOW_REPORT_KEYS, run_trial
@@ -338,24 +338,12 @@ def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_d
     assert off["steady_probes"] == 0 and off["steady_state"] is None
 
 
-class _Clock:
-    """``time`` for tuner.harness alone: ``perf_counter`` moves only when a step says so."""
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1e9 + self.now
-
-
 @pytest.fixture
-def step_clock(monkeypatch) -> "_Clock":
+def step_clock(monkeypatch) -> "StepClock":
     """The harness's and the stopwatches' clock, moved only by the steps of a
     ``_ClockedTransient``: its windows run at exact rates however busy the machine is."""
     from tuner import harness, measure, steppers
-    clock = _Clock()
+    clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     monkeypatch.setattr(measure, "time", clock)
     monkeypatch.setattr(steppers, "time", clock)
@@ -368,7 +356,7 @@ class _ClockedTransient(Regression):
     name = "fake-clocked-transient"
     SLOW_STEPS, SLOW_S, FAST_S = 5, 0.03, 0.005
 
-    def __init__(self, clock: "_Clock"):
+    def __init__(self, clock: "StepClock"):
         self.clock = clock
 
     def training_step(self, model, batch):
@@ -381,7 +369,7 @@ class _ClockedTransient(Regression):
 class _PacedStepper:
     """Steps of 10 ms on ``clock``, each of ``rates[i]`` samples in window i (10 steps to a
     0.095-s window): window i runs at 100 x ``rates[i]`` samples/sec exactly."""
-    def __init__(self, clock: _Clock, rates: list[float]):
+    def __init__(self, clock: StepClock, rates: list[float]):
         self.clock, self.rates, self.steps = clock, rates, 0
 
     def step(self, timer=None) -> int:
@@ -410,7 +398,7 @@ def test_windows_dropped_as_warm_up_lie_on_one_side_of_the_steady_ones(
     (on a noisy 2-core VM the rule without it dropped 15 windows from 15 sequences of 8
     where this one dropped 11)."""
     from tuner import harness
-    clock = _Clock()
+    clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=3, window_s=0.095, steady_tolerance=0.10,
@@ -427,7 +415,7 @@ def test_no_breakdown_step_is_started_that_would_end_past_the_deadline(regressio
     windows' slowest (here 10 ms) must end before the run's deadline, or none is run."""
     from tuner import harness
     from tuner.measure import Window
-    clock = _Clock()
+    clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     windows = [Window(steps=10, samples=100, seconds=0.1)] * 3
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
