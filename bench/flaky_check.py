@@ -31,13 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BESIDE = f"{sys.executable} -m pytest -q -p no:cacheprovider -m 'not timing and not gpu'"
 
 
-def _outcomes(junit: Path) -> dict[str, tuple[bool, float]]:
-    """test id -> (passed, seconds) from one pytest junit-xml file (skips count as passed)."""
+def _outcomes(junit: Path) -> dict[str, tuple[bool, float, str]]:
+    """test id -> (passed, seconds, the failure's first line) from one pytest junit-xml file
+    (skips count as passed)."""
     out = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         test = f"{case.get('classname', '').rpartition('.')[2]}.py::{case.get('name')}"
-        failed = any(child.tag in ("failure", "error") for child in case)
-        out[test] = (not failed, float(case.get("time", 0.0)))
+        failures = [child for child in case if child.tag in ("failure", "error")]
+        message = (failures[0].get("message") or "").splitlines()[0][:200] if failures else ""
+        out[test] = (not failures, float(case.get("time", 0.0)), message)
     return out
 
 
@@ -72,7 +74,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     beside = Beside(None if args.beside == "none" else args.beside)
-    results: dict[str, list[tuple[bool, float]]] = {}
+    results: dict[str, list[tuple[bool, float, str]]] = {}
     loads = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -88,7 +90,7 @@ def main() -> int:
                 loads.append(os.getloadavg()[0])
                 for test, outcome in _outcomes(junit).items():
                     results.setdefault(test, []).append(outcome)
-                failed = [t for t, o in results.items() if not o[-1][0]]
+                failed = [f"{t} ({o[-1][2]})" for t, o in results.items() if not o[-1][0]]
                 print(f"run {run}/{args.runs}: {time.perf_counter() - started:.0f} s, "
                       f"load {loads[-1]:.1f}, failed: {', '.join(failed) or 'none'}", flush=True)
     finally:
@@ -100,14 +102,14 @@ def main() -> int:
              f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}", "",
              "| test | passed | median s |", "| --- | --- | --- |"]
     for test, outcomes in sorted(results.items()):
-        passed = sum(ok for ok, _ in outcomes)
+        passed = sum(ok for ok, _, _ in outcomes)
         lines.append(f"| {test} | {passed}/{len(outcomes)} | "
-                     f"{statistics.median(s for _, s in outcomes):.1f} |")
+                     f"{statistics.median(s for _, s, _ in outcomes):.1f} |")
     text = "\n".join(lines)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-    return 0 if all(all(ok for ok, _ in o) and len(o) == args.runs
+    return 0 if all(all(ok for ok, _, _ in o) and len(o) == args.runs
                     for o in results.values()) else 1
 
 

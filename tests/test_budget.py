@@ -435,7 +435,7 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
        caught recorded ``timeout``, not lost.
     2. No budget, 3 trials: the references (batch 20, then 4: 5x slower) run whole; the
        random sampler (seed 5) then proposes batch 5, 4x slower than the best: pruned after a
-       window, its partial measurement kept."""
+       window, its partial measurement kept, while the slower reference ran all its windows."""
     from tuner.driver import run
     common = dict(space_file=paced_space, data=str(regression_data), device="cpu",
                   sampler="random", seed=5, windows=3, window_s=0.6, warmup_steps=2, confirm=0,
@@ -453,10 +453,14 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
     rows = {r["batch_size"]: r for r in pruning.rows}
     assert rows[20]["status"] == "ok" and rows[20]["reference"] == "baseline"
     slow_ref = rows[4]
-    assert slow_ref["reference"] == "recommended" and slow_ref["status"] == "ok"
-    assert slow_ref["samples_per_sec"] < rows[20]["samples_per_sec"] / 3     # never pruned
     assert rows[5]["status"] == "pruned" and 1 <= rows[5]["windows"] < 3
     assert rows[5]["samples_per_sec"] > 0                   # its partial measurement kept
+    # The recommended reference runs whole though it is far behind the baseline (5x on a
+    # quiet machine; a busy one adds a per-step cost that narrows it to ~2x, still far past
+    # the pruning margin's floor of 10 %): a reference is never pruned.
+    assert slow_ref["reference"] == "recommended" and slow_ref["status"] == "ok"
+    assert slow_ref["windows"] == 3
+    assert slow_ref["samples_per_sec"] < rows[20]["samples_per_sec"] / 1.5
 
 
 def test_a_budget_is_printed_to_the_second_under_ten_minutes():
