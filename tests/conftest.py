@@ -79,3 +79,16 @@ def pytest_collection_modifyitems(config, items) -> None:
     from tests.timing import mark
     whole_files = not config.option.keyword and not any("::" in a for a in config.args)
     mark(items, pytest.mark.timing, whole_files)
+
+
+@pytest.fixture
+def step_clock(monkeypatch):
+    """A ``tests.fake_workloads.StepClock`` in place of ``time`` in tuner.harness, tuner.measure
+    and tuner.steppers: a trial's windows, deadlines and phase times move only with its steps
+    (``ClockedPaced``, ``_ClockedTransient``), so they are exact however busy the machine is."""
+    from tests.fake_workloads import StepClock
+    from tuner import harness, measure, steppers
+    clock = StepClock()
+    for module in (harness, measure, steppers):
+        monkeypatch.setattr(module, "time", clock)
+    return clock

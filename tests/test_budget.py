@@ -43,15 +43,10 @@ def paced_space(tmp_path) -> str:
 # ------------------------------------------------------------------------- in the trial
 
 @pytest.fixture
-def clock(monkeypatch) -> StepClock:
+def clock(step_clock) -> StepClock:
     """The harness's and the stopwatches' clock, moved only by a ``ClockedPaced`` trial's
     steps: its deadlines and caps fall at exact steps however busy the machine is."""
-    from tuner import harness, measure, steppers
-    clock = StepClock()
-    monkeypatch.setattr(harness, "time", clock)
-    monkeypatch.setattr(measure, "time", clock)
-    monkeypatch.setattr(steppers, "time", clock)
-    return clock
+    return step_clock
 
 
 def test_a_trial_stops_at_its_deadline_keeping_the_windows_it_finished(settings, clock):

@@ -21,15 +21,10 @@ def settings(data, **changes) -> TrialSettings:
 
 
 @pytest.fixture
-def clock(monkeypatch) -> StepClock:
+def clock(step_clock) -> StepClock:
     """The harness's and the stopwatches' clock, moved only by a ``ClockedPaced`` trial's
     steps: the time left is exact however long set-up takes on a busy machine."""
-    from tuner import harness, measure, steppers
-    clock = StepClock()
-    monkeypatch.setattr(harness, "time", clock)
-    monkeypatch.setattr(measure, "time", clock)
-    monkeypatch.setattr(steppers, "time", clock)
-    return clock
+    return step_clock
 
 
 def test_a_compile_that_cannot_finish_in_the_time_left_is_not_started(regression_data, clock):

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tuner_in_process
-from tests.test_readme_examples import _FENCE, QUICK_RUN, parse_examples
+from tests.test_readme_examples import _FENCE, QUICK_RUN, import_example, parse_examples
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS = REPO_ROOT / "docs"
@@ -333,16 +333,6 @@ def examples_dir(tmp_path_factory) -> Path:
     return root
 
 
-def _import(name: str, directory: Path, monkeypatch):
-    import importlib
-    module_name = Path(name).stem
-    monkeypatch.syspath_prepend(str(directory))
-    monkeypatch.delitem(sys.modules, module_name, raising=False)
-    module = importlib.import_module(module_name)
-    assert Path(module.__file__).resolve() == (directory / name).resolve()
-    return module
-
-
 def _one_step(workload, data_dir) -> float:
     import torch
     from torch.utils.data import DataLoader
@@ -356,7 +346,7 @@ def _one_step(workload, data_dir) -> float:
 
 def test_workload_example_trains(examples_dir, tmp_path, monkeypatch):
     from tuner.workload import Workload, resolve
-    module = _import("my_workload.py", examples_dir, monkeypatch)
+    module = import_example("my_workload.py", examples_dir, monkeypatch)
     workload = module.workload
     assert isinstance(workload, Workload) and callable(module.trainable)
     assert resolve("my_workload:workload") is workload
@@ -369,7 +359,7 @@ def test_lightning_example_trains(examples_dir, monkeypatch):
     pytest.importorskip("lightning")
     from tuner.integrations.lightning import PLACEHOLDER_DATA
     from tuner.workload import Workload
-    workload = _import("lit_mlp.py", examples_dir, monkeypatch).workload
+    workload = import_example("lit_mlp.py", examples_dir, monkeypatch).workload
     assert isinstance(workload, Workload)
     assert workload.baseline.batch_size == 64 and workload.baseline.num_workers == 1
     assert math.isfinite(_one_step(workload, PLACEHOLDER_DATA))
@@ -377,7 +367,7 @@ def test_lightning_example_trains(examples_dir, monkeypatch):
 
 def test_space_examples_load_and_hold_the_references(examples_dir, monkeypatch):
     from tuner.space import IntRange, load_space
-    workload = _import("my_workload.py", examples_dir, monkeypatch).workload
+    workload = import_example("my_workload.py", examples_dir, monkeypatch).workload
     spaces = [n for n, b in named_blocks().items() if b.language == "yaml"]
     assert "my_space.yaml" in spaces and "my_space_devices.yaml" in spaces
     for name in spaces:

@@ -338,18 +338,6 @@ def test_the_steady_state_is_judged_from_the_windows_and_a_transient_window_is_d
     assert off["steady_probes"] == 0 and off["steady_state"] is None
 
 
-@pytest.fixture
-def step_clock(monkeypatch) -> "StepClock":
-    """The harness's and the stopwatches' clock, moved only by the steps of a
-    ``_ClockedTransient``: its windows run at exact rates however busy the machine is."""
-    from tuner import harness, measure, steppers
-    clock = StepClock()
-    monkeypatch.setattr(harness, "time", clock)
-    monkeypatch.setattr(measure, "time", clock)
-    monkeypatch.setattr(steppers, "time", clock)
-    return clock
-
-
 class _ClockedTransient(Regression):
     """``tests.fake_workloads.Transient`` on ``clock``: after the first step, ``SLOW_STEPS``
     steps of ``SLOW_S``, then steps of ``FAST_S``, each moving the clock by exactly that."""
