@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check in one command (at most 9 minutes on one H100, the dependency install included):
 #   bash bench/gpu_check.sh [extra options of bench/gpu_acceptance.py]
-# Installs what is missing (a .devbundle/ folder beside the checkout, from
+# Uses the environment when it has the project installed; else installs it (a .devbundle/ folder beside the checkout, from
 # device-bundle.sh, on a machine without internet; else `pip install -e .`), then runs
 # `bench/gpu_acceptance.py --quick`. Writes gpu-acceptance.md, .json, .log, gpu-tests.log and
 # tuner-results.tar.gz (the leaderboards) to $OUT (default: .).
@@ -11,11 +11,16 @@ started=$(date +%s)
 out=${OUT:-.}
 mkdir -p "$out"
 py=${PYTHON:-python3}
-if [ -f .devbundle/install.sh ]; then
+have_all() {
+  "$py" -c "import importlib.util as u, sys
+sys.exit(not all(u.find_spec(m) for m in ('tuner', 'ray', 'optuna', 'torch')))" 2>/dev/null
+}
+if have_all; then
+  :  # an environment with the project installed (a venv, a CI image): used as it is
+elif [ -f .devbundle/install.sh ]; then
   bash .devbundle/install.sh || exit 1
   export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-elif ! "$py" -c "import importlib.util as u, sys
-sys.exit(not all(u.find_spec(m) for m in ('tuner', 'ray', 'optuna', 'torch')))" 2>/dev/null; then
+else
   "$py" -m pip install -q -e . || exit 1
 fi
 export TUNER_CACHE=${TUNER_CACHE:-/tmp/tuner-cache}

@@ -182,8 +182,24 @@ class PacedLong(Paced):
     LONG_FROM = 0
 
 
+class SteepPaced(Paced):
+    """``Paced`` whose batches under 20 also take longer per step (``STEP_S`` x 20 / batch):
+    samples/sec goes as batch_size squared, so batch 5 is 16x slower than batch 20 and batch 4
+    25x. A loaded machine adds a per-step cost that narrows such gaps (a 4x gap to ~2x); this
+    one stays far past the early-stopping margin however busy the machine is."""
+
+    name = "fake-steep-paced"
+
+    def training_step(self, model, batch):
+        import time
+        if batch[0].device.type != "meta" and batch[0].shape[0] < 20:
+            time.sleep(self.STEP_S * (20 / batch[0].shape[0] - 1))
+        return super().training_step(model, batch)
+
+
 regression = Regression()
 paced = Paced()
+steep_paced = SteepPaced()
 paced_long = PacedLong()
 oom = FakeOOM()
 broken = BrokenData()

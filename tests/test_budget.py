@@ -428,9 +428,10 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
     1. ``--time-budget 20`` over a workload whose trials take 15 s and more (a 15 s first
        step, as a long compile): the run ends within 20 s + the grace, the trial the deadline
        caught recorded ``timeout``, not lost.
-    2. No budget, 3 trials: the references (batch 20, then 4: 5x slower) run whole; the
-       random sampler (seed 5) then proposes batch 5, 4x slower than the best: pruned after a
-       window, its partial measurement kept, while the slower reference ran all its windows."""
+    2. No budget, 3 trials of a steeply paced workload: the references (batch 20, then 4: 25x
+       slower) run whole; the random sampler (seed 5) then proposes batch 5, 16x slower than
+       the best: pruned after a window, its partial measurement kept, while the slower
+       reference ran all its windows. (A busy machine narrows such gaps by about half.)"""
     from tuner.driver import run
     common = dict(space_file=paced_space, data=str(regression_data), device="cpu",
                   sampler="random", seed=5, windows=3, window_s=0.6, warmup_steps=2, confirm=0,
@@ -444,18 +445,18 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
     assert last["status"] == "timeout" and "time budget" in last["error"]
     assert all(r["status"] in ("ok", "timeout") for r in budget.rows)
 
-    pruning = run(RunOptions(workload=PACED, trials=3, results=str(tmp_path / "prune"), **common))
+    pruning = run(RunOptions(workload="tests.fake_workloads:steep_paced", trials=3, results=str(tmp_path / "prune"), **common))
     rows = {r["batch_size"]: r for r in pruning.rows}
     assert rows[20]["status"] == "ok" and rows[20]["reference"] == "baseline"
     slow_ref = rows[4]
     assert rows[5]["status"] == "pruned" and 1 <= rows[5]["windows"] < 3
     assert rows[5]["samples_per_sec"] > 0                   # its partial measurement kept
-    # The recommended reference runs whole though it is far behind the baseline (5x on a
-    # quiet machine; a busy one adds a per-step cost that narrows it to ~2x, still far past
-    # the pruning margin's floor of 10 %): a reference is never pruned.
+    # The recommended reference runs whole though it is far behind the baseline (25x on a
+    # quiet machine, ~2x less on a busy one, still far past the pruning margin's floor of
+    # 10 %): a reference is never pruned.
     assert slow_ref["reference"] == "recommended" and slow_ref["status"] == "ok"
     assert slow_ref["windows"] == 3
-    assert slow_ref["samples_per_sec"] < rows[20]["samples_per_sec"] / 1.5
+    assert slow_ref["samples_per_sec"] < rows[20]["samples_per_sec"] / 4
 
 
 def test_a_budget_is_printed_to_the_second_under_ten_minutes():

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from torch.utils.data import DataLoader
 
 import tuner.budget as budget
 import tuner.windows as rule
@@ -36,8 +35,8 @@ from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadM
                            synchronize)
 from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir
 from tuner.status import Status
-from tuner.steppers import (LoaderStepper, Stepper, on_device, phase_columns, phase_timer,
-                            resident)
+from tuner.steppers import (LoaderStepper, Stepper, batch_source, on_device, phase_columns,
+                            phase_timer, resident)
 from tuner.workload import Workload
 
 Report = Callable[[dict], None]
@@ -248,7 +247,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     budget stops (DeadlineReached) keeps it. Raises on any failure."""
     _check_deadline(settings, "set-up")
     _check_compile_fits(workload, knobs, settings)
-    stepper, setup_s = _build(workload, knobs, settings, device, sampler)
+    stepper, setup_s = _build(workload, knobs, settings, device, sampler, sofar)
     sofar["setup_s"] = setup_s
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
@@ -367,10 +366,11 @@ def _warm_up_report(sofar: dict, samples: int, step_s: float, settings: TrialSet
 
 
 def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
-           sampler: HostMemorySampler) -> tuple[Stepper, float]:
-    """Seed, dataset, DataLoader, model and optimizer, and the batch source: the DataLoader
-    cycled across epochs, or for the compute-only ceiling batches already on the device.
-    Returns the stepper and the set-up time, s."""
+           sampler: HostMemorySampler, sofar: dict) -> tuple[Stepper, float]:
+    """Seed, the data path's batches (``tuner.steppers.batch_source``: a cache fill's seconds
+    go to ``sofar['cache_fill_s']``), model and optimizer: the batches cycled across epochs,
+    or for the compute-only ceiling batches already on the device. Returns the stepper and
+    the set-up time, s (a cache fill included)."""
     setup = Stopwatch()
     torch.manual_seed(settings.seed)
     if device.type == "cuda":
@@ -378,12 +378,9 @@ def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: to
     data_dir = Path(settings.data_dir)
     if settings.default_data and not data_dir.exists():
         data_dir = workload.prepare_default_data(default_cache_dir() / "data", settings.scale)
-    dataset = workload.build_dataset(data_dir, settings.scale)
-    if len(dataset) < knobs.batch_size:
-        raise TrialFailure(f"batch_size {knobs.batch_size} exceeds the dataset's "
-                           f"{len(dataset)} samples (batches drop the incomplete last one)")
-    loader = DataLoader(dataset, shuffle=True, drop_last=True, collate_fn=workload.collate_fn(),
-                        **knobs.dataloader_kwargs())
+    loader, fill_s = batch_source(workload, knobs, data_dir, settings.scale, device,
+                                  partial(_check_deadline, settings, "cache fill"))
+    sofar["cache_fill_s"] = fill_s
     if settings.loader_only:  # no model: what the input pipeline alone delivers
         return LoaderStepper(workload, knobs, cycle(loader),
                              partial(move_batch, device=device, knobs=knobs)), setup.elapsed()

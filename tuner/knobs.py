@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 AMP_MODES = ("off", "fp16", "bf16")
+DATA_PATHS = ("loader", "cache", "device")
+"""The ``data_path`` knob's values (``tuner.data``)."""
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 
 MEMORY_KINDS = ("device", "host", "none")
@@ -69,6 +71,12 @@ class Knobs:
     grad_accum: int = field(default=1, metadata=_knob(short="acc", kind="int", memory="none"))
     """Micro-batches accumulated per optimizer step; global batch = batch_size x grad_accum.
     Micro-batches run one after the other, so it changes no memory."""
+    data_path: str = field(default="loader", metadata=_knob(
+        short="data", kind="choice", memory="device", choices=DATA_PATHS))
+    """How samples reach the training step (``tuner.data``): 'loader' (the workload's dataset
+    through the DataLoader), 'cache' (decoded samples held in host memory, the workers apply
+    the random augmentation) or 'device' (decoded samples resident in device memory, augmented
+    there per sample; no workers). 'cache' and 'device' need ``Workload.sample_path``."""
     num_workers: int = field(default=0, metadata=_knob(short="nw", kind="int", memory="host"))
     """DataLoader worker processes, >= 0 (0 loads in the training process)."""
     prefetch_factor: int | None = field(default=None, metadata=_knob(
@@ -116,6 +124,11 @@ class Knobs:
             if info.kind == "choice" and value not in info.choices:
                 raise ValueError(f"knob {name}={value!r}: accepted values are "
                                  f"{', '.join(info.choices)}")
+        if self.data_path == "device" and (self.num_workers or self.pin_memory):
+            raise ValueError(
+                f"knob data_path=device takes no DataLoader (num_workers={self.num_workers}, "
+                f"pin_memory={_fmt(self.pin_memory)}): it needs num_workers=0 and "
+                "pin_memory=false")
         if self.num_workers == 0:
             if self.prefetch_factor is not None:
                 raise ValueError(
@@ -157,7 +170,8 @@ class Knobs:
         """These knobs with ``changes`` (knob name -> value, e.g. ``--knobs`` JSON) applied.
         A knob of these that no longer applies after the changes goes back to its default
         unless ``changes`` sets it too: the worker-only knobs (``KnobInfo.needs_workers``:
-        ``prefetch_factor``, ``persistent_workers``) when ``num_workers`` becomes 0.
+        ``prefetch_factor``, ``persistent_workers``) when ``num_workers`` becomes 0, and
+        ``num_workers`` and ``pin_memory`` when ``data_path`` becomes 'device'.
 
         Returns:
             The knobs, and 'name=value' (the value dropped) of each knob put back.
@@ -167,6 +181,11 @@ class Knobs:
         """
         merged = {**self.to_dict(), **changes}
         dropped = []
+        if merged.get("data_path") == "device":  # no DataLoader: its knobs go back too
+            for name in ("num_workers", "pin_memory"):
+                if name not in changes and merged[name]:
+                    dropped.append(f"{name}={_fmt(merged[name])}")
+                    merged[name] = 0 if name == "num_workers" else False
         if merged.get("num_workers") == 0:
             defaults = {f.name: f.default for f in fields(Knobs)}
             for name in WORKER_KNOBS:
@@ -265,11 +284,13 @@ class Knobs:
 
 
 def knob_text(row: dict) -> str:
-    """Compact knob summary: 'bs=32 nw=2 pf=2 pw amp=bf16 cl'."""
+    """Compact knob summary: 'bs=32 nw=2 pf=2 pw amp=bf16 cl' ('data=cache' where the data
+    path is not the loader)."""
     parts = []
     for name in Knobs.names():
         v = row.get(name)
-        if v is None or v is False or v == "off" or (name == "grad_accum" and v == 1):
+        if v is None or v is False or v == "off" or (name == "grad_accum" and v == 1) \
+                or (name == "data_path" and v == "loader"):
             continue
         short = KNOB_INFO[name].short
         parts.append(short if v is True else f"{short}={v}")

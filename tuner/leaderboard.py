@@ -85,6 +85,7 @@ SCHEMA = pa.schema(
         ("time_to_train_s", pa.float64()),  # predicted wall time of train_steps steps
         ("train_steps", pa.int64()),
         ("setup_s", pa.float64()),
+        ("cache_fill_s", pa.float64()),     # decoding every sample once (data_path cache|device)
         ("breakdown_step_ms", pa.float64()),
     ]
     + [(f"{phase}_{unit}", pa.float64()) for phase in
@@ -392,9 +393,12 @@ def read(results: str | Path, *, workload: str | None = None,
         table = _dataset(source, filesystem).to_table(filter=expr)
     except (pa.ArrowException, OSError):  # a part that is not readable Parquet, or gone
         table = _read_skipping_damaged(source, filesystem, directory, expr)
-    # Rows written before the phase column existed are search rows: said once, here.
-    phase = pc.fill_null(table.column("phase"), Phase.SEARCH.value)
-    return table.set_column(table.schema.get_field_index("phase"), "phase", phase)
+    # Rows written before the phase column existed are search rows, and before the data_path
+    # column loader rows: said once, here.
+    for column, value in (("phase", Phase.SEARCH.value), ("data_path", "loader")):
+        table = table.set_column(table.schema.get_field_index(column), column,
+                                 pc.fill_null(table.column(column), value))
+    return table
 
 
 _NAMED_DAMAGED = 5

@@ -24,7 +24,7 @@ import tuner.budget as budget
 from tuner._deprecated import moved
 from tuner.budget import default_time_budget_s
 from tuner.settings import (DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
-                            default_cache_dir)
+                            default_cache_dir, device_limit_mb)
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Choices, Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
@@ -297,7 +297,7 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
                 references=references, settings=settings, trials=trials, run_id=run_id,
                 max_host_memory_mb=max_host_memory_mb, prior_rows=prior_rows,
                 notes=tuple(notes), time_budget_s=time_budget_s, planned_at=planned_at)
-    plan = _without_unaffordable_compile(plan)
+    plan = _without_unaffordable_compile(_data_paths(plan))
     plan.reference_params  # a reference outside the space fails here, before Ray starts
     return plan
 
@@ -323,6 +323,55 @@ def _without_unaffordable_compile(plan: Plan) -> Plan:
                          f"compile, more than the search's {search_s:.0f} s of the "
                          f"{plan.time_budget_s:.0f}-s time budget (--time-budget S)")
     return replace(plan, device_space=space, notes=tuple(notes))
+
+
+CACHE_SHARE = 0.5
+"""The most of the host memory (``--max-host-memory``, else the machine's RAM) a decoded cache
+may take: the trial's process, its DataLoader workers and their batches need the rest."""
+
+
+def _data_paths(plan: Plan) -> Plan:
+    """The plan whose space samples only the data paths (``tuner.data``) that apply: none but
+    'loader' for a workload without ``Workload.sample_path``; not 'cache' when the decoded
+    samples need more than ``CACHE_SHARE`` of the host memory, not 'device' when they need more
+    than the device memory a trial may use (``--max-memory``; on the CPU device the host's
+    share). Each path left out is said once, with the bytes it would need."""
+    dom = plan.device_space.domains.get("data_path")
+    if not isinstance(dom, Choices) or dom.values == ("loader",):
+        return plan
+    space, notes = plan.device_space, list(plan.notes)
+    path = plan.workload.sample_path(plan.data_dir, plan.scale)
+    if path is None:
+        notes.append(f"data_path: only the loader path is tuned: workload {plan.workload.name!r} "
+                     "does not split its samples into a decoded, cacheable part and a random "
+                     "augmentation (Workload.sample_path; docs/bring-your-own.md)")
+        return replace(plan, device_space=space.fixed("data_path", "loader"), notes=tuple(notes))
+    from tuner.data import cache_bytes, describe_bytes
+    need_mb = cache_bytes(path) / 2**20
+    host_mb = CACHE_SHARE * (plan.max_host_memory_mb or _machine_ram_mb())
+    device_mb = host_mb if plan.device == "cpu" else _device_memory_mb(plan.options.max_memory)
+    for value, have_mb, where in (("cache", host_mb, "host memory"),
+                                  ("device", device_mb, "device memory")):
+        if value in dom.values and have_mb is not None and need_mb > have_mb:
+            space = space.without("data_path", value)
+            notes.append(f"data_path={value} is not searched: the decoded samples need "
+                         f"{describe_bytes(need_mb * 2**20)} of {where}, more than the "
+                         f"{describe_bytes(have_mb * 2**20)} a trial may use there")
+    return replace(plan, device_space=space, notes=tuple(notes))
+
+
+def _machine_ram_mb() -> float:
+    import psutil
+    return psutil.virtual_memory().total / 2**20
+
+
+def _device_memory_mb(max_memory: MemoryLimit | str | None) -> float | None:
+    """The memory a trial may use on this machine's first CUDA device, MiB (None: none)."""
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    total_mb = torch.cuda.get_device_properties(0).total_memory / 2**20
+    return device_limit_mb(MemoryLimit.coerce(max_memory), total_mb)
 
 
 def _resumed_run(options: RunOptions, workload: str, scale: str,

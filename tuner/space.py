@@ -237,7 +237,8 @@ class Space:
 class DefineByRun:
     """Optuna define-by-run space (picklable: Ray Tune checkpoints the searcher).
 
-    ``prefetch_factor`` and ``persistent_workers`` are suggested only when ``num_workers > 0``.
+    ``prefetch_factor`` and ``persistent_workers`` are suggested only when ``num_workers > 0``;
+    ``data_path`` is suggested first, and with 'device' no DataLoader knob is (``DEVICE_PATH_NO``).
     Returns constants merged over the suggestions.
     """
 
@@ -249,7 +250,12 @@ class DefineByRun:
 
     def __call__(self, trial) -> dict[str, Any]:
         chosen: dict[str, Any] = {}
-        for name, dom in self.domains.items():
+        # the data path first: the device path has no DataLoader, so none of its knobs
+        order = sorted(self.domains, key=lambda name: name != "data_path")
+        for name in order:
+            dom = self.domains[name]
+            if name in DEVICE_PATH_NO and _data_path(chosen, self.constants) == "device":
+                continue
             if name in WORKER_KNOBS and _workers(chosen, self.constants) == 0:
                 continue
             if isinstance(dom, IntRange):
@@ -259,7 +265,9 @@ class DefineByRun:
             else:
                 chosen[name] = trial.suggest_categorical(name, list(dom.values))
         out = dict(self.constants)
-        if _workers(chosen, self.constants) == 0:
+        if _data_path(chosen, self.constants) == "device":
+            out.update(num_workers=0, pin_memory=False)
+        if _workers({**chosen, **out}, self.constants) == 0:
             for name in WORKER_KNOBS:
                 out.pop(name, None)
         if self.global_batch is not None:
@@ -272,6 +280,15 @@ def _cap(dom: Domain, high: int) -> Domain:
         return dom if dom.high <= high else IntRange(dom.low, max(dom.low, high), dom.log, dom.step)
     kept = tuple(v for v in dom.values if v <= high)
     return Choices(kept or (min(dom.values),))
+
+
+DEVICE_PATH_NO = ("num_workers", "pin_memory", *WORKER_KNOBS)
+"""Knobs of the DataLoader, which the ``device`` data path does not use: not suggested there
+(num_workers 0, pin_memory false)."""
+
+
+def _data_path(chosen: Mapping[str, Any], constants: Mapping[str, Any]) -> str:
+    return str(chosen.get("data_path", constants.get("data_path", "loader")))
 
 
 def _workers(chosen: Mapping[str, Any], constants: Mapping[str, Any]) -> int:

@@ -7,19 +7,61 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from tuner.apply import Training, cycle, move_batch, repeat
+from tuner.data import CachedDataset, DecodedCache, DeviceBatches
+from tuner.errors import TrialFailure
 from tuner.knobs import Knobs
 from tuner.measure import HostMemorySampler, LimitExceeded
 from tuner.settings import PHASES
 from tuner.workload import Workload
 
 
-def resident(loader: DataLoader, device: torch.device, knobs: Knobs, count: int) -> Iterator:
+def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
+                 device: torch.device, check: Callable[[], None]) -> tuple[Iterable, float | None]:
+    """The batches of the knobs' data path (``tuner.data``), one epoch per ``iter``: a
+    DataLoader over the workload's dataset ('loader') or over a ``CachedDataset`` ('cache'),
+    or ``DeviceBatches`` of a cache resident on ``device`` ('device'). The cache is filled
+    here with the trial's CPUs as fill workers, ``check`` called between its batches (the
+    trial's deadline). Returns the batches and the fill's seconds (None for 'loader').
+
+    Raises:
+        TrialFailure: a 'cache' or 'device' path for a workload without ``sample_path``, or a
+            batch larger than the dataset.
+        tuner.errors.DataError: a sample that fails to decode (naming its file).
+    """
+    if knobs.data_path == "loader":
+        return _loader(workload, knobs, workload.build_dataset(data_dir, scale)), None
+    path = workload.sample_path(data_dir, scale)
+    if path is None:
+        raise TrialFailure(f"data_path={knobs.data_path}: workload {workload.name!r} does not "
+                           "split its sample path (Workload.sample_path)")
+    cpus = torch.get_num_threads() + knobs.num_workers  # the trial's (tuner.harness)
+    cache = DecodedCache.fill(path.decoded, workers=cpus if cpus > 1 else 0, deadline=check)
+    if knobs.data_path == "cache":
+        return _loader(workload, knobs, CachedDataset(cache, path.augment)), cache.fill_s
+    _check_batch(knobs, len(cache))
+    return DeviceBatches(cache.to(device), knobs.batch_size, path.augment_batch), cache.fill_s
+
+
+def _loader(workload: Workload, knobs: Knobs, dataset: Dataset) -> DataLoader:
+    _check_batch(knobs, len(dataset))
+    return DataLoader(dataset, shuffle=True, drop_last=True, collate_fn=workload.collate_fn(),
+                      **knobs.dataloader_kwargs())
+
+
+def _check_batch(knobs: Knobs, samples: int) -> None:
+    if samples < knobs.batch_size:
+        raise TrialFailure(f"batch_size {knobs.batch_size} exceeds the dataset's "
+                           f"{samples} samples (batches drop the incomplete last one)")
+
+
+def resident(loader: Iterable, device: torch.device, knobs: Knobs, count: int) -> Iterator:
     """``count`` batches moved to the device once, cycled: no loading, decoding or copying is
     measured (the compute-only ceiling; the memory probe)."""
     source = cycle(loader)

@@ -46,7 +46,7 @@ import sys
 import warnings
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import torch
 from torch import nn
@@ -55,6 +55,9 @@ from torch.utils.data import Dataset
 from tuner.errors import DataError, TunerError, one_line
 from tuner.knobs import Knobs
 from tuner.settings import SCALES, default_cache_dir  # noqa: F401  (public: workloads import them here)
+
+if TYPE_CHECKING:
+    from tuner.data import SamplePath
 
 ENTRY_POINT_GROUP = "tuner.workloads"
 
@@ -164,6 +167,25 @@ class Workload(abc.ABC):
     @abc.abstractmethod
     def sample_shape(self, scale: str) -> dict[str, list[int]]:
         """Shapes of one sample's tensors, e.g. ``{"image": [3, 40, 40]}``."""
+
+    def sample_path(self, data_dir: Path, scale: str) -> "SamplePath | None":
+        """The sample path split at the cache boundary (``tuner.data.SamplePath``): the
+        deterministic part of making a sample (read, decode, resize), which a cache may hold,
+        and the random part (augmentation), which runs for every sample in every epoch, on
+        the CPU per sample and on a device per batch with per-sample parameters.
+
+        Optional: None (this default) tunes the ``loader`` data path only, and the run says
+        once why the ``cache`` and ``device`` paths were not tried.
+
+        Raises:
+            tuner.errors.DataError: as ``build_dataset``.
+        """
+        return None
+
+    @property
+    def has_sample_path(self) -> bool:
+        """Whether the workload implements ``sample_path`` (the data_path knob applies)."""
+        return type(self).sample_path is not Workload.sample_path
 
     def samples_in(self, batch: Any) -> int:
         """Samples in a batch (default: length of the first tensor)."""

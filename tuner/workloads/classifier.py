@@ -22,7 +22,6 @@ of the architecture's pretrained weights, e.g. 224 for resnet50). See ``NamedCla
 from __future__ import annotations
 
 import difflib
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,6 +35,7 @@ from torchvision.models import inception_v3, resnet18
 from torchvision.models.resnet import BasicBlock, ResNet
 from torchvision.transforms import v2
 
+from tuner.data import SamplePath
 from tuner.errors import DataError, TunerError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
@@ -86,6 +86,86 @@ def _as_label(target: int) -> torch.Tensor:
     """ImageFolder class index -> int64 scalar tensor (a module-level function, so the dataset
     pickles into DataLoader workers)."""
     return torch.tensor(target, dtype=torch.int64)
+
+
+def cache_px(input_px: int, first_image: str) -> int:
+    """Side of the decoded images a cache holds: twice the network input (the smallest crop,
+    half the area at a 3:4 ratio, still spans more pixels than the input), but no larger than
+    the first image's longer side (upsampling adds no detail), and never below the input."""
+    from torchvision.io import decode_image, read_file
+    _, h, w = decode_image(read_file(first_image)).shape
+    return max(input_px, min(2 * input_px, max(h, w)))
+
+
+class _DecodeResize:
+    """uint8 ``(3, H, W)`` -> (uint8 ``(3, side, side)``, int64 ``(2,)`` [H, W])."""
+
+    def __init__(self, side: int):
+        self.side = side
+
+    def __call__(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        resized = v2.functional.resize(image, [self.side, self.side], antialias=True)
+        return resized, torch.tensor(image.shape[1:], dtype=torch.int64)
+
+
+class _Decoded(Dataset):
+    """An ImageFolder of ``_DecodeResize`` items as flat tuples: (image, [H, W], label)."""
+
+    def __init__(self, folder: Dataset):
+        self.folder = folder
+
+    def __len__(self) -> int:
+        return len(self.folder)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        (image, hw), label = self.folder[index]
+        return image, hw, torch.tensor(label, dtype=torch.int64)
+
+
+class _AugmentBatch:
+    """The classifiers' random part on a batch of decoded samples (``_Decoded`` stacked):
+    ``transform``'s RandomResizedCrop, RandomHorizontalFlip and ColorJitter with parameters
+    drawn per sample, then ToDtype and Normalize -> (float32 ``(B, 3, S, S)``, int64 ``(B,)``)."""
+
+    def __init__(self, size: int, crop_scale: tuple[float, float]):
+        self.size, self.crop_scale = size, crop_scale
+
+    def __call__(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        from tuner.workloads import _augment as aug
+        images, hw, labels = batch
+        boxes = aug.random_resized_crop_boxes(hw, self.crop_scale)
+        x = aug.resized_crop(images, boxes, self.size) / 255.0
+        x = aug.random_horizontal_flip(x)
+        x = aug.color_jitter(x, brightness=0.2, contrast=0.2, saturation=0.2)
+        return aug.normalize(x, _MEAN, _STD), labels
+
+
+class _AugmentOne:
+    """The classifiers' random part on one decoded sample, in a DataLoader worker (the
+    ``cache`` path): the crop box drawn against the image's own size as ``_AugmentBatch``
+    draws it, then torchvision's per-sample transforms, as ``transform`` -> (float32
+    ``(3, S, S)``, int64 ``()``)."""
+
+    def __init__(self, size: int, crop_scale: tuple[float, float]):
+        self.size, self.crop_scale = size, crop_scale
+        self.rest = v2.Compose([
+            v2.RandomHorizontalFlip(),
+            v2.ColorJitter(brightness=0.2, contrast=0.2, saturation=0.2),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean=_MEAN, std=_STD),
+        ])
+
+    def __call__(self, sample: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        from tuner.workloads._augment import random_resized_crop_boxes
+        image, hw, label = sample
+        side_h, side_w = image.shape[1:]
+        x0, y0, x1, y1 = random_resized_crop_boxes(hw[None], self.crop_scale)[0].tolist()
+        top, left = round(y0 * side_h), round(x0 * side_w)
+        height = max(1, round(y1 * side_h) - top)
+        width = max(1, round(x1 * side_w) - left)
+        crop = v2.functional.resized_crop(image, top, left, height, width,
+                                          [self.size, self.size], antialias=True)
+        return self.rest(crop), label
 
 
 class _ImageFolderClassifier(Workload):
@@ -146,6 +226,23 @@ class _ImageFolderClassifier(Workload):
             v2.ToDtype(torch.float32, scale=True),  # [0, 255] -> [0, 1]
             v2.Normalize(mean=_MEAN, std=_STD),
         ])
+
+    def sample_path(self, data_dir: Path, scale: str) -> SamplePath:
+        """Decoded: each image resized to ``cache_px`` x ``cache_px`` (its height and width
+        kept beside it), uint8; random: ``transform``'s crop (its box drawn against the image's
+        own size, so areas and aspect ratios are distributed as on the full image), flip and
+        colour jitter per sample (``tuner.workloads._augment``), then normalised. Items as
+        ``build_dataset``'s: float32 ``(3, S, S)`` and int64 ``()``.
+
+        Raises:
+            DataError: as ``build_dataset``.
+        """
+        folder = self.build_dataset(data_dir, scale)
+        side = cache_px(self.input_px[scale], folder.samples[0][0])
+        decoded = _Decoded(image_folder(Path(data_dir), _DecodeResize(side)))
+        args = (self.input_px[scale], self.crop_scale)
+        batch = _AugmentBatch(*args)
+        return SamplePath(decoded=decoded, augment=_AugmentOne(*args), augment_batch=batch)
 
     def build_dataset(self, data_dir: Path, scale: str) -> Dataset:
         """ImageFolder ``data_dir/<class>/<image>.{png,jpg,jpeg}``; items are ``(image, label)``:
