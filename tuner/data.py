@@ -92,8 +92,16 @@ def _as_tensor(value: Any) -> torch.Tensor:
 
 
 def _stack(items: Sequence[Sample]) -> Sample:
-    """Collate for the fill: decoded samples -> one tensor per field, leading dimension B."""
-    return tuple(torch.stack([_as_tensor(s[i]) for s in items]) for i in range(len(items[0])))
+    """Collate for the fill: decoded samples -> one tensor per field, leading dimension B.
+    Raises ValueError when two of them differ in shape or dtype."""
+    fields = [[_as_tensor(value) for value in fields] for fields in zip(*items)]
+    for values in fields:
+        kinds = {(tuple(v.shape), v.dtype) for v in values}
+        if len(kinds) > 1:
+            seen = ", ".join(sorted(f"{list(shape)} {dtype}" for shape, dtype in kinds))
+            raise ValueError(f"decoded samples differ in shape or dtype ({seen}): a cache "
+                             "needs fixed shapes")
+    return tuple(torch.stack(values) for values in fields)
 
 
 class DecodedCache:
