@@ -15,6 +15,10 @@ vocabulary gives 10.65M parameters in its printout (tied lm_head, position embed
 the 256-byte vocabulary adds (256 - 65) x 384 = 73,344 embedding weights, and counting every
 tensor of ``parameters()`` (tied weight once, position embeddings included) gives 10,818,432:
 1.1% above the 10.7M the brief targets.
+
+For the ``cache`` and ``device`` data paths (``tuner.data``), ``sample_path`` holds each
+window's bytes (``TokenWindows``: the token array) and casts and shifts them per sample or per
+batch (``NextTokenPairs``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,9 @@ One sample: a patch at a random position of one volume (torch's RNG, which DataL
 worker), mirrored at random along each axis, the image z-scored over the patch:
 image ``(1, D, H, W)`` float32 and label ``(D, H, W)`` int64. A volume smaller than the patch
 along an axis is zero-padded (label 0, background). An epoch is ``PATCHES_PER_VOLUME`` patches
-per volume (item ``i`` reads volume ``i % n_volumes``).
+per volume (item ``i`` reads volume ``i % n_volumes``). For the ``cache`` and ``device``
+data paths (``tuner.data``), ``sample_path`` splits this into the volumes read whole
+(``DecodedVolumes``) and the patch drawn per sample (``tuner.workloads._patches``).
 """
 
 from __future__ import annotations
