@@ -36,11 +36,11 @@ FLOORS = {
         "tuner.workloads", "tuner.workloads._data", "tuner.workloads.ddpm",
         "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
         "tuner.workloads.segmentation3d", "tuner.workloads.datasets",
-        "tuner.workloads._patches"},
+        "tuner.workloads._patches", "tuner.workloads._augment"},
     2: {"tuner.harness", "tuner.apply", "tuner.measure", "tuner.failures", "tuner.hardware",
         "tuner.steppers",
         "tuner.flops", "tuner.validate", "tuner.noise"},
-    1: {"tuner.workload", "tuner.space", "tuner.cluster"},
+    1: {"tuner.workload", "tuner.space", "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
         "tuner.budget", "tuner.windows", "tuner._deprecated"},
 }

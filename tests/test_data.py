@@ -49,6 +49,25 @@ def test_a_fill_holds_every_decoded_sample_once_in_shared_memory(workers):
     assert cache.nbytes == 37 * sample_bytes(_Images(1)[0]) == 37 * (48 + 8)
 
 
+class _Repeated(_Images):
+    """Several samples per decoded one (patches of a volume): item i is item i % distinct."""
+    distinct = 5
+
+    def __getitem__(self, i: int):
+        return super().__getitem__(i % self.distinct)
+
+
+def test_a_dataset_of_repeated_samples_is_cached_once_and_still_gives_its_epoch():
+    cache = DecodedCache.fill(_Repeated(20))
+    assert len(cache) == 20 and len(cache.tensors[0]) == 5       # stored once each
+    assert int(cache[13][1]) == 3
+    path = SamplePath(decoded=_Repeated(20), augment=lambda s: s, augment_batch=lambda b: b)
+    assert cache_bytes(path) == 5 * (48 + 8)
+    batches = DeviceBatches(cache, batch_size=4, augment=lambda b: b)
+    labels = sorted(int(i) for _, batch_labels in batches for i in batch_labels)
+    assert labels == sorted(list(range(5)) * 4)                 # 20 samples an epoch
+
+
 def test_cache_bytes_counts_every_sample_before_any_fill():
     path = SamplePath(decoded=_Images(10), augment=lambda s: s, augment_batch=lambda b: b)
     assert cache_bytes(path) == 10 * (3 * 4 * 4 + 8)
