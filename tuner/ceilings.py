@@ -155,6 +155,18 @@ def attainable_text(attainable: Attainable) -> str:
             f"{core_ms:.2f} core-ms per sample), at most {limits}")
 
 
+def attainable_summary(attainable: Attainable) -> str | None:
+    """'125.0 samples/sec attainable here, 80 % of it reached; ' + ``attainable_text`` and, where
+    a data path lifted the input limit, '; ' + ``lever_text``. None without an attainable rate
+    the best stayed under (``Attainable.share`` None)."""
+    a = attainable
+    if a.share is None:
+        return None
+    parts = [f"{a.samples_per_sec:,.1f} samples/sec attainable here, {100 * a.share:.0f} % of it "
+             "reached", attainable_text(a), lever_text(a)]
+    return "; ".join(part for part in parts if part)
+
+
 def ceiling_rates(rows: list[dict], knobs: Mapping) -> dict[tuple[str, str], list[float]]:
     """The successful measurements (samples/sec) of each ceiling among one run's rows, by
     (kind, data path): the winner's own kinds (``WINNER_LABELS``) only from rows with its

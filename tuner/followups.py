@@ -253,9 +253,9 @@ def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
 
 def fitting_ceilings(plan: Any, rows: Sequence[dict], todo: list[Ceiling]
                      ) -> tuple[list[Ceiling], list[str]]:
-    """The ceilings of ``todo`` (name, knobs, mode: ``Ceiling``) whose trials the time left holds, one
-    after another in order (``budget.trial_cost_s``), and the names of those left out: a
-    ceiling started without the time for it measures nothing."""
+    """The ceilings of ``todo`` (``Ceiling``: name, knobs, mode) whose trials the time left
+    holds, one after another in order (``budget.trial_cost_s``), and the names of those left
+    out: a ceiling started without the time for it measures nothing."""
     left = plan.time_left_s()
     if left is None:
         return todo, []
