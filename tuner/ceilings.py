@@ -207,7 +207,9 @@ def ceilings(top: Mapping, same_run: list[dict]) -> tuple[Ceilings, Attainable]:
                   default=None)
     if compute is not None and bound is not None:
         compute = max(compute, bound)
-    core_compute = highest.get(("core-compute", path))
+    # The shared-cores model is the CPU device's: on a GPU the compute does not use the cores.
+    on_cpu = (top.get("device") or "cpu") == "cpu"
+    core_compute = highest.get(("core-compute", path)) if on_cpu else None
     return found, attainable(
         best_sps, compute, input_limits(highest),
         cores=_cores(same_run) if core_compute else None,
