@@ -243,3 +243,54 @@ def test_a_one_core_ceiling_trains_on_one_thread(regression_data):
     result = run_trial(regression, Knobs(batch_size=16), settings, cpus=2)
     assert result["status"] == "ok", result.get("error")
     assert result["torch_threads"] == 1 and result["ceiling"] == "core-compute"
+
+
+# ------------------------------------------------------------------------ the summary
+
+
+def summary_of(rows: list[dict]) -> str:
+    from types import SimpleNamespace
+    from rich.console import Console
+    from tuner.progress import Progress
+    console = Console(record=True, width=400)
+    Progress(console)._print_best(rows, SimpleNamespace(workload="fake-regression", scale="tiny",
+                                                        results_dir="res"))
+    return " ".join(console.export_text().replace("│", " ").split())
+
+
+def test_the_summary_names_the_lever_and_how_much_it_lifted_the_input_limit():
+    out = summary_of(lever_run())
+    assert "attainable here 2,140.0 89% of it bound by input pipeline: min(compute-only " \
+           "4,851.0, input pipeline 2,140.0 with the decoded cache)" in out
+    assert "input pipeline: 212 → 2,140 samples/sec with the decoded cache (10.1x)" in out
+    assert "same knobs, its data path alone (data_path=cache), no model" in out
+
+
+def test_the_summary_says_the_cpu_bound_is_the_shared_cores_model():
+    out = summary_of(cpu_run({"loader": 250.0}))
+    assert "attainable here 244.9 94% of it bound by shared cores: on CPU the input pipeline " \
+           "and the model share the 2 cores" in out
+    assert "input pipeline: " not in out                      # no lever: one data path
+
+
+def test_the_ceiling_phase_names_each_data_paths_ceiling():
+    from tuner.progress import _phase_text
+    text = _phase_text({"phase": "ceiling", "ceilings": ["machine-loader (data_path=cache)",
+                                                         "core-compute"],
+                        "left_out": ["core-loader (data_path=device)"]})
+    assert text == ("measuring this machine's input limit (loader only, every CPU a worker) "
+                    "(data_path=cache); measuring the winner's compute on one core; left out, "
+                    "the time left cannot hold it: core-loader (data_path=device)")
+
+
+def test_the_html_report_gives_the_attainable_rate_and_the_lever():
+    from tuner.report import _best_section
+    page = _best_section(winner.best(lever_run()))
+    assert ("<p>2,140.0 samples/sec attainable here, 89 % of it reached; bound by input "
+            "pipeline: min(compute-only 4,851.0, input pipeline 2,140.0 with the decoded cache); "
+            "input pipeline: 212 → 2,140 samples/sec with the decoded cache (10.1x).</p>") in page
+
+
+def test_a_trial_cannot_be_given_fewer_than_one_cpu():
+    with pytest.raises(ValueError, match=r"cpus 0: must be >= 1"):
+        TrialSettings(scale="tiny", device="cpu", data_dir=".", cpus=0)

@@ -332,6 +332,8 @@ class TrialSettings:
         if self.warmup_steps < 1 or self.windows < 1 or self.window_s <= 0:
             raise ValueError("warmup_steps and windows must be >= 1 and window_s > 0, got "
                              f"{self.warmup_steps}, {self.windows}, {self.window_s}")
+        if self.cpus is not None and self.cpus < 1:
+            raise ValueError(f"cpus {self.cpus}: must be >= 1 (None: all the trial was given)")
         object.__setattr__(self, "max_memory", MemoryLimit.coerce(self.max_memory))
 
 
