@@ -50,7 +50,7 @@ _STATUS_STYLE = {Status.OK: "green", Status.OOM: "yellow", Status.OVER_LIMIT: "y
 
 _CEILINGS = {
     "compute": "measuring the winner's compute-only ceiling (batches on the device)",
-    "loader": "measuring the winner's loader-only ceiling (its DataLoader, no model)",
+    "loader": "measuring the winner's loader-only ceiling (its input pipeline, no model)",
     "machine-loader": "measuring this machine's input limit (loader only, every CPU a worker)",
     "machine-compute": "measuring this machine's compute limit (largest batch, fastest precision)",
     "path-loader": "measuring the best configuration's loader-only rate",
