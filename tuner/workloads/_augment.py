@@ -161,46 +161,39 @@ def color_jitter(images: torch.Tensor, brightness: float, contrast: float,
     return x
 
 
-def _rgb_to_hsv(images: torch.Tensor) -> torch.Tensor:
-    """RGB in [0, 1] -> HSV in [0, 1], ``(B, 3, H, W)``: Pillow's conversion, as torchvision's
-    ``adjust_hue`` computes it (a grey pixel has hue and saturation 0)."""
-    r, g, _ = images.unbind(1)
-    maxc, minc = images.amax(dim=1), images.amin(dim=1)
-    grey = maxc == minc
+def _hue(images: torch.Tensor, maxc: torch.Tensor, minc: torch.Tensor) -> torch.Tensor:
+    """Hue in [0, 1) of RGB images in [0, 1] ``(B, 3, H, W)`` given their channel max and min
+    ``(B, 1, H, W)``: Pillow's conversion, as torchvision's ``adjust_hue`` computes it (a grey
+    pixel has hue 0) -> ``(B, 1, H, W)``."""
+    r, g, _ = images.split(1, dim=1)
     spread = maxc - minc
-    s = spread / torch.where(grey, torch.ones_like(maxc), maxc)
-    rc, gc, bc = ((maxc.unsqueeze(1) - images)
-                  / torch.where(grey, torch.ones_like(spread), spread).unsqueeze(1)).unbind(1)
+    rc, gc, bc = ((maxc - images) / torch.where(spread == 0, 1.0, spread)).split(1, dim=1)
     is_r, is_g = maxc == r, (maxc == g) & (maxc != r)
-    is_b = ~is_r & ~is_g
-    h = (bc - gc) * is_r + (2.0 + rc - bc) * is_g + (4.0 + gc - rc) * is_b
-    h = torch.fmod(h / 6.0 + 1.0, 1.0)
-    return torch.stack((h, s, maxc), dim=1)
+    h = torch.where(is_r, bc - gc, torch.where(is_g, 2.0 + rc - bc, 4.0 + gc - rc))
+    return torch.fmod(h / 6.0 + 1.0, 1.0)
 
 
-def _hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
-    """HSV in [0, 1] -> RGB in [0, 1], ``(B, 3, H, W)`` (the inverse of ``_rgb_to_hsv``)."""
-    h, s, v = hsv.unbind(1)
-    h6 = h * 6
-    sector = torch.floor(h6)
-    f = h6 - sector
-    sector = sector.to(torch.int64).remainder(6)
-    p = (v * (1 - s)).clamp(0, 1)
-    q = (v * (1 - s * f)).clamp(0, 1)
-    t = (v * (1 - s * (1 - f))).clamp(0, 1)
-    vpqt = torch.stack((v, p, q, t), dim=1)                             # (B, 4, H, W)
-    # per sector 0..5: which of (v, p, q, t) is each of R, G, B
-    select = torch.tensor([[0, 2, 1, 1, 3, 0], [3, 0, 0, 2, 1, 1], [1, 1, 3, 0, 0, 2]],
-                          device=hsv.device)
-    return vpqt.gather(1, select[:, sector].movedim(0, 1))
+def _rgb_to_hsv(images: torch.Tensor) -> torch.Tensor:
+    """RGB in [0, 1] -> HSV in [0, 1], ``(B, 3, H, W)`` (torchvision's conversion)."""
+    maxc, minc = images.amax(dim=1, keepdim=True), images.amin(dim=1, keepdim=True)
+    saturation = (maxc - minc) / torch.where(maxc == 0, 1.0, maxc)
+    return torch.cat([_hue(images, maxc, minc), saturation, maxc], dim=1)
+
+
+_HSV_N = (5.0, 3.0, 1.0)
+"""Per channel R, G, B: the offsets of the HSV -> RGB formula ``f(n) = V - V S max(0,
+min(k, 4 - k, 1))``, ``k = (n + 6 H) mod 6``."""
 
 
 def adjust_hue_per_sample(images: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     """Each image's hue shifted by ``shift`` ``(B,)`` (fractions of the hue circle, in
-    [-0.5, 0.5]), as torchvision's ``adjust_hue``: through HSV, the hue taken modulo 1."""
-    h, s, v = _rgb_to_hsv(images).unbind(1)
-    h = (h + shift.view(-1, 1, 1)).remainder(1.0)
-    return _hsv_to_rgb(torch.stack((h, s, v), dim=1))
+    [-0.5, 0.5]), as torchvision's ``adjust_hue``: through HSV, the hue taken modulo 1 (value
+    and saturation, so each pixel's channel max and min, kept)."""
+    maxc, minc = images.amax(dim=1, keepdim=True), images.amin(dim=1, keepdim=True)
+    h = (_hue(images, maxc, minc) + shift.view(-1, 1, 1, 1)).remainder(1.0)  # (B, 1, H, W)
+    n = torch.tensor(_HSV_N, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    k = (n + 6 * h).remainder(6.0)                                          # (B, 3, H, W)
+    return maxc - (maxc - minc) * torch.minimum(k, 4 - k).clamp(0, 1)
 
 
 def normalize(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
