@@ -44,6 +44,11 @@ contrast, saturation, hue: the guide's "Color jittering"), a random horizontal f
 negates yaw and roll (the guide's "Random horizontal flips"), float conversion and ImageNet
 normalisation.
 
+Sample path (``sample_path``, the ``data_path`` knob): decoded samples are the face crops
+resized to ``cache_side_px`` (uint8, 207 KB each for 300W-LP's 450x450 crops at 224 input) with
+their source size and angles; the random part is the flip (with its label rule), the crop and
+the colour jitter, per sample on either path.
+
 Default data (``prepare_default_data``): deterministic synthetic face crops whose content is
 drawn from the angles (an elliptic head with hair, eyes, nose and mouth, turned by yaw and
 pitch and rotated by roll, on a textured background), so the task is learnable. Smaller than
