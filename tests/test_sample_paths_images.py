@@ -230,7 +230,8 @@ def test_ddpm_rotation_angles_are_drawn_per_sample_over_the_range():
     bar[:, 19:21, 5:35] = 200
     assert _orientation_deg(bar[None].float()).abs().item() < 0.01
     torch.manual_seed(0)
-    images, _ = ddpm._AugmentBatch()((_stacked((bar,), 128)[0], torch.zeros(128, dtype=torch.int64)))
+    labels = torch.zeros(128, dtype=torch.int64)
+    images, _ = ddpm._AugmentBatch()((_stacked((bar,), 128)[0], labels))
     angle = _orientation_deg(images)
     limit = ddpm.ROTATION_DEG
     assert angle.abs().max() <= limit + 1
@@ -249,10 +250,13 @@ def test_rotate_is_torchvisions_rotate_per_sample():
         assert torch.equal(aug.rotate(images.float(), angles), expected.float())
 
 
-def test_hue_shift_is_torchvisions_adjust_hue_per_sample():
+@pytest.mark.parametrize("levels", [4, 256])
+def test_hue_shift_is_torchvisions_adjust_hue_per_sample(levels):
+    """Random images of ``levels`` grey levels per channel (4: many grey pixels and channel
+    ties, where the hue formula switches branch)."""
     from torchvision.transforms.v2 import functional as TF
     torch.manual_seed(0)
-    images = torch.rand(5, 3, 16, 16)
+    images = torch.randint(0, levels, (5, 3, 16, 16)).float() / (levels - 1)
     shift = torch.tensor([-0.5, -0.05, 0.0, 0.03, 0.5])
     expected = torch.stack([TF.adjust_hue(img, float(s)) for img, s in zip(images, shift)])
     assert torch.allclose(aug.adjust_hue_per_sample(images, shift), expected, atol=1e-5)
