@@ -111,7 +111,7 @@ def random_resized_crop_one(image: torch.Tensor, hw: torch.Tensor, scale: tuple[
                             ratio: tuple[float, float], size: int) -> torch.Tensor:
     """One image's random resized crop, on the CPU: the box drawn by
     ``random_resized_crop_boxes`` against ``hw`` ``(2,)`` (the height and width of the image
-    ``image`` was resized from, so areas and aspect ratios are distributed as on that image),
+    ``image`` is resized from, so areas and aspect ratios are distributed as on that image),
     cut from ``image`` uint8 ``(C, h, w)`` and resized to ``size`` x ``size`` with
     torchvision's antialiased ``resized_crop`` -> uint8 ``(C, size, size)``."""
     from torchvision.transforms.v2 import functional as TF
