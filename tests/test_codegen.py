@@ -150,8 +150,8 @@ def test_validate_trains_with_the_printed_lines_and_reads_the_trials_rate(
     from tuner.settings import TrialSettings
     knobs = PATHS[path]
     result = run_trial(workload, knobs, TrialSettings(
-        scale="tiny", device="cpu", data_dir=str(data_dir), warmup_steps=2, windows=2,
-        window_s=0.5), cpus=2)
+        scale="tiny", device="cpu", data_dir=str(data_dir), warmup_steps=1, windows=2,
+        window_s=0.2), cpus=2)
     assert result["status"] == "ok", result["error"]
     assert result["cache_fill_s"] > 0
     leaderboard.append(tmp_path, [{**leaderboard_row(0, workload=NAME, knobs=knobs),

@@ -50,10 +50,9 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     plain loop and time it, in the process-wide state a trial runs in (``trial_state``), with
     ``threads`` torch threads on the CPU device (None: leave torch's setting).
 
-    The batches are made by executing ``tuner.codegen.data_code`` for the knobs (the lines
-    ``best --format python`` prints) with ``workload``, ``data_dir`` and, for the 'loader'
-    path, ``dataset = workload.build_dataset(data_dir, scale)`` bound; ``fill_workers``
-    decode the samples of a 'cache' or 'device' path once.
+    The batches come from executing ``tuner.codegen.data_code`` (what ``best --format python``
+    prints) with ``workload``, ``data_dir`` and, for 'loader', ``dataset`` (``build_dataset``)
+    bound; ``fill_workers`` decode the samples of a 'cache' or 'device' path once.
 
     The steady-state figure starts after ``warmup_steps`` steps and ``warmup_s`` seconds, and
     the loop goes on past ``steps`` (across epochs) until it has lasted ``min_measured_s``:
@@ -75,9 +74,7 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     with trial_state(applied, dev, threads=threads):
         code = data_code(applied, device=str(dev), scale=scale, workers=fill_workers,
                          collate=workload.collate_fn() is not None)
-        started = time.perf_counter()
-        loader = _batches(code, workload, applied, Path(data_dir), scale)
-        batches_s = time.perf_counter() - started
+        loader, batches_s = _batches(code, workload, applied, Path(data_dir), scale)
         per_epoch = len(loader) // applied.grad_accum
         total = steps or max(per_epoch, warmup_steps + MIN_MEASURED_STEPS)
         training = build_training(workload, applied, scale, dev)
@@ -117,11 +114,13 @@ def check_data_path(workload: Workload, knobs: Knobs) -> None:
 
 
 def _batches(code: str, workload: Workload, knobs: Knobs, data_dir: Path, scale: str):
-    """``loader`` as ``code`` (``data_code``) binds it. Raises TunerError, DataError."""
+    """``loader`` as ``code`` (``data_code``) binds it, and the seconds the lines took.
+    Raises TunerError, DataError."""
     check_data_path(workload, knobs)
     namespace = {"workload": workload, "data_dir": data_dir}
     if knobs.data_path == "loader":
         namespace["dataset"] = workload.build_dataset(data_dir, scale)
+    started = time.perf_counter()
     try:
         exec(compile(code, "<best --format python>", "exec"), namespace)
     except ValueError as exc:  # DecodedCache.fill, DeviceBatches: samples that cannot batch
@@ -132,7 +131,7 @@ def _batches(code: str, workload: Workload, knobs: Knobs, data_dir: Path, scale:
         raise DataError(f"data {data_dir}: its {samples} samples make no batch of "
                         f"batch_size {knobs.batch_size} (batches drop the incomplete "
                         "last one)")
-    return loader
+    return loader, time.perf_counter() - started
 
 
 def best_code(spec: str, knobs: Knobs, row: dict) -> str:
