@@ -74,6 +74,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     beside = Beside(None if args.beside == "none" else args.beside)
+    # SIGTERM ends this script through the ``finally`` below, as Ctrl-C does: the second suite
+    # and the timing run in progress (each its own process group) are stopped with it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     results: dict[str, list[tuple[bool, float, str]]] = {}
     loads = []
     try:
@@ -86,7 +89,14 @@ def main() -> int:
                 if args.keyword:
                     cmd += ["-k", args.keyword]
                 started = time.perf_counter()
-                subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, check=False)
+                timing = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                          start_new_session=True)
+                try:
+                    timing.wait()
+                finally:
+                    if timing.poll() is None:
+                        os.killpg(timing.pid, signal.SIGKILL)   # the group this script started
+                        timing.wait()
                 loads.append(os.getloadavg()[0])
                 for test, outcome in _outcomes(junit).items():
                     results.setdefault(test, []).append(outcome)

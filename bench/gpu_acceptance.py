@@ -111,6 +111,17 @@ QUICK_CONFIRM = 0
 """``--quick``: no re-measurement (its interleaved rounds, which come first, would take the
 time the ceilings need); the best and its ceilings are the search's."""
 
+CPU_MAX_BATCH = 64
+"""``--device cpu`` (the rehearsal): the largest batch the searches and the peers' doubling
+try. A CPU step at batch 256 of ddpm takes ~8 s, so a run, its ceilings at the largest batch,
+validate and the peers' answer would not fit the deadline; every column is still measured."""
+
+CPU_QUICK_BUDGET_S = 150.0
+"""``--quick --device cpu``: ddpm's time budget."""
+
+CPU_QUICK_OTHER_TRIALS = 2
+"""``--quick --device cpu``: trials of each other workload (its references)."""
+
 MIN_BUDGET_S = 25.0
 """A workload whose budget the deadline would cut below this is skipped: a shorter run
 measures the references at most."""
@@ -254,6 +265,7 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
     try:
         result = tuner.tune(name, device=device, scale=job["scale"], trials=job["trials"],
                             time_budget_s=job["budget"], results=str(Path(job["results"]) / name),
+                            space=job["space"],
                             max_memory=limit, progress=False, on_event=on_event,
                             **{k: job[k] for k in ("confirm", "probe") if job[k] is not None})
     except RunInterrupted:
@@ -279,8 +291,8 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
     print(f"{name}: validate", flush=True)
     row["validate ratio"] = CUT_OFF  # what the row says if the time box stops the step here
     save()
-    row["validate ratio"] = validate_ratio(_plan(name, device, job["scale"], limit, results),
-                                           best.row)
+    row["validate ratio"] = validate_ratio(
+        _plan(name, device, job["scale"], limit, results, job["space"]), best.row)
     save()
     left = job["stop_at"] - time.time()
     if left < PEERS_S[device]:
@@ -291,7 +303,7 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
         print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
         row["peers' batch"] = row["peers' samples/sec"] = CUT_OFF
         save()
-        row.update(peers_answer(_plan(name, device, job["scale"], limit, results)))
+        row.update(peers_answer(_plan(name, device, job["scale"], limit, results, job["space"])))
     save()
 
 
@@ -318,11 +330,12 @@ def _fill_best(out: dict, best, device: str) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _plan(name: str, device: str, scale: str, limit: str | None, results: str):
+def _plan(name: str, device: str, scale: str, limit: str | None, results: str,
+          space: str | None):
     """The workload's plan for the peers' answer and validate (its data check and FLOP
     count), made once."""
     return make_plan(RunOptions(workload=name, device=device, scale=scale, max_memory=limit,
-                                results=results, probe="off"))
+                                results=results, probe="off", space_file=space))
 
 
 def _budget_text(budget: float | None, trials: int | None) -> str:
@@ -351,6 +364,8 @@ def peers_answer(plan) -> dict:
     no_workers = knobs.replace(num_workers=0, prefetch_factor=None, persistent_workers=False,
                                compile="off")
     largest_allowed = max(plan.samples, max(candidates(plan.device_space)))
+    if plan.device == "cpu":
+        largest_allowed = min(largest_allowed, CPU_MAX_BATCH)
     batch, fits = knobs.batch_size, None
     while batch <= largest_allowed:
         status = run_trial(plan.workload, no_workers.replace(batch_size=batch), short)["status"]
@@ -521,8 +536,29 @@ def budget_of(name: str, args: argparse.Namespace) -> float | None:
     if args.trials:
         return None
     if args.quick:
-        return QUICK_BUDGET_S if name == "ddpm" else QUICK_OTHER_BUDGET_S
+        if name == "ddpm":
+            return CPU_QUICK_BUDGET_S if args.device == "cpu" else QUICK_BUDGET_S
+        return QUICK_OTHER_BUDGET_S
     return (300.0 if name == "ddpm" else 40.0) if args.device == "cuda" else None
+
+
+def capped_space(name: str, results: Path) -> str:
+    """The workload's built-in search space with ``batch_size`` at most ``CPU_MAX_BATCH``,
+    written under ``results``; returns its path."""
+    import yaml
+    from tuner.space import builtin_path
+    from tuner.workload import resolve
+    source = ROOT / builtin_path(resolve(name).space_name)
+    space = yaml.safe_load(source.read_text())
+    dom = space["knobs"]["batch_size"]
+    if isinstance(dom, dict) and "high" in dom:
+        dom["high"] = min(dom["high"], CPU_MAX_BATCH)
+        dom["low"] = min(dom["low"], dom["high"])
+    elif isinstance(dom, dict) and "choices" in dom:
+        dom["choices"] = [b for b in dom["choices"] if b <= CPU_MAX_BATCH] or [min(dom["choices"])]
+    target = results / f"{name}-space-cpu.yaml"
+    target.write_text(yaml.safe_dump(space, sort_keys=False))
+    return str(target)
 
 
 def run_workload(run: Run, name: str) -> None:
@@ -539,13 +575,15 @@ def run_workload(run: Run, name: str) -> None:
                 print(f"{name}: skipped ({run.left():.0f} s left)", flush=True)
                 return
             budget = room
-    trials = args.trials or (QUICK_TRIALS.get(name, 3) if args.quick else None)
+    other_trials = CPU_QUICK_OTHER_TRIALS if device == "cpu" else 3
+    trials = args.trials or (QUICK_TRIALS.get(name, other_trials) if args.quick else None)
     job = {"device": device, "scale": args.scale, "budget": budget, "trials": trials,
            "confirm": QUICK_CONFIRM if args.quick else None,
            "probe": "off" if args.quick and name != "ddpm" else None,
            "start_method": START_METHOD,
            "limit": DDPM_MAX_MEMORY if name == "ddpm" and device == "cuda" else None,
-           "results": str(run.results), "stop_at": min(run.stop_at, time.time() + 1e9)}
+           "results": str(run.results), "stop_at": min(run.stop_at, time.time() + 1e9),
+           "space": capped_space(name, run.results) if device == "cpu" else None}
     row_file = str(run.results / f"{name}-row.json")
     Path(row_file).unlink(missing_ok=True)  # a row left by an earlier run in --results
     # the tuner's budget, its grace, validate and the peers' answer, with room to spare: a step that

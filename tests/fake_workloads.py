@@ -89,6 +89,79 @@ class Regression(Workload):
         return {"x": [FEATURES], "y": []}
 
 
+class _Noisy:
+    """The random part of ``SplitRegression``: features plus N(0, NOISE^2) noise drawn per
+    sample (one decoded sample ``(x, y)``, or a batch of them on any device)."""
+
+    NOISE = 0.1
+
+    def __call__(self, sample):
+        x, y = sample
+        return x + self.NOISE * torch.randn(x.shape, device=x.device), y
+
+
+class _SlowSamples(NpyFiles):
+    """``NpyFiles`` whose every read takes ``delay_s`` and, with ``marker``, first writes that
+    file (a test waits for it: the cache fill has begun)."""
+
+    def __init__(self, data_dir: Path, delay_s: float, marker: str | None,
+                 fail_at: int | None = None):
+        super().__init__(data_dir, fail_at)
+        self.delay_s, self.marker = delay_s, marker
+
+    def __getitem__(self, i: int):
+        import time
+        if self.marker:
+            Path(self.marker).touch()
+        time.sleep(self.delay_s)
+        return super().__getitem__(i)
+
+
+class _Augmented(Dataset):
+    """``dataset``'s items through ``augment`` (the loader path of a split workload)."""
+
+    def __init__(self, dataset: Dataset, augment):
+        self.dataset, self.augment = dataset, augment
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        return self.augment(self.dataset[i])
+
+
+class SplitRegression(Regression):
+    """``Regression`` with a split sample path (``tuner.data``): decoded = the .npy vectors,
+    random = per-sample noise on the features. Its own dataset is the two composed, so every
+    data path draws samples from one distribution. Environment: ``TUNER_TEST_FILL_DELAY_S``
+    (seconds per decoded sample, default 0) and ``TUNER_TEST_FILL_MARKER`` (a file touched
+    when decoding starts) slow the fill down for the interruption tests."""
+
+    name = "fake-split"
+
+    def sample_path(self, data_dir: Path, scale: str):
+        import os
+        from tuner.data import SamplePath
+        decoded = _SlowSamples(data_dir, float(os.environ.get("TUNER_TEST_FILL_DELAY_S", 0)),
+                               os.environ.get("TUNER_TEST_FILL_MARKER"), self.fail_at)
+        return SamplePath(decoded=decoded, augment=_Noisy(), augment_batch=_Noisy())
+
+    fail_at: int | None = None
+
+    def build_dataset(self, data_dir: Path, scale: str) -> Dataset:
+        return _Augmented(NpyFiles(data_dir), _Noisy())
+
+
+class BrokenSplit(SplitRegression):
+    """``SplitRegression`` whose fourth sample fails to decode during the cache fill."""
+
+    name = "fake-broken-split"
+    fail_at = 3
+
+    def build_dataset(self, data_dir: Path, scale: str) -> Dataset:
+        return NpyFiles(data_dir)  # the loader path: the check reads sample 0 only
+
+
 class FakeOOM(Regression):
     """Raises torch.OutOfMemoryError when batch_size > OOM_ABOVE (a device that holds 16)."""
 
@@ -201,6 +274,8 @@ regression = Regression()
 paced = Paced()
 steep_paced = SteepPaced()
 paced_long = PacedLong()
+split = SplitRegression()
+broken_split = BrokenSplit()
 oom = FakeOOM()
 broken = BrokenData()
 slow_ceiling = SlowCeiling()

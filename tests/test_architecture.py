@@ -31,15 +31,16 @@ FLOORS = {
         "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock"},
     3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
-        "tuner.winner", "tuner._best_row",
+        "tuner.winner", "tuner.ceilings", "tuner._best_row",
         "tuner.integrations", "tuner.integrations.lightning",
         "tuner.workloads", "tuner.workloads._data", "tuner.workloads.ddpm",
         "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
-        "tuner.workloads.segmentation3d", "tuner.workloads.datasets"},
+        "tuner.workloads.segmentation3d", "tuner.workloads.datasets",
+        "tuner.workloads._patches", "tuner.workloads._augment"},
     2: {"tuner.harness", "tuner.apply", "tuner.measure", "tuner.failures", "tuner.hardware",
         "tuner.steppers",
         "tuner.flops", "tuner.validate", "tuner.noise"},
-    1: {"tuner.workload", "tuner.space", "tuner.cluster"},
+    1: {"tuner.workload", "tuner.space", "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
         "tuner.budget", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
 }
@@ -48,7 +49,7 @@ FLOOR = {module: floor for floor, modules in FLOORS.items() for module in module
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.windows", "tuner._deprecated",
-              "tuner.winner", "tuner._best_row", "tuner.codegen"}
+              "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 

@@ -44,7 +44,8 @@ def search_rows() -> list[dict]:
 
 
 def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = True,
-              windows: int = 3, accelerator: str | None = None) -> SimpleNamespace:
+              windows: int = 3, accelerator: str | None = None, device: str = "cpu",
+              space: Space | None = None) -> SimpleNamespace:
     """The attributes of a ``Plan`` the follow-up planning reads, with a fixed time left."""
     settings = SimpleNamespace(windows=windows, window_s=1.0)
     return SimpleNamespace(
@@ -52,8 +53,8 @@ def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = Tr
         options=SimpleNamespace(confirm=confirm, ceiling=ceiling), settings=settings,
         round_windows=Plan.round_windows.fget(SimpleNamespace(settings=settings)),
         references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left,
-        node_cpus=2, device="cpu",
-        device_space=Space("test", {"batch_size": Choices((8, 32, 256))}, {}))
+        node_cpus=2, device=device,
+        device_space=space or Space("test", {"batch_size": Choices((8, 32, 256))}, {}))
 
 
 def run_all(plan, rows: list[dict], sps: float = 100.0) -> tuple[list, list]:
@@ -79,7 +80,7 @@ def test_a_run_with_time_plans_rounds_then_the_ceilings_each_from_the_rows_befor
     assert remeasure.configs == [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")] * 3
     assert remeasure.settings == {"windows": 2}
     assert [change["ceiling"] for change in ceilings.per_trial] == [
-        "compute", "loader", "machine-loader", "machine-compute"]
+        "compute", "loader", "machine-loader", "machine-compute", "core-compute", "core-loader"]
     assert [kind for kind, _ in events] == ["phase", "phase"]
     assert events[0][1] == remeasure.event and events[1][1] == ceilings.event
     # done: a second pass over the same rows (a resumed run) plans nothing more
@@ -163,7 +164,8 @@ def test_a_transient_failure_of_a_reference_is_retried_once():
 def test_limits_left_out_for_lack_of_time_are_said_without_a_batch():
     batch, event = followups.ceilings_batch(fake_plan(left=0.5), search_rows())
     assert batch is None
-    assert event["left_out"] == ["compute", "loader", "machine-loader", "machine-compute"]
+    assert event["left_out"] == ["compute", "loader", "machine-loader", "machine-compute",
+                                 "core-compute", "core-loader"]
     assert followups.ceilings_batch(fake_plan(), []) == (None, None)     # no winner
 
 
@@ -175,7 +177,9 @@ def test_the_machines_limits_use_every_cpu_and_the_largest_batch():
     assert by_label["machine-compute"].batch_size == 256        # the space's largest
     assert [list(change) for change in batch.per_trial] == [
         ["ceiling", "compute_only"], ["ceiling", "loader_only"],
-        ["ceiling", "loader_only"], ["ceiling", "compute_only"]]
+        ["ceiling", "loader_only"], ["ceiling", "compute_only"],
+        ["ceiling", "compute_only", "cpus"], ["ceiling", "loader_only", "cpus"]]
+    assert [change.get("cpus") for change in batch.per_trial][-2:] == [1, 1]    # one core each
 
 
 @pytest.mark.parametrize("left, kept", [(None, 2), (1e6, 2), (0.0, 0)])

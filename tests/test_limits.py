@@ -278,9 +278,13 @@ def test_remeasure_and_ceiling_phases(followup_run):
     remeasured = [r for r in rows if r["phase"] == "remeasure"]
     ceilings = [r for r in rows if r["phase"] == "ceiling"]
     labels = [r["ceiling"] for r in ceilings]
-    assert len(search) == 4 and sorted(set(labels)) == ["compute", "loader", "machine-compute",
-                                                        "machine-loader"]
-    assert labels.count("compute") in (1, 2) and len(labels) == labels.count("compute") + 3
+    core = [r for r in ceilings if r["ceiling"].startswith("core-")]   # CPU: one core each
+    assert len(search) == 4 and sorted(set(labels) - {"core-compute", "core-loader"}) == [
+        "compute", "loader", "machine-compute", "machine-loader"]
+    assert labels.count("compute") in (1, 2)
+    assert len(labels) == labels.count("compute") + 3 + len(core) and len(core) <= 2
+    assert all(r["torch_threads"] == 1 and (r["ceiling"] == "core-compute" or r["num_workers"] == 0)
+               for r in core)
     assert len(rows) == len(search) + len(remeasured) + len(ceilings)
     # The per-phase breakdown is timed in the search only: the follow-ups repeat its configurations
     assert all(r["breakdown_step_ms"] is not None for r in search)
@@ -343,9 +347,15 @@ def test_remeasure_and_ceiling_phases(followup_run):
     assert m_loader["num_workers"] == (os.cpu_count() or 1) and m_loader["persistent_workers"]
     assert m_compute["batch_size"] == 64                    # the space's high = the dataset
     compute = max(m_compute["samples_per_sec"], bounds.compute_samples_per_sec)  # best measured
-    attainable = min(m_loader["samples_per_sec"], compute)
-    assert top.attainable.samples_per_sec == attainable
-    assert top.attainable.bound_by == ("compute" if compute <= attainable else "input pipeline")
+    inputs = max(m_loader["samples_per_sec"], loader["samples_per_sec"])
+    attainable = min(inputs, compute)
+    if len({r["ceiling"] for r in core}) == 2:   # on CPU the two share the cores
+        rate = {r["ceiling"]: r["samples_per_sec"] for r in core}
+        attainable = min(attainable, top.attainable.cores / (1 / rate["core-compute"]
+                                                             + 1 / rate["core-loader"]))
+        assert top.attainable.model == "shared cores"
+    assert top.attainable.samples_per_sec == pytest.approx(attainable)
+    assert top.attainable.bound_by in ("compute", "input pipeline", "shared cores")
     if top.samples_per_sec <= attainable:
         assert top.attainable.share == pytest.approx(top.samples_per_sec / attainable)
     else:

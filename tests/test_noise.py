@@ -453,7 +453,8 @@ def test_no_ceiling_is_started_without_the_time_for_one(fits):
         fits.measure(followups.ceiling_again(plan_for(left=left), writer.rows, lambda kind, data: None),
                      writer)
         assert [(e["ceilings"], e["left_out"]) for e in events] == [
-            ([], ["compute", "loader", "machine-loader", "machine-compute"])]
+            ([], ["compute", "loader", "machine-loader", "machine-compute", "core-compute",
+                  "core-loader"])]
     assert fits == []
     fits.measure(followups.ceiling_again(plan_for(left=None), writer.rows,            # no budget
                                        lambda kind, data: None), writer)
@@ -504,14 +505,16 @@ def test_a_ceiling_the_time_left_cannot_hold_is_left_out_and_said():
 
 
 def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
-    """A resumed run with three ceilings measured and no time for the machine's compute limit
-    said nothing: the phase event came only with a ceiling to measure."""
+    """A resumed run with every ceiling but one measured and no time for the machine's compute
+    limit said nothing: the phase event came only with a ceiling to measure."""
     big = Knobs(batch_size=256)
     rows = search_rows() + [
         row(9, knobs=big, sps=33.7, measured_s=7.6, step_time_ms_p50=7600.0),
         row(10, knobs=BUSY, sps=59.0, phase="ceiling", ceiling="compute"),
         row(11, knobs=BUSY, sps=900.0, phase="ceiling", ceiling="loader"),
-        row(12, knobs=BUSY, sps=1500.0, phase="ceiling", ceiling="machine-loader")]
+        row(12, knobs=BUSY, sps=1500.0, phase="ceiling", ceiling="machine-loader"),
+        row(13, knobs=BUSY, sps=30.0, phase="ceiling", ceiling="core-compute"),
+        row(14, knobs=BUSY, sps=450.0, phase="ceiling", ceiling="core-loader")]
     from tuner.space import Choices, Space
     plan = plan_for(left=12.0)
     plan.node_cpus, plan.device = 2, "cpu"

@@ -100,7 +100,9 @@ def test_attainable_is_the_machines_lower_limit_and_names_it():
               {**row(2), "phase": "ceiling", "ceiling": "machine-loader",
                "samples_per_sec": 125.0, "batch_size": 32, "num_workers": 16}]
     top = winner.best([win, *limits])
-    assert top.attainable == winner.Attainable(125.0, "input pipeline", 0.8)
+    assert top.attainable == winner.Attainable(
+        125.0, "input pipeline", 0.8, compute_samples_per_sec=400.0,
+        input_by_path={"loader": 125.0}, data_path="loader", input_samples_per_sec=125.0)
     assert top.ceilings.compute_samples_per_sec is None     # machine rows are not its ceiling
     faster = {**win, "samples_per_sec": 130.0}               # above the limit: not a bound
     top = winner.best([faster, *limits])
@@ -133,7 +135,7 @@ def _bounded_run() -> list[dict]:
             row(1, sps=100.0, knobs=win),
             row(2, sps=900.0, knobs=Knobs(batch_size=64), mfu_pct=180.0, mfu_impossible=True),
             row(3, sps=160.0, knobs=win, phase="ceiling", ceiling="compute"),
-            row(4, sps=140.0, knobs=win, phase="ceiling", ceiling="loader"),
+            row(4, sps=120.0, knobs=win, phase="ceiling", ceiling="loader"),
             row(5, sps=400.0, knobs=Knobs(batch_size=256), phase="ceiling",
                 ceiling="machine-compute"),
             {**row(6, sps=125.0, knobs=win, phase="ceiling", ceiling="machine-loader"),
@@ -145,8 +147,12 @@ def test_the_answer_holds_ceilings_attainable_rate_and_what_binds():
     assert top.row["trial_id"] == "run-a-1" and top.samples_per_sec == 100.0
     assert top.ceilings == winner.Ceilings(
         compute_samples_per_sec=160.0, compute_measurements=1, compute_disturbed=False,
-        pipeline_efficiency=0.625, loader_samples_per_sec=140.0, loader_disturbed=False)
-    assert top.attainable == winner.Attainable(125.0, "input pipeline", 0.8)
+        pipeline_efficiency=0.625, loader_samples_per_sec=120.0, loader_disturbed=False)
+    assert top.attainable == winner.Attainable(
+        125.0, "input pipeline", 0.8, compute_samples_per_sec=400.0,
+        input_by_path={"loader": 125.0}, data_path="loader", input_samples_per_sec=125.0,
+        cores=None)
+    assert top.attainable.model == "min" and top.attainable.lever is None
     assert top.disturbed == (winner.Disturbed("run-a-2",
                                               "MFU 180 % is above 100 % of the card's peak"),)
     assert top.baseline.ratio == pytest.approx(2.0) and top.recommended.ratio is None
@@ -169,8 +175,10 @@ def test_to_dict_is_the_whole_answer_in_plain_values():
     doc = top.to_dict()
     assert json.loads(json.dumps(doc)) == doc                  # plain JSON values, no default=
     assert doc["ceilings"] == dataclasses.asdict(top.ceilings)
-    assert doc["attainable"] == {"samples_per_sec": 125.0, "bound_by": "input pipeline",
-                                 "share": 0.8}
+    assert doc["attainable"] == {**dataclasses.asdict(top.attainable), "lever": None}
+    assert (doc["attainable"]["samples_per_sec"], doc["attainable"]["bound_by"],
+            doc["attainable"]["share"]) == (125.0, "input pipeline", 0.8)
+    assert doc["attainable"]["input_by_path"] == {"loader": 125.0}
     assert doc["disturbed"] == [{"trial_id": "run-a-2",
                                  "reason": "MFU 180 % is above 100 % of the card's peak"}]
     sp = top.baseline.speedup
@@ -215,9 +223,10 @@ def test_best_json_and_yaml_print_the_whole_answer_and_agree(tmp_path):
     assert yaml.safe_load(out["yaml"].stdout) == doc
     assert doc["ceilings"]["compute_samples_per_sec"] == 160.0
     assert doc["ceilings"]["pipeline_efficiency"] == 0.625
-    assert doc["ceilings"]["loader_samples_per_sec"] == 140.0
-    assert doc["attainable"] == {"samples_per_sec": 125.0, "bound_by": "input pipeline",
-                                 "share": 0.8}
+    assert doc["ceilings"]["loader_samples_per_sec"] == 120.0
+    assert (doc["attainable"]["samples_per_sec"], doc["attainable"]["bound_by"],
+            doc["attainable"]["share"], doc["attainable"]["data_path"]) == (
+                125.0, "input pipeline", 0.8, "loader")
     assert doc["workload"] == "fake-regression" and doc["hardware_key"] == "cpu:test:2cpu"
     assert doc == winner.best(leaderboard.read(tmp_path)).to_dict()
 
@@ -242,7 +251,7 @@ def test_leaderboard_best_row_still_answers_as_the_flat_dict_with_a_warning():
     assert top["speedup_vs_baseline"] == answer.baseline.ratio
     assert top["speedup_vs_baseline_pairs"] == 1 and top["baseline_is_best"] is False
     assert top["ceiling_samples_per_sec"] == 160.0 and top["pipeline_efficiency"] == 0.625
-    assert top["loader_ceiling_samples_per_sec"] == 140.0
+    assert top["loader_ceiling_samples_per_sec"] == 120.0
     assert (top["attainable_samples_per_sec"], top["attainable_bound_by"],
             top["attainable_share"]) == (125.0, "input pipeline", 0.8)
     assert top["disturbed"] == [("run-a-2", "MFU 180 % is above 100 % of the card's peak")]

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from tuner.knobs import DATA_PATHS
 
@@ -64,7 +64,9 @@ class SamplePath:
     decoded: Dataset
     """Index -> the deterministic part of sample i: a tuple of tensors whose shapes and dtypes
     are the same for every i (images as uint8 ``(C, H, W)``). Raises ``tuner.errors.DataError``
-    naming the file for one that fails to decode."""
+    naming the file for one that fails to decode. Optional attribute ``distinct`` (int): item
+    i equals item ``i % distinct`` (several random samples per decoded one in an epoch, e.g.
+    patches of a volume); a cache then holds ``distinct`` samples, ``len`` per epoch."""
     augment: Callable[[Sample], Any]
     """The random part for one decoded sample, on the CPU (in DataLoader workers; torch's
     random generator, which DataLoader seeds per worker): returns the item the workload's own
@@ -84,7 +86,12 @@ def sample_bytes(sample: Sample) -> int:
 def cache_bytes(path: SamplePath) -> int:
     """Bytes the decoded samples of ``path`` take in a cache (host or device): the sample count
     times the first sample's bytes (every sample has the same shapes)."""
-    return len(path.decoded) * sample_bytes(path.decoded[0])
+    return distinct(path.decoded) * sample_bytes(path.decoded[0])
+
+
+def distinct(decoded: Dataset) -> int:
+    """The decoded samples a cache holds: ``decoded.distinct`` where set, else ``len``."""
+    return int(getattr(decoded, "distinct", len(decoded)))
 
 
 def _as_tensor(value: Any) -> torch.Tensor:
@@ -92,8 +99,16 @@ def _as_tensor(value: Any) -> torch.Tensor:
 
 
 def _stack(items: Sequence[Sample]) -> Sample:
-    """Collate for the fill: decoded samples -> one tensor per field, leading dimension B."""
-    return tuple(torch.stack([_as_tensor(s[i]) for s in items]) for i in range(len(items[0])))
+    """Collate for the fill: decoded samples -> one tensor per field, leading dimension B.
+    Raises ValueError when two of them differ in shape or dtype."""
+    fields = [[_as_tensor(value) for value in fields] for fields in zip(*items)]
+    for values in fields:
+        kinds = {(tuple(v.shape), v.dtype) for v in values}
+        if len(kinds) > 1:
+            seen = ", ".join(sorted(f"{list(shape)} {dtype}" for shape, dtype in kinds))
+            raise ValueError(f"decoded samples differ in shape or dtype ({seen}): a cache "
+                             "needs fixed shapes")
+    return tuple(torch.stack(values) for values in fields)
 
 
 class DecodedCache:
@@ -105,8 +120,10 @@ class DecodedCache:
     counts them once.
     """
 
-    def __init__(self, tensors: Sample, fill_s: float = 0.0):
+    def __init__(self, tensors: Sample, fill_s: float = 0.0, length: int | None = None):
         self.tensors = tensors
+        self.length = len(tensors[0]) if length is None else length
+        """Samples per epoch; item i is stored sample ``i % len(tensors[0])``."""
         self.fill_s = fill_s
         """Seconds the fill took (decoding every sample once)."""
 
@@ -128,11 +145,11 @@ class DecodedCache:
             ValueError: ``decoded`` is empty or its samples differ in shape or dtype.
         """
         started = time.perf_counter()
-        n = len(decoded)
+        length, n = len(decoded), distinct(decoded)
         if n == 0:
             raise ValueError("the decoded dataset is empty: nothing to cache")
-        loader = DataLoader(decoded, batch_size=batch, shuffle=False, num_workers=workers,
-                            collate_fn=_stack)
+        loader = DataLoader(Subset(decoded, range(n)), batch_size=batch, shuffle=False,
+                            num_workers=workers, collate_fn=_stack)
         tensors: Sample | None = None
         at = 0
         for chunk in loader:
@@ -149,10 +166,10 @@ class DecodedCache:
             at += len(chunk[0])
             if deadline is not None:
                 deadline()
-        return cls(tensors, time.perf_counter() - started)
+        return cls(tensors, time.perf_counter() - started, length)
 
     def __len__(self) -> int:
-        return len(self.tensors[0])
+        return self.length
 
     @property
     def nbytes(self) -> int:
@@ -160,11 +177,11 @@ class DecodedCache:
         return sum(t.nelement() * t.element_size() for t in self.tensors)
 
     def __getitem__(self, index: int) -> Sample:
-        return tuple(t[index] for t in self.tensors)
+        return tuple(t[index % len(self.tensors[0])] for t in self.tensors)
 
     def to(self, device: torch.device | str) -> "DecodedCache":
         """The cache resident on ``device`` (one copy; the dtypes kept)."""
-        return DecodedCache(tuple(t.to(device) for t in self.tensors), self.fill_s)
+        return DecodedCache(tuple(t.to(device) for t in self.tensors), self.fill_s, self.length)
 
 
 class CachedDataset(Dataset):
@@ -206,7 +223,7 @@ class DeviceBatches:
     def __iter__(self) -> Iterator[Any]:
         order = torch.randperm(len(self.cache), device=self.device)
         for first in range(0, len(self) * self.batch_size, self.batch_size):
-            index = order[first:first + self.batch_size]
+            index = order[first:first + self.batch_size] % len(self.cache.tensors[0])
             yield self.augment(tuple(t.index_select(0, index) for t in self.cache.tensors))
 
 

@@ -1,7 +1,8 @@
 """What the run measures after its search, planned from the rows recorded so far: a reference
 retried after a transient failure, the re-measurement of the best configurations beside the
 references in interleaved rounds (the winner and its speed-ups are read from these), and the
-winner's ceilings, each sized to the time left (``tuner.budget``).
+ceilings of the winner and of each data path the search tried (``tuner.ceilings`` reads
+them), each sized to the time left (``tuner.budget``).
 
 Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the columns of
 ``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
@@ -27,6 +28,10 @@ from tuner.winner import best as winning
 
 Config = tuple[Knobs, "str | None"]
 """A configuration to measure: its knobs and the reference it is (None: a searched one)."""
+
+Ceiling = tuple[str, Knobs, str]
+"""A ceiling to measure: its name (its kind, followed by ' (data_path=P)' for a data path other
+than the winner's), knobs, and mode ('compute_only' or 'loader_only')."""
 
 OnEvent = Callable[[str, dict], None]
 """``on_event(kind, data)``: each batch's 'phase' event (``tuner.progress`` prints it)."""
@@ -246,11 +251,11 @@ def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
 
 # ------------------------------------------------------------------------- the ceilings
 
-def fitting_ceilings(plan: Any, rows: Sequence[dict], todo: list[tuple[str, Knobs, str]]
-                     ) -> tuple[list[tuple[str, Knobs, str]], list[str]]:
-    """The ceilings of ``todo`` (label, knobs, mode) whose trials the time left holds, one
-    after another in order (``budget.trial_cost_s``), and the labels of those left out: a
-    ceiling started without the time for it measures nothing."""
+def fitting_ceilings(plan: Any, rows: Sequence[dict], todo: list[Ceiling]
+                     ) -> tuple[list[Ceiling], list[str]]:
+    """The ceilings of ``todo`` (``Ceiling``: name, knobs, mode) whose trials the time left
+    holds, one after another in order (``budget.trial_cost_s``), and the names of those left
+    out: a ceiling started without the time for it measures nothing."""
     left = plan.time_left_s()
     if left is None:
         return todo, []
@@ -265,42 +270,99 @@ def fitting_ceilings(plan: Any, rows: Sequence[dict], todo: list[tuple[str, Knob
     return kept, left_out
 
 
+def ceiling_kind(name: str) -> str:
+    """The kind of a ceiling ``name`` (the ``ceiling`` column: 'machine-loader' of
+    'machine-loader (data_path=cache)')."""
+    return name.partition(" ")[0]
+
+
+def path_bests(plan: Any, rows: Sequence[dict]) -> dict[str, Knobs]:
+    """Data path -> the knobs of its best successful search row (``plan.metric``; a figure
+    that cannot be true does not count), best path first."""
+    ok = [r for r in rows if r["status"] == Status.OK and phase_of(r) == Phase.SEARCH
+          and r.get(plan.metric) is not None and noise.impossible(r) is None]
+    ok.sort(key=lambda r: r[plan.metric], reverse=plan.mode == "max")
+    out: dict[str, Knobs] = {}
+    for r in ok:
+        out.setdefault(r.get("data_path") or "loader", Knobs.from_dict(r, strict=False))
+    return out
+
+
+def machine_compute_knobs(plan: Any, knobs: Knobs) -> Knobs:
+    """The winner's ``knobs`` at the largest batch the search allows, in the fastest precision
+    (bf16 on CUDA): under ``--global-batch-size`` the largest allowed micro-batch with the
+    grad_accum that keeps the global batch (``Space.fit_reference``), else the largest batch
+    with the winner's grad_accum (at least the winner's batch)."""
+    space = plan.device_space
+    largest = max(candidates(space))  # the batch sizes the search allows
+    amp = "bf16" if plan.device == "cuda" else knobs.amp
+    if getattr(space, "global_batch", None) is not None:
+        return space.fit_reference(knobs.replace(batch_size=largest, amp=amp))
+    return knobs.replace(batch_size=max(largest, knobs.batch_size), amp=amp)
+
+
+def every_cpu_a_worker(plan: Any, knobs: Knobs) -> Knobs:
+    """``knobs`` with every CPU a trial may have as a DataLoader worker, kept across epochs."""
+    return knobs.replace(num_workers=plan.node_cpus, persistent_workers=True,
+                         prefetch_factor=max(knobs.prefetch_factor or 2, 4))
+
+
+def planned_ceilings(plan: Any, rows: Sequence[dict], knobs: Knobs) -> list[Ceiling]:
+    """Every ceiling of the winner ``knobs``, most important first: its own compute-only and
+    loader-only ('compute', 'loader'); the machine's limits on its data path ('machine-loader',
+    none for 'device', which has no workers; 'machine-compute', ``machine_compute_knobs``);
+    for each other data path the search tried (best first), its machine limit and its best
+    configuration's input pipeline ('path-loader'); on the CPU device, the one-core ceilings
+    of the shared-cores model ('core-compute', and 'core-loader' per data path: no workers).
+    Clamped to the device."""
+    path = knobs.data_path
+    bests = {path: knobs, **{p: k for p, k in path_bests(plan, rows).items() if p != path}}
+    todo: list[Ceiling] = [("compute", knobs, "compute_only"), ("loader", knobs, "loader_only")]
+    if path != "device":
+        todo.append(("machine-loader", every_cpu_a_worker(plan, knobs), "loader_only"))
+    todo.append(("machine-compute", machine_compute_knobs(plan, knobs), "compute_only"))
+    for other, best in list(bests.items())[1:]:
+        suffix = f" (data_path={other})"
+        if other != "device":
+            todo.append(("machine-loader" + suffix, every_cpu_a_worker(plan, best), "loader_only"))
+        todo.append(("path-loader" + suffix, best, "loader_only"))
+    if plan.device == "cpu":
+        todo.append(("core-compute", knobs, "compute_only"))
+        todo += [("core-loader" + ("" if p == path else f" (data_path={p})"),
+                  k.updated({"num_workers": 0})[0], "loader_only") for p, k in bests.items()]
+    return [(name, config.clamp(plan.device)[0], mode) for name, config, mode in todo]
+
+
 def ceilings_batch(plan: Any, rows: Sequence[dict]) -> tuple[Batch | None, dict | None]:
-    """What bounds the winner, as one batch, and its event: the winner's compute-only ceiling
-    ('compute'), its own DataLoader alone ('loader'), and the machine's two limits, whose
-    minimum is the attainable rate: the loader-only rate with every CPU a trial may have as
-    workers ('machine-loader') and the compute-only rate at the largest batch the search
-    allows in the fastest precision ('machine-compute'). Each is measured once per run; those
-    the time left cannot hold are left out, and the event says so even when none is measured
-    (batch None). (None, None): no winner, or nothing left to measure."""
+    """What bounds the winner, as one batch, and its event: ``planned_ceilings``, each measured
+    once per run (a kind and data path the run's rows hold is not measured again), the
+    one-core ones with ``cpus`` 1. Those the time left cannot hold are left out, the least
+    important first, and the event says so even when none is measured (batch None).
+    (None, None): no winner, or nothing left to measure."""
     rows = type_rows(plan, rows)
     winner = winning(rows)
     if winner is None:
         return None, None
     knobs = winner.knobs
-    have = {r.get("ceiling") or "compute" for r in rows if phase_of(r) == Phase.CEILING}
-    machine_loader = knobs.replace(num_workers=plan.node_cpus, persistent_workers=True,
-                                   prefetch_factor=max(knobs.prefetch_factor or 2, 4))
-    largest = max(candidates(plan.device_space))  # the batch sizes the search allows
-    machine_compute = knobs.replace(batch_size=max(largest, knobs.batch_size),
-                                    amp="bf16" if plan.device == "cuda" else knobs.amp)
-    todo = [(label, config.clamp(plan.device)[0], mode) for label, config, mode in (
-        ("compute", knobs, "compute_only"), ("loader", knobs, "loader_only"),
-        ("machine-loader", machine_loader, "loader_only"),
-        ("machine-compute", machine_compute, "compute_only")) if label not in have]
+    have = {(r.get("ceiling") or "compute", r.get("data_path") or "loader")
+            for r in rows if phase_of(r) == Phase.CEILING}
+    todo = [c for c in planned_ceilings(plan, rows, knobs)
+            if (ceiling_kind(c[0]), c[1].data_path) not in have]
     if fits(plan, rows, [knobs]):
         todo, left_out = fitting_ceilings(plan, rows, todo)
     else:  # not even the winner's own: none is started, and the run says so
-        todo, left_out = [], [label for label, _, _ in todo]
+        todo, left_out = [], [name for name, _, _ in todo]
     if not (todo or left_out):
         return None, None
     event = {"phase": Phase.CEILING, "count": len(todo),
-             "ceilings": [label for label, _, _ in todo], "left_out": left_out}
+             "ceilings": [name for name, _, _ in todo], "left_out": left_out}
     if not todo:
         return None, event
+    per_trial = [{"ceiling": ceiling_kind(name), mode: True,
+                  **({"cpus": 1} if ceiling_kind(name).startswith("core-") else {})}
+                 for name, _, mode in todo]
     return Batch([(config, None) for _, config, _ in todo], Phase.CEILING,
-                 per_trial=[{"ceiling": label, mode: True} for label, _, mode in todo],
-                 event=event), event
+                 per_trial=per_trial, event=event), event
 
 
 def ceilings(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:

@@ -143,6 +143,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     units = workload.units_per_sample(settings.scale)
     # The compute-only ceiling trains with the configuration's threads, as every other
     # condition of it: given the workers' CPUs too it would train faster than the configuration.
+    cpus = settings.cpus or cpus  # a one-core ceiling runs on one of the trial's CPUs
     threads = None if cpus is None else training_threads(applied.num_workers, cpus)
 
     def on_window(window: dict) -> None:

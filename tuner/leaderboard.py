@@ -80,7 +80,7 @@ SCHEMA = pa.schema(
         ("peak_host_memory_mb", pa.float64()),     # MiB: peak PSS of the process + workers
         ("final_loss", pa.float64()),
         ("phase", pa.string()),             # search | remeasure | ceiling
-        ("ceiling", pa.string()),           # compute | loader | machine-compute | machine-loader
+        ("ceiling", pa.string()),           # compute | loader | machine-* | path-loader | core-*
         ("objective", pa.string()),         # samples_per_sec | time_to_train
         ("time_to_train_s", pa.float64()),  # predicted wall time of train_steps steps
         ("train_steps", pa.int64()),

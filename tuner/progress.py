@@ -12,6 +12,7 @@ from rich.table import Table
 
 import tuner.noise as noise
 import tuner.winner as winner
+from tuner.ceilings import attainable_text, lever_text
 from tuner.knobs import knob_text
 from tuner.status import STATUSES, Phase, Status, phase_of
 
@@ -49,10 +50,19 @@ _STATUS_STYLE = {Status.OK: "green", Status.OOM: "yellow", Status.OVER_LIMIT: "y
 
 _CEILINGS = {
     "compute": "measuring the winner's compute-only ceiling (batches on the device)",
-    "loader": "measuring the winner's loader-only ceiling (its DataLoader, no model)",
+    "loader": "measuring the winner's loader-only ceiling (its input pipeline, no model)",
     "machine-loader": "measuring this machine's input limit (loader only, every CPU a worker)",
     "machine-compute": "measuring this machine's compute limit (largest batch, fastest precision)",
+    "path-loader": "measuring the best configuration's loader-only rate",
+    "core-compute": "measuring the winner's compute on one core",
+    "core-loader": "measuring the input pipeline on one core (no workers)",
 }
+
+
+def _ceiling_text(name: str) -> str:
+    """What measuring ceiling ``name`` ('machine-loader (data_path=cache)') does, in words."""
+    kind, _, path = name.partition(" ")
+    return _CEILINGS[kind] + (f" {path}" if path else "")
 
 
 class Progress:
@@ -215,7 +225,7 @@ class Progress:
         if ceilings.loader_samples_per_sec:
             t.add_row("loader-only ceiling", f"{ceilings.loader_samples_per_sec:,.1f}",
                       *(_low_loader_cells(best) if ceilings.loader_disturbed
-                        else ("", "same knobs, its DataLoader alone, no model")))
+                        else ("", _loader_detail(ceilings.data_path))))
         _attainable_row(t, best.attainable)
         self.console.print(t)
         for line in verdict_lines(best):
@@ -248,7 +258,8 @@ def _reference_rows(t: Table, best: winner.Answer, rows: list[dict]) -> None:
 def verdict_lines(best: winner.Answer) -> list[str]:
     """The end-of-run lines under the table: each speed-up with its 95 % interval ('tie within
     the noise (speed-up X, 95 % CI [lo, hi])' where it contains 1, never 'X.XXx faster'), the
-    faster configuration a tie set aside for a simpler one, and the measurements set aside as
+    faster configuration a tie set aside for a simpler one, the data path that lifted the input
+    pipeline's limit (``tuner.ceilings.lever_text``), and the measurements set aside as
     impossible (``best``: ``tuner.winner.best``'s answer)."""
     lines = []
     for ref in (best.baseline, best.recommended):
@@ -263,6 +274,9 @@ def verdict_lines(best: winner.Answer) -> list[str]:
                      f"samples/sec, against the best shown: {sp.text()}; the simpler "
                      "configuration is chosen (no compile, then fewer workers, then closer to "
                      "the baseline)")
+    lever = lever_text(best.attainable)
+    if lever:
+        lines.append(lever)
     if best.disturbed:
         shown = "; ".join(f"trial {d.trial_id}: {d.reason}" for d in best.disturbed[:3])
         more = f" and {len(best.disturbed) - 3} more" if len(best.disturbed) > 3 else ""
@@ -333,7 +347,7 @@ def _phase_text(data: dict) -> str:
     if data.get("ceilings") or data.get("left_out"):
         left_out = data.get("left_out") or []
         them = "it" if len(left_out) == 1 else "them"
-        return "; ".join([_CEILINGS[label] for label in data.get("ceilings") or []] + (
+        return "; ".join([_ceiling_text(name) for name in data.get("ceilings") or []] + (
             [f"left out, the time left cannot hold {them}: {', '.join(left_out)}"]
             if left_out else []))
     return (_CEILINGS[data.get("ceiling", "compute")]
@@ -397,9 +411,15 @@ def _attainable_row(t: Table, attainable: winner.Attainable) -> None:
     share = attainable.share
     t.add_row("attainable here", f"{attainable.samples_per_sec:,.1f}",
               f"{100 * share:.0f}% of it" if share is not None else "not a bound",
-              f"bound by {attainable.bound_by}: min(the best compute-only rate measured, "
-              "loader-only with every CPU a worker)" if share is not None else
+              attainable_text(attainable) if share is not None else
               "the best ran faster than this machine's measured limit: a disturbed measurement")
+
+
+def _loader_detail(data_path: str) -> str:
+    """The 'knobs' cell of the winner's loader-only ceiling on its ``data_path``."""
+    if data_path == "loader":
+        return "same knobs, its DataLoader alone, no model"
+    return f"same knobs, its data path alone (data_path={data_path}), no model"
 
 
 def _low_ceiling_cells(best: winner.Answer) -> tuple[str, str]:

@@ -38,6 +38,7 @@ from matplotlib.figure import Figure
 import tuner.leaderboard as leaderboard
 import tuner.noise as noise
 import tuner.winner as winner
+from tuner.ceilings import attainable_summary
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
 from tuner.status import FAILED, MEASURED, Phase, Status, phase_of
@@ -500,8 +501,8 @@ def _disturbed_note(trials: list[dict]) -> str:
 
 def _best_section(top: winner.Answer | None) -> str:
     """The best's samples/sec, its speed-up over each reference in the tool's words
-    (``noise.Speedup.text``: 'tie within the noise (speed-up 1.15, 95 % CI [0.97, 1.36])',
-    never a bare '1.15x'), the faster configuration a tie set aside, and its knobs."""
+    (``noise.Speedup.text``: 'tie within the noise (speed-up 1.15, 95 % CI [0.97, 1.36])', never
+    '1.15x'), the attainable rate (``tuner.ceilings``), a faster tie set aside, and its knobs."""
     e = html.escape
     if top is None:
         return "<p>No successful trial.</p>"
@@ -518,6 +519,8 @@ def _best_section(top: winner.Answer | None) -> str:
             verdict += f"; {sp.pairs} interleaved rounds"
         speed_rows.append([e(ref.name), _td(_fmt_num(sps, 1) or "failed or not run"), e(verdict)])
     lines.append(_table(["reference", "samples/sec", "best against it"], speed_rows))
+    if (bound := attainable_summary(top.attainable)) is not None:
+        lines.append(f"<p>{e(bound)}.</p>")
     if top.tied_faster:
         faster, sp = top.tied_faster.row, top.tied_faster.speedup
         lines.append(f"<p>Fastest measured, <code>{e(knob_text(faster))}</code> at "
@@ -533,8 +536,7 @@ def _best_section(top: winner.Answer | None) -> str:
 
 def phase_label(row: dict) -> str:
     """What a row measured, as the CLI's leaderboard table names it: 'search', 'remeasure', or
-    'ceiling: <kind>' (compute, loader, machine-compute, machine-loader; rows written before
-    the ``ceiling`` column are compute ceilings)."""
+    'ceiling: <kind>' (``tuner.ceilings``; rows before the ``ceiling`` column are compute)."""
     phase = phase_of(row)
     if phase == Phase.CEILING:
         return f"ceiling: {row.get('ceiling') or 'compute'}"
@@ -566,11 +568,11 @@ def _top_table(rows: list[dict]) -> str:
     table = _table(["#", "status", "phase", "ref", "samples/sec", "±IQR", "step ms p50",
                     "peak dev MiB", "peak host MiB", "knobs / error"], body, classes)
     if any(phase_of(r) == Phase.CEILING for r in rows):
-        table += ("\n<p>phase 'ceiling: …' rows are bounds measured beside the winner, not "
-                  "configurations to train with: compute (its batches already on the device, no "
-                  "data loading), loader (its DataLoader alone, no model), machine-compute and "
-                  "machine-loader (this machine's limits: largest batch and fastest precision, "
-                  "or every CPU a loader worker).</p>")
+        table += ("\n<p>phase 'ceiling: …' rows are bounds, not configurations to train with: "
+                  "compute (batches already on the device), loader (the input pipeline alone, no "
+                  "model), machine-compute and machine-loader (largest batch, fastest precision; "
+                  "every CPU a loader worker), path-loader (another data path's best), core-* "
+                  "(one core each, the shared-cores model on CPU).</p>")
     return table
 
 

@@ -283,8 +283,13 @@ class TrialSettings:
     ceiling: str | None = None
     """Which ceiling the trial measures, recorded in its row: 'compute' / 'loader' (the
     winner's, its knobs unchanged), 'machine-compute' / 'machine-loader' (this machine's: the
-    largest batch in the fastest precision; every CPU a trial may have as workers). None: a
-    training configuration."""
+    largest batch in the fastest precision; every CPU a trial may have as workers),
+    'path-loader' (another data path's best configuration), 'core-compute' / 'core-loader'
+    (on one core, ``cpus`` 1); ``tuner.ceilings`` reads them. None: a training configuration."""
+    cpus: int | None = None
+    """CPUs the trial uses in place of those it was given (its training process then runs
+    ``tuner.harness.training_threads`` of them): 1 for the one-core ceilings. None: all it
+    was given."""
     max_memory: MemoryLimit | None = None
     """Device memory limit: a fraction ('0.9') or a size ('12GB'). A size below the card's is
     enforced with the allocator's per-process fraction, so a big card OOMs where a small one
@@ -327,6 +332,8 @@ class TrialSettings:
         if self.warmup_steps < 1 or self.windows < 1 or self.window_s <= 0:
             raise ValueError("warmup_steps and windows must be >= 1 and window_s > 0, got "
                              f"{self.warmup_steps}, {self.windows}, {self.window_s}")
+        if self.cpus is not None and self.cpus < 1:
+            raise ValueError(f"cpus {self.cpus}: must be >= 1 (None: all the trial was given)")
         object.__setattr__(self, "max_memory", MemoryLimit.coerce(self.max_memory))
 
 

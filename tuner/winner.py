@@ -1,5 +1,6 @@
 """The answer of a run: the winning configuration, its speed-ups over the references, the
-ties within the noise, its ceilings and the machine's attainable rate.
+ties within the noise, its ceilings and the machine's attainable rate (read by
+``tuner.ceilings``).
 
 ``best(rows)`` reads leaderboard rows (``tuner.leaderboard.read``, as dicts or a table) and
 returns a frozen ``Answer``: typed fields read by attribute, and ``Answer.to_dict()``, the
@@ -19,6 +20,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import tuner.noise as noise
+# Ceilings and Attainable are part of this module's public answer (tuner.winner.Ceilings).
+from tuner.ceilings import Attainable, Ceilings, ceilings as _ceilings, lever_text
 from tuner.knobs import Knobs
 from tuner.status import Phase, Status, phase_of
 
@@ -83,42 +86,6 @@ class Disturbed:
     trial_id: str
     reason: str
     """The figure that cannot be true, e.g. 'MFU 180 % is above 100 % of the card's peak'."""
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    """What bounds the winner: its own configuration measured without a part of the pipeline
-    (phase ``ceiling`` rows of its run). All rates in samples/sec."""
-
-    compute_samples_per_sec: float | None
-    """The highest of its compute-only measurements (batches already on the device); None
-    without one."""
-    compute_measurements: int
-    """How many compute-only measurements there are."""
-    compute_disturbed: bool
-    """The compute-only ceiling is below the winner: a disturbed measurement (or a
-    compute-bound pipeline within ``CEILING_NOISE``), never a bound."""
-    pipeline_efficiency: float | None
-    """Winner ÷ compute-only ceiling (<= 1); None without a ceiling or with a disturbed one."""
-    loader_samples_per_sec: float | None
-    """Its DataLoader alone, no model; None without one."""
-    loader_disturbed: bool
-    """The loader-only rate is below the winner (which trains no faster than its DataLoader
-    delivers): a disturbed measurement, never a bound."""
-
-
-@dataclass(frozen=True)
-class Attainable:
-    """The machine's attainable samples/sec: min(its compute limit, the best compute-only rate
-    measured on it, at the largest batch in the fastest precision or the winner's own; its
-    input limit, loader-only with every CPU a worker). All None without both limits."""
-
-    samples_per_sec: float | None
-    bound_by: str | None
-    """Which limit binds: 'compute' or 'input pipeline'."""
-    share: float | None
-    """Winner ÷ attainable (<= 1); None when the winner ran above it (a limit measured low:
-    disturbed), or without it."""
 
 
 @dataclass(frozen=True)
@@ -199,8 +166,10 @@ class Answer:
           ``compile_s``, ``peak_device_memory_mb``, ``peak_host_memory_mb``, ``clamped``;
         * ``phase``, ``objective``, ``time_to_train_s``, ``train_steps``;
           ``speedup_pairs_vs_<ref>`` (paired rounds of each speed-up, or null);
-        * ``ceilings``: the ``Ceilings`` fields; ``attainable``: the ``Attainable`` fields;
-          ``disturbed``: a list of {``trial_id``, ``reason``}.
+        * ``ceilings``: the ``Ceilings`` fields; ``attainable``: the ``Attainable`` fields
+          (``input_by_path`` and ``input_core_s_per_sample`` objects keyed by data path) and
+          ``lever`` (``tuner.ceilings.lever_text``: which data path lifted the input limit, or
+          null); ``disturbed``: a list of {``trial_id``, ``reason``}.
 
         Every field of the answer is in it; the row's other columns are the leaderboard's.
         """
@@ -229,7 +198,8 @@ class Answer:
         for ref in (self.baseline, self.recommended):
             doc[f"speedup_pairs_vs_{ref.name}"] = ref.speedup.pairs if ref.speedup else None
         doc["ceilings"] = dataclasses.asdict(self.ceilings)
-        doc["attainable"] = dataclasses.asdict(self.attainable)
+        doc["attainable"] = {**dataclasses.asdict(self.attainable),
+                             "lever": lever_text(self.attainable)}
         doc["disturbed"] = [dataclasses.asdict(d) for d in self.disturbed]
         return doc
 
@@ -408,53 +378,3 @@ def _vs_reference(key: tuple, top: dict, groups: dict[tuple, list[dict]],
     if sp is None:
         return Reference(ref, None, False, None)
     return Reference(ref, _mean_row(groups[keys[0]], sps)[sps], False, sp)
-
-
-def _ceiling_rates(rows: list[dict], knobs: dict) -> dict[str, list[float]]:
-    """The successful measurements (samples/sec) of each ceiling among one run's rows: the
-    winner's own ('compute', 'loader': rows with its knobs; rows before the ``ceiling`` column
-    are compute ceilings) and the machine's ('machine-compute', 'machine-loader')."""
-    out: dict[str, list[float]] = {k: [] for k in ("compute", "loader", "machine-compute",
-                                                   "machine-loader")}
-    for r in rows:
-        if phase_of(r) != Phase.CEILING or r["status"] != Status.OK:
-            continue
-        kind = r.get("ceiling") or "compute"
-        if not kind.startswith("machine") and any(r[n] != v for n, v in knobs.items()):
-            continue
-        out[kind].append(r["samples_per_sec"])
-    return out
-
-
-def _ceilings(top: dict, same_run: list[dict]) -> tuple[Ceilings, Attainable]:
-    """The winner's ceilings and the machine's attainable rate, from its run's rows."""
-    best_sps = top["samples_per_sec"]
-    measured = _ceiling_rates(same_run, {name: top[name] for name in Knobs.names()})
-    highest = {kind: max(rates, default=None) for kind, rates in measured.items()}
-    # A ceiling below what it bounds is a disturbed measurement (measured again by the run):
-    # the highest of its measurements counts, and none below the winner gives an efficiency.
-    bound, loader = highest["compute"], highest["loader"]
-    disturbed = bound is not None and bound < best_sps
-    ceilings = Ceilings(
-        compute_samples_per_sec=bound, compute_measurements=len(measured["compute"]),
-        compute_disturbed=disturbed,
-        pipeline_efficiency=best_sps / bound if bound is not None and not disturbed else None,
-        loader_samples_per_sec=loader,
-        # The winner trains no faster than its DataLoader delivers alone.
-        loader_disturbed=loader is not None and loader < best_sps)
-    # The machine computes at least as fast as any compute-only rate measured on it; on CPU
-    # the largest batch is not always the fastest, so the winner's own ceiling counts too.
-    compute = highest["machine-compute"]
-    if compute is not None and bound is not None:
-        compute = max(compute, bound)
-    return ceilings, _attainable(best_sps, compute, highest["machine-loader"])
-
-
-def _attainable(best_sps: float, compute: float | None, loader: float | None) -> Attainable:
-    """min(``compute``, ``loader``), which binds, and ``best_sps``'s share of it (none when
-    the best ran above it: a limit was measured low)."""
-    if compute is None or loader is None:
-        return Attainable(None, None, None)
-    attainable = min(compute, loader)
-    return Attainable(attainable, "compute" if compute <= loader else "input pipeline",
-                      best_sps / attainable if best_sps <= attainable else None)

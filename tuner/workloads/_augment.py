@@ -6,7 +6,9 @@ whole batch (every image of a batch flipped together); these draw one per sample
 generator on the batch's device and follow torchvision's definitions of each transform (the
 source named on each function). The crop and resize is ``torchvision.ops.roi_align`` (one box
 per sample; its adaptive sampling averages ``ceil(box / output)`` points per output pixel, as
-an antialiased resize does). Each function takes and returns float images ``(B, C, H, W)``.
+an antialiased resize does). Each function takes and returns float images ``(B, C, H, W)``,
+except ``random_resized_crop_one``: the same crop drawn for one uint8 image on the CPU (a
+DataLoader worker's part of the ``cache`` path).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torchvision.ops import roi_align
 
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
@@ -73,6 +76,53 @@ def random_horizontal_flip(images: torch.Tensor, p: float = 0.5) -> torch.Tensor
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
 
 
+def horizontal_flip(images: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
+    """The images where ``flip`` ``(B,)`` bool is set mirrored left-right, the rest as given
+    (for a label that changes with the flip, the caller draws ``flip`` and applies it to both)."""
+    return torch.where(flip[:, None, None, None], images.flip(-1), images)
+
+
+def rotate(images: torch.Tensor, angles_deg: torch.Tensor) -> torch.Tensor:
+    """Each image rotated by its angle ``(B,)`` in degrees, counter-clockwise for a positive
+    angle, about its centre, same size, nearest-neighbour, the uncovered corners 0: torchvision's
+    ``rotate(image, angle)`` with its defaults (``expand=False``, ``center=None``, ``fill=0``),
+    one ``grid_sample`` for the batch."""
+    b, _, h, w = images.shape
+    theta = torch.deg2rad(angles_deg.to(device=images.device, dtype=torch.float32))
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    zero = torch.zeros_like(cos)
+    # output pixel -> input pixel (torchvision's inverse matrix), in grid_sample's [-1, 1]
+    # coordinates: the rotation conjugated by the (w/2, h/2) scaling
+    affine = torch.stack([torch.stack([cos, -sin * h / w, zero], dim=1),
+                          torch.stack([sin * w / h, cos, zero], dim=1)], dim=1)  # (B, 2, 3)
+    grid = F.affine_grid(affine, [b, 1, h, w], align_corners=False)
+    return F.grid_sample(images.float(), grid, mode="nearest", padding_mode="zeros",
+                         align_corners=False)
+
+
+def random_rotation(images: torch.Tensor, degrees: float) -> torch.Tensor:
+    """torchvision's ``RandomRotation(degrees)`` per sample: each image ``rotate``-d by an
+    angle uniform in ``[-degrees, degrees]``."""
+    angles = torch.empty(images.shape[0], device=images.device).uniform_(-degrees, degrees)
+    return rotate(images, angles)
+
+
+def random_resized_crop_one(image: torch.Tensor, hw: torch.Tensor, scale: tuple[float, float],
+                            ratio: tuple[float, float], size: int) -> torch.Tensor:
+    """One image's random resized crop, on the CPU: the box drawn by
+    ``random_resized_crop_boxes`` against ``hw`` ``(2,)`` (the height and width of the image
+    ``image`` is resized from, so areas and aspect ratios are distributed as on that image),
+    cut from ``image`` uint8 ``(C, h, w)`` and resized to ``size`` x ``size`` with
+    torchvision's antialiased ``resized_crop`` -> uint8 ``(C, size, size)``."""
+    from torchvision.transforms.v2 import functional as TF
+    side_h, side_w = image.shape[1:]
+    x0, y0, x1, y1 = random_resized_crop_boxes(hw[None], scale, ratio)[0].tolist()
+    top, left = round(y0 * side_h), round(x0 * side_w)
+    height = max(1, round(y1 * side_h) - top)
+    width = max(1, round(x1 * side_w) - left)
+    return TF.resized_crop(image, top, left, height, width, [size, size], antialias=True)
+
+
 def _gray(images: torch.Tensor) -> torch.Tensor:
     r, g, b = images.unbind(1)
     return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(1)
@@ -83,24 +133,67 @@ def _factors(b: int, amount: float, device: torch.device) -> torch.Tensor:
 
 
 def color_jitter(images: torch.Tensor, brightness: float, contrast: float,
-                 saturation: float) -> torch.Tensor:
-    """torchvision's ``ColorJitter(brightness, contrast, saturation)`` per sample, on RGB
-    images in [0, 1]: factors uniform in ``[1 - x, 1 + x]``, the three adjustments in a random
+                 saturation: float, hue: float = 0.0) -> torch.Tensor:
+    """torchvision's ``ColorJitter(brightness, contrast, saturation, hue)`` per sample, on RGB
+    images in [0, 1]: factors uniform in ``[1 - x, 1 + x]`` (hue: a shift uniform in
+    ``[-hue, hue]``, a fraction of the hue circle, at most 0.5), the adjustments in a random
     order per sample (torchvision permutes them per call), each blended and clamped to [0, 1]
     as ``adjust_brightness`` (with black), ``adjust_contrast`` (with the mean luma of the
-    image) and ``adjust_saturation`` (with the image's luma) do."""
+    image) and ``adjust_saturation`` (with the image's luma) do; the hue as ``adjust_hue``
+    (``adjust_hue_per_sample``). With ``hue`` 0 no hue step is drawn or applied."""
     b, device = images.shape[0], images.device
     factor = [_factors(b, amount, device) for amount in (brightness, contrast, saturation)]
-    order = torch.argsort(torch.rand(b, 3, device=device), dim=1)      # a permutation each
+    if hue:
+        if not 0 <= hue <= 0.5:
+            raise ValueError(f"hue {hue}: accepted 0..0.5 (a fraction of the hue circle)")
+        factor.append(torch.empty(b, device=device).uniform_(-hue, hue))
+    order = torch.argsort(torch.rand(b, len(factor), device=device), dim=1)  # a permutation each
     x = images
-    for stage in range(3):
+    for stage in range(len(factor)):
         op = order[:, stage].view(b, 1, 1, 1)
         bright = (x * factor[0]).clamp(0, 1)
         mean = _gray(x).mean(dim=(1, 2, 3), keepdim=True)
         contr = (factor[1] * x + (1 - factor[1]) * mean).clamp(0, 1)
         satur = (factor[2] * x + (1 - factor[2]) * _gray(x)).clamp(0, 1)
         x = torch.where(op == 0, bright, torch.where(op == 1, contr, satur))
+        if hue:
+            x = torch.where(op == 3, adjust_hue_per_sample(x, factor[3]), x)
     return x
+
+
+def _hue(images: torch.Tensor, maxc: torch.Tensor, minc: torch.Tensor) -> torch.Tensor:
+    """Hue in [0, 1) of RGB images in [0, 1] ``(B, 3, H, W)`` given their channel max and min
+    ``(B, 1, H, W)``: Pillow's conversion, as torchvision's ``adjust_hue`` computes it (a grey
+    pixel has hue 0) -> ``(B, 1, H, W)``."""
+    r, g, _ = images.split(1, dim=1)
+    spread = maxc - minc
+    rc, gc, bc = ((maxc - images) / torch.where(spread == 0, 1.0, spread)).split(1, dim=1)
+    is_r, is_g = maxc == r, (maxc == g) & (maxc != r)
+    h = torch.where(is_r, bc - gc, torch.where(is_g, 2.0 + rc - bc, 4.0 + gc - rc))
+    return torch.fmod(h / 6.0 + 1.0, 1.0)
+
+
+def _rgb_to_hsv(images: torch.Tensor) -> torch.Tensor:
+    """RGB in [0, 1] -> HSV in [0, 1], ``(B, 3, H, W)`` (torchvision's conversion)."""
+    maxc, minc = images.amax(dim=1, keepdim=True), images.amin(dim=1, keepdim=True)
+    saturation = (maxc - minc) / torch.where(maxc == 0, 1.0, maxc)
+    return torch.cat([_hue(images, maxc, minc), saturation, maxc], dim=1)
+
+
+_HSV_N = (5.0, 3.0, 1.0)
+"""Per channel R, G, B: the offsets of the HSV -> RGB formula ``f(n) = V - V S max(0,
+min(k, 4 - k, 1))``, ``k = (n + 6 H) mod 6``."""
+
+
+def adjust_hue_per_sample(images: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Each image's hue shifted by ``shift`` ``(B,)`` (fractions of the hue circle, in
+    [-0.5, 0.5]), as torchvision's ``adjust_hue``: through HSV, the hue taken modulo 1 (value
+    and saturation, so each pixel's channel max and min, kept)."""
+    maxc, minc = images.amax(dim=1, keepdim=True), images.amin(dim=1, keepdim=True)
+    h = (_hue(images, maxc, minc) + shift.view(-1, 1, 1, 1)).remainder(1.0)  # (B, 1, H, W)
+    n = torch.tensor(_HSV_N, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    k = (n + 6 * h).remainder(6.0)                                          # (B, 3, H, W)
+    return maxc - (maxc - minc) * torch.minimum(k, 4 - k).clamp(0, 1)
 
 
 def normalize(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:

@@ -15,6 +15,10 @@ vocabulary gives 10.65M parameters in its printout (tied lm_head, position embed
 the 256-byte vocabulary adds (256 - 65) x 384 = 73,344 embedding weights, and counting every
 tensor of ``parameters()`` (tied weight once, position embeddings included) gives 10,818,432:
 1.1% above the 10.7M the brief targets.
+
+For the ``cache`` and ``device`` data paths (``tuner.data``), ``sample_path`` holds each
+window's bytes (``TokenWindows``: the token array) and casts and shifts them per sample or per
+batch (``NextTokenPairs``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
@@ -251,6 +256,15 @@ class CharWindows(Dataset):
         return self.n_bytes // self.block_size
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return next_token_pair(self.tokens(index))  # (T,), (T,)
+
+    def tokens(self, index: int) -> torch.Tensor:
+        """The ``block_size + 1`` bytes of sample ``index`` as uint8 ``(T + 1,)``.
+
+        Raises:
+            IndexError: ``index`` outside ``0 .. len - 1``.
+            DataError: the file cannot be read.
+        """
         if not 0 <= index < len(self):
             raise IndexError(f"sample {index} out of range 0..{len(self) - 1}")
         if self._map is None:
@@ -258,8 +272,7 @@ class CharWindows(Dataset):
         T = self.block_size
         start = min(index * T, self.n_bytes - T - 1)
         window = self._map[start:start + T + 1]  # bytes, T + 1
-        ids = torch.from_numpy(np.frombuffer(window, dtype=np.uint8).astype(np.int64))  # (T+1,)
-        return ids[:-1], ids[1:]  # (T,), (T,)
+        return torch.from_numpy(np.frombuffer(window, dtype=np.uint8).copy())  # (T+1,)
 
     def _open(self) -> mmap.mmap:
         try:
@@ -272,6 +285,42 @@ class CharWindows(Dataset):
         state = self.__dict__.copy()
         state["_map"] = None
         return state
+
+
+def next_token_pair(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids ``(..., T + 1)`` (any integer dtype) -> inputs and targets, int64
+    ``(..., T)`` each: ``x = ids[..., :-1]``, ``y = ids[..., 1:]``."""
+    ids = tokens.long()
+    return ids[..., :-1], ids[..., 1:]
+
+
+class TokenWindows(Dataset):
+    """The deterministic part of the sample path (``CharGPT.sample_path``): sample ``i`` of a
+    ``CharWindows`` as its ``block_size + 1`` tokens, uint8 ``(T + 1,)`` (``CharWindows.tokens``):
+    the same ``len`` and the same windows, so a cache of it holds the text's token array once
+    (each window's last byte twice: ``len x (T + 1)`` bytes)."""
+
+    def __init__(self, windows: CharWindows):
+        self.windows = windows
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor]:
+        return (self.windows.tokens(index),)
+
+
+class NextTokenPairs:
+    """The rest of the sample path: decoded tokens ``(T + 1,)`` -> ``(x, y)`` int64 ``(T,)``
+    each, as ``CharWindows`` items (``next_token_pair``); on a stacked batch ``(B, T + 1)``
+    -> ``(B, T)`` each, contiguous, as the default collate stacks them. Nothing in it is
+    random: a ``CharWindows`` sample is a fixed window, and an epoch is every window once in
+    a shuffled order (``DataLoader(shuffle=True)`` on the ``cache`` path, ``DeviceBatches``'
+    permutation on the ``device`` path)."""
+
+    def __call__(self, sample: tuple[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = next_token_pair(sample[0])
+        return (x, y) if x.dim() == 1 else (x.contiguous(), y.contiguous())
 
 
 _SPEAKERS = ("ROMEO", "JULIET", "GLOUCESTER", "CORIOLANUS", "MENENIUS", "KING RICHARD II",
@@ -362,6 +411,20 @@ class CharGPT(Workload):
         """``data_dir`` is the text file (``data_is_file``). Raises DataError (see
         ``check_text_file``)."""
         return CharWindows(Path(data_dir), _config(scale).block_size)
+
+    def sample_path(self, data_dir: Path, scale: str) -> SamplePath:
+        """Decoded: each window's ``block_size + 1`` bytes, uint8 (``TokenWindows``: the token
+        array, about the text's size in a cache); the rest: the byte -> int64 id cast and the
+        shift into inputs and targets (``NextTokenPairs``). Items as ``build_dataset``'s:
+        ``(x, y)`` int64 ``(T,)`` each; the ``device`` path gathers a batch's windows from the
+        resident array in one ``index_select``.
+
+        Raises:
+            DataError: as ``build_dataset``.
+        """
+        decoded = TokenWindows(self.build_dataset(data_dir, scale))
+        return SamplePath(decoded=decoded, augment=NextTokenPairs(),
+                          augment_batch=NextTokenPairs())
 
     def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
         """Write ``cache_dir/chargpt-v1/input.txt`` once and return that file's path.

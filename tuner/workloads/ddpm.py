@@ -14,6 +14,10 @@ model, so this workload does too: a batch is ``(images, labels)``.
 
 Shapes: images ``(B, 3, 40, 40)`` float32 in [-1, 1], labels ``(B,)`` int64. The U-Net runs at
 40x40, 20x20 and 10x10; self-attention only at 10x10 (100 tokens).
+
+Sample path (``sample_path``, the ``data_path`` knob): decoded samples are the 40x40 uint8
+images with their labels (4,808 bytes each, 3.1 MB for the report's 652 images); the random
+part is the report's flip, rotation and colour jitter, per sample on either path.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from torch import nn
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
@@ -279,18 +284,72 @@ def _label_tensor(label: int) -> torch.Tensor:
     return torch.tensor(label, dtype=torch.long)
 
 
+FLIP_P = 0.5
+"""Probability of the horizontal flip (report: "RandomHorizontalFlip (p=0.5)")."""
+ROTATION_DEG = 15.0
+"""Rotation angles are uniform in [-ROTATION_DEG, ROTATION_DEG] (report: "RandomRotation (15
+deg)")."""
+BRIGHTNESS = CONTRAST = 0.1
+"""ColorJitter factors uniform in [0.9, 1.1] (report: "ColorJitter (brightness=0.1,
+contrast=0.1)")."""
+_HALF = (0.5, 0.5, 0.5)
+"""Normalize's mean and std: [0, 1] -> [-1, 1]."""
+
+
+def augmentation() -> v2.Compose:
+    """The report's augmentation, the random part of a sample: uint8 ``(3, 40, 40)`` ->
+    float32 ``(3, 40, 40)`` in [-1, 1] (flip with ``FLIP_P``, rotation within ``ROTATION_DEG``,
+    nearest-neighbour with black corners, brightness and contrast jitter, then scaled)."""
+    return v2.Compose([
+        v2.RandomHorizontalFlip(p=FLIP_P),
+        v2.RandomRotation(ROTATION_DEG),
+        v2.ColorJitter(brightness=BRIGHTNESS, contrast=CONTRAST),
+        v2.ToDtype(torch.float32, scale=True),                          # [0, 1]
+        v2.Normalize(mean=list(_HALF), std=list(_HALF)),                # [-1, 1]
+    ])
+
+
 def train_transform() -> v2.Compose:
     """The report's augmentation on a uint8 ``(3, H, W)`` image -> float32 ``(3, 40, 40)`` in
     [-1, 1] (report: "RandomHorizontalFlip (p=0.5), RandomRotation (15 deg), ColorJitter
     (brightness=0.1, contrast=0.1)"). Images of another size are resized to 40x40 first."""
-    return v2.Compose([
-        v2.Resize((IMAGE_SIZE, IMAGE_SIZE), antialias=True),
-        v2.RandomHorizontalFlip(p=0.5),
-        v2.RandomRotation(15),
-        v2.ColorJitter(brightness=0.1, contrast=0.1),
-        v2.ToDtype(torch.float32, scale=True),                          # [0, 1]
-        v2.Normalize(mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5]),        # [-1, 1]
-    ])
+    return v2.Compose([v2.Resize((IMAGE_SIZE, IMAGE_SIZE), antialias=True), augmentation()])
+
+
+class _Decode:
+    """ImageFolder transform of the decoded part: uint8 ``(3, H, W)`` -> uint8
+    ``(3, 40, 40)``, resized as ``train_transform`` resizes (unchanged at 40x40)."""
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        return v2.functional.resize(image, [IMAGE_SIZE, IMAGE_SIZE], antialias=True)
+
+
+class _AugmentOne:
+    """The random part on one decoded sample ``(image uint8 (3, 40, 40), label int64 ())``, in
+    a DataLoader worker: ``augmentation`` -> ``(float32 (3, 40, 40) in [-1, 1], int64 ())``,
+    the item ``build_dataset`` gives (the same transforms, drawing the same random numbers)."""
+
+    def __init__(self) -> None:
+        self.transform = augmentation()
+
+    def __call__(self, sample: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        image, label = sample
+        return self.transform(image), label
+
+
+class _AugmentBatch:
+    """The random part on a batch of decoded samples stacked on a device ``(uint8
+    (B, 3, 40, 40), int64 (B,))``: ``augmentation``'s flip, rotation and colour jitter with
+    parameters drawn per sample (``tuner.workloads._augment``) -> ``(float32 (B, 3, 40, 40)
+    in [-1, 1], int64 (B,))``, the collated batch of ``build_dataset``'s items."""
+
+    def __call__(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        from tuner.workloads import _augment as aug
+        images, labels = batch
+        x = aug.random_horizontal_flip(images.float() / 255.0, FLIP_P)
+        x = aug.random_rotation(x, ROTATION_DEG)
+        x = aug.color_jitter(x, brightness=BRIGHTNESS, contrast=CONTRAST, saturation=0.0)
+        return aug.normalize(x, _HALF, _HALF), labels
 
 
 # ------------------------------------------------------------------------------------ workload
@@ -350,6 +409,21 @@ class DDPMWorkload(Workload):
                 f"{NUM_CLASSES} classes (e.g. {' and '.join(sorted(CLASS_COUNTS))})")
         dataset.target_transform = _label_tensor
         return dataset
+
+    def sample_path(self, data_dir: Path, scale: str) -> SamplePath:
+        """Decoded: each image read and resized to 40x40 (``train_transform``'s deterministic
+        step), ``(uint8 (3, 40, 40), int64 ())``, 4,808 bytes per sample; random:
+        ``augmentation`` per sample (``_AugmentOne``) or per batch with per-sample parameters
+        (``_AugmentBatch``). Items as ``build_dataset``'s.
+
+        Raises:
+            ValueError, DataError: as ``build_dataset``.
+        """
+        self.build_dataset(data_dir, scale)                             # the same checks
+        folder = image_folder(Path(data_dir), transform=_Decode())
+        folder.target_transform = _label_tensor
+        return SamplePath(decoded=folder, augment=_AugmentOne(),
+                          augment_batch=_AugmentBatch())
 
     def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
         """Write 652 synthetic 40x40 PNGs, ``Normal/`` (546) and ``Abnormal/`` (106), into

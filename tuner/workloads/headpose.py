@@ -44,6 +44,11 @@ contrast, saturation, hue: the guide's "Color jittering"), a random horizontal f
 negates yaw and roll (the guide's "Random horizontal flips"), float conversion and ImageNet
 normalisation.
 
+Sample path (``sample_path``, the ``data_path`` knob): decoded samples are the face crops
+resized to ``cache_side_px`` (uint8, 207 KB each for 300W-LP's 450x450 crops at 224 input) with
+their source size and angles; the random part is the flip (with its label rule), the crop and
+the colour jitter, per sample on either path.
+
 Default data (``prepare_default_data``): deterministic synthetic face crops whose content is
 drawn from the angles (an elliptic head with hair, eyes, nose and mouth, turned by yaw and
 pitch and rotated by roll, on a textured background), so the task is learnable. Smaller than
@@ -67,6 +72,7 @@ from torch.utils.data import Dataset
 from torchvision.models.resnet import Bottleneck, ResNet
 from torchvision.transforms import v2
 
+from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
@@ -87,6 +93,14 @@ ANGLE_RANGE_DEG = (75.0, 40.0, 35.0)
 
 FLIP_SIGN = torch.tensor([-1.0, 1.0, -1.0])
 """Multiplies (yaw, pitch, roll) when the image is mirrored left-right."""
+CROP_SCALE = (0.8, 1.0)
+"""RandomResizedCrop area range, a fraction of the face crop: small crop jitter only (the crops
+are already centred on the face, and a large zoom would distort the pose cues)."""
+CROP_RATIO = (0.9, 1.1)
+"""RandomResizedCrop aspect-ratio range (width / height), likewise small."""
+COLOR_JITTER = {"brightness": 0.2, "contrast": 0.2, "saturation": 0.2, "hue": 0.05}
+"""ColorJitter arguments. The guide names brightness, contrast, saturation and hue but no
+values: these are common settings for face crops."""
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 FULL_DECODE_LIMIT = 10_000
@@ -119,12 +133,16 @@ def build_transform(scale: str) -> v2.Compose:
     _check_scale(scale)
     size_px = INPUT_SIZE_PX[scale]
     return v2.Compose([
-        # Small crop jitter only: the crops are already centred on the face, and a large
-        # zoom/aspect change would distort the pose cues.
-        v2.RandomResizedCrop(size_px, scale=(0.8, 1.0), ratio=(0.9, 1.1), antialias=True),
-        # The guide names brightness, contrast, saturation and hue but no values: these are
-        # common settings for face crops.
-        v2.ColorJitter(brightness=0.2, contrast=0.2, saturation=0.2, hue=0.05),
+        v2.RandomResizedCrop(size_px, scale=CROP_SCALE, ratio=CROP_RATIO, antialias=True),
+        *_colour_and_scale().transforms,
+    ])
+
+
+def _colour_and_scale() -> v2.Compose:
+    """uint8 (3, S, S) -> float32 (3, S, S): ``COLOR_JITTER``, then [0, 1] and ImageNet
+    normalisation (the steps after the crop)."""
+    return v2.Compose([
+        v2.ColorJitter(**COLOR_JITTER),
         v2.ToDtype(torch.float32, scale=True),
         v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ])
@@ -231,6 +249,83 @@ def _check_signature(path: str) -> None:
         raise DataError(f"image {path} cannot be read: {exc}") from None
     if not any(head.startswith(sig) for sig in _SIGNATURES):
         raise DataError(f"image {path} is not a JPEG or PNG file (starts with {head[:4]!r})")
+
+
+# ---------------------------------------------------------------------------------------------
+# The split sample path (tuner.data.SamplePath)
+
+
+def cache_side_px(input_px: int, image_hw: tuple[int, int]) -> int:
+    """Side of the square decoded images a cache holds: the smallest at which the smallest
+    crop (``CROP_SCALE[0]`` of the area at ratio ``CROP_RATIO[1]``, so a height of
+    ``sqrt(0.8 / 1.1)`` = 0.853 of the image's) still spans ``input_px`` pixels, but no larger
+    than the image's longer side (upsampling adds no detail), and never below ``input_px``:
+    263 px for 224 (a 450x450 300W-LP crop: 207 KB a sample instead of 608 KB)."""
+    shortest = math.sqrt(CROP_SCALE[0] / CROP_RATIO[1])
+    return max(input_px, min(math.ceil(input_px / shortest), max(image_hw)))
+
+
+class _DecodedFaces(Dataset):
+    """The deterministic part: file ``i`` decoded and resized to ``side`` x ``side`` ->
+    ``(uint8 (3, side, side), int64 (2,) the file's [H, W], float32 (3,) angles in degrees)``.
+
+    Raises (in ``__getitem__``):
+        DataError: the file fails to decode, naming it.
+    """
+
+    def __init__(self, files: np.ndarray, angles_deg: np.ndarray, side: int) -> None:
+        self.files, self.angles_deg, self.side = files, angles_deg, side
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        image = read_image(str(self.files[index]))                    # (3, H, W) uint8
+        hw = torch.tensor(image.shape[1:], dtype=torch.int64)
+        if tuple(image.shape[1:]) != (self.side, self.side):
+            image = v2.functional.resize(image, [self.side, self.side], antialias=True)
+        return image, hw, torch.from_numpy(self.angles_deg[index].copy())
+
+
+class _AugmentOne:
+    """The random part on one decoded sample (``_DecodedFaces``), in a DataLoader worker: the
+    flip drawn first with ``flip_p``, the crop box drawn against the file's own size, then
+    ``_colour_and_scale``, and the flip applied to the image and (``FLIP_SIGN``) the angles, as
+    ``HeadPoseDataset`` -> ``(float32 (3, S, S), float32 (3,))``."""
+
+    def __init__(self, size_px: int, flip_p: float = 0.5) -> None:
+        self.size_px, self.flip_p = size_px, flip_p
+        self.rest = _colour_and_scale()
+
+    def __call__(self, sample: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        from tuner.workloads._augment import random_resized_crop_one
+        image, hw, angles = sample
+        flip = bool(torch.rand(()) < self.flip_p)
+        crop = random_resized_crop_one(image, hw, CROP_SCALE, CROP_RATIO, self.size_px)
+        x = self.rest(crop)
+        if flip:
+            x, angles = x.flip(-1), angles * FLIP_SIGN
+        return x, angles
+
+
+class _AugmentBatch:
+    """The random part on a batch of decoded samples stacked on a device (``_DecodedFaces``'
+    fields with a leading B): per sample a flip (``flip_p``), a crop box, ``COLOR_JITTER``
+    (``tuner.workloads._augment``), then normalised; yaw and roll negated where the image is
+    flipped -> ``(float32 (B, 3, S, S), float32 (B, 3))``."""
+
+    def __init__(self, size_px: int, flip_p: float = 0.5) -> None:
+        self.size_px, self.flip_p = size_px, flip_p
+
+    def __call__(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        from tuner.workloads import _augment as aug
+        images, hw, angles = batch
+        flip = torch.rand(images.shape[0], device=images.device) < self.flip_p     # (B,)
+        boxes = aug.random_resized_crop_boxes(hw, CROP_SCALE, CROP_RATIO)
+        x = aug.resized_crop(images, boxes, self.size_px) / 255.0
+        x = aug.normalize(aug.color_jitter(x, **COLOR_JITTER), IMAGENET_MEAN, IMAGENET_STD)
+        sign = torch.where(flip[:, None], FLIP_SIGN.to(angles.device), 1.0)      # (B, 3)
+        return aug.horizontal_flip(x, flip), angles * sign
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,6 +469,24 @@ class HeadPoseWorkload(Workload):
         _check_scale(scale)
         files, angles_deg = read_labels(Path(data_dir))
         return HeadPoseDataset(files, angles_deg, build_transform(scale))
+
+    def sample_path(self, data_dir: Path, scale: str) -> SamplePath:
+        """Decoded: each file decoded and resized to ``cache_side_px`` (its first file's size
+        decides), its height, width and angles beside it (``_DecodedFaces``); random: the flip
+        (angles included), crop and colour jitter per sample (``_AugmentOne`` in workers,
+        ``_AugmentBatch`` on a device). Items as ``build_dataset``'s: float32 (3, S, S) and
+        float32 (3,) degrees.
+
+        Raises:
+            ValueError, DataError: as ``build_dataset``; DataError naming the first file when
+                it fails to decode.
+        """
+        dataset = self.build_dataset(data_dir, scale)
+        size_px = INPUT_SIZE_PX[scale]
+        side = cache_side_px(size_px, tuple(read_image(str(dataset.files[0])).shape[1:]))
+        decoded = _DecodedFaces(dataset.files, dataset.angles_deg, side)
+        return SamplePath(decoded=decoded, augment=_AugmentOne(size_px, dataset.flip_p),
+                          augment_batch=_AugmentBatch(size_px, dataset.flip_p))
 
     def check_data(self, data_dir: Path, scale: str) -> int:
         """Parse labels.csv, check every file exists and starts like a JPEG/PNG, and decode all

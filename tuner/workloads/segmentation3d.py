@@ -32,7 +32,9 @@ One sample: a patch at a random position of one volume (torch's RNG, which DataL
 worker), mirrored at random along each axis, the image z-scored over the patch:
 image ``(1, D, H, W)`` float32 and label ``(D, H, W)`` int64. A volume smaller than the patch
 along an axis is zero-padded (label 0, background). An epoch is ``PATCHES_PER_VOLUME`` patches
-per volume (item ``i`` reads volume ``i % n_volumes``).
+per volume (item ``i`` reads volume ``i % n_volumes``). For the ``cache`` and ``device``
+data paths (``tuner.data``), ``sample_path`` splits this into the volumes read whole
+(``DecodedVolumes``) and the patch drawn per sample (``tuner.workloads._patches``).
 """
 
 from __future__ import annotations
@@ -49,11 +51,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, default_cache_dir
 from tuner.workloads._data import write_once
+from tuner.workloads._patches import AugmentVolume, AugmentVolumeBatch, random_patch
 
 NUM_CLASSES = 3
 """Background, class 1, class 2."""
@@ -317,22 +321,77 @@ class VolumePatchDataset(Dataset):
         k = index % self.num_volumes
         image, label = self.volumes(k)
         # torch's RNG: DataLoader gives every worker its own seed, epoch after epoch.
-        starts = [int(torch.randint(0, max(side - p, 0) + 1, ()))
-                  for side, p in zip(image.shape, self.patch)]
-        window = tuple(slice(s, s + p) for s, p in zip(starts, self.patch))
-        axes = tuple(int(a) for a in torch.nonzero(torch.rand(3) < 0.5).flatten())
-        # One copy each: read the patch through the map, mirror, cast.
-        img = np.ascontiguousarray(np.flip(image[window], axes), dtype=np.float32)  # (d, h, w)
-        lab = np.ascontiguousarray(np.flip(label[window], axes), dtype=np.int64)  # (d, h, w)
-        if lab.min() < 0 or lab.max() >= self.num_classes:
-            raise DataError(f"label volume {self.pairs[k][1]}: values must be in "
-                            f"0..{self.num_classes - 1}, found {lab.min()}..{lab.max()}")
-        img -= img.mean()
-        img /= max(float(img.std()), 1e-6)
-        if img.shape != self.patch:  # volume smaller than the patch: pad with background
-            pad = [(0, p - s) for s, p in zip(img.shape, self.patch)]
-            img, lab = np.pad(img, pad), np.pad(lab, pad)
-        return torch.from_numpy(img)[None], torch.from_numpy(lab)  # (1, D, H, W), (D, H, W)
+        return random_patch(image, label, self.patch, self.num_classes, self.pairs[k][1])
+
+
+class DecodedVolumes(Dataset):
+    """The deterministic part of the sample path (``Segmentation3dWorkload.sample_path``):
+    the volume pairs of a ``VolumePatchDataset``, whole, one shape for all.
+
+    Item ``i``, volume pair ``i % num_volumes``: image ``(D', H', W')`` in ``dtype``, label
+    uint8 ``(D', H', W')``, and the volume's own shape, int64 ``(3,)``. Every volume sits at
+    the low corner of ``shape`` = ``(D', H', W')``, the largest side of any volume or the
+    patch along each axis, with zeros beyond it. The padding does not change the patches:
+    ``tuner.workloads._patches`` draws each patch's start and mirroring against the volume's
+    own shape, so a patch reads padding only where the volume is smaller than the patch, and
+    there it is 0 as the ``loader`` path pads. Image values are kept exactly (``dtype`` holds
+    every source dtype's values, or is float32 where the ``loader`` path's first step, the
+    cast to float32, would round them anyway).
+
+    ``len`` is the patch dataset's (``PATCHES_PER_VOLUME`` per volume), so an epoch of the
+    ``cache`` and ``device`` paths has as many samples as the ``loader`` path's; items
+    ``i`` and ``i + distinct`` are the same (``distinct`` = the volume pairs).
+
+    Raises (from ``__getitem__``):
+        DataError: a label value outside ``0 .. num_classes - 1`` anywhere in the volume,
+            naming the label file.
+    """
+
+    def __init__(self, patches: VolumePatchDataset):
+        self.patches = patches
+        shapes, dtypes = [], []
+        for k in range(patches.num_volumes):
+            image, _ = patches.volumes(k)
+            shapes.append(image.shape)
+            dtypes.append(image.dtype)
+        self.shape = tuple(max(max(s[axis] for s in shapes), p)
+                           for axis, p in enumerate(patches.patch))
+        self.np_dtype = storage_dtype(dtypes)
+        self.dtype = torch.from_numpy(np.zeros(0, self.np_dtype)).dtype
+        self.distinct = patches.num_volumes
+
+    def __len__(self) -> int:
+        return len(self.patches)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} samples")
+        k = index % self.distinct
+        image, label = self.patches.volumes(k)
+        lab = np.asarray(label).astype(np.int64)  # as the loader path casts its window
+        if lab.min() < 0 or lab.max() >= self.patches.num_classes:
+            raise DataError(f"label volume {self.patches.pairs[k][1]}: values must be in "
+                            f"0..{self.patches.num_classes - 1}, found {lab.min()}..{lab.max()}")
+        window = tuple(slice(0, side) for side in image.shape)
+        out_image = torch.zeros(self.shape, dtype=self.dtype)              # (D', H', W')
+        out_image[window] = torch.from_numpy(np.array(image, dtype=self.np_dtype))
+        out_label = torch.zeros(self.shape, dtype=torch.uint8)             # (D', H', W')
+        out_label[window] = torch.from_numpy(lab.astype(np.uint8))
+        return out_image, out_label, torch.tensor(image.shape, dtype=torch.int64)
+
+
+_EXACT_DTYPES = {np.dtype(source): np.dtype(stored) for source, stored in (
+    (np.bool_, np.uint8), (np.uint8, np.uint8), (np.int8, np.int8), (np.int16, np.int16),
+    (np.uint16, np.int32), (np.int32, np.int32), (np.uint32, np.int64), (np.int64, np.int64),
+    (np.float16, np.float16), (np.float32, np.float32))}
+"""Source dtype -> a dtype torch supports that holds its every value."""
+
+
+def storage_dtype(dtypes: list[np.dtype]) -> np.dtype:
+    """The dtype that holds image volumes of ``dtypes`` in a cache: their common type when
+    torch supports one that holds every value exactly, else float32 (float64, uint64: the
+    ``loader`` path casts a patch to float32 first, so the values it sees are the same)."""
+    return _EXACT_DTYPES.get(np.result_type(*dtypes), np.dtype(np.float32))
 
 
 def build_pairs(data_dir: Path, num_classes: int = NUM_CLASSES) -> list[tuple[Path, Path]]:
@@ -428,6 +487,23 @@ class Segmentation3dWorkload(Workload):
         """
         patch = _config(scale).patch
         return VolumePatchDataset(build_pairs(Path(data_dir)), patch)
+
+    def sample_path(self, data_dir: Path, scale: str) -> SamplePath:
+        """Decoded: each volume pair read whole, padded to one shape (``DecodedVolumes``: an
+        item per patch of an epoch, the volumes' own dtypes, labels uint8); random: the patch
+        at a random start mirrored at random along each axis and z-scored, per sample
+        (``tuner.workloads._patches``: on the CPU the ``loader`` path's own code and draws; on
+        a device one gather per batch). Items as ``build_dataset``'s: image float32
+        ``(1, D, H, W)``, label int64 ``(D, H, W)``. A cache holds ``len(decoded)`` items of
+        the padded shape's bytes (image dtype + 1 per voxel).
+
+        Raises:
+            DataError: as ``build_dataset``.
+        """
+        patch = _config(scale).patch
+        decoded = DecodedVolumes(self.build_dataset(data_dir, scale))
+        return SamplePath(decoded=decoded, augment=AugmentVolume(patch),
+                          augment_batch=AugmentVolumeBatch(patch))
 
     def check_data(self, data_dir: Path, scale: str) -> int:
         """Every file's header and shapes (in ``build_dataset``), then one patch of every volume

@@ -1,0 +1,267 @@
+"""What bounds a run's winner and the machine: the ceilings read from one run's phase
+``ceiling`` rows (``tuner.followups.ceilings_batch`` plans them), per data path.
+
+Each ceiling row names its kind in the ``ceiling`` column and its data path in the
+``data_path`` knob column (rows written before that column are the 'loader' path):
+
+* ``compute``, ``loader``: the winner's own configuration, batches already on the device / its
+  input pipeline alone (no model);
+* ``machine-compute``: the largest batch the run allows (its global batch kept) in the fastest
+  precision, batches on the device;
+* ``machine-loader``: a data path's input pipeline with every CPU a trial may have as DataLoader
+  workers ('loader' and 'cache'; the 'device' path has no workers);
+* ``path-loader``: the best searched configuration of another data path, its input pipeline alone;
+* ``core-compute``, ``core-loader``: on the CPU device, the compute on one core (one torch
+  thread) and a data path's input pipeline on one core (no workers, one thread), for the
+  shared-cores model.
+
+The attainable rate is min(the compute limit, the best input-pipeline rate over the data paths)
+where the compute runs on a GPU. On the CPU device the DataLoader workers and the model share
+the cores, so both cannot run at their every-core rates at once: the attainable rate is then
+``cores / (core-seconds per sample of the compute + of the input pipeline)``, never above that
+minimum (``Attainable.model`` 'shared cores').
+
+Torch-free; ``tuner.winner`` re-exports ``Ceilings`` and ``Attainable``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from tuner.knobs import Knobs
+from tuner.status import Phase, Status, phase_of
+
+COMPUTE_LABELS = ("compute", "machine-compute", "core-compute")
+"""Ceiling kinds that measure compute only (batches already on the device)."""
+
+LOADER_LABELS = ("loader", "machine-loader", "path-loader", "core-loader")
+"""Ceiling kinds that measure an input pipeline only (no model)."""
+
+CORE_LABELS = ("core-compute", "core-loader")
+"""Ceiling kinds measured on one core (the CPU device's shared-cores model)."""
+
+WINNER_LABELS = ("compute", "loader", "core-compute")
+"""Ceiling kinds measured with the winner's knobs unchanged: only rows with its knobs count."""
+
+LEVERS = {"loader": "the DataLoader", "cache": "the decoded cache",
+          "device": "the dataset resident on the device"}
+"""How the summary names each data path (``tuner.data``)."""
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What bounds the winner: its own configuration measured without a part of the pipeline
+    (phase ``ceiling`` rows of its run). All rates in samples/sec."""
+
+    compute_samples_per_sec: float | None
+    """The highest of its compute-only measurements (batches already on the device); None
+    without one."""
+    compute_measurements: int
+    """How many compute-only measurements there are."""
+    compute_disturbed: bool
+    """The compute-only ceiling is below the winner: a disturbed measurement (or a
+    compute-bound pipeline within ``tuner.winner.CEILING_NOISE``), never a bound."""
+    pipeline_efficiency: float | None
+    """Winner ÷ compute-only ceiling (<= 1); None without a ceiling or with a disturbed one."""
+    loader_samples_per_sec: float | None
+    """Its input pipeline alone, no model (its data path's batches: for 'device' the gather
+    and augmentation on the device); None without one."""
+    loader_disturbed: bool
+    """The loader-only rate is below the winner (which trains no faster than its input
+    pipeline delivers): a disturbed measurement, never a bound."""
+    data_path: str = "loader"
+    """The winner's data path ('loader', 'cache' or 'device'), the one its loader-only
+    ceiling measured."""
+
+
+@dataclass(frozen=True)
+class Attainable:
+    """The machine's attainable samples/sec. Its compute limit: the best compute-only rate
+    measured (the largest batch in the fastest precision, the run's global batch kept, or the
+    winner's own). Its input limit: per data path the run tried, the highest loader-only rate
+    measured for it, counted once the path's own machine limit is measured (every CPU a worker;
+    for 'device', which has no workers, its loader-only rate). On a GPU the attainable rate is
+    min(compute limit, best input limit over the paths) (``model`` 'min'); on the CPU device,
+    with the one-core ceilings measured for every such path, it is the best over the paths of
+    min(cores / (compute + input core-seconds per sample), compute limit, the path's input
+    limit) (``model`` 'shared cores'). The first three fields are None without a compute
+    limit and an input limit."""
+
+    samples_per_sec: float | None
+    bound_by: str | None
+    """Which limit binds: 'compute', 'input pipeline', or 'shared cores' (the CPU's cores
+    cannot run the compute and the input pipeline at their own limits at once)."""
+    share: float | None
+    """Winner ÷ attainable (<= 1); None when the winner ran above it (a limit measured low:
+    disturbed), or without it."""
+    compute_samples_per_sec: float | None = None
+    """The compute limit, samples/sec; None without a ``machine-compute`` measurement."""
+    input_by_path: Mapping[str, float] = field(default_factory=dict)
+    """Data path -> its input limit, samples/sec (the paths whose machine limit is measured)."""
+    data_path: str | None = None
+    """The data path of the attainable rate: the best input limit (under 'shared cores', the
+    highest bound); None without one."""
+    input_samples_per_sec: float | None = None
+    """That path's input limit, samples/sec."""
+    model: str = "min"
+    """'min' (the lower limit binds: the compute runs on a GPU, or the one-core ceilings are
+    missing) or 'shared cores' (the CPU device: see the class docstring)."""
+    cores: int | None = None
+    """CPUs a trial may use (the most any trial of the run was given), for 'shared cores'."""
+    compute_core_s_per_sample: float | None = None
+    """Core-seconds the compute takes per sample, measured on one core; None without it."""
+    input_core_s_per_sample: Mapping[str, float] = field(default_factory=dict)
+    """Data path -> core-seconds its input pipeline takes per sample, measured on one core."""
+
+    @property
+    def lever(self) -> tuple[str, float, float] | None:
+        """(data path, the 'loader' path's input limit, that path's) where a data path other
+        than 'loader' gave the attainable rate with a higher input limit than the loader
+        path's, both measured; else None."""
+        path = self.data_path
+        loader = self.input_by_path.get("loader")
+        if path in (None, "loader") or loader is None or self.input_samples_per_sec is None:
+            return None
+        return (path, loader, self.input_samples_per_sec) if self.input_samples_per_sec > loader \
+            else None
+
+
+def lever_text(attainable: Attainable) -> str | None:
+    """'input pipeline: 212 → 2,140 samples/sec with the decoded cache (10.1x)': which data
+    path lifted the input limit over the DataLoader's and by how much; None without a lever
+    (``Attainable.lever``)."""
+    if attainable.lever is None:
+        return None
+    path, before, after = attainable.lever
+    return (f"input pipeline: {before:,.0f} → {after:,.0f} samples/sec with "
+            f"{LEVERS.get(path, path)} ({after / before:.1f}x)")
+
+
+def attainable_text(attainable: Attainable) -> str:
+    """How the attainable rate was bound, in one phrase: 'bound by input pipeline:
+    min(compute-only 400.0, input pipeline 125.0 with the DataLoader)', or on the CPU device
+    'bound by shared cores: on CPU the input pipeline and the model share the 2 cores:
+    2 / (4.00 + 3.00 core-ms per sample), at most min(...)'."""
+    a = attainable
+    path = LEVERS.get(a.data_path or "loader", a.data_path)
+    limits = (f"min(compute-only {a.compute_samples_per_sec:,.1f}, input pipeline "
+              f"{a.input_samples_per_sec:,.1f} with {path})")
+    if a.model != "shared cores":
+        return f"bound by {a.bound_by}: {limits}"
+    core_ms = 1e3 * a.input_core_s_per_sample[a.data_path]
+    return (f"bound by {a.bound_by}: on CPU the input pipeline and the model share the "
+            f"{a.cores} cores: {a.cores} / ({1e3 * a.compute_core_s_per_sample:.2f} + "
+            f"{core_ms:.2f} core-ms per sample), at most {limits}")
+
+
+def attainable_summary(attainable: Attainable) -> str | None:
+    """'125.0 samples/sec attainable here, 80 % of it reached; ' + ``attainable_text`` and, where
+    a data path lifted the input limit, '; ' + ``lever_text``. None without an attainable rate
+    the best stayed under (``Attainable.share`` None)."""
+    a = attainable
+    if a.share is None:
+        return None
+    parts = [f"{a.samples_per_sec:,.1f} samples/sec attainable here, {100 * a.share:.0f} % of it "
+             "reached", attainable_text(a), lever_text(a)]
+    return "; ".join(part for part in parts if part)
+
+
+def ceiling_rates(rows: list[dict], knobs: Mapping) -> dict[tuple[str, str], list[float]]:
+    """The successful measurements (samples/sec) of each ceiling among one run's rows, by
+    (kind, data path): the winner's own kinds (``WINNER_LABELS``) only from rows with its
+    ``knobs`` (name -> value); rows before the ``ceiling`` column are compute ceilings."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if phase_of(r) != Phase.CEILING or r["status"] != Status.OK:
+            continue
+        kind = r.get("ceiling") or "compute"
+        if kind in WINNER_LABELS and any(r.get(n) != v for n, v in knobs.items()):
+            continue
+        out.setdefault((kind, r.get("data_path") or "loader"), []).append(r["samples_per_sec"])
+    return out
+
+
+def ceilings(top: Mapping, same_run: list[dict]) -> tuple[Ceilings, Attainable]:
+    """The winner's ceilings and the machine's attainable rate, from its run's rows (``top``:
+    the winner's row, ``samples_per_sec`` its mean)."""
+    best_sps = top["samples_per_sec"]
+    path = top.get("data_path") or "loader"
+    measured = ceiling_rates(same_run, {name: top.get(name) for name in Knobs.names()})
+    highest = {key: max(rates) for key, rates in measured.items()}
+    # A ceiling below what it bounds is a disturbed measurement (measured again by the run):
+    # the highest of its measurements counts, and none below the winner gives an efficiency.
+    bound, loader = highest.get(("compute", path)), highest.get(("loader", path))
+    disturbed = bound is not None and bound < best_sps
+    found = Ceilings(
+        compute_samples_per_sec=bound,
+        compute_measurements=len(measured.get(("compute", path), [])),
+        compute_disturbed=disturbed,
+        pipeline_efficiency=best_sps / bound if bound is not None and not disturbed else None,
+        loader_samples_per_sec=loader,
+        # The winner trains no faster than its input pipeline delivers alone.
+        loader_disturbed=loader is not None and loader < best_sps, data_path=path)
+    # The machine computes at least as fast as any compute-only rate measured on it; on CPU
+    # the largest batch is not always the fastest, so the winner's own ceiling counts too.
+    compute = max((r for (kind, _), r in highest.items() if kind == "machine-compute"),
+                  default=None)
+    if compute is not None and bound is not None:
+        compute = max(compute, bound)
+    # The shared-cores model is the CPU device's: on a GPU the compute does not use the cores.
+    on_cpu = (top.get("device") or "cpu") == "cpu"
+    core_compute = highest.get(("core-compute", path)) if on_cpu else None
+    return found, attainable(
+        best_sps, compute, input_limits(highest),
+        cores=_cores(same_run) if core_compute else None,
+        compute_core_s=1 / core_compute if core_compute else None,
+        input_core_s={p: 1 / r for (kind, p), r in highest.items() if kind == "core-loader" and r})
+
+
+def input_limits(highest: Mapping[tuple[str, str], float]) -> dict[str, float]:
+    """Data path -> its input limit: the highest loader-only rate measured for it (its
+    one-core rate aside), for each path whose machine limit is measured ('machine-loader',
+    or any loader-only row for 'device', which has no workers)."""
+    out: dict[str, float] = {}
+    for (kind, path), rate in highest.items():
+        if kind in LOADER_LABELS and kind not in CORE_LABELS:
+            out[path] = max(out.get(path, rate), rate)
+    return {path: rate for path, rate in out.items()
+            if path == "device" or ("machine-loader", path) in highest}
+
+
+def _cores(rows: list[dict]) -> int | None:
+    """The CPUs a trial of the run may use: the most any of its trials was given (a trial
+    alone on its node is given all of them), else the machine's CPU count."""
+    given = [r["trial_cpus"] for r in rows if r.get("trial_cpus")]
+    if given:
+        return int(max(given))
+    return next((int(r["cpu_count"]) for r in rows if r.get("cpu_count")), None)
+
+
+def attainable(best_sps: float, compute: float | None, inputs: Mapping[str, float], *,
+               cores: int | None = None, compute_core_s: float | None = None,
+               input_core_s: Mapping[str, float] | None = None) -> Attainable:
+    """The attainable rate from the compute limit ``compute`` and each data path's input limit
+    ``inputs`` (samples/sec), which binds, and ``best_sps``'s share of it (none when the best
+    ran above it: a limit was measured low). With ``cores``, ``compute_core_s`` and every
+    path's ``input_core_s`` (core-seconds per sample, one core each), the shared-cores model
+    (see ``Attainable``)."""
+    input_core_s = dict(input_core_s or {})
+    shared = bool(cores and compute_core_s and inputs and set(inputs) <= set(input_core_s))
+    base = dict(compute_samples_per_sec=compute, input_by_path=dict(inputs),
+                model="shared cores" if shared else "min", cores=cores,
+                compute_core_s_per_sample=compute_core_s, input_core_s_per_sample=input_core_s)
+    if compute is None or not inputs:
+        return Attainable(None, None, None, **base)
+    bounds = {}
+    for path, rate in inputs.items():
+        limits = {"compute": compute, "input pipeline": rate}
+        if shared:
+            limits["shared cores"] = cores / (compute_core_s + input_core_s[path])
+        # the lowest limit binds; compute first on a tie (the order above)
+        bound_by = min(limits, key=limits.get)
+        bounds[path] = (limits[bound_by], rate, bound_by)
+    path = max(bounds, key=lambda p: bounds[p][:2])
+    rate, input_rate, bound_by = bounds[path]
+    return Attainable(rate, bound_by, best_sps / rate if best_sps <= rate else None,
+                      **base, data_path=path, input_samples_per_sec=input_rate)
