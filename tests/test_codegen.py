@@ -84,6 +84,21 @@ def test_workload_lines_name_the_import_path():
         "workload = resolve('src/wl.py:mine')  # the tuned workload"]
 
 
+def test_workload_source_finds_names_import_paths_and_configured_names(workload):
+    from tuner.validate import workload_source
+    found, lines = workload_source("classifier")
+    assert found.name == "classifier"
+    assert lines == ["from tuner.workloads.classifier import workload  # the tuned workload"]
+    found, lines = workload_source(NAME)
+    assert found.name == NAME and lines[1] == (
+        "workload = workload.configure(model='mobilenet_v3_small', image_size=32)")
+    found, lines = workload_source(REGRESSION)
+    assert found.name == "fake-regression"
+    assert lines == ["from tests.fake_workloads import regression as workload  # the tuned workload"]
+    assert workload_source("fake-regression") == (None, None)  # a name, not found from here
+    assert workload_source("classifier-nosuchmodel-32px") == (None, None)
+
+
 def test_without_a_known_workload_the_text_says_whose_names_are_missing():
     text = python_text(PATHS["cache"], "cpu")
     assert text.splitlines()[0] == "# yours: model, loss_fn, lr, data_dir, scale, workload"
