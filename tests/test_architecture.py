@@ -42,14 +42,14 @@ FLOORS = {
         "tuner.flops", "tuner.validate", "tuner.noise"},
     1: {"tuner.workload", "tuner.space", "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-        "tuner.budget", "tuner.windows", "tuner._deprecated"},
+        "tuner.budget", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.windows", "tuner._deprecated",
-              "tuner.winner", "tuner.ceilings", "tuner._best_row"}
+              "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 

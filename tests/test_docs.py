@@ -199,7 +199,7 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert "Sentinel" not in cli and "UNSET" not in cli
     api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
     for anchor in ("tuner.api.tune", "tuner.api.TuneResult", "tuner.workload.Workload",
-                   "tuner.workloads.datasets",
+                   "tuner.workloads.datasets", "tuner.data", "tuner.data.SamplePath",
                    "tuner.knobs.Knobs", "tuner.integrations.lightning.from_lightning",
                    "tuner.settings.RunOptions", "tuner.errors.TunerError"):
         assert f'id="{anchor}"' in api, f"the API reference has no entry {anchor}"
@@ -355,6 +355,39 @@ def test_workload_example_trains(examples_dir, tmp_path, monkeypatch):
     assert math.isfinite(_one_step(workload, data_dir))
 
 
+def test_split_sample_path_example_feeds_every_data_path(examples_dir, tmp_path, monkeypatch):
+    """bring-your-own.md's ``my_split.py``: its decoded part caches, its random part gives the
+    items of its own dataset (noise drawn per sample), and the lines ``best --format python``
+    prints for the 'cache' and 'device' paths make batches of it."""
+    import torch
+    from tuner.codegen import data_code
+    from tuner.data import CachedDataset, DecodedCache, DeviceBatches, cache_bytes
+    from tuner.knobs import Knobs
+    import_example("my_workload.py", examples_dir, monkeypatch)
+    workload = import_example("my_split.py", examples_dir, monkeypatch).workload
+    assert workload.has_sample_path
+    data_dir = workload.prepare_default_data(tmp_path, "tiny")
+    path = workload.sample_path(data_dir, "tiny")
+    assert cache_bytes(path) == 512 * 33 * 4                  # 512 files of 33 float32
+    cache = DecodedCache.fill(path.decoded)
+    x, y = CachedDataset(cache, path.augment)[3]
+    own_x, own_y = workload.build_dataset(data_dir, "tiny")[3]
+    assert x.shape == own_x.shape == (32,) and y.shape == own_y.shape == ()
+    assert torch.equal(y, own_y) and not torch.equal(x, own_x)  # each draws its own noise
+    torch.manual_seed(0)
+    order = torch.randperm(512)                               # the epoch's shuffle, drawn first
+    torch.manual_seed(0)
+    x, y = next(iter(DeviceBatches(cache, 512, path.augment_batch)))
+    noise = x - cache.tensors[0][order, :32]
+    assert x.shape == (512, 32) and y.shape == (512,)
+    assert 0.04 < noise.std().item() < 0.06
+    for knobs in (Knobs(batch_size=64, data_path="cache"), Knobs(batch_size=64, data_path="device")):
+        namespace = {"workload": workload, "data_dir": data_dir}
+        exec(data_code(knobs, device="cpu", scale="tiny"), namespace)
+        batches = list(namespace["loader"])
+        assert len(batches) == 512 // 64 and batches[0][0].shape == (64, 32)
+
+
 def test_lightning_example_trains(examples_dir, monkeypatch):
     pytest.importorskip("lightning")
     from tuner.integrations.lightning import PLACEHOLDER_DATA
@@ -441,7 +474,7 @@ def test_python_blocks_run_against_the_leaderboard(docs_run, monkeypatch, capsys
     ran = []
     for name, block in named_blocks().items():
         if block.language != "python" or name in ("tune_example.py", "my_workload.py",
-                                                  "lit_mlp.py"):
+                                                  "lit_mlp.py", "my_split.py"):
             continue
         try:
             namespace = runpy.run_path(str(docs_run["root"] / name), run_name="__main__")

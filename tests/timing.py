@@ -26,6 +26,9 @@ TIMING_TESTS: dict[str, tuple[str, ...]] = {
     "test_load.py": (
         "test_the_trials_own_cpu_time_counts_its_descendants_and_no_other_process",
     ),
+    "test_codegen.py": (
+        "test_validate_trains_with_the_printed_lines_and_reads_the_trials_rate",
+    ),
     "test_faults_ray.py": ("test_an_address_where_another_service_listens_stops_in_seconds",),
 }
 """Test file name -> the names of its timing-dependent tests (parametrised ones included)."""

@@ -251,7 +251,10 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
          fmt: str) -> None:
     """The best configuration and its speed-up over the references of its run, with a 95 %
     interval; where the fastest ties with a simpler configuration within the noise, the
-    simpler one (no compile, fewer workers, closer to the baseline: README "Ties and noise")."""
+    simpler one (no compile, fewer workers, closer to the baseline: README "Ties and noise").
+
+    `--format python` prints the lines to paste for its data path (`tuner.data`), the lines
+    `validate` trains with."""
     from tuner.winner import best as winner
     table, hardware = _load(results, workload, hardware, scale)
     answer = winner(table)
@@ -272,9 +275,11 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
             speed += ", a tie with the baseline within the noise"
         elif answer.baseline.ratio:
             speed += f", {answer.baseline.ratio:.2f}x the baseline"
+        from tuner.validate import best_code
+        code = best_code(workload, answer.knobs, answer.row)  # what `validate` runs
         click.echo(f"# tuner best for {workload} on {hardware}: {speed} "
                    f"(run {answer.row['run_id']})")
-        click.echo(answer.knobs.to_python(device=answer.row["device"] or "cuda"), nl=False)
+        click.echo(code, nl=False)
 
 
 @main.command(short_help=SHORT_HELP["report"])
@@ -375,9 +380,13 @@ def _data_for(workload, data: str | None, scale: str):
 def validate(workload: str, results: str, hardware: str | None, scale: str | None,
              model: str | None, image_size: int | None, trial_id: str | None,
              steps: int | None, data: str | None) -> None:
-    """Train with the best configuration as a plain loop; measured vs predicted samples/sec."""
+    """Train with the best configuration as a plain loop; measured vs predicted samples/sec.
+
+    Its batches come from the very lines `best --format python` prints for the configuration's
+    data path (a DataLoader, the decoded cache, or the dataset resident on the device)."""
     import torch
-    from tuner.validate import train_loop
+    from tuner.codegen import fill_workers
+    from tuner.validate import check_data_path, train_loop
     w = _configured(workload, model, image_size)
     table, hardware = _load(results, w.name, hardware, scale)
     row = _pick_row(table, trial_id)
@@ -385,6 +394,7 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     if row["device"] == "cuda" and not torch.cuda.is_available():
         raise TunerError(f"trial {row['trial_id']} ran on CUDA ({hardware}); no CUDA device here")
     knobs = Knobs.from_dict(row, strict=False)
+    check_data_path(w, knobs)
     data_dir = _data_for(w, data, row["scale"])
     console.print(f"validating trial {row['trial_id']} ({row['phase']}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
@@ -402,7 +412,8 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
                        data_dir=data_dir, steps=steps,
                        warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0], threads=threads,
                        warmup_s=0.0 if steps else row.get("warmup_s") or 0.0,
-                       min_measured_s=0.0 if steps else row.get("measured_s") or 0.0)
+                       min_measured_s=0.0 if steps else row.get("measured_s") or 0.0,
+                       fill_workers=fill_workers(row.get("trial_cpus")))
     predicted = row["samples_per_sec"]
     t = Table(title=f"{w.name}: plain training loop vs the trial", title_justify="left")
     for col in ("", "samples/sec"):
@@ -413,6 +424,10 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     t.add_row("[bold]measured ÷ predicted[/]", f"[bold]{v.samples_per_sec / predicted:.2f}[/]")
     console.print(t)
     console.print(f"whole loop, warm-up included: {v.total_s:.1f} s")
+    if knobs.data_path != "loader":  # the fill: one decoding pass, before the loop
+        trial_fill = row.get("cache_fill_s")
+        console.print(f"cache fill ({knobs.data_path} path): {v.batches_s:.1f} s" + (
+            f" (the trial's: {trial_fill:.1f} s)" if trial_fill is not None else ""))
 
 
 @main.command(short_help=SHORT_HELP["profile"])

@@ -231,54 +231,16 @@ class Knobs:
             kwargs["persistent_workers"] = self.persistent_workers
         return kwargs
 
-    def to_python(self, device: str = "cuda") -> str:
-        """The knobs as Python to paste into a training script (``dataset``, ``model``,
-        ``loss_fn`` and ``lr`` are the user's)."""
-        lines = ["import torch", ""]
-        if device == "cuda":
-            lines.append(f"torch.backends.cudnn.benchmark = {self.cudnn_benchmark}")
-            precision = "high" if self.tf32 else "highest"
-            lines.append(f"torch.set_float32_matmul_precision({precision!r})  # TF32 matmuls: {self.tf32}")
-            lines.append("torch.backends.cudnn.allow_tf32 = True  # torch's default")
-            lines.append("")
-        args = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs().items())
-        lines.append(f"loader = torch.utils.data.DataLoader(dataset, shuffle=True, drop_last=True, {args})")
-        fmt = ", memory_format=torch.channels_last" if self.channels_last else ""
-        lines.append(f"model = model.to({device!r}{fmt})")
-        if self.compile != "off":
-            mode = "" if self.compile == "default" else f", mode={self.compile!r}"
-            lines.append(f"model = torch.compile(model{mode})")
-        fused = ", fused=True" if self.fused_optimizer else ""
-        lines.append(f"optimizer = torch.optim.AdamW(model.parameters(), lr=lr{fused})")
-        if self.amp == "fp16":
-            lines.append(f"scaler = torch.amp.GradScaler({device!r})")
-        lines.append("")
-        nb = ", non_blocking=True" if self.non_blocking else ""
-        cl = ", memory_format=torch.channels_last" if self.channels_last else ""
-        accum = self.grad_accum > 1
-        lines.append("for step, (x, y) in enumerate(loader):  # adapt to your batch structure" if accum
-                     else "for x, y in loader:  # adapt to your batch structure")
-        lines.append(f"    x = x.to({device!r}{nb}{cl})")
-        lines.append(f"    y = y.to({device!r}{nb})")
-        body = "loss_fn(model(x), y)" + (f" / {self.grad_accum}" if accum else "")
-        if self.amp == "off":
-            lines.append(f"    loss = {body}")
-        else:
-            dtype = "torch.float16" if self.amp == "fp16" else "torch.bfloat16"
-            lines.append(f"    with torch.autocast({device!r}, dtype={dtype}):")
-            lines.append(f"        loss = {body}")
-        lines.append("    scaler.scale(loss).backward()" if self.amp == "fp16" else "    loss.backward()")
-        indent = "    "
-        if accum:
-            lines.append(f"    if (step + 1) % {self.grad_accum} == 0:  # global batch "
-                         f"{self.batch_size * self.grad_accum}")
-            indent = "        "
-        if self.amp == "fp16":
-            lines += [f"{indent}scaler.step(optimizer)", f"{indent}scaler.update()"]
-        else:
-            lines.append(f"{indent}optimizer.step()")
-        lines.append(f"{indent}optimizer.zero_grad(set_to_none=True)")
-        return "\n".join(lines) + "\n"
+    def to_python(self, device: str = "cuda", *, scale: str | None = None, workers: int = 0,
+                  workload: list[str] | None = None, collate: bool = False) -> str:
+        """The knobs as Python to paste into a training script (``tuner.codegen.python_text``:
+        the batches of ``data_path``, the model, optimizer and loop; ``model``, ``loss_fn``
+        and ``lr`` are the user's, with ``dataset`` for 'loader' and ``data_dir`` for 'cache'
+        and 'device'). ``scale``, ``workers``, ``workload`` and ``collate`` are
+        ``python_text``'s."""
+        from tuner.codegen import python_text  # the text only: codegen imports no tuner module
+        return python_text(self, device, scale=scale, workers=workers, workload=workload,
+                           collate=collate)
 
 
 

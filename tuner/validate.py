@@ -2,20 +2,22 @@
 
 ``validate`` trains with a configuration as a plain training loop — the loop a user writes,
 one epoch (or a given number of steps), no windows, no Ray — and compares its steady-state
-samples/sec with what the trial measured.
+samples/sec with what the trial measured. Its batches come from executing the lines
+``best --format python`` prints for the configuration's data path (``tuner.codegen.data_code``).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
 
 from tuner.apply import build_training, move_batch, trial_state
-from tuner.errors import DataError
+from tuner.codegen import data_code, fill_workers, workload_lines
+from tuner.errors import DataError, TunerError
 from tuner.knobs import Knobs
 from tuner.measure import synchronize
 from tuner.workload import Workload
@@ -34,15 +36,23 @@ class Validation:
     total_s: float
     """Wall time of the whole loop, warm-up included, s."""
     epochs: float
+    data_code: str
+    """The lines that made the batches, as ``best --format python`` prints them."""
+    batches_s: float
+    """Seconds those lines took (for 'cache' and 'device': decoding every sample once)."""
 
 
 def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, data_dir: Path,
                steps: int | None = None, warmup_steps: int = 3, seed: int = 0,
                threads: int | None = None, warmup_s: float = 0.0,
-               min_measured_s: float = 0.0) -> Validation:
+               min_measured_s: float = 0.0, fill_workers: int = 0) -> Validation:
     """Train ``steps`` optimizer steps (default: one epoch, at least warm-up + 20 steps) as a
     plain loop and time it, in the process-wide state a trial runs in (``trial_state``), with
     ``threads`` torch threads on the CPU device (None: leave torch's setting).
+
+    The batches come from executing ``tuner.codegen.data_code`` (what ``best --format python``
+    prints) with ``workload``, ``data_dir`` and, for 'loader', ``dataset`` (``build_dataset``)
+    bound; ``fill_workers`` decode the samples of a 'cache' or 'device' path once.
 
     The steady-state figure starts after ``warmup_steps`` steps and ``warmup_s`` seconds, and
     the loop goes on past ``steps`` (across epochs) until it has lasted ``min_measured_s``:
@@ -52,7 +62,9 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     the trial's figure for ddpm's recommended configuration.)
 
     Raises:
-        DataError: the dataset holds fewer samples than one batch.
+        DataError: the dataset holds fewer samples than one batch, or its decoded samples
+            cannot be cached (``tuner.data.DecodedCache.fill``).
+        TunerError: a 'cache' or 'device' path for a workload without ``sample_path``.
         Whatever training raises (OOM included; an error in a DataLoader worker arrives as
         torch raises it again, with the worker's traceback in its message).
     """
@@ -60,13 +72,9 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     dev = torch.device(device)
     applied, _ = knobs.clamp(dev.type)
     with trial_state(applied, dev, threads=threads):
-        dataset = workload.build_dataset(Path(data_dir), scale)
-        loader = DataLoader(dataset, shuffle=True, drop_last=True, collate_fn=workload.collate_fn(),
-                            **applied.dataloader_kwargs())
-        if len(loader) == 0:  # every epoch would be empty: the loop below would never end
-            raise DataError(f"data {data_dir}: its {len(dataset)} samples make no batch of "
-                            f"batch_size {applied.batch_size} (batches drop the incomplete "
-                            "last one)")
+        code = data_code(applied, device=str(dev), scale=scale, workers=fill_workers,
+                         collate=workload.collate_fn() is not None)
+        loader, batches_s = _batches(code, workload, applied, Path(data_dir), scale)
         per_epoch = len(loader) // applied.grad_accum
         total = steps or max(per_epoch, warmup_steps + MIN_MEASURED_STEPS)
         training = build_training(workload, applied, scale, dev)
@@ -92,7 +100,82 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
         end = time.perf_counter()
     return Validation(steps=loop.done, warmup_steps=loop.steady_steps,
                       samples_per_sec=loop.steady_samples / (end - loop.steady_start),
-                      total_s=end - loop.start, epochs=loop.done / max(per_epoch, 1))
+                      total_s=end - loop.start, epochs=loop.done / max(per_epoch, 1),
+                      data_code=code, batches_s=batches_s)
+
+
+def check_data_path(workload: Workload, knobs: Knobs) -> None:
+    """Raise TunerError (one line) when ``knobs.data_path`` needs a ``Workload.sample_path``
+    that ``workload`` does not implement."""
+    if knobs.data_path != "loader" and not workload.has_sample_path:
+        raise TunerError(f"data_path={knobs.data_path}: workload {workload.name!r} does not "
+                         "split its sample path (Workload.sample_path); accepted for it: "
+                         "data_path=loader")
+
+
+def _batches(code: str, workload: Workload, knobs: Knobs, data_dir: Path, scale: str):
+    """``loader`` as ``code`` (``data_code``) binds it, and the seconds the lines took.
+    Raises TunerError, DataError."""
+    check_data_path(workload, knobs)
+    namespace = {"workload": workload, "data_dir": data_dir}
+    if knobs.data_path == "loader":
+        namespace["dataset"] = workload.build_dataset(data_dir, scale)
+    started = time.perf_counter()
+    try:
+        exec(compile(code, "<best --format python>", "exec"), namespace)
+    except ValueError as exc:  # DecodedCache.fill, DeviceBatches: samples that cannot batch
+        raise DataError(f"data {data_dir}: {exc}") from None
+    loader = namespace["loader"]
+    if len(loader) == 0:  # every epoch would be empty: the loop would never end
+        samples = len(loader.dataset)  # a DataLoader: DeviceBatches refuses an empty epoch
+        raise DataError(f"data {data_dir}: its {samples} samples make no batch of "
+                        f"batch_size {knobs.batch_size} (batches drop the incomplete "
+                        "last one)")
+    return loader, time.perf_counter() - started
+
+
+def best_code(spec: str, knobs: Knobs, row: dict) -> str:
+    """What ``best --format python`` prints for a leaderboard row: ``knobs`` as the row's
+    device applied them (``Knobs.clamp``), its scale, the trial's CPUs as the cache's fill
+    workers, and the lines that import the workload ``spec`` names (``workload_source``).
+
+    Raises:
+        TunerError: a 'cache' or 'device' path for a workload without ``sample_path``.
+    """
+    device = row.get("device") or "cuda"
+    applied, _ = knobs.clamp(device)
+    workload, lines = workload_source(spec)
+    if workload is not None:
+        check_data_path(workload, applied)
+    return applied.to_python(device, scale=row.get("scale"),
+                             workers=fill_workers(row.get("trial_cpus")), workload=lines,
+                             collate=workload is not None and workload.collate_fn() is not None)
+
+
+def workload_source(spec: str) -> tuple[Workload | None, list[str] | None]:
+    """The workload a read command's ``--workload`` names, and the lines that import it
+    (``tuner.codegen.workload_lines``): an import path, a known name (built-in or entry
+    point), or a configured classifier's leaderboard name ('classifier-resnet50-224px':
+    the base workload with ``configure(model=..., image_size=...)``). (None, None) for a
+    name not found from here or a workload that fails to import."""
+    from tuner.workload import available, configured, resolve
+    known = available()
+    try:
+        if ":" in spec or spec in known:
+            return resolve(spec), workload_lines(spec if ":" in spec else known[spec])
+        for base, path in known.items():
+            match = re.fullmatch(rf"{re.escape(base)}-(.+)-([0-9]+)px", spec)
+            if match is None:
+                continue
+            model = match[1]
+            model = "timm:" + model[len("timm-"):] if model.startswith("timm-") else model
+            options = {"model": model, "image_size": int(match[2])}
+            workload = configured(resolve(base), options)
+            if workload.name == spec:
+                return workload, workload_lines(path, options)
+    except TunerError:
+        pass
+    return None, None
 
 
 @dataclass
