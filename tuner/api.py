@@ -136,14 +136,17 @@ class TuneResult(RunSummary):
                                     schema=leaderboard.SCHEMA)
 
     def to_python(self) -> str:
-        """The winner's knobs as Python to paste into a training script.
+        """The winner as Python to paste into a training script: what ``tuner best --format
+        python`` prints (its data path's batches included).
 
         Raises:
-            TunerError: no trial of the run succeeded."""
+            TunerError: no trial of the run succeeded, or its data path needs a
+                ``Workload.sample_path`` the workload does not have."""
         best = self.best
         if best is None:
             raise TunerError(f"no trial of run {self.run_id} succeeded: nothing to paste")
-        return best.knobs.to_python(device=self.device)
+        from tuner.validate import best_code  # what `tuner best --format python` prints
+        return best_code(best.row["workload"], best.knobs, dict(best.row))
 
 
 def tune(workload: "str | Workload", *, trials: int | None = None,

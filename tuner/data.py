@@ -227,14 +227,6 @@ class DeviceBatches:
             yield self.augment(tuple(t.index_select(0, index) for t in self.cache.tensors))
 
 
-def fill_workers(num_workers: int, cpus: int | None) -> int:
-    """Workers for a trial's fill: the trial's ``num_workers``, or with none (the ``device``
-    path) every CPU of the trial but one (at least 0)."""
-    if num_workers > 0:
-        return num_workers
-    return max(0, (cpus or 1) - 1)
-
-
 def describe_bytes(n: float) -> str:
     """'1.5 GiB', '240.0 MiB', '12 KiB'."""
     for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
