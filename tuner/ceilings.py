@@ -117,14 +117,20 @@ class Attainable:
     @property
     def lever(self) -> tuple[str, float, float] | None:
         """(data path, the 'loader' path's input limit, that path's) where a data path other
-        than 'loader' gave the attainable rate with a higher input limit than the loader
-        path's, both measured; else None."""
+        than 'loader' gave the attainable rate with an input limit over ``LEVER_MIN_RATIO``
+        times the loader path's, both measured; else None (a lift within the noise is none)."""
         path = self.data_path
         loader = self.input_by_path.get("loader")
         if path in (None, "loader") or loader is None or self.input_samples_per_sec is None:
             return None
-        return (path, loader, self.input_samples_per_sec) if self.input_samples_per_sec > loader \
-            else None
+        lifted = self.input_samples_per_sec > LEVER_MIN_RATIO * loader
+        return (path, loader, self.input_samples_per_sec) if lifted else None
+
+
+LEVER_MIN_RATIO = 1.10
+"""The least lift of the input limit a data path must give over the 'loader' path's to be
+named as the lever: two loader-only measurements of one configuration differ by up to about
+5 % on a quiet CPU (``tuner.winner.CEILING_NOISE``); a lift within twice that is not claimed."""
 
 
 def lever_text(attainable: Attainable) -> str | None:
