@@ -204,6 +204,9 @@ def test_a_workload_without_a_split_is_tuned_on_the_loader_path_and_told_why(
     assert plan.device_space.constants["data_path"] == "loader"
     (note,) = [n for n in plan.notes if "data_path" in n]
     assert "only the loader path is tuned" in note and "Workload.sample_path" in note
+    # said once whatever the space: the workload's own space has no data_path
+    plan = _plan(tmp_path, regression_data, None, workload="tests.fake_workloads:regression")
+    assert [n for n in plan.notes if "data_path" in n] == [note]
 
 
 def test_a_cache_over_the_host_memory_limit_is_not_sampled_and_the_bytes_are_said(

@@ -332,20 +332,24 @@ may take: the trial's process, its DataLoader workers and their batches need the
 
 def _data_paths(plan: Plan) -> Plan:
     """The plan whose space samples only the data paths (``tuner.data``) that apply: none but
-    'loader' for a workload without ``Workload.sample_path``; not 'cache' when the decoded
+    'loader' for a workload without ``Workload.sample_path`` (said once, whatever its space);
+    not 'cache' when the decoded
     samples need more than ``CACHE_SHARE`` of the host memory, not 'device' when they need more
     than the device memory a trial may use (``--max-memory``; on the CPU device the host's
     share). Each path left out is said once, with the bytes it would need."""
     dom = plan.device_space.domains.get("data_path")
-    if not isinstance(dom, Choices) or dom.values == ("loader",):
-        return plan
     space, notes = plan.device_space, list(plan.notes)
-    path = plan.workload.sample_path(plan.data_dir, plan.scale)
+    workload = plan.workload
+    path = workload.sample_path(plan.data_dir, plan.scale) if workload.has_sample_path else None
     if path is None:
-        notes.append(f"data_path: only the loader path is tuned: workload {plan.workload.name!r} "
+        notes.append(f"data_path: only the loader path is tuned: workload {workload.name!r} "
                      "does not split its samples into a decoded, cacheable part and a random "
                      "augmentation (Workload.sample_path; docs/bring-your-own.md)")
-        return replace(plan, device_space=space.fixed("data_path", "loader"), notes=tuple(notes))
+        if isinstance(dom, Choices):
+            space = space.fixed("data_path", "loader")
+        return replace(plan, device_space=space, notes=tuple(notes))
+    if not isinstance(dom, Choices) or dom.values == ("loader",):
+        return plan
     from tuner.data import cache_bytes, describe_bytes
     need_mb = cache_bytes(path) / 2**20
     host_mb = CACHE_SHARE * (plan.max_host_memory_mb or _machine_ram_mb())
