@@ -157,6 +157,21 @@ def test_every_data_path_trains_and_a_fill_is_timed(regression_data, path, worke
         assert 0 < row["cache_fill_s"] <= row["setup_s"]
 
 
+def test_the_time_to_train_objective_counts_the_fill(regression_data, monkeypatch):
+    """A fill of 64 samples at 20 ms each (1.28 s of decoding, spread over the trial's CPUs as
+    fill workers) is in the predicted wall time of a 200-step job: a short job may rightly keep
+    the loader path."""
+    monkeypatch.setenv("TUNER_TEST_FILL_DELAY_S", "0.02")
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=2, window_s=0.1, warmup_steps=1, breakdown_steps=0,
+                             train_steps=200)
+    row = run_trial(SplitRegression(), Knobs(batch_size=8, data_path="cache"), settings)
+    assert row["status"] == "ok", row["error"]
+    assert row["cache_fill_s"] >= 64 * 0.02 / max(2, torch.get_num_threads())
+    steps_s = 199 * row["step_time_ms_p50"] / 1000
+    assert row["time_to_train_s"] >= row["cache_fill_s"] + steps_s
+
+
 def test_a_workload_without_a_split_fails_a_cache_trial_in_one_line(regression_data):
     from tests.fake_workloads import Regression
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
