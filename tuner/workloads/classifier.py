@@ -156,15 +156,9 @@ class _AugmentOne:
         ])
 
     def __call__(self, sample: tuple) -> tuple[torch.Tensor, torch.Tensor]:
-        from tuner.workloads._augment import random_resized_crop_boxes
+        from tuner.workloads._augment import random_resized_crop_one
         image, hw, label = sample
-        side_h, side_w = image.shape[1:]
-        x0, y0, x1, y1 = random_resized_crop_boxes(hw[None], self.crop_scale)[0].tolist()
-        top, left = round(y0 * side_h), round(x0 * side_w)
-        height = max(1, round(y1 * side_h) - top)
-        width = max(1, round(x1 * side_w) - left)
-        crop = v2.functional.resized_crop(image, top, left, height, width,
-                                          [self.size, self.size], antialias=True)
+        crop = random_resized_crop_one(image, hw, self.crop_scale, (3 / 4, 4 / 3), self.size)
         return self.rest(crop), label
 
 
