@@ -187,16 +187,17 @@ class BrokenData(Regression):
 class SlowCeiling(Regression):
     """Slow only on a batch it has seen before: the compute-only ceiling cycles 4 resident
     batches, so its ceiling comes out below the pipeline it bounds (a disturbed measurement,
-    injected). The 0.09-s sleep is the most a step may take and stay under half of the tests'
-    0.2-s window; a busy machine must slow the pipeline's own step (loading .npy files in the
-    main process) by more than that to hide it."""
+    injected). Its test measures 1-s windows: the 0.3-s sleep keeps steps under half a window,
+    and a busy machine would have to slow the pipeline's own step (loading .npy files in the
+    main process, a few ms) by more than that to hide it."""
     name = "fake-slow-ceiling"
+    SLEEP_S = 0.3
 
     def training_step(self, model, batch):
         import time
         seen = self.__dict__.setdefault("_seen", set())
         if id(batch[0]) in seen:
-            time.sleep(0.09)
+            time.sleep(self.SLEEP_S)
         seen.add(id(batch[0]))
         return super().training_step(model, batch)
 

@@ -221,7 +221,8 @@ def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tm
     ceilings, the compute-only one measured again."""
     events = []
     summary = run(short_options(tmp_path / "results", "tests.fake_workloads:slow_ceiling",
-                                trials=1, confirm=1, ceiling=True, space_file=no_workers_space),
+                                trials=1, confirm=1, ceiling=True, space_file=no_workers_space,
+                                window_s=1.0),
                   on_event=lambda kind, data: events.append((kind, data)))
     ceilings = [r for r in summary.rows if r["phase"] == "ceiling" and r["ceiling"] == "compute"]
     assert len(ceilings) == 2 and all(r["status"] == "ok" for r in ceilings)
