@@ -149,13 +149,18 @@ def color_jitter(images: torch.Tensor, brightness: float, contrast: float,
         factor.append(torch.empty(b, device=device).uniform_(-hue, hue))
     order = torch.argsort(torch.rand(b, len(factor), device=device), dim=1)  # a permutation each
     x = images
+    zero = torch.zeros((), device=device)
     for stage in range(len(factor)):
         op = order[:, stage].view(b, 1, 1, 1)
-        bright = (x * factor[0]).clamp(0, 1)
-        mean = _gray(x).mean(dim=(1, 2, 3), keepdim=True)
-        contr = (factor[1] * x + (1 - factor[1]) * mean).clamp(0, 1)
-        satur = (factor[2] * x + (1 - factor[2]) * _gray(x)).clamp(0, 1)
-        x = torch.where(op == 0, bright, torch.where(op == 1, contr, satur))
+        # Each of the three is a blend a * x + (1 - a) * other: with black (brightness), the
+        # image's mean luma (contrast), its luma per pixel (saturation). Each sample's stage
+        # takes its own op's factor and blend, in one pass over the batch.
+        a = torch.where(op == 0, factor[0], torch.where(op == 1, factor[1], factor[2]))
+        a = torch.where(op > 2, torch.ones((), device=device), a)   # the hue stage: below
+        gray = _gray(x)
+        other = torch.where(op == 1, gray.mean(dim=(1, 2, 3), keepdim=True),
+                            torch.where(op == 2, gray, zero))
+        x = (a * x + (1 - a) * other).clamp(0, 1)
         if hue:
             x = torch.where(op == 3, adjust_hue_per_sample(x, factor[3]), x)
     return x
