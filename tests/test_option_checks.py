@@ -144,3 +144,22 @@ def test_validate_refuses_a_dataset_smaller_than_one_batch(tmp_path):
                                         r"batch_size 8"):
         train_loop(regression, Knobs(batch_size=8), scale="tiny", device="cpu",
                    data_dir=tmp_path, steps=2)
+
+
+@pytest.mark.parametrize("trial_cpus", [1.0, 2.0], ids=["in-process fill", "fill workers"])
+def test_validate_names_the_file_that_fails_to_decode_during_a_cache_fill(tmp_path, trial_cpus):
+    """The cache path decodes every sample once before the first step (``tuner.data``): a file
+    that fails there is named in one line, exit 2, as on the loader path."""
+    from click.testing import CliRunner
+    from tuner.cli import main
+    leaderboard.append(tmp_path, [leaderboard_row(
+        0, workload="fake-broken-split", knobs=Knobs(batch_size=4, data_path="cache"),
+        trial_cpus=trial_cpus)])
+    result = CliRunner().invoke(main, ["validate", "--workload",
+                                       "tests.fake_workloads:broken_split", "--results",
+                                       str(tmp_path), "--steps", "30"])
+    assert result.exit_code == 2, (result.stdout, result.stderr, result.exception)
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert re.match(r"error: sample file \S+/0003\.npy cannot be decoded", lines[0]), lines[0]
