@@ -159,14 +159,15 @@ def test_validate_trains_with_the_printed_lines_and_reads_the_trials_rate(
         path, workload, data_dir, tmp_path, monkeypatch):
     """A real trial of the path, then ``validate`` on its row: the batches come from the lines
     ``best --format python`` prints, and the plain loop's samples/sec agrees with the trial's
-    within the noise of a shared machine (a factor of 2)."""
+    within the noise of a shared machine (a factor of 2). Both train on one thread: two
+    threads of a batch's augmentation and model on 2 busy cores swing by 2x (contention)."""
     import tuner.validate as validate
     from tuner.harness import run_trial
     from tuner.settings import TrialSettings
     knobs = PATHS[path]
     result = run_trial(workload, knobs, TrialSettings(
-        scale="tiny", device="cpu", data_dir=str(data_dir), warmup_steps=1, windows=2,
-        window_s=0.2), cpus=2)
+        scale="tiny", device="cpu", data_dir=str(data_dir), warmup_steps=1, windows=3,
+        window_s=0.5), cpus=1)
     assert result["status"] == "ok", result["error"]
     assert result["cache_fill_s"] > 0
     leaderboard.append(tmp_path, [{**leaderboard_row(0, workload=NAME, knobs=knobs),
