@@ -43,10 +43,15 @@ def test_ok_trial_measures_and_reports_every_window(settings):
     assert result["device"] == "cpu" and result["hardware_key"].startswith("cpu:")
     assert result["started_at"] < result["finished_at"]
     measured = 2 + result["steady_probes"]                    # windows dropped as warm-up too
-    assert [r["status"] for r in reports] == ["running"] * measured + ["ok"]
+    # A loaded machine can stretch a step past half the 0.2-s window: the warm-up then reports
+    # its last step first (window -1, for early stopping), before the windows.
+    warm_up = [r for r in reports if r.get("window") == -1]
+    assert len(warm_up) <= 1 and reports[:len(warm_up)] == warm_up
+    windows = reports[len(warm_up):-1]
+    assert [r["status"] for r in reports] == ["running"] * (len(reports) - 1) + ["ok"]
     assert result["load_avg_1m"] is not None                  # the machine's load, recorded
-    assert [r.get("window") for r in reports[:measured]] == list(range(measured))
-    assert all(r["window_samples_per_sec"] > 0 for r in reports[:measured])
+    assert [r.get("window") for r in windows] == list(range(measured))
+    assert all(r["window_samples_per_sec"] > 0 for r in windows)
     assert reports[-1] == result
 
 
