@@ -123,11 +123,17 @@ def run(**kwargs: Any) -> None:
         launched = _launched_monotonic()
         if launched is not None:  # the budget counts from the launch
             plan = plan.launched_at(launched)
-        for note in plan.notes:
-            _note(note)
         progress = Progress(console)
+        notes = list(plan.notes)
+
+        def on_event(kind: str, data: dict) -> None:
+            # the notes once the run has started (a run refused before, e.g. by another run
+            # into the same results, says so in one line)
+            while notes:
+                _note(notes.pop(0))
+            progress.on_event(kind, data)
         try:
-            result = tune_plan(plan, on_event=progress.on_event)
+            result = tune_plan(plan, on_event=on_event)
         except RunInterrupted as exc:
             progress.close()
             err_console.print(f"interrupted: {exc.recorded} trials of run {exc.run_id} are in "
