@@ -92,3 +92,14 @@ def step_clock(monkeypatch):
     for module in (harness, measure, steppers):
         monkeypatch.setattr(module, "time", clock)
     return clock
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one intra-op thread for the test (restored after): on two busy cores torch's
+    thread pool oversubscribes them and steps take seconds."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

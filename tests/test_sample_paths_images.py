@@ -34,13 +34,7 @@ FLIPPED = {"ddpm": None, "headpose": 2, "classifier": None}
 """Index of the label that a flip changes (headpose's angles), None where none does."""
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two busy cores: torch's thread pool oversubscribes them and steps take seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

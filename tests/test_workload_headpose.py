@@ -18,13 +18,7 @@ from tuner.workloads.headpose import workload
 TINY_IMAGES = headpose.DEFAULT_DATA["tiny"][0]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two busy cores: torch's thread pool oversubscribes them and steps take seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
