@@ -30,10 +30,11 @@ COLUMNS = [
     "model_flops_per_sample", "achieved_tflops", "mfu_pct", "mfu_impossible",
     "load_avg_1m", "cpu_steal_pct", "other_cpu_pct", "gpu_other_processes", "other_runs", "compile_s",
     "gpu_util_pct", "gpu_power_w", "max_memory_mb", "max_host_memory_mb", "global_batch_size",
-    "accelerator_type",
+    "accelerator_type", "world_size", "backend", "rank_samples_per_sec", "slowest_rank",
+    "slowest_rank_data_wait_s",
     "batch_size", "grad_accum", "data_path", "num_workers", "prefetch_factor", "pin_memory",
     "persistent_workers", "non_blocking", "amp", "channels_last", "compile", "cudnn_benchmark",
-    "tf32", "fused_optimizer",
+    "tf32", "fused_optimizer", "ddp_bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
     "clamped", "trial_cpus", "trial_gpus", "torch_threads", "device", "hardware_key", "gpu_name",
     "gpu_memory_mb",
     "cuda_version", "cpu_model", "cpu_count", "host_memory_mb", "node_id", "node_ip", "error",
@@ -44,7 +45,7 @@ COLUMNS = [
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 6
+    assert leaderboard.SCHEMA_VERSION == 7
 
 
 def test_schema_has_every_knob_as_a_column():

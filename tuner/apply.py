@@ -82,10 +82,19 @@ class Training:
     model: torch.nn.Module
     """The module as built (parameters live here)."""
     step_model: torch.nn.Module
-    """What the training step calls: ``model``, or ``torch.compile(model)``."""
+    """What the training step calls: ``model``, or ``torch.compile(model)``; with data
+    parallelism the ``DistributedDataParallel`` around ``model`` (compiled or not)."""
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
     autocast: Callable
+    ddp: Any = None
+    """The ``DistributedDataParallel`` module in a data-parallel trial, else None."""
+
+    def sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """The context of one micro-batch's forward and backward: with DDP, gradients are
+        all-reduced on the ``last`` micro-batch of a step only (``no_sync`` before it)."""
+        return (self.ddp.no_sync() if self.ddp is not None and not last
+                else contextlib.nullcontext())
 
     def forward(self, batch: Any) -> torch.Tensor:
         """Loss of one micro-batch already on the device, scaled for gradient accumulation."""
@@ -105,20 +114,31 @@ class Training:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def build_training(workload: Workload, knobs: Knobs, scale: str, device: torch.device) -> Training:
+def build_training(workload: Workload, knobs: Knobs, scale: str, device: torch.device,
+                   data_parallel: bool = False) -> Training:
     """Build the model on ``device`` with channels_last, the optimizer (fused or not),
-    torch.compile and AMP as the knobs say. ``knobs`` must already be clamped to the device."""
+    torch.compile and AMP as the knobs say. ``knobs`` must already be clamped to the device.
+    With ``data_parallel`` (a process group initialised: one rank of a data-parallel trial)
+    the model is wrapped in ``DistributedDataParallel`` with the knobs' DDP settings, before
+    torch.compile as PyTorch's DDP notes advise."""
     model = workload.build_model(scale).to(device)
     if knobs.channels_last:
         model._apply(to_channels_last)
     optimizer = workload.build_optimizer(model.parameters(), knobs.fused_optimizer)
-    step_model = model if knobs.compile == "off" else torch.compile(
-        model, mode=None if knobs.compile == "default" else knobs.compile)
+    ddp = None
+    if data_parallel:
+        from torch.nn.parallel import DistributedDataParallel
+        ddp = DistributedDataParallel(
+            model, device_ids=[_cuda_index(device)] if device.type == "cuda" else None,
+            **knobs.ddp_kwargs())
+    wrapped = model if ddp is None else ddp
+    step_model = wrapped if knobs.compile == "off" else torch.compile(
+        wrapped, mode=None if knobs.compile == "default" else knobs.compile)
     scaler = torch.amp.GradScaler(device.type) if knobs.amp == "fp16" else None
     autocast = (contextlib.nullcontext if knobs.amp == "off" else partial(
         torch.autocast, device.type, dtype=torch.float16 if knobs.amp == "fp16" else torch.bfloat16))
     model.train()
-    return Training(workload, knobs, model, step_model, optimizer, scaler, autocast)
+    return Training(workload, knobs, model, step_model, optimizer, scaler, autocast, ddp)
 
 
 def cycle(loader: DataLoader) -> Iterator:

@@ -26,6 +26,7 @@ import tuner.windows as windows
 from tuner._deprecated import moved
 from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
 from tuner.followups import Batch, followups
+from tuner.distributed import make_data_parallel_trainable
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import Plan, Resources, make_plan, resolve_workload
@@ -204,11 +205,17 @@ def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWr
 
 
 def _concurrency(plan: Plan) -> int:
+    """Trials at once: one per device (a data-parallel trial's world size of them: Ray Train
+    starts its run only when every rank's resources are free), one per node of a CPU cluster,
+    else one."""
     import ray
+    n = plan.settings.world_size
     if plan.accelerator_type is not None:
-        return max(1, plan.type_slots)
+        return max(1, plan.type_slots // n)
     if plan.device == "cuda":
-        return max(1, plan.gpus)
+        return max(1, plan.gpus // n)
+    if n > 1:
+        return 1
     if plan.options.address is not None:
         return max(1, len([n for n in ray.nodes() if n.get("Alive")]))
     return 1
@@ -223,6 +230,11 @@ def _reuse_actors(plan: Plan) -> bool:
 
 def _trainable(plan: Plan):
     from ray import tune
+    if plan.settings.world_size > 1:
+        # The ranks hold the trial's CPUs and GPUs (ScalingConfig); Ray Tune's own trial
+        # process only waits for them, and asks for a token (a request may not be empty).
+        return tune.with_resources(make_data_parallel_trainable(plan.workload),
+                                   resources={"cpu": 0, "memory": 1})
     # A fresh function each time: with_resources sets an attribute on the function object,
     # so wrapping one function twice would give every run the last resources.
     return tune.with_resources(

@@ -30,6 +30,7 @@ from tuner.flops import precision_of, utilisation
 from tuner.failures import classify
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
+from tuner.ranks import Rank, RankFigures, follow
 from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadMonitor,
                            Stopwatch, Window, counted_window, peak_device_memory_mb, summarise,
                            synchronize)
@@ -37,6 +38,7 @@ from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir
 from tuner.status import Status
 from tuner.steppers import (LoaderStepper, Stepper, batch_source, on_device, phase_columns,
                             phase_timer, resident)
+from tuner.steppers import breakdown as _breakdown
 from tuner.workload import Workload
 
 Report = Callable[[dict], None]
@@ -109,7 +111,8 @@ def training_threads(num_workers: int, cpus: int) -> int:
 
 
 def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
-              report: Report | None = None, cpus: int | None = None) -> dict:
+              report: Report | None = None, cpus: int | None = None,
+              rank: Rank | None = None) -> dict:
     """Run one trial and return its final result (also the last thing reported).
 
     Args:
@@ -119,6 +122,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         report: called with each window's result and then the final one (``ray.tune.report``).
         cpus: CPUs given to the trial; on the CPU device the training process then runs
             ``training_threads(num_workers, cpus)`` torch threads (None: leave torch's setting).
+        rank: rank 0 of a data-parallel trial (``tuner.distributed``): its share of the
+            samples, the model in DDP, the other ranks stepping with it (``tuner.ranks``).
 
     Returns:
         A dict with ``status`` ('ok', 'oom', 'over_limit', 'error'; 'timeout' past
@@ -157,7 +162,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         try:  # caught inside trial_state, so that the failure's frames are freed on its exit
             with sampler:
                 result.update(_measure(workload, applied, settings, device, sampler, on_window,
-                                       sofar), status=Status.OK)
+                                       sofar, rank), status=Status.OK)
             _check_limits(result["peak_device_memory_mb"], state.limit_mb, sampler)
         except DeadlineReached as exc:  # the run's time budget: the finished windows are kept
             result.update(_timed_out(sofar, str(exc), settings))
@@ -242,13 +247,14 @@ def _check_limits(peak_device_mb: float | None, limit_mb: float | None,
 
 
 def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
-             sampler: HostMemorySampler, on_window: Report, sofar: dict) -> dict:
+             sampler: HostMemorySampler, on_window: Report, sofar: dict,
+             rank: Rank | None = None) -> dict:
     """Build, warm up, measure windows, time the phases. ``sofar`` collects the measurement as
     it goes (set-up, compile and warm-up times, the windows' summary), so that a trial the time
     budget stops (DeadlineReached) keeps it. Raises on any failure."""
     _check_deadline(settings, "set-up")
     _check_compile_fits(workload, knobs, settings)
-    stepper, setup_s = _build(workload, knobs, settings, device, sampler, sofar)
+    stepper, setup_s = _build(workload, knobs, settings, device, sampler, sofar, rank)
     sofar["setup_s"] = setup_s
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
@@ -367,30 +373,49 @@ def _warm_up_report(sofar: dict, samples: int, step_s: float, settings: TrialSet
 
 
 def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
-           sampler: HostMemorySampler, sofar: dict) -> tuple[Stepper, float]:
+           sampler: HostMemorySampler, sofar: dict,
+           rank: Rank | None = None) -> tuple[Stepper, float]:
     """Seed, the data path's batches (``tuner.steppers.batch_source``: a cache fill's seconds
     go to ``sofar['cache_fill_s']``), model and optimizer: the batches cycled across epochs,
     or for the compute-only ceiling batches already on the device. Returns the stepper and
-    the set-up time, s (a cache fill included)."""
+    the set-up time, s (a cache fill included). With ``rank``: its share of the samples, a
+    seed of its own, the model in DDP, the stepper timed and in lockstep (``Rank.timed``)."""
     setup = Stopwatch()
-    torch.manual_seed(settings.seed)
+    torch.manual_seed(settings.seed + (rank.rank if rank else 0))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     data_dir = Path(settings.data_dir)
     if settings.default_data and not data_dir.exists():
         data_dir = workload.prepare_default_data(default_cache_dir() / "data", settings.scale)
     loader, fill_s = batch_source(workload, knobs, data_dir, settings.scale, device,
-                                  partial(_check_deadline, settings, "cache fill"))
+                                  partial(_check_deadline, settings, "cache fill"),
+                                  None if rank is None else rank.shard)
     sofar["cache_fill_s"] = fill_s
     if settings.loader_only:  # no model: what the input pipeline alone delivers
         return LoaderStepper(workload, knobs, cycle(loader),
                              partial(move_batch, device=device, knobs=knobs)), setup.elapsed()
-    training = build_training(workload, knobs, settings.scale, device)
+    training = build_training(workload, knobs, settings.scale, device, rank is not None)
     if settings.compute_only:
         batches, move = resident(loader, device, knobs, settings.resident_batches), on_device
     else:
         batches, move = cycle(loader), partial(move_batch, device=device, knobs=knobs)
-    return Stepper(training, batches, move, sampler), setup.elapsed()
+    stepper = Stepper(training, batches, move, sampler)
+    return (stepper if rank is None else rank.timed(stepper)), setup.elapsed()
+
+
+def follow_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings, rank: Rank,
+                 cpus: int | None = None) -> RankFigures:
+    """A rank > 0 of a data-parallel trial: rank 0's knobs, threads, data path and model,
+    stepping whenever rank 0 does (``tuner.ranks.follow``). Raises what a step raises."""
+    device = torch.device(settings.device)
+    applied, _ = _clamp(knobs, device)
+    threads = None if cpus is None else training_threads(applied.num_workers, cpus)
+    sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
+    with trial_state(applied, device, threads=threads, max_memory=settings.max_memory), sampler:
+        stepper, _ = _build(workload, applied, settings, device, sampler, {}, rank)
+        follow(stepper, rank)
+        return RankFigures(rank.rank, rank.samples, rank.data_wait_s,
+                           peak_device_memory_mb(device), node_id())
 
 
 def _windows(stepper: "Stepper | LoaderStepper", device: torch.device, settings: TrialSettings,
@@ -548,28 +573,6 @@ def _breakdown_after(stepper: "Stepper | LoaderStepper", device: torch.device,
             and time.time() + steps * slowest_s >= settings.deadline_unix_s):
         steps = 0
     return _breakdown(stepper.step, device, steps)
-
-
-def _breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
-    """Mean ms per optimizer step in each phase over ``steps`` synchronised steps, and each
-    phase's share (CUDA; on CPU the windows time it, ``_timed_window``). Kept apart from the
-    windows: the synchronisations slow the step down."""
-    if steps <= 0:
-        return {}
-    totals = dict.fromkeys(PHASES, 0.0)
-    for _ in range(steps):
-        synchronize(device)
-        last = time.perf_counter()
-
-        def timer(phase: str) -> None:
-            nonlocal last
-            synchronize(device)
-            now = time.perf_counter()
-            totals[phase] += now - last
-            last = now
-
-        train_step(timer)
-    return phase_columns(totals, steps)
 
 
 def _environment(device: torch.device, accelerator_type: str | None) -> dict:

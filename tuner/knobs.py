@@ -46,6 +46,9 @@ class KnobInfo:
     """Values only CUDA honours, and what each becomes on CPU."""
     needs_workers: bool = False
     """Only meaningful with ``num_workers > 0`` (not sampled, and None/false, without)."""
+    data_parallel: bool = False
+    """A ``DistributedDataParallel`` setting: only meaningful with world size > 1 (not sampled,
+    and None/false, in a one-rank trial)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("int", "bool", "choice") or self.memory not in MEMORY_KINDS:
@@ -112,6 +115,18 @@ class Knobs:
     fused_optimizer: bool = field(default=False, metadata=_knob(
         short="fused", kind="bool", memory="device"))
     """AdamW/Adam with ``fused=True``."""
+    ddp_bucket_cap_mb: int | None = field(default=None, metadata=_knob(
+        short="bucket", kind="int", memory="device", data_parallel=True))
+    """DistributedDataParallel's gradient bucket size, MiB, 1..1024 (None: DDP's default, 25);
+    world size > 1 only. Source: pytorch/pytorch#118421."""
+    gradient_as_bucket_view: bool = field(default=False, metadata=_knob(
+        short="gabv", kind="bool", memory="device", data_parallel=True))
+    """DDP's ``gradient_as_bucket_view``: gradients are views into the allreduce buckets (no
+    copy); world size > 1 only. Source: pytorch/pytorch#41954."""
+    static_graph: bool = field(default=False, metadata=_knob(
+        short="static", kind="bool", memory="none", data_parallel=True))
+    """DDP's ``static_graph``: the graph is the same every step, which DDP then optimises;
+    world size > 1 only."""
 
     def __post_init__(self) -> None:
         _check_int("batch_size", self.batch_size, 1)
@@ -140,6 +155,8 @@ class Knobs:
             if self.prefetch_factor is None:
                 object.__setattr__(self, "prefetch_factor", 2)  # torch's default, recorded
             _check_int("prefetch_factor", self.prefetch_factor, 1, 64)
+        if self.ddp_bucket_cap_mb is not None:
+            _check_int("ddp_bucket_cap_mb", self.ddp_bucket_cap_mb, 1, 1024)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -222,6 +239,13 @@ class Knobs:
                  for k, v in changes.items()]
         return (self.replace(**changes) if changes else self), notes
 
+    def ddp_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``torch.nn.parallel.DistributedDataParallel`` (besides the
+        module and ``device_ids``); DDP's own defaults where a knob is unset."""
+        return {"bucket_cap_mb": 25 if self.ddp_bucket_cap_mb is None else self.ddp_bucket_cap_mb,
+                "gradient_as_bucket_view": self.gradient_as_bucket_view,
+                "static_graph": self.static_graph}
+
     def dataloader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.utils.data.DataLoader`` (besides dataset/shuffle)."""
         kwargs: dict[str, Any] = {"batch_size": self.batch_size, "num_workers": self.num_workers,
@@ -276,6 +300,8 @@ KNOB_INFO: dict[str, KnobInfo] = {f.name: f.metadata["knob"] for f in fields(Kno
 
 WORKER_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.needs_workers)
 """Knobs only meaningful with DataLoader workers."""
+DDP_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.data_parallel)
+"""DistributedDataParallel's knobs: sampled only in trials of world size > 1."""
 CUDA_ONLY_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.cuda_only)
 """Knobs that do nothing off CUDA: not sampled on CPU (``Knobs.clamp`` turns them off)."""
 CUDA_ONLY_VALUES = {n: tuple(i.cpu_values) for n, i in KNOB_INFO.items() if i.cpu_values}

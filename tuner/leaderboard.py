@@ -37,8 +37,10 @@ from tuner.errors import DamagedLeaderboardWarning, TunerError
 from tuner.knobs import KNOB_INFO
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 6
-"""2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
+SCHEMA_VERSION = 7
+"""7: ``world_size``, ``backend``, ``rank_samples_per_sec``, ``slowest_rank``,
+``slowest_rank_data_wait_s`` (data-parallel trials; files of earlier versions read with world
+size null, meaning 1) and the DDP knobs. 2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
 (torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
 the machine when the trial was recorded). 5: ``skipped_steps`` (optimizer steps the fp16
 GradScaler skipped inside the windows, not counted as measured). 6: ``other_cpu_pct`` (the
@@ -108,6 +110,11 @@ SCHEMA = pa.schema(
         ("max_host_memory_mb", pa.float64()),   # MiB: the host limit in force
         ("global_batch_size", pa.int64()),
         ("accelerator_type", pa.string()),  # Ray accelerator type a trial was pinned to
+        ("world_size", pa.int32()),         # ranks of a data-parallel trial (null: 1)
+        ("backend", pa.string()),           # gloo | nccl (data-parallel trials)
+        ("rank_samples_per_sec", pa.float64()),  # rank 0's own; samples_per_sec is global
+        ("slowest_rank", pa.int32()),       # the rank that waited longest for data
+        ("slowest_rank_data_wait_s", pa.float64()),  # s: its wait, over the whole trial
     ]
     + [(name, _KNOB_ARROW_TYPES[info.kind]) for name, info in KNOB_INFO.items()]
     + [

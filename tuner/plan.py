@@ -280,7 +280,8 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         train_steps=options.train_steps, default_data=options.data is None,
         model_flops_per_sample=model_flops_per_sample(workload, scale, data_dir),
         conv_flops_share=conv_flops_share(workload, scale, data_dir),
-        peak_tflops=options.peak_tflops)
+        peak_tflops=options.peak_tflops, world_size=options.world_size,
+        rank_cpus=_rank_cpus(options, resources))
     trials = options.trials or (None if options.time_budget_s else (40 if device == "cuda" else 12))
     time_budget_s = options.time_budget_s or default_time_budget_s(device, options.trials)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -300,6 +301,25 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
     plan = _without_unaffordable_compile(_data_paths(plan))
     plan.reference_params  # a reference outside the space fails here, before Ray starts
     return plan
+
+
+def _rank_cpus(options: RunOptions, resources: Resources) -> int | None:
+    """CPUs each rank of a data-parallel trial asks for: the node's CPUs shared among the
+    ranks on it (all of them on CPU or on one node's GPUs). None with world size 1.
+
+    Raises:
+        TunerError: more ranks than the machine has GPUs (CUDA) or CPUs (CPU).
+    """
+    n = options.world_size
+    if n == 1:
+        return None
+    have = resources.gpus if resources.device == "cuda" else resources.node_cpus
+    what = "GPUs" if resources.device == "cuda" else "CPUs"
+    if n > have and options.address is None:
+        raise TunerError(f"--world-size {n}: this machine has {have} {what}; a rank needs one "
+                         f"(accepted: 1..{have})")
+    per_node = min(n, resources.gpus) if resources.device == "cuda" else n
+    return max(1, resources.node_cpus // max(1, per_node))
 
 
 def _without_unaffordable_compile(plan: Plan) -> Plan:
@@ -425,6 +445,8 @@ def _device_space(space: Space, workload: Workload, options: RunOptions, resourc
     emulates it (said in ``notes``); fitted to ``--global-batch-size``."""
     device = resources.device
     device_space = space.for_device(device, max_workers=resources.node_cpus, max_batch=samples)
+    if options.world_size > 1:
+        device_space = device_space.for_world_size(options.world_size, resources.node_cpus)
     if not has_image_layout(workload, scale):  # no Conv2d/3d: channels_last changes nothing
         device_space = device_space.fixed("channels_last", False)
     amp = device_space.domains.get("amp")
@@ -436,7 +458,11 @@ def _device_space(space: Space, workload: Workload, options: RunOptions, resourc
                      "slower than fp32 for ddpm on a 2-core AVX2 EPYC); a reference using it "
                      "still runs")
     if options.global_batch_size is not None:
-        device_space = device_space.with_global_batch(options.global_batch_size)
+        n = options.world_size
+        if options.global_batch_size % n:
+            raise TunerError(f"--global-batch-size {options.global_batch_size} is not a multiple "
+                             f"of --world-size {n}: each rank takes an equal share")
+        device_space = device_space.with_global_batch(options.global_batch_size // n)
     return device_space
 
 

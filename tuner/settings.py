@@ -167,6 +167,12 @@ class RunOptions:
     peak_tflops: float | None = None
     """The card's dense peak TFLOP/s for MFU, for a card ``tuner.flops`` does not know (or to
     override its table)."""
+    world_size: int = 1
+    """Ranks of each trial's data-parallel training (one GPU each on CUDA, one process each on
+    CPU; ``tuner.distributed``). 1: single-process trials."""
+    gpu_hour_cost: float | None = None
+    """Price of one GPU-hour (any currency): ``best`` and the summary turn throughput into the
+    cost of a million samples at each world size."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workload_options", _workload_options(self.workload_options))
@@ -179,13 +185,15 @@ class RunOptions:
         for flag, value, low in (("--trials", self.trials, 1), ("--train-steps", self.train_steps, 1),
                                  ("--global-batch-size", self.global_batch_size, 1),
                                  ("--windows", self.windows, 1), ("--warmup-steps", self.warmup_steps, 1),
-                                 ("--confirm", self.confirm, 0)):
+                                 ("--confirm", self.confirm, 0), ("--world-size", self.world_size, 1)):
             if value is not None and value < low:
                 raise TunerError(f"{flag} {value}: must be >= {low}")
         for flag, value in (("--time-budget", self.time_budget_s), ("--window-s", self.window_s),
-                            ("--peak-tflops", self.peak_tflops)):
+                            ("--peak-tflops", self.peak_tflops),
+                            ("--gpu-hour-cost", self.gpu_hour_cost)):
             if value is not None and value <= 0:
-                raise TunerError(f"{flag} {value}: must be > 0 seconds")
+                unit = "" if flag == "--gpu-hour-cost" else " seconds"
+                raise TunerError(f"{flag} {value}: must be > 0{unit}")
         if self.objective == "time-to-train" and not self.train_steps:
             raise TunerError("--objective time-to-train needs --train-steps N (the length of "
                              "your real training job, in optimizer steps)")
@@ -290,6 +298,12 @@ class TrialSettings:
     """CPUs the trial uses in place of those it was given (its training process then runs
     ``tuner.harness.training_threads`` of them): 1 for the one-core ceilings. None: all it
     was given."""
+    world_size: int = 1
+    """Ranks of the trial's data-parallel training (``tuner.distributed``): one process each,
+    with one GPU each on CUDA; every rank runs the micro-batch. 1: one process, no DDP."""
+    rank_cpus: int | None = None
+    """CPUs each rank of a data-parallel trial asks Ray for (its DataLoader workers and its
+    training threads share them); None with world size 1."""
     max_memory: MemoryLimit | None = None
     """Device memory limit: a fraction ('0.9') or a size ('12GB'). A size below the card's is
     enforced with the allocator's per-process fraction, so a big card OOMs where a small one

@@ -103,6 +103,29 @@ class Space:
                 constants.pop(name, None)
         return Space(self.source, domains, constants, {}, self.global_batch)
 
+    def for_world_size(self, world_size: int, node_cpus: int) -> "Space":
+        """The space of data-parallel trials of ``world_size`` ranks: DDP's knobs sampled
+        (``DDP_DOMAINS``; a space that gives them keeps its own), and ``num_workers`` per rank
+        capped so that the ranks' workers and training processes do not oversubscribe the
+        node's ``node_cpus`` (world size x (num_workers + 1) <= node_cpus). Unchanged at
+        world size 1."""
+        if world_size <= 1:
+            return self
+        domains = {**DDP_DOMAINS, **self.domains}
+        high = max(0, node_cpus // world_size - 1)
+        dom = domains.get("num_workers")
+        constants = dict(self.constants)
+        if isinstance(dom, IntRange) and dom.high > high:
+            if dom.low >= high:
+                domains.pop("num_workers")
+                constants["num_workers"] = high
+            else:
+                domains["num_workers"] = IntRange(dom.low, high, dom.log, dom.step)
+        elif isinstance(dom, Choices):
+            kept = tuple(v for v in dom.values if v <= high) or (min(dom.values),)
+            domains["num_workers"] = Choices(kept)
+        return Space(self.source, domains, constants, self.overrides, self.global_batch)
+
     def with_batch_high(self, high: int) -> "Space":
         """The space with an integer ``batch_size`` range ending at ``high``, above or below
         the YAML's (the memory probe's bound; the dataset's size while probing). A choice list
@@ -221,6 +244,8 @@ class Space:
             if name in WORKER_KNOBS and knobs.num_workers == 0:
                 continue
             value = values[name]
+            if name == "ddp_bucket_cap_mb" and value is None:
+                value = 25  # DDP's default, which None means
             if name in ("num_workers", "batch_size") and isinstance(dom, IntRange) and value > dom.high:
                 # A reference may use more workers than this node has CPUs (or a batch larger
                 # than the dataset); the trial still runs it as written, the search records it
@@ -281,6 +306,14 @@ def _cap(dom: Domain, high: int) -> Domain:
     kept = tuple(v for v in dom.values if v <= high)
     return Choices(kept or (min(dom.values),))
 
+
+DDP_DOMAINS: dict[str, Domain] = {
+    "ddp_bucket_cap_mb": Choices((25, 50, 100, 200)),
+    "gradient_as_bucket_view": Choices((False, True)),
+    "static_graph": Choices((False, True)),
+}
+"""DistributedDataParallel's knobs as a data-parallel run samples them: bucket sizes from DDP's
+default 25 MiB up (pytorch/pytorch#118421: "most users would have to increase it")."""
 
 DEVICE_PATH_NO = ("num_workers", "pin_memory", *WORKER_KNOBS)
 """Knobs of the DataLoader, which the ``device`` data path does not use: not suggested there

@@ -11,24 +11,28 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from tuner.apply import Training, cycle, move_batch, repeat
 from tuner.data import CachedDataset, DecodedCache, DeviceBatches
 from tuner.errors import TrialFailure
 from tuner.knobs import Knobs
-from tuner.measure import HostMemorySampler, LimitExceeded
+from tuner.measure import HostMemorySampler, LimitExceeded, synchronize
 from tuner.settings import PHASES
 from tuner.workload import Workload
 
 
 def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
-                 device: torch.device, check: Callable[[], None]) -> tuple[Iterable, float | None]:
+                 device: torch.device, check: Callable[[], None],
+                 shard: tuple[int, int] | None = None) -> tuple[Iterable, float | None]:
     """The batches of the knobs' data path (``tuner.data``), one epoch per ``iter``: a
     DataLoader over the workload's dataset ('loader') or over a ``CachedDataset`` ('cache'),
     or ``DeviceBatches`` of a cache resident on ``device`` ('device'). The cache is filled
     here with the trial's CPUs as fill workers, ``check`` called between its batches (the
-    trial's deadline). Returns the batches and the fill's seconds (None for 'loader').
+    trial's deadline). With ``shard`` (rank, world size: one rank of a data-parallel trial)
+    the DataLoader reads that rank's share of the samples through a ``DistributedSampler``;
+    the device path keeps every sample on each rank's device. Returns the batches and the
+    fill's seconds (None for 'loader').
 
     Raises:
         TrialFailure: a 'cache' or 'device' path for a workload without ``sample_path``, or a
@@ -36,7 +40,7 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
         tuner.errors.DataError: a sample that fails to decode (naming its file).
     """
     if knobs.data_path == "loader":
-        return _loader(workload, knobs, workload.build_dataset(data_dir, scale)), None
+        return _loader(workload, knobs, workload.build_dataset(data_dir, scale), shard), None
     path = workload.sample_path(data_dir, scale)
     if path is None:
         raise TrialFailure(f"data_path={knobs.data_path}: workload {workload.name!r} does not "
@@ -44,15 +48,23 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
     cpus = torch.get_num_threads() + knobs.num_workers  # the trial's (tuner.harness)
     cache = DecodedCache.fill(path.decoded, workers=cpus if cpus > 1 else 0, deadline=check)
     if knobs.data_path == "cache":
-        return _loader(workload, knobs, CachedDataset(cache, path.augment)), cache.fill_s
+        return _loader(workload, knobs, CachedDataset(cache, path.augment), shard), cache.fill_s
     _check_batch(knobs, len(cache))
     return DeviceBatches(cache.to(device), knobs.batch_size, path.augment_batch), cache.fill_s
 
 
-def _loader(workload: Workload, knobs: Knobs, dataset: Dataset) -> DataLoader:
-    _check_batch(knobs, len(dataset))
-    return DataLoader(dataset, shuffle=True, drop_last=True, collate_fn=workload.collate_fn(),
-                      **knobs.dataloader_kwargs())
+def _loader(workload: Workload, knobs: Knobs, dataset: Dataset,
+            shard: tuple[int, int] | None = None) -> DataLoader:
+    if shard is None:
+        _check_batch(knobs, len(dataset))
+        return DataLoader(dataset, shuffle=True, drop_last=True,
+                          collate_fn=workload.collate_fn(), **knobs.dataloader_kwargs())
+    rank, world_size = shard
+    _check_batch(knobs, len(dataset) // world_size)
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                 drop_last=True)
+    return DataLoader(dataset, sampler=sampler, drop_last=True,
+                      collate_fn=workload.collate_fn(), **knobs.dataloader_kwargs())
 
 
 def _check_batch(knobs: Knobs, samples: int) -> None:
@@ -102,14 +114,16 @@ class Stepper:
         timer(phase) at the end of each phase (``tuner.settings.PHASES``)."""
         mark = timer or no_timer
         samples = 0
-        for _ in range(self.training.knobs.grad_accum):
+        accum = self.training.knobs.grad_accum
+        for micro in range(accum):
             raw = next(self.batches)
             mark("data_wait")
             batch = self.move(raw)
             mark("h2d")
-            self.loss = self.training.forward(batch)
-            mark("forward")
-            self.training.backward(self.loss)
+            with self.training.sync(last=micro == accum - 1):
+                self.loss = self.training.forward(batch)
+                mark("forward")
+                self.training.backward(self.loss)
             mark("backward")
             samples += self.training.workload.samples_in(batch)
         self.training.step()
@@ -185,3 +199,25 @@ def phase_columns(totals: dict[str, float], steps: int) -> dict:
         out[f"{phase}_ms"] = ms
         out[f"{phase}_pct"] = 100 * ms / step_ms if step_ms > 0 else None
     return out
+
+
+def breakdown(train_step: Callable, device: torch.device, steps: int) -> dict:
+    """Mean ms per optimizer step in each phase over ``steps`` synchronised steps, and each
+    phase's share (CUDA; on CPU the windows time it, ``_timed_window``). Kept apart from the
+    windows: the synchronisations slow the step down."""
+    if steps <= 0:
+        return {}
+    totals = dict.fromkeys(PHASES, 0.0)
+    for _ in range(steps):
+        synchronize(device)
+        last = time.perf_counter()
+
+        def timer(phase: str) -> None:
+            nonlocal last
+            synchronize(device)
+            now = time.perf_counter()
+            totals[phase] += now - last
+            last = now
+
+        train_step(timer)
+    return phase_columns(totals, steps)

@@ -1,0 +1,174 @@
+"""Data-parallel trials: one trial is a DistributedDataParallel training run of
+``world_size`` ranks, launched with Ray Train.
+
+A Ray Tune function trainable (``make_data_parallel_trainable``) starts a ``TorchTrainer`` with
+``ScalingConfig(num_workers=world_size)``: one process per rank, one GPU each on CUDA (nccl),
+the node's CPUs shared among its ranks on CPU (gloo). Rank 0 runs the harness's measured loop
+and the other ranks step with it (``tuner.ranks``); at the end rank 0 gathers every rank's
+figures and hands the trial's result (global samples/sec, ``tuner.ranks.merge``) back through a
+Ray queue, and the trainable reports it to Ray Tune. A rank that fails (an OOM, a crash) ends
+every rank: Ray Train stops the worker group when one of its workers raises, so the trial ends
+``oom`` / ``error`` within Ray Train's polling time, never waiting on a collective. A multi-rank
+trial reports once, at its end: early stopping does not judge it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import partial
+from typing import Any, Callable
+
+from tuner.errors import TrialFailure
+from tuner.failures import classify
+from tuner.harness import follow_trial, run_trial
+from tuner.ranks import Rank, RankFigures, merge
+from tuner.settings import TrialSettings
+from tuner.status import Status
+from tuner.workload import Workload
+
+RESULT_WAIT_S = 30.0
+"""How long the trainable waits for rank 0's result once Ray Train's run has ended."""
+
+
+def backend(device: str) -> str:
+    """torch.distributed backend of a data-parallel trial on ``device``: nccl on CUDA, gloo
+    on CPU."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def make_data_parallel_trainable(workload: Workload) -> Callable[[dict], None]:
+    """A Ray Tune function trainable whose trials are data-parallel training runs of
+    ``config["tuner"]["world_size"]`` ranks (``TrialSettings.world_size``); the config as
+    ``tuner.harness.make_trainable``'s. Ask Ray Tune for almost nothing for it (the ranks
+    hold the trial's CPUs and GPUs: ``tuner.ray_runtime.TrialResources``)."""
+
+    def trainable(config: dict) -> None:
+        run_data_parallel_trial(workload, config)
+
+    trainable.__name__ = f"{workload.name}_ddp_trainable"
+    trainable.__qualname__ = trainable.__name__
+    return trainable
+
+
+def run_data_parallel_trial(workload: Workload, config: dict) -> dict:
+    """Run one data-parallel trial under Ray Train from a Ray Tune trial and report its
+    result (``run_trial``'s columns, plus ``world_size``, ``backend``,
+    ``rank_samples_per_sec``, ``slowest_rank``, ``slowest_rank_data_wait_s``). Returns it."""
+    import ray
+    from ray import tune
+    from ray.util.queue import Queue
+
+    settings = TrialSettings(**config["tuner"])
+    results = Queue(actor_options={"num_cpus": 0})
+    started = time.time()
+    try:
+        trainer = _trainer(workload, config, settings, results)
+        try:
+            trainer.fit()
+            failure = None
+        except Exception as exc:  # a rank failed: Ray Train stopped them all
+            failure = exc
+        result = _result(results, failure, settings)
+    finally:
+        ray.kill(results.actor)
+    result.setdefault("setup_s", time.time() - started)
+    given = {"trial_cpus": float(_cpus_per_rank(settings, config) * settings.world_size),
+             "trial_gpus": float(settings.world_size if settings.device == "cuda" else 0)}
+    tune.report({**result, **given})
+    return result
+
+
+def _cpus_per_rank(settings: TrialSettings, config: dict) -> int:
+    return max(1, int(config["tuner"].get("cpus_per_rank") or 1))
+
+
+def _trainer(workload: Workload, config: dict, settings: TrialSettings, results: Any):
+    from ray import tune
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    cuda = settings.device == "cuda"
+    per_rank: dict[str, float] = {"CPU": _cpus_per_rank(settings, config)}
+    if cuda:
+        per_rank["GPU"] = 1
+    storage = os.path.join(tune.get_context().get_trial_dir(), "train")
+    return TorchTrainer(
+        partial(_rank_main, workload, results),
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=settings.world_size, use_gpu=cuda,
+                                     resources_per_worker=per_rank,
+                                     accelerator_type=settings.accelerator_type),
+        torch_config=TorchConfig(backend=backend(settings.device)),
+        run_config=RunConfig(name="ranks", storage_path=storage,
+                             failure_config=FailureConfig(max_failures=0)),
+    )
+
+
+def _result(results: Any, failure: Exception | None, settings: TrialSettings) -> dict:
+    """The trial's result: rank 0's when it sent one (an ok or timed-out trial, or rank 0's
+    own failure), else the failed rank's exception classified (``tuner.failures``)."""
+    from ray.util.queue import Empty
+    try:
+        result = results.get(timeout=RESULT_WAIT_S if failure is None else 1.0)
+    except Empty:
+        result = None
+    if result is not None:
+        return result
+    if failure is None:
+        failure = TrialFailure("the data-parallel run ended without a result from rank 0")
+    return _failed(failure, settings)
+
+
+def _failed(failure: Exception, settings: TrialSettings) -> dict:
+    """The columns of a trial a rank ended: the first failed rank's exception, classified."""
+    import torch
+    cause, which = _first_rank_failure(failure)
+    status, memory, error = classify(cause, torch.device(settings.device))
+    prefix = "" if which is None else f"rank {which}: "
+    out = {"status": status, "error": prefix + error, "samples_per_sec": 0.0,
+           "world_size": settings.world_size, "backend": backend(settings.device)}
+    if memory is not None:
+        out["memory_exceeded"] = memory
+    return out
+
+
+def _first_rank_failure(failure: Exception) -> tuple[Exception, int | None]:
+    """(the exception, its rank) of Ray Train's ``WorkerGroupError``; the error itself and
+    None for anything else."""
+    failures = getattr(failure, "worker_failures", None)
+    if not failures:
+        return failure, None
+    rank = min(failures)
+    cause = failures[rank]
+    return (cause if isinstance(cause, BaseException) else RuntimeError(str(cause))), rank
+
+
+def _rank_main(workload: Workload, results: Any, config: dict) -> None:
+    """One rank, inside Ray Train: rank 0 runs the measured trial and sends its result; the
+    others follow it. A failure raises, so that Ray Train ends every rank."""
+    import ray
+    import ray.train
+    import torch
+
+    settings = TrialSettings(**config["tuner"])
+    if settings.device == "cuda":
+        import ray.train.torch
+        torch.cuda.set_device(ray.train.torch.get_device())
+    rank = Rank.joined()
+    cpus = int(ray.get_runtime_context().get_assigned_resources().get("CPU") or 1)
+    if rank.rank > 0:
+        figures = follow_trial(workload, config, settings, rank, cpus)
+        rank.gather(figures)
+        return
+    result = run_trial(workload, config, settings, cpus=cpus, rank=rank)
+    if result["status"] not in (Status.OK, Status.TIMEOUT):
+        results.put(dict(result, world_size=settings.world_size,
+                         backend=backend(settings.device)))
+        raise TrialFailure(f"rank 0: {result.get('error')}")  # Ray Train ends the others
+    if not rank.stopped:
+        from tuner.ranks import STOP
+        rank.send(STOP)
+    figures = rank.gather(RankFigures(0, rank.samples, rank.data_wait_s,
+                                      result.get("peak_device_memory_mb"), result.get("node_id")))
+    results.put(merge(result, figures, backend(settings.device)))
