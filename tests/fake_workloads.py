@@ -271,7 +271,25 @@ class SteepPaced(Paced):
         return super().training_step(model, batch)
 
 
+class RankOOM(Regression):
+    """Rank 1 of a data-parallel trial raises torch.OutOfMemoryError when batch_size > 16
+    (rank 0 and one-rank trials never do): the baseline (32) fails there, the recommended (8)
+    runs."""
+
+    name = "fake-rank-oom"
+    references = {"baseline": Knobs(batch_size=32), "recommended": Knobs(batch_size=8)}
+
+    def training_step(self, model, batch):
+        import torch.distributed as dist
+        if (batch[0].shape[0] > 16 and dist.is_available() and dist.is_initialized()
+                and dist.get_rank() == 1):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64 MiB (fake, "
+                                         "rank 1)")
+        return super().training_step(model, batch)
+
+
 regression = Regression()
+rank_oom = RankOOM()
 paced = Paced()
 steep_paced = SteepPaced()
 paced_long = PacedLong()
