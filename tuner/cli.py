@@ -106,23 +106,64 @@ def run(**kwargs: Any) -> None:
     """Tune a workload: measured trials under Ray Tune + Optuna, best vs baseline at the end.
 
     `tuner.tune(...)` in Python runs the same. Defaults that depend on the device or the scale
-    are shown as their rule."""
-    import contextlib
-    from tuner.api import tune_plan
-    from tuner.driver import RunInterrupted, planned
-    from tuner.progress import Progress
+    are shown as their rule. With `--world-size 1,2,...` each world size is a search of its
+    own, one after another (a --time-budget shared equally), then their scaling efficiency."""
     from tuner.settings import RunOptions
 
     kwargs["time_budget_s"] = kwargs.pop("time_budget")
     kwargs["workload_options"] = {"model": kwargs.pop("model"),
                                   "image_size": kwargs.pop("image_size")}
-    options = RunOptions(**kwargs)
+    sizes = world_sizes(kwargs.pop("world_size"))
+    budget_s = kwargs.pop("time_budget_s")
+    share_s = None if budget_s is None else budget_s / len(sizes)
+    results = []
+    for index, size in enumerate(sizes):  # each world size its own search, one after another
+        if len(sizes) > 1:
+            console.print(f"[bold]world size {size}[/bold] ({index + 1} of {len(sizes)})")
+        results.append(_run_one(RunOptions(**kwargs, world_size=size, time_budget_s=share_s),
+                                launched=index == 0))
+    lines = _scaling_lines(results, kwargs["gpu_hour_cost"])
+    for line in lines:
+        console.print(line, highlight=False)
+
+
+def world_sizes(text: str) -> tuple[int, ...]:
+    """``--world-size``: 'N' or a comma-separated list 'N,M,...' of sizes >= 1, in order.
+
+    Raises:
+        TunerError: anything else, naming the value."""
+    try:
+        sizes = tuple(dict.fromkeys(int(part) for part in str(text).split(",")))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise TunerError(f"--world-size {text}: accepted: a rank count >= 1, or a list such as "
+                         "1,2,4")
+    return sizes
+
+
+def _scaling_lines(results: list, gpu_hour_cost: float | None) -> list[str]:
+    """The world sizes' figures of the runs just finished (``tuner.scaling``)."""
+    from tuner.scaling import scaling, scaling_lines
+    rows = [row for result in results for row in result.rows]
+    if not any(int(row.get("world_size") or 1) > 1 for row in rows):
+        return []
+    return scaling_lines(scaling(rows, gpu_hour_cost))
+
+
+def _run_one(options: Any, launched: bool) -> Any:
+    """One run's plan, trials and summary (``options``: a ``RunOptions``). Raises TunerError
+    when no trial succeeded; exits 130 on Ctrl-C."""
+    import contextlib
+    from tuner.api import tune_plan
+    from tuner.driver import RunInterrupted, planned
+    from tuner.progress import Progress
     with contextlib.ExitStack() as stack:
         with console.status("checking the workload, search space and data…"):
             plan = stack.enter_context(planned(options))
-        launched = _launched_monotonic()
-        if launched is not None:  # the budget counts from the launch
-            plan = plan.launched_at(launched)
+        start = _launched_monotonic() if launched else None
+        if start is not None:  # the budget counts from the launch
+            plan = plan.launched_at(start)
         progress = Progress(console)
         notes = list(plan.notes)
 
@@ -153,6 +194,7 @@ def run(**kwargs: Any) -> None:
                              f"{result.workload}`); give a longer budget")
         raise TunerError(f"no trial of run {result.run_id} succeeded; see the error column in "
                          f"`python -m tuner leaderboard --workload {result.workload}`")
+    return result
 
 
 _IMPORTED = (time.monotonic(), time.time())
@@ -253,8 +295,11 @@ def _num(v: float | None, digits: int) -> str:
 @_common_filters
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml", "python"]), default="json",
               show_default=True)
+@option("--gpu-hour-cost", "gpu_hour_cost", type=click.FloatRange(min=0, min_open=True),
+        metavar="PRICE", show_default="none",
+        help="Price of a GPU-hour: cost per million samples at each world size.")
 def best(workload: str, results: str, hardware: str | None, scale: str | None,
-         fmt: str) -> None:
+         fmt: str, gpu_hour_cost: float | None) -> None:
     """The best configuration and its speed-up over the references of its run, with a 95 %
     interval; where the fastest ties with a simpler configuration within the noise, the
     simpler one (no compile, fewer workers, closer to the baseline: README "Ties and noise").
@@ -268,6 +313,10 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
         raise TunerError(f"no successful trial for {workload!r} on {hardware} in {results}")
     # The whole answer (tuner.winner.Answer.to_dict), named as the command was given.
     doc = {**answer.to_dict(), "workload": workload, "hardware_key": hardware}
+    from dataclasses import asdict
+    from tuner.scaling import scaling, scaling_lines
+    sizes = scaling(table.to_pylist(), gpu_hour_cost)
+    doc["world_sizes"] = [asdict(size) for size in sizes]
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2, default=str))
     elif fmt == "yaml":
@@ -285,6 +334,8 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
         code = best_code(workload, answer.knobs, answer.row)  # what `validate` runs
         click.echo(f"# tuner best for {workload} on {hardware}: {speed} "
                    f"(run {answer.row['run_id']})")
+        for line in scaling_lines(sizes):
+            click.echo(f"# {line}")
         click.echo(code, nl=False)
 
 

@@ -318,9 +318,8 @@ def _cluster() -> list[Callable]:
     return [
         opt("--address", metavar="ADDRESS", show_default="a local Ray instance",
             help="Ray cluster to run on: auto, HOST:PORT or ray://HOST:PORT."),
-        opt("--world-size", "world_size", type=click.IntRange(min=1), default=1,
-            show_default=True, metavar="N",
-            help="Ranks per trial: DDP over N GPUs (N processes on CPU), via Ray Train."),
+        opt("--world-size", "world_size", default="1", show_default=True, metavar="N[,N...]",
+            help="Ranks per trial: DDP over N GPUs (N processes on CPU); a list compares."),
         opt("--gpu-hour-cost", "gpu_hour_cost", type=click.FloatRange(min=0, min_open=True),
             metavar="PRICE", show_default="none",
             help="Price of a GPU-hour: cost per million samples at each world size."),

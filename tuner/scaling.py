@@ -1,0 +1,91 @@
+"""What each extra rank buys: throughput, scaling efficiency and cost per world size.
+
+Scaling efficiency of a world size N: its best global samples/sec over N times the best
+single-rank samples/sec, both measured on the same node type (hardware key) at the same scale.
+PyTorch's DDP benchmark reports 91-93 % per GPU from 1 to 8 V100s for ResNets; a figure far
+below says the ranks wait on each other (all-reduce, a straggler's input pipeline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from tuner.status import Phase, Status, phase_of
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class WorldSize:
+    """The best trial of one world size."""
+    world_size: int
+    trial_id: str
+    run_id: str
+    samples_per_sec: float
+    """Global: summed over ranks."""
+    rank_samples_per_sec: float
+    """Per rank (global / world size)."""
+    efficiency: float | None
+    """``samples_per_sec`` / (world size x the best single-rank samples/sec), at most 1.0;
+    None without a single-rank trial to compare with."""
+    efficiency_measured_above_one: bool
+    """The measured ratio was above 1 (noise between the two measurements: shown as 100 %)."""
+    cost_per_million_samples: float | None
+    """``gpu_hour_cost`` x world size / samples per hour x 10^6 (one GPU, or one CPU rank, per
+    rank); None without a price."""
+
+
+def world_size_of(row: Mapping[str, Any]) -> int:
+    """A row's world size (null in files written before the column: 1)."""
+    return int(row.get("world_size") or 1)
+
+
+def scaling(rows: Iterable[Mapping[str, Any]],
+            gpu_hour_cost: float | None = None) -> tuple[WorldSize, ...]:
+    """The best ok (non-ceiling) trial of each world size among ``rows`` (one workload, scale
+    and hardware key: ``tuner.leaderboard.select``), smallest world size first, with its
+    scaling efficiency and, given ``gpu_hour_cost``, its cost per million samples. Empty when
+    no trial succeeded."""
+    best: dict[int, Mapping[str, Any]] = {}
+    for row in rows:
+        if (row.get("status") != Status.OK or phase_of(row) == Phase.CEILING
+                or row.get("samples_per_sec") is None):
+            continue
+        n = world_size_of(row)
+        if n not in best or row["samples_per_sec"] > best[n]["samples_per_sec"]:
+            best[n] = row
+    single = best[1]["samples_per_sec"] if 1 in best else None
+    out = []
+    for n in sorted(best):
+        row = best[n]
+        rate = float(row["samples_per_sec"])
+        ratio = None if not single else rate / (n * single)
+        cost = (None if gpu_hour_cost is None or rate <= 0
+                else gpu_hour_cost * n / (rate * SECONDS_PER_HOUR) * 1e6)
+        out.append(WorldSize(n, row.get("trial_id") or "", row.get("run_id") or "", rate,
+                             rate / n, None if ratio is None else min(ratio, 1.0),
+                             ratio is not None and ratio > 1.0, cost))
+    return tuple(out)
+
+
+def scaling_lines(sizes: tuple[WorldSize, ...]) -> list[str]:
+    """One line per world size: 'world size 2: 19.5 samples/sec (9.7 per rank), scaling
+    efficiency 90 %, 0.31 per million samples'. None when every trial had one rank."""
+    if all(s.world_size == 1 for s in sizes):
+        return []
+    lines = []
+    for s in sizes:
+        text = (f"world size {s.world_size}: {s.samples_per_sec:,.1f} samples/sec "
+                f"({s.rank_samples_per_sec:,.1f} per rank)")
+        if s.world_size > 1 and s.efficiency is not None:
+            text += f", scaling efficiency {100 * s.efficiency:.0f} %"
+            if s.efficiency_measured_above_one:
+                text += " (measured above: within the noise)"
+        if s.cost_per_million_samples is not None:
+            text += f", {s.cost_per_million_samples:,.2f} per million samples"
+        lines.append(text)
+    if all(s.efficiency is None for s in sizes):
+        lines.append("scaling efficiency needs a single-rank trial of the same workload on this "
+                     "node type: --world-size 1,N")
+    return lines
