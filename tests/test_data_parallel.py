@@ -76,3 +76,77 @@ def test_the_ddp_knobs_are_sampled_only_at_world_size_above_one(tmp_path, regres
     workers = two.domains.get("num_workers")
     high = workers.high if workers is not None else two.constants["num_workers"]
     assert 2 * (high + 1) <= max(os.cpu_count() or 1, 2)
+
+
+# ------------------------------------------------------------------ without Ray: the rules
+
+def test_world_sizes_parse_a_count_or_a_list_and_refuse_anything_else():
+    from tuner.cli import world_sizes
+    from tuner.errors import TunerError
+    assert world_sizes("2") == (2,)
+    assert world_sizes("1,2,4") == (1, 2, 4)
+    assert world_sizes("2,2,1") == (2, 1)  # each size once, in the order given
+    for bad in ("0", "two", "1,,2", "-1"):
+        with pytest.raises(TunerError, match=rf"--world-size {bad}: accepted"):
+            world_sizes(bad)
+
+
+def _row(world_size: int, rate: float, trial: str, **extra) -> dict:
+    return {"status": "ok", "phase": "search", "world_size": world_size,
+            "samples_per_sec": rate, "trial_id": trial, "run_id": f"r{world_size}", **extra}
+
+
+def test_scaling_efficiency_and_cost_per_world_size():
+    from tuner.scaling import scaling, scaling_lines
+    rows = [_row(None, 100.0, "a"), _row(1, 90.0, "b"), _row(2, 180.0, "c"),
+            _row(2, 150.0, "d"), _row(4, 500.0, "e", phase="ceiling"), _row(4, 340.0, "f"),
+            {**_row(4, 999.0, "g"), "status": "oom"}]
+    one, two, four = scaling(rows, gpu_hour_cost=3.6)
+    assert (one.world_size, one.trial_id, one.efficiency) == (1, "a", 1.0)  # null world size: 1
+    assert (two.trial_id, two.rank_samples_per_sec) == ("c", 90.0)
+    assert two.efficiency == pytest.approx(0.9)
+    assert four.trial_id == "f" and four.efficiency == pytest.approx(0.85)  # no ceiling, no oom
+    # 3.6 per GPU-hour, 2 GPUs, 180 samples/sec: 7.2 per 648,000 samples
+    assert two.cost_per_million_samples == pytest.approx(7.2 / 0.648)
+    lines = scaling_lines((one, two, four))
+    assert lines[1] == ("world size 2: 180.0 samples/sec (90.0 per rank), scaling efficiency "
+                        "90 %, 11.11 per million samples")
+
+
+def test_an_efficiency_measured_above_one_is_shown_as_100_percent():
+    from tuner.scaling import scaling, scaling_lines
+    sizes = scaling([_row(1, 100.0, "a"), _row(2, 204.0, "b")])
+    assert sizes[1].efficiency == 1.0 and sizes[1].efficiency_measured_above_one
+    assert "scaling efficiency 100 % (measured above: within the noise)" in scaling_lines(sizes)[1]
+    assert scaling_lines(scaling([_row(1, 100.0, "a")])) == []  # one rank: nothing to say
+    alone = scaling_lines(scaling([_row(2, 100.0, "a")]))
+    assert alone[-1].startswith("scaling efficiency needs a single-rank trial")
+
+
+def test_the_printed_ddp_code_trains_in_a_process_group():
+    """The lines `best --format python` prints for a 2-rank row run as written, here in a
+    one-process gloo group (what torchrun would set up, with a world of one)."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import TensorDataset
+    from tuner.codegen import python_text
+    from tuner.knobs import Knobs
+    knobs = Knobs(batch_size=4, ddp_bucket_cap_mb=50, gradient_as_bucket_view=True)
+    text = python_text(knobs, "cpu", world_size=2)
+    assert "torchrun --nproc-per-node 2" in text and "num_workers=2, use_gpu=False" in text
+    assert ("DistributedDataParallel(model, bucket_cap_mb=50, gradient_as_bucket_view=True, "
+            "static_graph=False)") in text
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29531", RANK="0", WORLD_SIZE="1")
+    try:
+        namespace = {"dataset": TensorDataset(torch.randn(16, 3), torch.randn(16, 1)),
+                     "model": torch.nn.Linear(3, 1), "loss_fn": torch.nn.functional.mse_loss,
+                     "lr": 0.1}
+        exec(compile(text, "best.py", "exec"), namespace)
+        assert isinstance(namespace["model"], torch.nn.parallel.DistributedDataParallel)
+        assert dist.get_backend() == "gloo"
+        assert namespace["optimizer"].state  # it stepped
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+            os.environ.pop(key, None)

@@ -29,7 +29,7 @@ def fill_workers(trial_cpus: float | None) -> int:
 
 
 def data_code(knobs: Any, *, device: str, scale: str | None = None, workers: int = 0,
-              collate: bool = False) -> str:
+              collate: bool = False, world_size: int = 1) -> str:
     """The lines that bind ``loader``, an iterable giving one epoch of batches per ``iter``,
     for ``knobs.data_path``, with the imports they need.
 
@@ -44,6 +44,8 @@ def data_code(knobs: Any, *, device: str, scale: str | None = None, workers: int
         scale: the workload scale the trial ran, written as a literal (None: the name ``scale``).
         workers: DataLoader workers that decode the samples once (``fill_workers``).
         collate: pass ``collate_fn=workload.collate_fn()`` to the DataLoader.
+        world_size: ranks of a data-parallel job (> 1: each rank's DataLoader reads its share
+            through a ``DistributedSampler``, the process group initialised before).
 
     Raises:
         ValueError: a data path other than 'loader', 'cache' and 'device'.
@@ -52,7 +54,7 @@ def data_code(knobs: Any, *, device: str, scale: str | None = None, workers: int
     collate_arg = ", collate_fn=workload.collate_fn()" if collate else ""
     if knobs.data_path == "loader":
         return ("import torch\n\nloader = torch.utils.data.DataLoader(dataset, "
-                f"{LOADER_ARGS}{collate_arg}, {kwargs})\n")
+                f"{_loader_args('dataset', world_size)}{collate_arg}, {kwargs})\n")
     if knobs.data_path not in ("cache", "device"):
         raise ValueError(f"data_path {knobs.data_path!r}: accepted values are loader, cache, "
                          "device")
@@ -67,13 +69,23 @@ def data_code(knobs: Any, *, device: str, scale: str | None = None, workers: int
     ]
     if knobs.data_path == "cache":
         lines += [f"cache = {fill}  # decodes every sample once, into shared host memory",
-                  "loader = torch.utils.data.DataLoader(CachedDataset(cache, path.augment), "
-                  f"{LOADER_ARGS}{collate_arg}, {kwargs})"]
+                  "samples = CachedDataset(cache, path.augment)",
+                  "loader = torch.utils.data.DataLoader(samples, "
+                  f"{_loader_args('samples', world_size)}{collate_arg}, {kwargs})"]
     else:
         lines += [f"cache = {fill}.to({device!r})  # decoded once, kept on the device",
                   f"loader = DeviceBatches(cache, {knobs.batch_size}, path.augment_batch)"
                   "  # shuffled, last batch dropped"]
     return "\n".join(lines) + "\n"
+
+
+def _loader_args(dataset: str, world_size: int) -> str:
+    """The DataLoader's arguments besides the knobs: shuffled, last batch dropped; over
+    ranks, through a ``DistributedSampler`` of ``dataset`` (it shuffles)."""
+    if world_size <= 1:
+        return LOADER_ARGS
+    return (f"sampler=torch.utils.data.DistributedSampler({dataset}, drop_last=True), "
+            "drop_last=True")
 
 
 def workload_lines(import_path: str, options: Mapping[str, Any] | None = None) -> list[str]:
@@ -100,7 +112,7 @@ def workload_lines(import_path: str, options: Mapping[str, Any] | None = None) -
 
 def python_text(knobs: Any, device: str = "cuda", *, scale: str | None = None,
                 workers: int = 0, workload: list[str] | None = None,
-                collate: bool = False) -> str:
+                collate: bool = False, world_size: int = 1) -> str:
     """``knobs`` as Python to paste into a training script: ``data_code`` verbatim (after
     ``workload`` on the 'cache' and 'device' paths), torch's flags (CUDA), the model, the
     optimizer and the loop. The user's names are said in
@@ -114,6 +126,9 @@ def python_text(knobs: Any, device: str = "cuda", *, scale: str | None = None,
         scale, workers, collate: as ``data_code``.
         workload: ``workload_lines``, printed for 'cache', 'device' and ``collate`` (None:
             the name ``workload`` is the user's, said in a comment).
+        world_size: ranks of a data-parallel job: > 1 adds the launch lines (``torchrun``, Ray
+            Train), the process group, the ``DistributedSampler`` and
+            ``DistributedDataParallel`` with the knobs' DDP settings.
     """
     on_device = knobs.data_path == "device"
     yours = ["model", "loss_fn", "lr"]
@@ -124,25 +139,51 @@ def python_text(knobs: Any, device: str = "cuda", *, scale: str | None = None,
     if needs_workload and workload is None:
         yours.append("workload")
     lines = [f"# yours: {', '.join(yours)}"]
+    if world_size > 1:
+        lines += _launch_lines(device, world_size)
     if needs_workload:
         lines += workload if workload is not None else [
             "# workload: the tuner Workload you tuned, or an object of yours whose "
             "sample_path(data_dir, scale) returns a tuner.data.SamplePath"]
     lines += data_code(knobs, device=device, scale=scale, workers=workers,
-                       collate=collate).splitlines()
+                       collate=collate, world_size=world_size).splitlines()
     if device == "cuda":
         precision = "high" if knobs.tf32 else "highest"
         lines += [f"torch.backends.cudnn.benchmark = {knobs.cudnn_benchmark}",
                   f"torch.set_float32_matmul_precision({precision!r})  # TF32 matmuls: {knobs.tf32}",
                   "torch.backends.cudnn.allow_tf32 = True  # torch's default"]
-    lines += _model_lines(knobs, device)
+    lines += _model_lines(knobs, device, world_size)
     lines += _loop_lines(knobs, device, on_device)
     return "\n".join(lines) + "\n"
 
 
-def _model_lines(knobs: Any, device: str) -> list[str]:
+def _launch_lines(device: str, world_size: int) -> list[str]:
+    """How a data-parallel job of ``world_size`` ranks starts, and its process group."""
+    gpu = device == "cuda"
+    return [
+        f"# {world_size} ranks, one process each{' on its own GPU' if gpu else ''}; launch with",
+        f"#   torchrun --nproc-per-node {world_size} train.py",
+        "# or from Ray Train: TorchTrainer(train_fn, scaling_config=ray.train.ScalingConfig("
+        f"num_workers={world_size}, use_gpu={gpu})).fit()",
+        *(["import os"] if gpu else []),
+        "import torch.distributed as dist",
+        "from torch.nn.parallel import DistributedDataParallel",
+        "",
+        f"dist.init_process_group({'nccl' if gpu else 'gloo'!r})  # reads RANK, WORLD_SIZE, "
+        "MASTER_ADDR (torchrun and Ray Train set them)",
+        *(["local_rank = int(os.environ['LOCAL_RANK'])", "torch.cuda.set_device(local_rank)"]
+          if gpu else []),
+        "",
+    ]
+
+
+def _model_lines(knobs: Any, device: str, world_size: int = 1) -> list[str]:
     fmt = ", memory_format=torch.channels_last" if knobs.channels_last else ""
     lines = [f"model = model.to({device!r}{fmt})"]
+    if world_size > 1:
+        ids = "device_ids=[local_rank], " if device == "cuda" else ""
+        ddp = ", ".join(f"{k}={v!r}" for k, v in knobs.ddp_kwargs().items())
+        lines.append(f"model = DistributedDataParallel(model, {ids}{ddp})")
     if knobs.compile != "off":
         mode = "" if knobs.compile == "default" else f", mode={knobs.compile!r}"
         lines.append(f"model = torch.compile(model{mode})")

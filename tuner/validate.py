@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from tuner.apply import build_training, move_batch, trial_state
-from tuner.codegen import data_code, fill_workers, workload_lines
+from tuner.codegen import data_code, fill_workers, python_text, workload_lines
 from tuner.errors import DataError, TunerError
 from tuner.knobs import Knobs
 from tuner.measure import synchronize
@@ -147,9 +147,10 @@ def best_code(spec: str, knobs: Knobs, row: dict) -> str:
     workload, lines = workload_source(spec)
     if workload is not None:
         check_data_path(workload, applied)
-    return applied.to_python(device, scale=row.get("scale"),
-                             workers=fill_workers(row.get("trial_cpus")), workload=lines,
-                             collate=workload is not None and workload.collate_fn() is not None)
+    return python_text(applied, device, scale=row.get("scale"),
+                       workers=fill_workers(row.get("trial_cpus")), workload=lines,
+                       collate=workload is not None and workload.collate_fn() is not None,
+                       world_size=int(row.get("world_size") or 1))
 
 
 def workload_source(spec: str) -> tuple[Workload | None, list[str] | None]:
