@@ -69,9 +69,12 @@ def data_code(knobs: Any, *, device: str, scale: str | None = None, workers: int
     ]
     if knobs.data_path == "cache":
         lines += [f"cache = {fill}  # decodes every sample once, into shared host memory",
-                  "samples = CachedDataset(cache, path.augment)",
-                  "loader = torch.utils.data.DataLoader(samples, "
-                  f"{_loader_args('samples', world_size)}{collate_arg}, {kwargs})"]
+                  "loader = torch.utils.data.DataLoader(CachedDataset(cache, path.augment), "
+                  f"{LOADER_ARGS}{collate_arg}, {kwargs})"]
+        if world_size > 1:  # the sampler needs the dataset by name
+            lines[-1:] = ["samples = CachedDataset(cache, path.augment)",
+                          "loader = torch.utils.data.DataLoader(samples, "
+                          f"{_loader_args('samples', world_size)}{collate_arg}, {kwargs})"]
     else:
         lines += [f"cache = {fill}.to({device!r})  # decoded once, kept on the device",
                   f"loader = DeviceBatches(cache, {knobs.batch_size}, path.augment_batch)"
