@@ -23,6 +23,7 @@ from tuner.errors import TrialFailure
 from tuner.failures import classify
 from tuner.harness import follow_trial, run_trial
 from tuner.ranks import Rank, RankFigures, merge
+from tuner.ray_runtime import lost_node, node_lost_error
 from tuner.settings import TrialSettings
 from tuner.status import Status
 from tuner.workload import Workload
@@ -128,6 +129,10 @@ def _failed(failure: Exception, settings: TrialSettings) -> dict:
     prefix = "" if which is None else f"rank {which}: "
     out = {"status": status, "error": prefix + error, "samples_per_sec": 0.0,
            "world_size": settings.world_size, "backend": backend(settings.device)}
+    node = lost_node(f"{type(cause).__name__}: {cause}\n{failure}")
+    if node is not None:  # a rank's node went away: Ray Train ended the others
+        out.update(status=Status.NODE_LOST, error=prefix + node_lost_error(node),
+                   traceback=str(failure))
     if memory is not None:
         out["memory_exceeded"] = memory
     return out

@@ -94,9 +94,11 @@ def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
 # ------------------------------------------------------------------------- the retry
 
 def transient(row: dict) -> bool:
-    """True for an ``error`` row whose error may not recur (``TRANSIENT_ERRORS``)."""
-    return (row["status"] == Status.ERROR
-            and any(p in (row.get("error") or "") for p in TRANSIENT_ERRORS))
+    """True for a ``node_lost`` row, and an ``error`` row whose error may not recur
+    (``TRANSIENT_ERRORS``)."""
+    return row["status"] == Status.NODE_LOST or (
+        row["status"] == Status.ERROR
+        and any(p in (row.get("error") or "") for p in TRANSIENT_ERRORS))
 
 
 def retry_batch(plan: Any, rows: Sequence[dict]) -> Batch | None:

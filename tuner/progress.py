@@ -45,7 +45,8 @@ def _clock_after(seconds: float) -> str:
 
 
 _STATUS_STYLE = {Status.OK: "green", Status.OOM: "yellow", Status.OVER_LIMIT: "yellow",
-                 Status.PRUNED: "cyan", Status.TIMEOUT: "magenta", Status.ERROR: "red"}
+                 Status.PRUNED: "cyan", Status.TIMEOUT: "magenta", Status.NODE_LOST: "red",
+                 Status.ERROR: "red"}
 
 
 _CEILINGS = {

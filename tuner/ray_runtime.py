@@ -55,6 +55,40 @@ class TrialResources:
         return request
 
 
+NODE_LOSS_TEXTS = ("rpc_code: 14", "Socket closed", "NodeDiedError", "has been marked dead",
+                   "ActorUnavailableError", "is unavailable", "node died", "Node died")
+"""What Ray says when the process at the other end went away with its node."""
+
+
+def lost_node(error_text: str | None, node_id: str | None = None) -> str | None:
+    """The Ray node a failed trial was lost with, or None when the failure was no node's loss:
+    the trial's node (``node_id``, from its last report) is dead; or a dead node's id is in
+    Ray's error text; or the text is one of Ray's lost-connection errors
+    (``NODE_LOSS_TEXTS``) and a node of the cluster is dead. Call with Ray initialised."""
+    import re
+
+    import ray
+    dead = [n["NodeID"] for n in ray.nodes() if not n.get("Alive")]
+    if node_id is not None and node_id in dead:
+        return node_id
+    text = error_text or ""
+    named = [found for found in re.findall(r"[0-9a-f]{56}", text) if found in dead]
+    if named:
+        return named[0]
+    if dead and any(pattern in text for pattern in NODE_LOSS_TEXTS):
+        return dead[-1]
+    return None
+
+
+def node_lost_error(node: str) -> str:
+    """The error of a ``node_lost`` row: the node's id and address."""
+    import ray
+    address = next((n.get("NodeManagerAddress") for n in ray.nodes() if n["NodeID"] == node),
+                   None)
+    where = f" ({address})" if address else ""
+    return f"lost with Ray node {node}{where}, which went away mid-trial"
+
+
 def accelerator_types() -> list[str]:
     """Accelerator types of the connected cluster's live nodes (Ray's ``accelerator_type:<T>``
     resources), sorted."""

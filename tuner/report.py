@@ -45,7 +45,7 @@ from tuner.status import FAILED, MEASURED, Phase, Status, phase_of
 
 FIGURES = ("throughput_vs_batch", "knob_importance", "throughput_vs_memory", "best_vs_references")
 """Figure names, in page order; each is written as ``<name>.png``."""
-STATUS_ORDER = (Status.OK, Status.PRUNED, Status.OOM, Status.OVER_LIMIT, Status.ERROR)
+STATUS_ORDER = (Status.OK, Status.PRUNED, *FAILED)
 """Statuses in the order the report lists them: measured first."""
 MIN_TRIALS_FOR_IMPORTANCE = 3
 """Fewer successful trials than this: the importance figure says 'not enough trials'."""

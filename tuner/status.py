@@ -32,6 +32,9 @@ class Status(_Text):
     TIMEOUT = "timeout"
     """Stopped by the run's time budget (``--time-budget``); the windows it finished are kept
     (none: no throughput), with its set-up, compile and warm-up times."""
+    NODE_LOST = "node_lost"
+    """Its Ray node (or a rank's node) went away mid-trial; the error names the node, Ray's
+    own text is kept as the traceback. A reference lost this way is measured again."""
     ERROR = "error"
     """Anything else; the error and traceback are kept."""
     RUNNING = "running"
@@ -39,13 +42,13 @@ class Status(_Text):
 
 
 STATUSES = (Status.OK, Status.OOM, Status.OVER_LIMIT, Status.PRUNED, Status.TIMEOUT,
-            Status.ERROR)
+            Status.NODE_LOST, Status.ERROR)
 """Final statuses, in the order tables list them."""
 
 MEASURED = (Status.OK, Status.PRUNED, Status.TIMEOUT)
 """Statuses whose row carries a throughput (a timeout row only when a window finished)."""
 
-FAILED = (Status.OOM, Status.OVER_LIMIT, Status.ERROR)
+FAILED = (Status.OOM, Status.OVER_LIMIT, Status.NODE_LOST, Status.ERROR)
 """Statuses of a trial that did not measure."""
 
 TELLS_MEMORY = (Status.OK, Status.OOM, Status.OVER_LIMIT)
