@@ -449,7 +449,9 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
     rows = {r["batch_size"]: r for r in pruning.rows}
     assert rows[20]["status"] == "ok" and rows[20]["reference"] == "baseline"
     slow_ref = rows[4]
-    assert rows[5]["status"] == "pruned" and 1 <= rows[5]["windows"] < 3
+    # pruned after a window, or (steps stretched past half a window on a busy machine) after
+    # its warm-up's report of a long step, with no window
+    assert rows[5]["status"] == "pruned" and (rows[5]["windows"] or 0) < 3
     assert rows[5]["samples_per_sec"] > 0                   # its partial measurement kept
     # The recommended reference runs whole though it is far behind the baseline (25x on a
     # quiet machine, ~2x less on a busy one, still far past the pruning margin's floor of

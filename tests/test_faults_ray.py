@@ -59,7 +59,9 @@ def test_an_address_where_another_service_listens_stops_in_seconds(tmp_path, htt
     assert len(lines) == 1, proc.stderr[-3000:]            # no Ray warning lines, no traceback
     assert lines[0].startswith(f"error: --address {address}")
     assert "no Ray cluster answered there within 10 s" in lines[0]
-    assert seconds < 30, f"{seconds:.1f} s"
+    # 10 s of waiting plus start-up and imports, which a machine at load 15 stretched to 35 s:
+    # far from the ten minutes of Ray's own retries
+    assert seconds < 60, f"{seconds:.1f} s"
     assert not (tmp_path / "results").exists()
 
 
