@@ -144,7 +144,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
         result.update(error=f"invalid knobs: {exc}", started_at=started_at, finished_at=_now())
         report(result)
         return result
-    result.update(applied.to_dict(), clamped="; ".join(clamped) or None, ceiling=settings.ceiling)
+    result.update(applied.to_dict(), clamped="; ".join(clamped) or None, ceiling=settings.ceiling,
+                  world_size=settings.world_size)
     units = workload.units_per_sample(settings.scale)
     # The compute-only ceiling trains with the configuration's threads, as every other
     # condition of it: given the workers' CPUs too it would train faster than the configuration.
