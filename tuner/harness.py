@@ -116,40 +116,35 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     """Run one trial and return its final result (also the last thing reported).
 
     Args:
-        workload: what to train.
-        knobs: the configuration (a Knobs, or a mapping such as a Ray Tune config).
+        workload, knobs: what to train, and how (a Knobs, or a mapping: a Ray Tune config).
         settings: measurement settings.
         report: called with each window's result and then the final one (``ray.tune.report``).
-        cpus: CPUs given to the trial; on the CPU device the training process then runs
-            ``training_threads(num_workers, cpus)`` torch threads (None: leave torch's setting).
-        rank: rank 0 of a data-parallel trial (``tuner.distributed``): its share of the
-            samples, the model in DDP, the other ranks stepping with it (``tuner.ranks``).
+        cpus: CPUs given to the trial: a CPU trial trains on ``training_threads`` of them.
+        rank: rank 0 of a data-parallel trial (``tuner.ranks``, ``tuner.distributed``).
 
     Returns:
-        A dict with ``status`` ('ok', 'oom', 'over_limit', 'error'; 'timeout' past
-        ``settings.deadline_unix_s``: the windows finished by then), the knobs, ``clamped``
-        notes, ``samples_per_sec`` (median over windows; 0.0 unless ok, because Ray Tune
-        requires the metric: the status says what it means), spread, step time p50/p95 (ms),
-        ``warmup_s``, ``first_step_s``, peak device/host memory (MB), hardware and versions.
-        Failures are caught and returned, never raised: the run goes on.
-    """
+        A dict: ``status`` ('ok', 'oom', 'over_limit', 'error'; 'timeout' past the deadline,
+        with the windows finished by then), the knobs, ``clamped`` notes, ``samples_per_sec``
+        (median over windows; 0.0 unless ok: Ray Tune requires the metric), spread, step time
+        p50/p95 (ms), warm-up, peak memory (MiB), hardware and versions. Failures are caught
+        and returned, never raised: the run goes on."""
     report = report or (lambda result: None)
     device = torch.device(settings.device)
     started_at = _now()
-    result: dict[str, Any] = {"status": Status.ERROR, "error": None, "samples_per_sec": 0.0}
-    result.update(_environment(device, settings.accelerator_type))
+    result: dict[str, Any] = {"status": Status.ERROR, "error": None, "samples_per_sec": 0.0,
+                              "world_size": settings.world_size,
+                              **_environment(device, settings.accelerator_type)}
     try:
         applied, clamped = _clamp(knobs, device)
     except ValueError as exc:
         result.update(error=f"invalid knobs: {exc}", started_at=started_at, finished_at=_now())
         report(result)
         return result
-    result.update(applied.to_dict(), clamped="; ".join(clamped) or None, ceiling=settings.ceiling,
-                  world_size=settings.world_size)
+    result.update(applied.to_dict(), clamped="; ".join(clamped) or None, ceiling=settings.ceiling)
     units = workload.units_per_sample(settings.scale)
-    # The compute-only ceiling trains with the configuration's threads, as every other
-    # condition of it: given the workers' CPUs too it would train faster than the configuration.
-    cpus = settings.cpus or cpus  # a one-core ceiling runs on one of the trial's CPUs
+    # The compute-only ceiling trains with the configuration's threads (given the workers'
+    # CPUs too it would beat the configuration); a one-core ceiling runs on one of them.
+    cpus = settings.cpus or cpus
     threads = None if cpus is None else training_threads(applied.num_workers, cpus)
 
     def on_window(window: dict) -> None:
@@ -248,8 +243,8 @@ def _check_limits(peak_device_mb: float | None, limit_mb: float | None,
 
 
 def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
-             sampler: HostMemorySampler, on_window: Report, sofar: dict,
-             rank: Rank | None = None) -> dict:
+             sampler: HostMemorySampler, on_window: Report, sofar: dict, rank: Rank | None = None
+             ) -> dict:
     """Build, warm up, measure windows, time the phases. ``sofar`` collects the measurement as
     it goes (set-up, compile and warm-up times, the windows' summary), so that a trial the time
     budget stops (DeadlineReached) keeps it. Raises on any failure."""
@@ -284,8 +279,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
             sofar.update(summarise(kept), warmup_s=sofar["warmup_s"] + window.seconds,
                          steady_probes=sofar["steady_probes"] + 1)
 
-        # On CPU the per-phase breakdown is timed inside the windows (nothing to synchronise:
-        # free); on CUDA apart from them, after, in synchronised steps.
+        # The per-phase breakdown: inside the windows on CPU (free), after them on CUDA.
         phases = [] if device.type == "cpu" and settings.breakdown_steps > 0 else None
         with GpuTelemetry(device) as telemetry, LoadMonitor(device) as load, sampler.measuring():
             windows, dropped = _windows(stepper, device, settings, window_done, time_to_train,
