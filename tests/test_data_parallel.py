@@ -183,3 +183,23 @@ def test_a_run_of_two_rank_trials_interrupted_then_resumed_records_each_trial_on
     assert set(stopped["before"]) <= {r["trial_id"] for r in rows}   # kept, not measured again
     assert all(r["world_size"] == 2 and r["status"] == "ok" for r in rows), [
         (r["status"], r["error"]) for r in rows]
+
+
+def test_validate_refuses_a_multi_rank_trial_in_one_line(tmp_path):
+    """A plain one-process loop cannot be held to a global figure of several ranks."""
+    import tuner.leaderboard as leaderboard
+    from tests.conftest import tuner_in_process
+    from tuner.settings import VERSION
+    import datetime as dt
+    now = dt.datetime.now(dt.timezone.utc)
+    row = {"run_id": "r", "trial_id": "t2", "workload": "fake-regression", "scale": "tiny",
+           "status": "ok", "phase": "search", "samples_per_sec": 100.0, "world_size": 2,
+           "batch_size": 8, "device": "cpu", "hardware_key": "cpu:x:2cpu", "started_at": now,
+           "finished_at": now, "tuner_version": VERSION}
+    leaderboard.write_row(str(tmp_path / "results"), row)
+    proc = tuner_in_process("validate", "--workload", "tests.fake_workloads:regression",
+                            "--results", str(tmp_path / "results"))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0] == ("error: --trial t2 trained on 2 ranks; validate trains one process: "
+                        "accepted: a one-rank trial (--trial, or a run without --world-size)")

@@ -406,7 +406,7 @@ def _check_validatable(row: dict) -> None:
     """Raise TunerError unless ``row`` is a whole training measurement ``validate`` can check:
     status ok (a pruned or timed-out trial holds a partial figure, a failed one none), not a
     ceiling (no configuration trains at a compute-only or loader-only rate), no impossible
-    figure (``tuner.noise.impossible``)."""
+    figure (``tuner.noise.impossible``), one rank (a plain loop is one process)."""
     import tuner.noise as noise
     what = f"--trial {row['trial_id']}"
     if row["status"] != Status.OK or row["samples_per_sec"] is None:
@@ -419,6 +419,10 @@ def _check_validatable(row: dict) -> None:
     if reason:
         raise TunerError(f"{what} was disturbed ({reason}); accepted: a trial with no "
                          f"impossible figure")
+    ranks = int(row.get("world_size") or 1)
+    if ranks > 1:  # one process would be held to a global figure of several
+        raise TunerError(f"{what} trained on {ranks} ranks; validate trains one process: "
+                         f"accepted: a one-rank trial (--trial, or a run without --world-size)")
 
 
 def _data_for(workload, data: str | None, scale: str):
