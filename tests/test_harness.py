@@ -497,19 +497,25 @@ def test_a_steady_trial_runs_no_probe_before_its_windows(regression_data, step_c
     assert result["warmup_s"] == pytest.approx(result["first_step_s"])  # no probe
 
 
-def test_a_warm_up_step_that_would_end_past_the_cap_is_not_started(settings, monkeypatch):
+def test_a_warm_up_step_that_would_end_past_the_cap_is_not_started(settings, step_clock):
     """Without torch.compile the last step predicts the next: a warm-up step that would end
     past ``max_warmup_s`` is not started (ddpm's batch 256 on 2 CPU cores repeated a 19-67 s
     step as warm-up). Before, the cap was only checked before each step, so a second 0.3 s
-    step started at 0.3 s of a 0.5 s cap."""
+    step started at 0.3 s of a 0.5 s cap. Steps of 0.3 s on the step clock: a loaded machine
+    cannot stretch the first one past the cap."""
     from dataclasses import replace
-    from tests.fault_workloads import slow
-    monkeypatch.setenv("TUNER_TEST_STEP_SLEEP", "0.3")
-    result = run_trial(slow, Knobs(batch_size=16), replace(settings, warmup_steps=5,
-                                                            max_warmup_s=0.5))
+
+    class Steps(Regression):
+        def training_step(self, model, batch):
+            step_clock.now += 0.3
+            return super().training_step(model, batch)
+
+    result = run_trial(Steps(), Knobs(batch_size=16), replace(settings, warmup_steps=5,
+                                                              max_warmup_s=0.5))
     assert result["status"] == "ok", result.get("error")
+    assert result["first_step_s"] == pytest.approx(0.3)
     after_first_s = result["warmup_s"] - result["first_step_s"]
-    assert 0.3 <= after_first_s < 0.5                          # one step, not two
+    assert after_first_s == pytest.approx(0.3)                 # one step, not two
     assert result["windows"] == settings.windows
 
 
