@@ -203,3 +203,16 @@ def test_validate_refuses_a_multi_rank_trial_in_one_line(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0] == ("error: --trial t2 trained on 2 ranks; validate trains one process: "
                         "accepted: a one-rank trial (--trial, or a run without --world-size)")
+
+
+def test_a_multi_rank_run_measures_no_ceiling_and_says_so(tmp_path, regression_data):
+    from tuner.plan import make_plan
+    from tuner.settings import RunOptions
+    plan = make_plan(RunOptions(workload=RANK_OOM, device="cpu", data=str(regression_data),
+                                results=str(tmp_path / "r"), world_size=2))
+    assert plan.options.ceiling is False and plan.settings.world_size == 2
+    assert plan.notes[0] == ("--world-size 2: the ceilings (compute-only, loader-only, the "
+                             "machine's) are measured in one-rank runs only")
+    one = make_plan(RunOptions(workload=RANK_OOM, device="cpu", data=str(regression_data),
+                               results=str(tmp_path / "r")))
+    assert one.options.ceiling is True

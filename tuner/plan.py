@@ -258,13 +258,18 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         TunerError (DataError, SpaceError): anything a user can get wrong, in one line.
     """
     planned_at = time.monotonic()  # the time budget counts from here (Plan.planned_at)
+    ceiling_note = []
+    if options.world_size > 1 and options.ceiling:
+        options = replace(options, ceiling=False)
+        ceiling_note.append(f"--world-size {options.world_size}: the ceilings (compute-only, "
+                            "loader-only, the machine's) are measured in one-rank runs only")
     workload = resolve_workload(options)
     space = (load_space(options.space_file, is_file=True) if options.space_file
              else load_space(workload.space_name))
     leaderboard.check_results(options.results)
     resources = resources or local_resources(options.device)
     device = resources.device
-    notes = check_limits(options, device)
+    notes = ceiling_note + check_limits(options, device)
     scale = options.scale or ("seed" if device == "cuda" else "tiny")
     data_dir, samples = checked_data(workload, options.data, scale)
     device_space = _device_space(space, workload, options, resources, scale, samples, notes)
