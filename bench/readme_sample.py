@@ -142,7 +142,7 @@ def legend() -> list[str]:
     """The abbreviations of the knobs in trial lines and tables, from ``tuner.knobs``."""
     from tuner.knobs import KNOB_INFO
     names = ", ".join(f"`{info.short}` {name}" for name, info in KNOB_INFO.items()
-                      if info.short != name)
+                      if info.short != name and not info.data_parallel)  # one-rank run
     text = (f"Knobs: {names}. A flag is printed when on; `amp` and `compile` print their mode. "
             "Each line: phase and trial count, status, median samples/sec over the windows, knobs.")
     return textwrap.wrap(text, WIDTH, break_on_hyphens=False)

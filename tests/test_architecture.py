@@ -31,7 +31,7 @@ FLOORS = {
         "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.distributed"},
     3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
-        "tuner.winner", "tuner.ceilings", "tuner._best_row",
+        "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
         "tuner.workloads", "tuner.workloads._data", "tuner.workloads.ddpm",
         "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
@@ -49,7 +49,8 @@ FLOOR = {module: floor for floor, modules in FLOORS.items() for module in module
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.windows", "tuner._deprecated",
-              "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen"}
+              "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
+              "tuner.scaling"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 

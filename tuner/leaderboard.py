@@ -280,6 +280,10 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {name: row.get(name) for name in SCHEMA.names}
     out["schema_version"] = SCHEMA_VERSION
     out["phase"] = out["phase"] or Phase.SEARCH.value  # as read() says of older files
+    for name, value in (("world_size", 1), ("gradient_as_bucket_view", False),
+                        ("static_graph", False)):  # one rank, DDP's defaults: as read() says
+        if out[name] is None:
+            out[name] = value
     if out["status"] not in MEASURED:
         for name in MEASURED_COLUMNS:
             out[name] = None
@@ -400,9 +404,12 @@ def read(results: str | Path, *, workload: str | None = None,
         table = _dataset(source, filesystem).to_table(filter=expr)
     except (pa.ArrowException, OSError):  # a part that is not readable Parquet, or gone
         table = _read_skipping_damaged(source, filesystem, directory, expr)
-    # Rows written before the phase column existed are search rows, and before the data_path
-    # column loader rows: said once, here.
-    for column, value in (("phase", Phase.SEARCH.value), ("data_path", "loader")):
+    # Rows written before the phase column existed are search rows, before the data_path
+    # column loader rows, before the world_size column one-rank rows without DDP's settings:
+    # said once, here.
+    for column, value in (("phase", Phase.SEARCH.value), ("data_path", "loader"),
+                          ("world_size", 1), ("gradient_as_bucket_view", False),
+                          ("static_graph", False)):
         table = table.set_column(table.schema.get_field_index(column), column,
                                  pc.fill_null(table.column(column), value))
     return table
