@@ -158,9 +158,10 @@ def test_best_python_for_each_path_trains_when_executed(path, workload, data_dir
 def test_validate_trains_with_the_printed_lines_and_reads_the_trials_rate(
         path, workload, data_dir, tmp_path, monkeypatch):
     """A real trial of the path, then ``validate`` on its row: the batches come from the lines
-    ``best --format python`` prints, and the plain loop's samples/sec agrees with the trial's
-    within the noise of a shared machine (a factor of 2). Both train on one thread: two
-    threads of a batch's augmentation and model on 2 busy cores swing by 2x (contention)."""
+    ``best --format python`` prints, and the figure it holds the plain loop to is the trial's.
+    How closely the two agree is a benchmark's question (docs/benchmarks.md): two measurements
+    minutes apart on 2 busy cores differ by 2x and more. A unit slip (per step, per rank) would
+    be off by the batch size, 16x: the ratio stays within 8x."""
     import tuner.validate as validate
     from tuner.harness import run_trial
     from tuner.settings import TrialSettings
@@ -184,8 +185,11 @@ def test_validate_trains_with_the_printed_lines_and_reads_the_trials_rate(
     assert ran[0].data_code in best.stdout              # the printed lines made its batches
     assert "workers=2" in ran[0].data_code
     assert f"cache fill ({path} path)" in proc.stdout
+    predicted = proc.stdout.split("predicted (trial median)")[1].split("│")[1]
+    assert float(predicted.replace(",", "")) == round(result["samples_per_sec"], 1)
     ratio = float(proc.stdout.split("measured ÷ predicted")[1].split()[1])
-    assert 0.5 <= ratio <= 2.0, proc.stdout
+    assert ratio == round(ran[0].samples_per_sec / result["samples_per_sec"], 2)
+    assert 1 / 8 <= ratio <= 8, proc.stdout
 
 
 # ------------------------------------------------------------------------------ bad input

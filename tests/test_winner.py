@@ -228,6 +228,10 @@ def test_best_json_and_yaml_print_the_whole_answer_and_agree(tmp_path):
             doc["attainable"]["share"], doc["attainable"]["data_path"]) == (
                 125.0, "input pipeline", 0.8, "loader")
     assert doc["workload"] == "fake-regression" and doc["hardware_key"] == "cpu:test:2cpu"
+    # the best trial of each world size (tuner.scaling): one rank here, no price given
+    (size,) = doc.pop("world_sizes")
+    assert (size["world_size"], size["efficiency"], size["cost_per_million_samples"]) == (
+        1, 1.0, None)
     assert doc == winner.best(leaderboard.read(tmp_path)).to_dict()
 
 
