@@ -74,14 +74,15 @@ def run_data_parallel_trial(workload: Workload, config: dict) -> dict:
     finally:
         ray.kill(results.actor)
     result.setdefault("setup_s", time.time() - started)
-    given = {"trial_cpus": float(_cpus_per_rank(settings, config) * settings.world_size),
+    given = {"trial_cpus": float(_rank_cpus(settings) * settings.world_size),
              "trial_gpus": float(settings.world_size if settings.device == "cuda" else 0)}
     tune.report({**result, **given})
     return result
 
 
-def _cpus_per_rank(settings: TrialSettings, config: dict) -> int:
-    return max(1, int(config["tuner"].get("cpus_per_rank") or 1))
+def _rank_cpus(settings: TrialSettings) -> int:
+    """CPUs each rank asks Ray for (``TrialSettings.rank_cpus``, the plan's share of a node)."""
+    return max(1, settings.rank_cpus or 1)
 
 
 def _trainer(workload: Workload, config: dict, settings: TrialSettings, results: Any):
@@ -90,7 +91,7 @@ def _trainer(workload: Workload, config: dict, settings: TrialSettings, results:
     from ray.train.torch import TorchConfig, TorchTrainer
 
     cuda = settings.device == "cuda"
-    per_rank: dict[str, float] = {"CPU": _cpus_per_rank(settings, config)}
+    per_rank: dict[str, float] = {"CPU": _rank_cpus(settings)}
     if cuda:
         per_rank["GPU"] = 1
     storage = os.path.join(tune.get_context().get_trial_dir(), "train")
