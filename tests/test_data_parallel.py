@@ -229,3 +229,25 @@ def test_each_rank_asks_for_its_share_of_the_node(tmp_path, regression_data):
                                 results=str(tmp_path / "r"), world_size=2),
                      resources=resources)
     assert plan.settings.rank_cpus == 8 and _rank_cpus(plan.settings) == 8
+
+
+def test_a_world_size_list_runs_each_size_in_turn_and_prints_their_scaling(monkeypatch):
+    """`run --world-size 1,2 --time-budget 100`: a run per size, in order, 50 s each, then a
+    line per world size with its efficiency and cost."""
+    from types import SimpleNamespace
+    from click.testing import CliRunner
+    import tuner.cli as cli
+    runs = []
+
+    def one_run(options, launched):
+        runs.append((options.world_size, options.time_budget_s, launched))
+        rate = {1: 100.0, 2: 180.0}[options.world_size]
+        return SimpleNamespace(rows=[_row(options.world_size, rate, f"t{options.world_size}")])
+
+    monkeypatch.setattr(cli, "_run_one", one_run)
+    out = CliRunner().invoke(cli.main, ["run", "-w", "ddpm", "--world-size", "1,2",
+                                        "--time-budget", "100", "--gpu-hour-cost", "3.6"])
+    assert out.exit_code == 0, out.output
+    assert runs == [(1, 50.0, True), (2, 50.0, False)]
+    assert "world size 2: 180.0 samples/sec (90.0 per rank), scaling efficiency 90 %, 11.11 per " \
+           "million samples" in " ".join(out.output.split())
