@@ -251,3 +251,12 @@ def test_a_world_size_list_runs_each_size_in_turn_and_prints_their_scaling(monke
     assert runs == [(1, 50.0, True), (2, 50.0, False)]
     assert "world size 2: 180.0 samples/sec (90.0 per rank), scaling efficiency 90 %, 11.11 per " \
            "million samples" in " ".join(out.output.split())
+
+
+def test_the_report_has_a_world_size_table_only_for_multi_rank_trials():
+    from tuner.report import _world_sizes
+    one = [_row(1, 100.0, "a")]
+    assert _world_sizes(one) == []
+    heading, table = _world_sizes([*one, _row(2, 180.0, "b")])
+    assert heading == "<h2>World sizes</h2>"
+    assert "<td>2</td><td>180.0</td><td>90.0</td><td>90 %</td><td>—</td><td>b</td>" in table

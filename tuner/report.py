@@ -41,6 +41,7 @@ import tuner.winner as winner
 from tuner.ceilings import attainable_summary
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
+from tuner.scaling import scaling, scaling_table
 from tuner.status import FAILED, MEASURED, Phase, Status, phase_of
 
 FIGURES = ("throughput_vs_batch", "knob_importance", "throughput_vs_memory", "best_vs_references")
@@ -69,8 +70,7 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
         out_dir: directory for the files; created if missing, existing files are overwritten.
         hardware: hardware key to report on; None: the only key in the leaderboard.
         scale: only the rows of this model scale ('tiny', 'seed'); None: all.
-        max_memory_mb: peak-memory limit in MiB (the unit of the leaderboard's memory columns),
-            drawn as a dashed line on the memory figure; None draws none.
+        max_memory_mb: peak-memory limit in MiB, a dashed line on the memory figure (None: none).
 
     Returns:
         Paths written: ``<out_dir>/<figure>.png`` for each of FIGURES, then
@@ -112,12 +112,8 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
 def check_out_dir(out_dir: str | Path) -> Path:
     """Create ``out_dir`` (with its parents) when missing and make sure a file can be written
     in it, by creating and removing a hidden file (permission bits say nothing to root or
-    about a read-only mount). Returns it as a Path.
-
-    Raises:
-        TunerError: naming ``--out`` and why (a file in the way, no permission, a read-only
-            filesystem), in one line.
-    """
+    about a read-only mount). Returns it as a Path. Raises TunerError naming ``--out`` and
+    why (a file in the way, no permission, a read-only filesystem), in one line."""
     import os
     import tempfile
     out = Path(out_dir)
@@ -157,8 +153,7 @@ def disturbed(row: dict) -> str | None:
 def report_order(rows: list[dict]) -> list[dict]:
     """``rows`` (ranked: ``leaderboard.ranked``) in the order the trial table lists them:
     successful training measurements, then ceiling rows, then disturbed rows (``disturbed``),
-    then the rest (failed, pruned, timed out), each group in its given order. A disturbed row
-    thus never heads the table, whatever order ``rows`` came in."""
+    then the rest (failed, pruned, timed out), each group in its given order."""
     def group(r: dict) -> int:
         if disturbed(r):
             return 2
@@ -181,12 +176,9 @@ def knob_importances(rows: Iterable[dict]) -> tuple[dict[str, float] | None, str
     """Importance of each varying knob for samples/sec, from the ``ok`` rows (disturbed rows,
     whose figures cannot be true, left out).
 
-    The rows are rebuilt into an in-memory Optuna study (direction maximize) whose
-    distributions are inferred from the values present: integers -> IntDistribution over the
-    observed [min, max] (log scale for batch_size), bools and strings -> CategoricalDistribution
-    over the sorted observed values. A knob that is null in a row (prefetch_factor without
-    workers) is absent from that trial. Knobs with a single observed value are left out.
-    Evaluated with PedAnovaImportanceEvaluator, which needs no scikit-learn.
+    The rows become an in-memory Optuna study over the values present (integer ranges, log
+    for batch_size; categories otherwise; a null knob absent from its trial; one-valued knobs
+    left out), evaluated with PedAnovaImportanceEvaluator (no scikit-learn needed).
 
     Returns:
         (importances normalised to sum 1, most important first; a one-line note on the data),
@@ -470,6 +462,7 @@ def render_html(*, workload: str, hardware: str | None, rows: list[dict], trials
         *([_disturbed_note(trials)] if counts["disturbed"] else []),
         "<h2>Best configuration</h2>",
         _best_section(top),
+        *_world_sizes(trials),
         "<h2>Figures</h2>",
     ]
     for name in FIGURES:
@@ -488,6 +481,13 @@ def render_html(*, workload: str, hardware: str | None, rows: list[dict], trials
     parts.append(_top_table(rows[:TOP_ROWS]))
     parts += ["</body>", "</html>", ""]
     return "\n".join(parts)
+
+
+def _world_sizes(trials: list[dict]) -> list[str]:
+    """The world sizes' table (``tuner.scaling``), where a trial had more than one rank."""
+    header, cells = scaling_table(scaling(trials))
+    return ["<h2>World sizes</h2>", _table(header, [[html.escape(c) for c in row]
+                                                   for row in cells])] if cells else []
 
 
 def _disturbed_note(trials: list[dict]) -> str:

@@ -89,3 +89,17 @@ def scaling_lines(sizes: tuple[WorldSize, ...]) -> list[str]:
         lines.append("scaling efficiency needs a single-rank trial of the same workload on this "
                      "node type: --world-size 1,N")
     return lines
+
+
+def scaling_table(sizes: tuple[WorldSize, ...]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows of text cells) of ``sizes`` for a report's table; no rows when every
+    trial had one rank (``scaling_lines`` says the same in lines)."""
+    if all(s.world_size == 1 for s in sizes):
+        return [], []
+    header = ["world size", "samples/sec", "per rank", "scaling efficiency",
+              "cost per million samples", "trial"]
+    rows = [[str(s.world_size), f"{s.samples_per_sec:,.1f}", f"{s.rank_samples_per_sec:,.1f}",
+             "—" if s.efficiency is None else f"{100 * s.efficiency:.0f} %",
+             "—" if s.cost_per_million_samples is None else f"{s.cost_per_million_samples:,.2f}",
+             s.trial_id] for s in sizes]
+    return header, rows
