@@ -185,24 +185,45 @@ def test_a_run_of_two_rank_trials_interrupted_then_resumed_records_each_trial_on
         (r["status"], r["error"]) for r in rows]
 
 
-def test_validate_refuses_a_multi_rank_trial_in_one_line(tmp_path):
-    """A plain one-process loop cannot be held to a global figure of several ranks."""
-    import tuner.leaderboard as leaderboard
-    from tests.conftest import tuner_in_process
-    from tuner.settings import VERSION
+def _two_rank_row(tmp_path) -> None:
     import datetime as dt
+    import tuner.leaderboard as leaderboard
+    from tuner.knobs import Knobs
+    from tuner.settings import VERSION
     now = dt.datetime.now(dt.timezone.utc)
-    row = {"run_id": "r", "trial_id": "t2", "workload": "fake-regression", "scale": "tiny",
-           "status": "ok", "phase": "search", "samples_per_sec": 100.0, "world_size": 2,
-           "batch_size": 8, "device": "cpu", "hardware_key": "cpu:x:2cpu", "started_at": now,
-           "finished_at": now, "tuner_version": VERSION}
-    leaderboard.write_row(str(tmp_path / "results"), row)
+    leaderboard.write_row(str(tmp_path / "results"), {
+        "run_id": "r", "trial_id": "t2", "workload": "fake-regression", "scale": "tiny",
+        "status": "ok", "phase": "search", "samples_per_sec": 100.0, "world_size": 2,
+        **Knobs(batch_size=8).to_dict(), "device": "cpu", "hardware_key": "cpu:x:2cpu",
+        "started_at": now, "finished_at": now, "tuner_version": VERSION, "trial_cpus": 2.0,
+        "torch_threads": 1})
+
+
+def test_validate_checks_a_two_rank_trial_with_a_plain_ddp_loop(tmp_path, regression_data):
+    """Two local processes in a gloo group train the printed lines (a DistributedSampler per
+    rank, the model in DDP) the same steps; the global figure is held to the trial's."""
+    from tests.conftest import tuner_in_process
+    _two_rank_row(tmp_path)
     proc = tuner_in_process("validate", "--workload", "tests.fake_workloads:regression",
-                            "--results", str(tmp_path / "results"))
+                            "--results", str(tmp_path / "results"), "--data",
+                            str(regression_data), "--steps", "12")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "predicted (trial median, 2 ranks) │ 100.0" in out
+    # rank 0's 12 steps over its half of the 64 samples, 4 batches of 8: 3 epochs (1.5 alone)
+    assert "measured (12 steps, 3.0 epochs" in out
+    ratio = float(out.split("measured ÷ predicted")[1].split()[1])
+    assert ratio > 0
+
+
+def test_validate_refuses_another_world_size_in_one_line(tmp_path):
+    from tests.conftest import tuner_in_process
+    _two_rank_row(tmp_path)
+    proc = tuner_in_process("validate", "--workload", "tests.fake_workloads:regression",
+                            "--results", str(tmp_path / "results"), "--world-size", "4")
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert lines[0] == ("error: --trial t2 trained on 2 ranks; validate trains one process: "
-                        "accepted: a one-rank trial (--trial, or a run without --world-size)")
+    assert proc.returncode == 2 and lines == [
+        "error: --world-size 4: trial t2 trained on 2 rank(s); accepted: 2"], proc.stderr
 
 
 def test_a_multi_rank_run_measures_no_ceiling_and_says_so(tmp_path, regression_data):

@@ -406,7 +406,7 @@ def _check_validatable(row: dict) -> None:
     """Raise TunerError unless ``row`` is a whole training measurement ``validate`` can check:
     status ok (a pruned or timed-out trial holds a partial figure, a failed one none), not a
     ceiling (no configuration trains at a compute-only or loader-only rate), no impossible
-    figure (``tuner.noise.impossible``), one rank (a plain loop is one process)."""
+    figure (``tuner.noise.impossible``)."""
     import tuner.noise as noise
     what = f"--trial {row['trial_id']}"
     if row["status"] != Status.OK or row["samples_per_sec"] is None:
@@ -419,10 +419,7 @@ def _check_validatable(row: dict) -> None:
     if reason:
         raise TunerError(f"{what} was disturbed ({reason}); accepted: a trial with no "
                          f"impossible figure")
-    ranks = int(row.get("world_size") or 1)
-    if ranks > 1:  # one process would be held to a global figure of several
-        raise TunerError(f"{what} trained on {ranks} ranks; validate trains one process: "
-                         f"accepted: a one-rank trial (--trial, or a run without --world-size)")
+
 
 
 def _data_for(workload, data: str | None, scale: str):
@@ -440,14 +437,14 @@ def _data_for(workload, data: str | None, scale: str):
 @applied(validate_options())
 def validate(workload: str, results: str, hardware: str | None, scale: str | None,
              model: str | None, image_size: int | None, trial_id: str | None,
-             steps: int | None, data: str | None) -> None:
+             steps: int | None, data: str | None, world_size: int | None) -> None:
     """Train with the best configuration as a plain loop; measured vs predicted samples/sec.
 
     Its batches come from the very lines `best --format python` prints for the configuration's
-    data path (a DataLoader, the decoded cache, or the dataset resident on the device)."""
+    data path (a DataLoader, the decoded cache, or the dataset resident on the device). A
+    multi-rank trial is checked by a plain DDP loop of as many local processes."""
     import torch
-    from tuner.codegen import fill_workers
-    from tuner.validate import check_data_path, train_loop
+    from tuner.validate import check_data_path, loop_for_row, ranks_for
     w = _configured(workload, model, image_size)
     table, hardware = _load(results, w.name, hardware, scale)
     row = _pick_row(table, trial_id)
@@ -456,30 +453,27 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
         raise TunerError(f"trial {row['trial_id']} ran on CUDA ({hardware}); no CUDA device here")
     knobs = Knobs.from_dict(row, strict=False)
     check_data_path(w, knobs)
+    ranks = ranks_for(row, world_size)
     data_dir = _data_for(w, data, row["scale"])
     console.print(f"validating trial {row['trial_id']} ({row['phase']}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
     from tuner.harness import training_threads
-    from tuner.settings import MEASUREMENT_DEFAULTS
     threads = None
     if row["device"] == "cpu" and row.get("trial_cpus"):
         # Train with the threads the trial's training process had.
         threads = row.get("torch_threads") or training_threads(knobs.num_workers,
                                                                int(row["trial_cpus"]))
     where = f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
-    with console.status(f"training on {where}…"):
-        # Without --steps: warmed up and measured as long as the trial was (see train_loop).
-        v = train_loop(w, knobs, scale=row["scale"], device=row["device"],
-                       data_dir=data_dir, steps=steps,
-                       warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0], threads=threads,
-                       warmup_s=0.0 if steps else row.get("warmup_s") or 0.0,
-                       min_measured_s=0.0 if steps else row.get("measured_s") or 0.0,
-                       fill_workers=fill_workers(row.get("trial_cpus")))
+    what = f"{ranks} ranks, each on {where}" if ranks > 1 else where
+    with console.status(f"training {what}…"):
+        v = loop_for_row(w, knobs, row, data_dir=data_dir, steps=steps, threads=threads,
+                         ranks=ranks)
     predicted = row["samples_per_sec"]
     t = Table(title=f"{w.name}: plain training loop vs the trial", title_justify="left")
     for col in ("", "samples/sec"):
         t.add_column(col, justify="right" if col else "left")
-    t.add_row("predicted (trial median)", f"{predicted:,.1f}")
+    t.add_row("predicted (trial median" + (f", {ranks} ranks)" if ranks > 1 else ")"),
+              f"{predicted:,.1f}")
     t.add_row(f"measured ({v.steps} steps, {v.epochs:.1f} epochs, first {v.warmup_steps} left out)",
               f"{v.samples_per_sec:,.1f}")
     t.add_row("[bold]measured ÷ predicted[/]", f"[bold]{v.samples_per_sec / predicted:.2f}[/]")

@@ -173,6 +173,8 @@ def validate_options() -> list[Callable]:
                help="Optimizer steps to train."),
         option("--data", type=click.Path(), metavar="PATH",
                show_default="the workload's embedded data", help="Your dataset."),
+        option("--world-size", "world_size", type=click.IntRange(min=1), metavar="N",
+               show_default="the trial's", help="Ranks of the plain DDP loop (local processes)."),
     ]
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,10 +46,11 @@ class Validation:
 def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, data_dir: Path,
                steps: int | None = None, warmup_steps: int = 3, seed: int = 0,
                threads: int | None = None, warmup_s: float = 0.0,
-               min_measured_s: float = 0.0, fill_workers: int = 0) -> Validation:
+               min_measured_s: float = 0.0, fill_workers: int = 0,
+               world_size: int = 1) -> Validation:
     """Train ``steps`` optimizer steps (default: one epoch, at least warm-up + 20 steps) as a
-    plain loop and time it, in the process-wide state a trial runs in (``trial_state``), with
-    ``threads`` torch threads on the CPU device (None: leave torch's setting).
+    plain loop and time it, in a trial's process-wide state (``trial_state``), on ``threads``
+    CPU threads (None: torch's setting).
 
     The batches come from executing ``tuner.codegen.data_code`` (what ``best --format python``
     prints) with ``workload``, ``data_dir`` and, for 'loader', ``dataset`` (``build_dataset``)
@@ -56,34 +58,33 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
 
     The steady-state figure starts after ``warmup_steps`` steps and ``warmup_s`` seconds, and
     the loop goes on past ``steps`` (across epochs) until it has lasted ``min_measured_s``:
-    given the trial's warm-up and measured time, the loop warms up and measures as long as the
-    trial did. (A short loop measures the batches the DataLoader's workers prefetched during
-    the warm-up, faster than they can be produced: on an H100 a 20-step loop read 1.17x
-    the trial's figure for ddpm's recommended configuration.)
+    given the trial's, it warms up and measures as long as the trial did (a short loop would
+    measure the batches prefetched during the warm-up: 1.17x the trial's figure in 20 steps
+    of ddpm on an H100). ``world_size`` > 1: one rank of a process group (``train_loop_ranks``).
 
     Raises:
         DataError: the dataset holds fewer samples than one batch, or its decoded samples
             cannot be cached (``tuner.data.DecodedCache.fill``).
         TunerError: a 'cache' or 'device' path for a workload without ``sample_path``.
-        Whatever training raises (OOM included; an error in a DataLoader worker arrives as
-        torch raises it again, with the worker's traceback in its message).
+        Whatever training raises (OOM included; a DataLoader worker's error with its traceback).
     """
     torch.manual_seed(seed)
     dev = torch.device(device)
     applied, _ = knobs.clamp(dev.type)
     with trial_state(applied, dev, threads=threads):
         code = data_code(applied, device=str(dev), scale=scale, workers=fill_workers,
-                         collate=workload.collate_fn() is not None)
+                         collate=workload.collate_fn() is not None, world_size=world_size)
         loader, batches_s = _batches(code, workload, applied, Path(data_dir), scale)
         per_epoch = len(loader) // applied.grad_accum
         total = steps or max(per_epoch, warmup_steps + MIN_MEASURED_STEPS)
-        training = build_training(workload, applied, scale, dev)
+        training = build_training(workload, applied, scale, dev, world_size > 1)
         loop = _Loop(start=time.perf_counter(), warmup_steps=warmup_steps, warmup_s=warmup_s,
                      total=total, min_measured_s=min_measured_s)
         while not loop.finished:
             for batch in loader:  # a new epoch: workers restart unless persistent
                 batch = move_batch(batch, dev, applied)
-                training.backward(training.forward(batch))
+                with training.sync(last=(loop.micro + 1) % applied.grad_accum == 0):
+                    training.backward(training.forward(batch))
                 if loop.steady_start is not None:
                     loop.steady_samples += workload.samples_in(batch)
                 loop.micro += 1
@@ -102,6 +103,108 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
                       samples_per_sec=loop.steady_samples / (end - loop.steady_start),
                       total_s=end - loop.start, epochs=loop.done / max(per_epoch, 1),
                       data_code=code, batches_s=batches_s)
+
+
+def train_loop_ranks(workload: Workload, knobs: Knobs, *, world_size: int, device: str,
+                     **loop: Any) -> Validation:
+    """``train_loop`` as a data-parallel job of ``world_size`` local processes, as ``torchrun
+    --nproc-per-node`` would start it (gloo on CPU, nccl with one GPU per rank on CUDA), every
+    rank the same steps (``loop``: ``train_loop``'s keywords; its time-based ``warmup_s`` and
+    ``min_measured_s`` are not given, as ranks would disagree on them). Returns rank 0's
+    figures with ``samples_per_sec`` global (the ranks step together on equal micro-batches).
+
+    Raises:
+        TunerError: a rank failed (its error), or none reported within ``RANKS_TIMEOUT_S``.
+    """
+    import socket
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("fork" if device == "cpu" else "spawn")
+    with socket.socket() as sock:  # a free port for the process group's rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    results = ctx.SimpleQueue()
+    procs = [ctx.Process(target=_rank_loop, args=(rank, world_size, port, results, workload,
+                                                  knobs, device, loop)) for rank in range(world_size)]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + RANKS_TIMEOUT_S
+    while results.empty() and time.monotonic() < deadline:
+        if any(p.exitcode not in (None, 0) for p in procs):
+            break
+        time.sleep(0.2)
+    outcome = None if results.empty() else results.get()
+    for proc in procs:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+    if not isinstance(outcome, Validation):
+        failed = [f"rank {i} exit code {p.exitcode}" for i, p in enumerate(procs) if p.exitcode]
+        raise TunerError(f"the {world_size}-rank loop failed: "
+                         f"{outcome or ', '.join(failed) or 'no result in time'}")
+    return outcome
+
+
+RANKS_TIMEOUT_S = 1800.0
+"""The longest ``train_loop_ranks`` waits for rank 0's figures."""
+
+
+def _rank_loop(rank: int, world_size: int, port: int, results: Any, workload: Workload,
+               knobs: Knobs, device: str, loop: dict) -> None:
+    """One rank of ``train_loop_ranks``: its process group, its loop; rank 0 reports."""
+    import os
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    dev = device
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        dev = f"cuda:{rank}"
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank,
+                            world_size=world_size)
+    try:
+        v = train_loop(workload, knobs, device=dev, world_size=world_size, **loop)
+        if rank == 0:
+            results.put(replace(v, samples_per_sec=v.samples_per_sec * world_size))
+    except Exception as exc:  # the parent says it in one line
+        results.put(f"rank {rank}: {type(exc).__name__}: {exc}")
+        raise SystemExit(1) from None
+    finally:
+        dist.destroy_process_group()
+
+
+def ranks_for(row: dict, world_size: int | None) -> int:
+    """The ranks ``validate`` trains for a leaderboard ``row``: the trial's world size;
+    ``world_size`` (``--world-size``) must say the same, as a global figure holds for its own
+    world size.
+
+    Raises:
+        TunerError: another world size, or fewer GPUs here than a CUDA trial's ranks.
+    """
+    ranks = int(row.get("world_size") or 1)
+    if world_size is not None and world_size != ranks:
+        raise TunerError(f"--world-size {world_size}: trial {row['trial_id']} trained on {ranks} "
+                         f"rank(s); accepted: {ranks}")
+    if row["device"] == "cuda" and ranks > 1 and torch.cuda.device_count() < ranks:
+        raise TunerError(f"trial {row['trial_id']} trained on {ranks} GPUs; this machine has "
+                         f"{torch.cuda.device_count()}")
+    return ranks
+
+
+def loop_for_row(workload: Workload, knobs: Knobs, row: dict, *, data_dir: Path,
+                 steps: int | None, threads: int | None, ranks: int) -> Validation:
+    """The plain loop for a leaderboard ``row``: its scale and device, its scale's warm-up
+    steps, the trial's CPUs as the cache's fill workers; one rank: warmed up and measured as
+    long as the trial was, without ``steps``; ``ranks`` > 1: ``train_loop_ranks``."""
+    from tuner.settings import MEASUREMENT_DEFAULTS
+    common = dict(scale=row["scale"], data_dir=data_dir, steps=steps, threads=threads,
+                  warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0],
+                  fill_workers=fill_workers(row.get("trial_cpus")))
+    if ranks > 1:
+        return train_loop_ranks(workload, knobs, world_size=ranks, device=row["device"],
+                                **common)
+    return train_loop(workload, knobs, device=row["device"],
+                      warmup_s=0.0 if steps else row.get("warmup_s") or 0.0,
+                      min_measured_s=0.0 if steps else row.get("measured_s") or 0.0, **common)
 
 
 def check_data_path(workload: Workload, knobs: Knobs) -> None:
