@@ -281,3 +281,11 @@ def test_the_report_has_a_world_size_table_only_for_multi_rank_trials():
     heading, table = _world_sizes([*one, _row(2, 180.0, "b")])
     assert heading == "<h2>World sizes</h2>"
     assert "<td>2</td><td>180.0</td><td>90.0</td><td>90 %</td><td>—</td><td>b</td>" in table
+
+
+def test_each_multi_rank_row_has_its_scaling_efficiency():
+    from tuner.scaling import row_efficiency
+    rows = [_row(1, 100.0, "a"), _row(2, 180.0, "b"), _row(2, 150.0, "c"),
+            {**_row(2, None, "d"), "status": "oom"}]
+    assert row_efficiency(rows) == [None, pytest.approx(0.9), pytest.approx(0.75), None]
+    assert row_efficiency(rows[1:]) == [None, None, None]  # no one-rank figure to compare with

@@ -270,17 +270,24 @@ def leaderboard_cmd(workload: str, results: str, hardware: str | None, scale: st
 def _rank_table(rows: list[dict], title: str) -> Table:
     """The leaderboard as a table; its phase column tells a re-measured configuration from its
     search row, and names each ceiling ('ceiling: loader' is the DataLoader alone, no model)."""
+    from tuner.scaling import row_efficiency, world_size_of
+    ranks = any(world_size_of(r) > 1 for r in rows)  # data-parallel rows: ranks, efficiency
     t = Table(title=title, title_justify="left")
-    for col in ("#", "status", "phase", "ref", "samples/sec", "±IQR", "step ms p50", "warm-up s",
-                "peak dev MiB", "peak host MiB", "knobs / error"):
+    for col in ("#", "status", "phase", "ref", *(("ranks", "eff.") if ranks else ()),
+                "samples/sec", "±IQR", "step ms p50", "warm-up s", "peak dev MiB",
+                "peak host MiB", "knobs / error"):
         t.add_column(col, justify="left" if col in ("status", "phase", "ref", "knobs / error")
                      else "right", overflow="fold")
+    efficiency = row_efficiency(rows)
     for i, r in enumerate(rows, 1):
         detail = knob_text(r) if r["status"] in MEASURED else f"{knob_text(r)} — {r['error']}"
         phase = r.get("phase") or "search"
         if phase == "ceiling":
             phase = f"ceiling: {r.get('ceiling') or 'compute'}"
-        t.add_row(str(i), r["status"], phase, r["reference"] or "", _num(r["samples_per_sec"], 1),
+        eff = efficiency[i - 1]
+        t.add_row(str(i), r["status"], phase, r["reference"] or "",
+                  *((str(world_size_of(r)), "" if eff is None else f"{100 * eff:.0f} %")
+                    if ranks else ()), _num(r["samples_per_sec"], 1),
                   _num(r["samples_per_sec_iqr"], 1), _num(r["step_time_ms_p50"], 1),
                   _num(r["warmup_s"], 1), _num(r["peak_device_memory_mb"], 0),
                   _num(r["peak_host_memory_mb"], 0), detail)

@@ -69,6 +69,19 @@ def scaling(rows: Iterable[Mapping[str, Any]],
     return tuple(out)
 
 
+def row_efficiency(rows: list[Mapping[str, Any]]) -> list[float | None]:
+    """Each row's scaling efficiency: its samples/sec ÷ (its world size x the best single-rank
+    samples/sec among ``rows``, one workload, scale and node type), at most 1.0; None for a
+    one-rank row, a row without a figure, or without a single-rank figure to compare with."""
+    single = [s for s in scaling(rows) if s.world_size == 1]
+    best = single[0].samples_per_sec if single else None
+    out: list[float | None] = []
+    for row in rows:
+        n, rate = world_size_of(row), row.get("samples_per_sec")
+        out.append(None if n == 1 or rate is None or not best else min(1.0, rate / (n * best)))
+    return out
+
+
 def scaling_lines(sizes: tuple[WorldSize, ...]) -> list[str]:
     """One line per world size: 'world size 2: 19.5 samples/sec (9.7 per rank), scaling
     efficiency 90 %, 0.31 per million samples'. None when every trial had one rank."""
