@@ -179,9 +179,6 @@ IDS = [r[0] for r in ROWS]
 assert len(IDS) == len(set(IDS))
 BY_ID = {r[0]: r for r in ROWS}
 
-SLOWEST_S = 30.0
-"""Seconds a row may take with two running at once: a run's imports take ~6 s alone; a row
-that started Ray (~15 s more, then trials) would also have written <results>/ray."""
 
 WORKLOAD_CLASS = '''
 from pathlib import Path
@@ -395,7 +392,7 @@ def outcomes(request, tmp_path_factory) -> dict[str, dict]:
         futures = {row_id: pool.submit(_run_row, row_id, tmp, results, env)
                    for row_id, results in rows.items() if row_id in SUBPROCESS_ROWS}
         out = {row_id: f.result() for row_id, f in futures.items()}
-    # after the processes, so that this process's imports do not slow them (SLOWEST_S)
+    # after the processes, so that this process's imports do not slow them
     out.update({row_id: _invoke_row(row_id, tmp, results, Path(env["TUNER_CACHE"]))
                 for row_id, results in rows.items() if row_id not in SUBPROCESS_ROWS})
     for o in out.values():
@@ -422,8 +419,9 @@ def test_bad_input(row_id, outcomes):
     assert lines[-1].startswith("error: "), lines
     assert fragment in lines[-1], lines[-1]
     assert any(name.startswith("leaderboard/part-") for name in o["before"])
+    # nothing written: a row that had started Ray would have written <results>/ray (its run
+    # state); how long a row takes is the machine's load (37 s at load 8), not a fact of it
     assert o["after"] == o["before"], "the existing results directory changed"
-    assert o["seconds"] < SLOWEST_S, f"{o['seconds']:.1f} s: did Ray start?"
 
 
 # ------------------------------------------------------------------ check_results in process
