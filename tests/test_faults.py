@@ -531,3 +531,4 @@ def test_a_two_rank_trial_runs_across_both_nodes(tmp_path, cluster, space):
     # each rank's model announced itself with its node
     assert {node for _, node in announced(pid_dir)} == {cluster.head_node.node_id,
                                                          cluster.worker.node_id}
+
