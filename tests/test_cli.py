@@ -263,9 +263,10 @@ CLI_FLAGS = {
             "--warmup-steps", "--objective", "--train-steps", "--max-memory", "--max-host-memory",
             "--global-batch-size", "--probe", "--confirm", "--resume", "--warm-start",
             "--remeasure", "--ceiling", "--no-ceiling", "--early-stop", "--no-early-stop",
-            "--peak-tflops"],
+            "--peak-tflops", "--world-size", "--gpu-hour-cost"],
     "leaderboard": ["--workload", "-w", "--results", "--hardware", "--scale", "--format", "--limit"],
-    "best": ["--workload", "-w", "--results", "--hardware", "--scale", "--format"],
+    "best": ["--workload", "-w", "--results", "--hardware", "--scale", "--format",
+             "--gpu-hour-cost"],
     "workloads": ["--format"],
 }
 """Frozen on purpose: scripts and the README use these; a rename or removal must be deliberate.
