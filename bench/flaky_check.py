@@ -119,9 +119,13 @@ def main() -> int:
                 failed = [f"{t} ({o[-1][2]})" for t, o in results.items() if not o[-1][0]]
                 print(f"run {run}/{args.runs}: {time.perf_counter() - started:.0f} s, "
                       f"load {loads[-1]:.1f}, failed: {', '.join(failed) or 'none'}", flush=True)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: the table of the runs done
+        print(f"stopped after {len(loads)} of {args.runs} runs", flush=True)
     finally:
         beside.stop()
-    lines = [f"{args.runs} runs of `pytest -m timing`"
+    if not loads:
+        return 1
+    lines = [f"{len(loads)} runs of `pytest -m timing`"
              f"{f' -k {args.keyword}' if args.keyword else ''} beside "
              f"{'nothing' if beside.cmd is None else repr(beside.cmd)} "
              f"(started {beside.starts} times); load average (1 min) "
