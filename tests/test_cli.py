@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -65,7 +66,10 @@ def test_run_prints_plan_progress_and_speedup(run_output):
     assert "device: cpu" in out
     assert "tiny" in out
     assert "baseline" in out and "recommended" in out
-    assert "x faster" in out
+    # the speed-up over a reference: faster, or a tie where the figures are within the noise
+    # of a busy machine (a loaded run once read a tie)
+    assert re.search(r"vs (baseline|recommended): (\d+\.\d\dx faster|tie within the noise)",
+                     out), out
     assert "3 trials" in out
     assert "Traceback" not in run_output.stderr
 

@@ -55,13 +55,20 @@ def test_ok_trial_measures_and_reports_every_window(settings):
     assert reports[-1] == result
 
 
-def test_windows_cross_epoch_boundaries(regression_data):
+def test_windows_cross_epoch_boundaries(regression_data, step_clock):
     """64 samples at batch 32 are 2 steps per epoch; a window runs on across epochs (the
-    DataLoader is started again, as in a training loop) instead of stopping at the first."""
+    DataLoader is started again, as in a training loop) instead of stopping at the first.
+    Steps of 10 ms on the step clock: 30 to a window however busy the machine is."""
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=2, window_s=0.3, warmup_steps=1)
+
+    class Steps(Regression):
+        def training_step(self, model, batch):
+            step_clock.now += 0.01
+            return super().training_step(model, batch)
+
     reports = []
-    result = run_trial(regression, Knobs(batch_size=32), settings, report=reports.append)
+    result = run_trial(Steps(), Knobs(batch_size=32), settings, report=reports.append)
     assert result["status"] == "ok", result.get("error")
     for window in reports[:2]:
         samples_in_window = window["window_samples_per_sec"] * settings.window_s  # lower bound
