@@ -159,12 +159,8 @@ def test_a_run_of_two_rank_trials_interrupted_then_resumed_records_each_trial_on
     """Ctrl-C once a 2-rank trial is recorded (exit 130), then --resume: the run's trials are
     recorded exactly once each, all of world size 2."""
     import signal
-    from tests.test_faults import SLOW, _stop, finish, rows_of, start
-    (tmp_path / "pids").mkdir()
-    space = tmp_path / "no-workers.yaml"
-    space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
-    env = {**os.environ, "TUNER_CACHE": str(tmp_path / "cache"), "COLUMNS": "200",
-           "TUNER_TEST_PID_DIR": str(tmp_path / "pids"), "TUNER_TEST_STEP_SLEEP": "0.02"}
+    from tests.test_faults import SLOW, _stop, finish, rows_of, start, stop_setup
+    space, env = stop_setup(tmp_path, step_sleep_s=0.02)
     results = tmp_path / "results"
     args = ["run", "--workload", SLOW, "--space", str(space), "--trials", "2", "--world-size",
             "2", "--results", str(results), "--device", "cpu", "--windows", "2", "--window-s",

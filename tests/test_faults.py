@@ -220,6 +220,17 @@ def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int,
             "before": {r["trial_id"]: r for r in rows_of(results)}}
 
 
+def stop_setup(tmp: Path, step_sleep_s: float) -> tuple[Path, dict]:
+    """For a run ``_stop`` stops: a search space without DataLoader workers, and the
+    environment (a private cache, wide output, a PID directory, steps of ``step_sleep_s``)."""
+    (tmp / "pids").mkdir()
+    space = tmp / "no-workers.yaml"
+    space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
+    return space, {**os.environ, "TUNER_CACHE": str(tmp / "cache"), "COLUMNS": "200",
+                   "TUNER_TEST_PID_DIR": str(tmp / "pids"),
+                   "TUNER_TEST_STEP_SLEEP": str(step_sleep_s)}
+
+
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory) -> dict:
     """One run (--confirm 1 --ceiling) stopped four ways, each stop then resumed: Ctrl-C
@@ -227,11 +238,7 @@ def stopped_run(tmp_path_factory) -> dict:
     next resume while it re-measures, a resume that finishes, and one more that finds nothing
     left. Each stage's output and the rows it left; the tests below assert on them."""
     tmp = tmp_path_factory.mktemp("stopped")
-    (tmp / "pids").mkdir()
-    space = tmp / "no-workers.yaml"
-    space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
-    env = {**os.environ, "TUNER_CACHE": str(tmp / "cache"), "COLUMNS": "200",
-           "TUNER_TEST_PID_DIR": str(tmp / "pids"), "TUNER_TEST_STEP_SLEEP": "0.05"}
+    space, env = stop_setup(tmp, step_sleep_s=0.05)
     results = tmp / "results"
     args = ["run", "--workload", SLOW, "--space", str(space), "--trials", str(STOPPED_TRIALS),
             "--results", str(results), "--device", "cpu", "--windows", "2", "--window-s",

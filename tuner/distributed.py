@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from tuner.errors import TrialFailure
 from tuner.failures import classify
-from tuner.harness import follow_trial, run_trial
+from tuner.harness import follow_trial, named_trainable, run_trial
 from tuner.ranks import Rank, RankFigures, merge
 from tuner.ray_runtime import lost_node, node_lost_error
 from tuner.settings import TrialSettings
@@ -43,13 +43,7 @@ def make_data_parallel_trainable(workload: Workload) -> Callable[[dict], None]:
     ``config["tuner"]["world_size"]`` ranks (``TrialSettings.world_size``); the config as
     ``tuner.harness.make_trainable``'s. Ask Ray Tune for almost nothing for it (the ranks
     hold the trial's CPUs and GPUs: ``tuner.ray_runtime.TrialResources``)."""
-
-    def trainable(config: dict) -> None:
-        run_data_parallel_trial(workload, config)
-
-    trainable.__name__ = f"{workload.name}_ddp_trainable"
-    trainable.__qualname__ = trainable.__name__
-    return trainable
+    return named_trainable(workload, run_data_parallel_trial, "ddp_trainable")
 
 
 def run_data_parallel_trial(workload: Workload, config: dict) -> dict:

@@ -76,10 +76,18 @@ def make_trainable(workload: Workload) -> Callable[[dict], None]:
     Each measurement window is reported with ``ray.tune.report``.
     """
 
-    def trainable(config: dict) -> None:
-        run_tune_trial(workload, config)
+    return named_trainable(workload, run_tune_trial, "trainable")
 
-    trainable.__name__ = f"{workload.name}_trainable"
+
+def named_trainable(workload: Workload, run: Callable[[Workload, dict], Any],
+                    suffix: str) -> Callable[[dict], None]:
+    """``run(workload, config)`` as a fresh function named ``<workload>_<suffix>`` (Ray Tune
+    names trial directories after it; ``tune.with_resources`` marks the function object)."""
+
+    def trainable(config: dict) -> None:
+        run(workload, config)
+
+    trainable.__name__ = f"{workload.name}_{suffix}"
     trainable.__qualname__ = trainable.__name__
     return trainable
 
