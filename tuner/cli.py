@@ -145,10 +145,9 @@ def world_sizes(text: str) -> tuple[int, ...]:
 def _scaling_lines(results: list, gpu_hour_cost: float | None) -> list[str]:
     """The world sizes' figures of the runs just finished (``tuner.scaling``)."""
     from tuner.scaling import scaling, scaling_lines
-    rows = [row for result in results for row in result.rows]
-    if not any(int(row.get("world_size") or 1) > 1 for row in rows):
-        return []
-    return scaling_lines(scaling(rows, gpu_hour_cost))
+    # no lines when every trial had one rank (scaling_lines)
+    return scaling_lines(scaling([row for result in results for row in result.rows],
+                                 gpu_hour_cost))
 
 
 def _run_one(options: Any, launched: bool) -> Any:

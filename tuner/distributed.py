@@ -22,8 +22,8 @@ from typing import Any, Callable
 from tuner.errors import TrialFailure
 from tuner.failures import classify
 from tuner.harness import follow_trial, named_trainable, run_trial
-from tuner.ranks import Rank, RankFigures, merge
-from tuner.ray_runtime import lost_node, node_lost_error
+from tuner.ranks import STOP, Rank, RankFigures, merge
+from tuner.ray_runtime import node_lost_error
 from tuner.settings import TrialSettings
 from tuner.status import Status
 from tuner.workload import Workload
@@ -124,10 +124,9 @@ def _failed(failure: Exception, settings: TrialSettings) -> dict:
     prefix = "" if which is None else f"rank {which}: "
     out = {"status": status, "error": prefix + error, "samples_per_sec": 0.0,
            "world_size": settings.world_size, "backend": backend(settings.device)}
-    node = lost_node(f"{type(cause).__name__}: {cause}\n{failure}")
-    if node is not None:  # a rank's node went away: Ray Train ended the others
-        out.update(status=Status.NODE_LOST, error=prefix + node_lost_error(node),
-                   traceback=str(failure))
+    lost = node_lost_error(f"{type(cause).__name__}: {cause}\n{failure}")
+    if lost is not None:  # a rank's node went away: Ray Train ended the others
+        out.update(status=Status.NODE_LOST, error=prefix + lost, traceback=str(failure))
     if memory is not None:
         out["memory_exceeded"] = memory
     return out
@@ -148,7 +147,6 @@ def _rank_main(workload: Workload, results: Any, config: dict) -> None:
     """One rank, inside Ray Train: rank 0 runs the measured trial and sends its result; the
     others follow it. A failure raises, so that Ray Train ends every rank."""
     import ray
-    import ray.train
     import torch
 
     settings = TrialSettings(**config["tuner"])
@@ -163,12 +161,9 @@ def _rank_main(workload: Workload, results: Any, config: dict) -> None:
         return
     result = run_trial(workload, config, settings, cpus=cpus, rank=rank)
     if result["status"] not in (Status.OK, Status.TIMEOUT):
-        results.put(dict(result, world_size=settings.world_size,
-                         backend=backend(settings.device)))
+        results.put(dict(result, backend=backend(settings.device)))  # world_size: run_trial's
         raise TrialFailure(f"rank 0: {result.get('error')}")  # Ray Train ends the others
-    if not rank.stopped:
-        from tuner.ranks import STOP
-        rank.send(STOP)
+    rank.send(STOP)
     figures = rank.gather(RankFigures(0, rank.samples, rank.data_wait_s,
                                       result.get("peak_device_memory_mb"), result.get("node_id")))
     results.put(merge(result, figures, backend(settings.device)))

@@ -23,6 +23,9 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 
 MEMORY_KINDS = ("device", "host", "none")
 
+DDP_BUCKET_CAP_MB = 25
+"""DistributedDataParallel's own ``bucket_cap_mb``, which an unset ``ddp_bucket_cap_mb`` means."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class KnobInfo:
@@ -242,7 +245,8 @@ class Knobs:
     def ddp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.nn.parallel.DistributedDataParallel`` (besides the
         module and ``device_ids``); DDP's own defaults where a knob is unset."""
-        return {"bucket_cap_mb": 25 if self.ddp_bucket_cap_mb is None else self.ddp_bucket_cap_mb,
+        return {"bucket_cap_mb": (DDP_BUCKET_CAP_MB if self.ddp_bucket_cap_mb is None
+                                  else self.ddp_bucket_cap_mb),
                 "gradient_as_bucket_view": self.gradient_as_bucket_view,
                 "static_graph": self.static_graph}
 

@@ -50,6 +50,13 @@ share of the machine's CPU time processes other than the trial's own used while 
 ``gpu_other_processes`` (the machine's load while a trial measured). Files of earlier versions read with
 the newer columns null (their ceiling rows are compute-only ceilings)."""
 
+OLDER_FILES_READ_AS = (("phase", Phase.SEARCH.value), ("data_path", "loader"),
+                       ("world_size", 1), ("gradient_as_bucket_view", False),
+                       ("static_graph", False))
+"""Columns null in rows written before they existed, and what such a row means: a search
+row, the loader path, one rank without DDP's settings. ``read`` and ``normalise_row`` fill
+them alike."""
+
 _KNOB_ARROW_TYPES = {"int": pa.int32(), "bool": pa.bool_(), "choice": pa.string()}
 """Arrow type of a knob column, by ``KnobInfo.kind``."""
 
@@ -279,9 +286,7 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """Keep the schema's columns, null out measurements of unmeasured trials."""
     out = {name: row.get(name) for name in SCHEMA.names}
     out["schema_version"] = SCHEMA_VERSION
-    out["phase"] = out["phase"] or Phase.SEARCH.value  # as read() says of older files
-    for name, value in (("world_size", 1), ("gradient_as_bucket_view", False),
-                        ("static_graph", False)):  # one rank, DDP's defaults: as read() says
+    for name, value in OLDER_FILES_READ_AS:  # as read() says of older files
         if out[name] is None:
             out[name] = value
     if out["status"] not in MEASURED:
@@ -404,12 +409,7 @@ def read(results: str | Path, *, workload: str | None = None,
         table = _dataset(source, filesystem).to_table(filter=expr)
     except (pa.ArrowException, OSError):  # a part that is not readable Parquet, or gone
         table = _read_skipping_damaged(source, filesystem, directory, expr)
-    # Rows written before the phase column existed are search rows, before the data_path
-    # column loader rows, before the world_size column one-rank rows without DDP's settings:
-    # said once, here.
-    for column, value in (("phase", Phase.SEARCH.value), ("data_path", "loader"),
-                          ("world_size", 1), ("gradient_as_bucket_view", False),
-                          ("static_graph", False)):
+    for column, value in OLDER_FILES_READ_AS:
         table = table.set_column(table.schema.get_field_index(column), column,
                                  pc.fill_null(table.column(column), value))
     return table

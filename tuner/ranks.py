@@ -52,7 +52,6 @@ class Rank:
     rank: int
     world_size: int
     group: Any = field(repr=False, default=None)
-    stopped: bool = False
     batches: TimedBatches | None = field(repr=False, default=None)
     samples: int = 0
     """Samples this rank processed so far (warm-up included)."""
@@ -80,8 +79,6 @@ class Rank:
     def send(self, command: int) -> None:
         """Rank 0: broadcast ``command`` (STEP or STOP)."""
         dist.broadcast(torch.tensor([command], dtype=torch.int64), src=0, group=self.group)
-        if command == STOP:
-            self.stopped = True
 
     def receive(self) -> int:
         """Ranks > 0: the next command of rank 0."""

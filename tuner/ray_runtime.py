@@ -60,32 +60,27 @@ NODE_LOSS_TEXTS = ("rpc_code: 14", "Socket closed", "NodeDiedError", "has been m
 """What Ray says when the process at the other end went away with its node."""
 
 
-def lost_node(error_text: str | None, node_id: str | None = None) -> str | None:
-    """The Ray node a failed trial was lost with, or None when the failure was no node's loss:
-    the trial's node (``node_id``, from its last report) is dead; or a dead node's id is in
-    Ray's error text; or the text is one of Ray's lost-connection errors
-    (``NODE_LOSS_TEXTS``) and a node of the cluster is dead. Call with Ray initialised."""
+def node_lost_error(error_text: str | None, node_id: str | None = None) -> str | None:
+    """The error of a ``node_lost`` row ('lost with Ray node <id> (<address>), which went
+    away mid-trial'), or None when the failure was no node's loss. The node is the trial's
+    (``node_id``, from its last report) when it is dead; else a dead node named in Ray's
+    error text; else, for one of Ray's lost-connection errors (``NODE_LOSS_TEXTS``), a dead
+    node of the cluster. Call with Ray initialised."""
     import re
 
     import ray
-    dead = [n["NodeID"] for n in ray.nodes() if not n.get("Alive")]
-    if node_id is not None and node_id in dead:
-        return node_id
+    dead = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes() if not n.get("Alive")}
     text = error_text or ""
     named = [found for found in re.findall(r"[0-9a-f]{56}", text) if found in dead]
-    if named:
-        return named[0]
-    if dead and any(pattern in text for pattern in NODE_LOSS_TEXTS):
-        return dead[-1]
-    return None
-
-
-def node_lost_error(node: str) -> str:
-    """The error of a ``node_lost`` row: the node's id and address."""
-    import ray
-    address = next((n.get("NodeManagerAddress") for n in ray.nodes() if n["NodeID"] == node),
-                   None)
-    where = f" ({address})" if address else ""
+    if node_id is not None and node_id in dead:
+        node = node_id
+    elif named:
+        node = named[0]
+    elif dead and any(pattern in text for pattern in NODE_LOSS_TEXTS):
+        node = list(dead)[-1]
+    else:
+        return None
+    where = f" ({dead[node]})" if dead[node] else ""
     return f"lost with Ray node {node}{where}, which went away mid-trial"
 
 

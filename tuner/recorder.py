@@ -18,7 +18,7 @@ from tuner.budget import kill_at_unix_s
 from tuner.errors import RecordFailed, one_line
 from tuner.knobs import Knobs
 from tuner.plan import Plan
-from tuner.ray_runtime import lost_node, node_lost_error
+from tuner.ray_runtime import node_lost_error
 from tuner.runlock import active_runs
 from tuner.status import Phase, Status
 
@@ -211,9 +211,9 @@ class LeaderboardWriter(Callback):
                   if k not in leaderboard.MEASURED_COLUMNS}
         result.update(status=Status.ERROR.value, error=one_line(text) if text else "the trial process failed",
                       traceback=text)
-        node = lost_node(text, (trial.last_result or {}).get("node_id"))
-        if node is not None:
-            result.update(status=Status.NODE_LOST.value, error=node_lost_error(node))
+        lost = node_lost_error(text, (trial.last_result or {}).get("node_id"))
+        if lost is not None:
+            result.update(status=Status.NODE_LOST.value, error=lost)
         _stamp(trial, result)
         self._write(self._row(trial, result))
 

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 import yaml
 
 from tuner.errors import SpaceError
-from tuner.knobs import (CHOICE_KNOBS, CUDA_ONLY_KNOBS, CUDA_ONLY_VALUES, KNOB_INFO, WORKER_KNOBS,
-                         Knobs)
+from tuner.knobs import (CHOICE_KNOBS, CUDA_ONLY_KNOBS, CUDA_ONLY_VALUES, DDP_BUCKET_CAP_MB,
+                         KNOB_INFO, WORKER_KNOBS, Knobs)
 from tuner.settings import DEVICE_TYPES
 _TOP_KEYS = {"knobs", "description", *DEVICE_TYPES}
 
@@ -245,7 +245,7 @@ class Space:
                 continue
             value = values[name]
             if name == "ddp_bucket_cap_mb" and value is None:
-                value = 25  # DDP's default, which None means
+                value = DDP_BUCKET_CAP_MB  # what None means
             if name in ("num_workers", "batch_size") and isinstance(dom, IntRange) and value > dom.high:
                 # A reference may use more workers than this node has CPUs (or a batch larger
                 # than the dataset); the trial still runs it as written, the search records it
@@ -308,7 +308,7 @@ def _cap(dom: Domain, high: int) -> Domain:
 
 
 DDP_DOMAINS: dict[str, Domain] = {
-    "ddp_bucket_cap_mb": Choices((25, 50, 100, 200)),
+    "ddp_bucket_cap_mb": Choices((DDP_BUCKET_CAP_MB, 50, 100, 200)),
     "gradient_as_bucket_view": Choices((False, True)),
     "static_graph": Choices((False, True)),
 }
