@@ -118,7 +118,9 @@ def train_loop_ranks(workload: Workload, knobs: Knobs, *, world_size: int, devic
     """
     import socket
     import torch.multiprocessing as mp
-    ctx = mp.get_context("fork" if device == "cpu" else "spawn")
+    # spawn, never fork: a fork of a process whose torch thread pools have run can crash in
+    # the child (both ranks ended with SIGSEGV on a loaded 2-core machine)
+    ctx = mp.get_context("spawn")
     with socket.socket() as sock:  # a free port for the process group's rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
