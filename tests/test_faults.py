@@ -414,6 +414,10 @@ def two_nodes(tmp_path_factory):
     pids = tmp / "pids"
     pids.mkdir()
     monkeypatch.setenv("TUNER_TEST_PID_DIR", str(pids))
+    # A trial's first step waits while this file exists (the nodes' workers read it: they
+    # inherit the environment of the raylet, not of a run's driver).
+    monkeypatch.setenv(fault_workloads.HOLD_FILE_ENV, str(tmp / "hold"))
+    monkeypatch.setenv(fault_workloads.HOLD_FROM_ENV, "1")
     # Nodes on the loopback only (notes section 4). Ray rewrites a bootstrap address of
     # 127.0.0.1 to the machine's outward IP (services.resolve_ip_for_localhost), where these
     # nodes do not listen, and then retries for minutes; a driver that counts as a
@@ -539,3 +543,62 @@ def test_a_two_rank_trial_runs_across_both_nodes(tmp_path, cluster, space):
     assert {node for _, node in announced(pid_dir)} == {cluster.head_node.node_id,
                                                          cluster.worker.node_id}
 
+
+
+def test_a_lost_node_ends_a_two_rank_trial_on_both_ranks(tmp_path, cluster, space):
+    """``run --world-size 2`` on the two nodes (one rank on each); the worker node goes away
+    while both ranks wait in their first step, and the rank left then waits in DDP's first
+    all-reduce for a rank that is gone: Ray Train ends it, the run records the trial once,
+    ``node_lost`` naming the node, and keeps Ray's node-loss dumps off the console. A new node
+    takes the lost one's place (as an autoscaler's would): the next trial runs on it, and the
+    run exits 0."""
+    pid_dir = Path(os.environ["TUNER_TEST_PID_DIR"])
+    hold = Path(os.environ[fault_workloads.HOLD_FILE_ENV])
+    results = tmp_path / "results"
+    # The driver keeps the nodes' loopback address (as `two_nodes` does in this process).
+    env = {**os.environ, "COLUMNS": "100", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    hold.touch()
+    try:
+        proc = start(["run", "--workload", SLOW, "--space", space, "--trials", "2",
+                      "--world-size", "2", "--address", cluster.address,
+                      "--results", str(results), *SHORT], env)
+        try:
+            ranks = wait_for(lambda: len(announced(pid_dir)) >= 2 and announced(pid_dir), 240,
+                             "both ranks' first step", proc)
+            worker_id = cluster.worker.node_id
+            assert {node for _, node in ranks} == {cluster.head_node.node_id, worker_id}
+            started = time.monotonic()
+            # The machine goes away: its raylet, the rank it ran, then the node's other
+            # processes, each SIGKILLed (a raylet killed alone leaves its workers running).
+            from ray._private.ray_constants import PROCESS_TYPE_RAYLET
+            (raylet,) = cluster.worker.all_processes[PROCESS_TYPE_RAYLET]
+            raylet.process.kill()
+            (rank_pid,) = [pid for pid, node in ranks if node == worker_id]
+            os.kill(rank_pid, signal.SIGKILL)
+            cluster.remove_node(cluster.worker, allow_graceful=False)
+        finally:
+            hold.unlink()
+        cluster.worker = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+        out, err = finish(proc, timeout=300)
+    finally:
+        hold.unlink(missing_ok=True)
+    ended_s = time.monotonic() - started
+    assert proc.returncode == 0, err[-3000:]
+    rows = rows_of(results)
+    assert len(rows) == 2 and len({r["trial_id"] for r in rows}) == 2   # each trial once
+    (lost,) = [r for r in rows if r["status"] != "ok"]
+    assert lost["status"] == "node_lost", lost["error"]
+    assert lost["world_size"] == 2
+    assert f"lost with Ray node {worker_id} (127.0.0.1)" in lost["error"]
+    assert lost["error"].startswith("rank "), lost["error"]
+    assert lost["traceback"]                              # Ray's own text, kept
+    assert ended_s < 240, f"the run took {ended_s:.0f} s to end after the node went away"
+    assert cluster.worker.node_id in {node for _, node in announced(pid_dir)}  # the new node
+    # Ray's messages about the node (a raylet's last 20 log lines, twice) go to a file; the
+    # console has one line naming it.
+    console = (out + err).splitlines()
+    assert not [ln for ln in console if "(raylet)" in ln or "Last 20 lines" in ln], err[-3000:]
+    (told,) = [ln for ln in console if "Ray reported" in ln]
+    log = Path(told.split("Ray's messages: ")[1].rstrip(")"))
+    assert "Raylet is terminated" in log.read_text()
+    assert "Traceback" not in err

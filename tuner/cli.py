@@ -77,7 +77,8 @@ _default_showwarning = warnings.showwarning
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """The warnings tuner raises for the user (a damaged leaderboard file, another run on this
     machine) as one line."""
-    if category.__name__ in ("DamagedLeaderboardWarning", "ConcurrentRunWarning"):
+    if category.__name__ in ("DamagedLeaderboardWarning", "ConcurrentRunWarning",
+                             "RayNodeWarning"):
         err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
     else:
         _default_showwarning(message, category, filename, lineno, file, line)

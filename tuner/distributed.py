@@ -8,8 +8,10 @@ and the other ranks step with it (``tuner.ranks``); at the end rank 0 gathers ev
 figures and hands the trial's result (global samples/sec, ``tuner.ranks.merge``) back through a
 Ray queue, and the trainable reports it to Ray Tune. A rank that fails (an OOM, a crash) ends
 every rank: Ray Train stops the worker group when one of its workers raises, so the trial ends
-``oom`` / ``error`` within Ray Train's polling time, never waiting on a collective. A multi-rank
-trial reports once, at its end: early stopping does not judge it.
+``oom`` / ``error`` within Ray Train's polling time, never waiting on a collective; a rank
+lost with its node ends it ``node_lost``. Ray Train retries nothing: a retry would wait for
+ranks that may no longer fit the cluster. A multi-rank trial reports once, at its end: early
+stopping does not judge it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tuner.errors import TrialFailure
 from tuner.failures import classify
 from tuner.harness import follow_trial, named_trainable, run_trial
 from tuner.ranks import STOP, Rank, RankFigures, merge
-from tuner.ray_runtime import node_lost_error
+from tuner.ray_runtime import NODE_DEATH_WAIT_S, dead_nodes, node_lost_error
 from tuner.settings import TrialSettings
 from tuner.status import Status
 from tuner.workload import Workload
@@ -53,9 +55,12 @@ def run_data_parallel_trial(workload: Workload, config: dict) -> dict:
     import ray
     from ray import tune
     from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     settings = TrialSettings(**config["tuner"])
-    results = Queue(actor_options={"num_cpus": 0})
+    known_dead = dead_nodes()  # no rank of this trial was lost with these
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    results = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})  # dies with it
     started = time.time()
     try:
         trainer = _trainer(workload, config, settings, results)
@@ -64,7 +69,7 @@ def run_data_parallel_trial(workload: Workload, config: dict) -> dict:
             failure = None
         except Exception as exc:  # a rank failed: Ray Train stopped them all
             failure = exc
-        result = _result(results, failure, settings)
+        result = _result(results, failure, settings, known_dead)
     finally:
         ray.kill(results.actor)
     result.setdefault("setup_s", time.time() - started)
@@ -97,50 +102,84 @@ def _trainer(workload: Workload, config: dict, settings: TrialSettings, results:
                                      accelerator_type=settings.accelerator_type),
         torch_config=TorchConfig(backend=backend(settings.device)),
         run_config=RunConfig(name="ranks", storage_path=storage,
-                             failure_config=FailureConfig(max_failures=0)),
+                             failure_config=FailureConfig(
+                                 max_failures=0, controller_failure_limit=0,
+                                 max_preemption_failures=0)),
     )
 
 
-def _result(results: Any, failure: Exception | None, settings: TrialSettings) -> dict:
+def _result(results: Any, failure: Exception | None, settings: TrialSettings,
+            known_dead: frozenset[str] = frozenset()) -> dict:
     """The trial's result: rank 0's when it sent one (an ok or timed-out trial, or rank 0's
-    own failure), else the failed rank's exception classified (``tuner.failures``)."""
+    own failure), else the failed rank's exception classified (``tuner.failures``). A rank
+    lost with its node outranks rank 0's failure, which is then the collateral one (gloo's
+    connection reset by the rank that went away); a node lost after rank 0's result (while
+    Ray Train shut the ranks down) leaves the measured result."""
     from ray.util.queue import Empty
     try:
         result = results.get(timeout=RESULT_WAIT_S if failure is None else 1.0)
     except Empty:
         result = None
-    if result is not None:
-        return result
     if failure is None:
+        if result is not None:
+            return result
         failure = TrialFailure("the data-parallel run ended without a result from rank 0")
-    return _failed(failure, settings)
+    failed = _failed(failure, settings, known_dead)
+    measured = result is not None and result["status"] in (Status.OK, Status.TIMEOUT)
+    if result is None or (failed["status"] == Status.NODE_LOST and not measured):
+        return failed
+    return result
 
 
-def _failed(failure: Exception, settings: TrialSettings) -> dict:
-    """The columns of a trial a rank ended: the first failed rank's exception, classified."""
+def _failed(failure: Exception, settings: TrialSettings,
+            known_dead: frozenset[str] = frozenset()) -> dict:
+    """The columns of a trial a rank ended: a rank lost with its node (not one of
+    ``known_dead``, dead before the trial) when there is one, else the first failed rank's
+    exception, classified."""
     import torch
-    cause, which = _first_rank_failure(failure)
+    ranks = _rank_failures(failure)
+    # A rank's process that died may be the first sign of its node's loss, which Ray
+    # declares only once the node has missed its heartbeats for a while.
+    lost = {which: node_lost_error(f"{type(cause).__name__}: {cause}", known_dead=known_dead,
+                                   wait_s=NODE_DEATH_WAIT_S, death_may_be_loss=True)
+            for which, cause in ranks.items()}
+    lost = {which: error for which, error in lost.items() if error is not None}
+    which = min(lost or ranks) if ranks else None
+    cause = failure if which is None else ranks[which]
     status, memory, error = classify(cause, torch.device(settings.device))
     prefix = "" if which is None else f"rank {which}: "
-    out = {"status": status, "error": prefix + error, "samples_per_sec": 0.0,
-           "world_size": settings.world_size, "backend": backend(settings.device)}
-    lost = node_lost_error(f"{type(cause).__name__}: {cause}\n{failure}")
-    if lost is not None:  # a rank's node went away: Ray Train ended the others
-        out.update(status=Status.NODE_LOST, error=prefix + lost, traceback=str(failure))
+    out = {"status": status, "error": prefix + (_no_room(failure, settings) or error),
+           "samples_per_sec": 0.0, "world_size": settings.world_size,
+           "backend": backend(settings.device)}
+    gone = lost.get(which) if ranks else node_lost_error(f"{type(cause).__name__}: {cause}",
+                                                         known_dead=known_dead)
+    if gone is not None:  # a rank's node went away: Ray Train ended the others
+        out.update(status=Status.NODE_LOST, error=prefix + gone, traceback=str(failure))
     if memory is not None:
         out["memory_exceeded"] = memory
     return out
 
 
-def _first_rank_failure(failure: Exception) -> tuple[Exception, int | None]:
-    """(the exception, its rank) of Ray Train's ``WorkerGroupError``; the error itself and
-    None for anything else."""
-    failures = getattr(failure, "worker_failures", None)
-    if not failures:
-        return failure, None
-    rank = min(failures)
-    cause = failures[rank]
-    return (cause if isinstance(cause, BaseException) else RuntimeError(str(cause))), rank
+def _no_room(failure: Exception, settings: TrialSettings) -> str | None:
+    """One line for Ray Train's worker-group start that timed out (the cluster had no room
+    for the ranks, e.g. after a node went away); None for any other failure."""
+    import re
+    cause = getattr(failure, "controller_failure", None)
+    if type(cause).__name__ != "WorkerGroupStartupTimeoutError":
+        return None
+    waited = re.search(r"after ([0-9.]+) seconds", str(cause))
+    gpus = " and 1 GPU" if settings.device == "cuda" else ""
+    return (f"the cluster had no room for {settings.world_size} ranks of "
+            f"{_rank_cpus(settings)} CPU{gpus} each"
+            f"{f' in {float(waited.group(1)):.0f} s' if waited else ''} (Ray Train's "
+            f"worker-group start): add nodes or use a smaller --world-size")
+
+
+def _rank_failures(failure: Exception) -> dict[int, BaseException]:
+    """Each failed rank's exception in Ray Train's ``WorkerGroupError``; empty for anything
+    else."""
+    return {rank: cause if isinstance(cause, BaseException) else RuntimeError(str(cause))
+            for rank, cause in (getattr(failure, "worker_failures", None) or {}).items()}
 
 
 def _rank_main(workload: Workload, results: Any, config: dict) -> None:

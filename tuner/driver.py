@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import signal
 import time
 from dataclasses import asdict, dataclass, replace
@@ -31,8 +32,8 @@ from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import Plan, Resources, make_plan, resolve_workload
 from tuner.probe import probe_batch_limit, probe_in_process
-from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, hardware_key,
-                               ray_session)
+from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, dead_nodes,
+                               hardware_key, ray_messages_to, ray_session)
 from tuner.pruning import EarlyStopping
 from tuner.recorder import LeaderboardWriter, ignore_event
 from tuner.runlock import registered
@@ -78,7 +79,8 @@ def run(what: RunOptions | Plan, *,
                               else plan.budget_start() + plan.time_budget_s)
     writer = None
     with registered(plan.run_id, plan.options.results, local=plan.options.address is None), \
-            ray_session(plan.options.address), stop_signals_interrupt():
+            ray_session(plan.options.address), stop_signals_interrupt(), \
+            ray_messages_to(os.path.join(_ray_storage(plan), f"{plan.run_id}.log")):
         try:  # (ray_session: local Ray started here; a cluster's connection made already)
             plan = plan.with_hardware_key(hardware_key(plan))
             if plan.should_probe:
@@ -200,8 +202,10 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
 def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWriter":
     import optuna
     import ray
-    return LeaderboardWriter(plan, on_event, versions={
+    writer = LeaderboardWriter(plan, on_event, versions={
         "ray_version": ray.__version__, "optuna_version": optuna.__version__})
+    writer.known_dead = dead_nodes()  # a node dead before the run lost none of its trials
+    return writer
 
 
 def _concurrency(plan: Plan) -> int:
@@ -232,9 +236,11 @@ def _trainable(plan: Plan):
     from ray import tune
     if plan.settings.world_size > 1:
         # The ranks hold the trial's CPUs and GPUs (ScalingConfig); Ray Tune's own trial
-        # process only waits for them, and asks for a token (a request may not be empty).
+        # process only waits for them, and asks for a token (a request may not be empty), on
+        # the head node: a worker node lost takes a rank with it, never the trial's record.
         return tune.with_resources(make_data_parallel_trainable(plan.workload),
-                                   resources={"cpu": 0, "memory": 1})
+                                   resources={"cpu": 0, "memory": 1,
+                                              "node:__internal_head__": 0.001})
     # A fresh function each time: with_resources sets an attribute on the function object,
     # so wrapping one function twice would give every run the last resources.
     return tune.with_resources(
@@ -248,13 +254,17 @@ def _trainable(plan: Plan):
 
 def _run_config(plan: Plan, writer: "LeaderboardWriter", name: str):
     from ray import tune
-    # Trials save no checkpoints, so Ray's run state can stay on the driver; for a remote
-    # results URI it goes to the local cache (workers then need no object-store credentials).
-    storage = (str(default_cache_dir() / "ray") if leaderboard.is_uri(plan.options.results)
-               else str(Path(plan.options.results).resolve() / "ray"))
-    return tune.RunConfig(name=name, storage_path=storage,
+    # Trials save no checkpoints, so Ray's run state can stay on the driver.
+    return tune.RunConfig(name=name, storage_path=_ray_storage(plan),
                           callbacks=[writer], verbose=0,
                           failure_config=tune.FailureConfig(max_failures=0))
+
+
+def _ray_storage(plan: Plan) -> str:
+    """Where Ray's run state and messages go: ``<results>/ray``; for a remote results URI the
+    local cache (workers then need no object-store credentials)."""
+    return (str(default_cache_dir() / "ray") if leaderboard.is_uri(plan.options.results)
+            else str(Path(plan.options.results).resolve() / "ray"))
 
 
 def _experiment_name(plan: Plan) -> str:

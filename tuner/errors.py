@@ -110,6 +110,11 @@ class ConcurrentRunWarning(UserWarning):
     """Another tuner run is active on this machine: both runs' measurements are disturbed."""
 
 
+class RayNodeWarning(UserWarning):
+    """Ray reported a node's failure (a raylet that died, a node marked dead); the message
+    names the file that keeps Ray's full text (``tuner.ray_runtime.ray_messages_to``)."""
+
+
 # ---------------------------------------------------------------------------- one line
 
 _CAUGHT_IN_WORKER = re.compile(r"Caught (\w+) (in DataLoader worker process \d+)")

@@ -9,9 +9,10 @@ import math
 import os
 import subprocess
 import sys
+import time
 from typing import Iterator
 
-from tuner.errors import TunerError
+from tuner.errors import RayNodeWarning, TunerError
 from tuner.settings import DEVICES, trial_cpus
 
 # Quiet Ray: our own progress lines replace its tables. With verbose=0 Ray's new output
@@ -60,28 +61,93 @@ NODE_LOSS_TEXTS = ("rpc_code: 14", "Socket closed", "NodeDiedError", "has been m
 """What Ray says when the process at the other end went away with its node."""
 
 
-def node_lost_error(error_text: str | None, node_id: str | None = None) -> str | None:
+NODE_DEATH_WAIT_S = 60.0
+"""How long a failure that reads as a lost node (``NODE_LOSS_TEXTS``) waits for Ray to mark a
+node dead: Ray's GCS declares a node dead only after missing its heartbeats for a while."""
+
+
+def dead_nodes() -> frozenset[str]:
+    """Ids of the connected cluster's nodes that Ray has marked dead."""
+    import ray
+    return frozenset(n["NodeID"] for n in ray.nodes() if not n.get("Alive"))
+
+
+ACTOR_DEATH_TEXTS = ("ActorDiedError", "died unexpectedly", "worker process has died",
+                     "A worker health check failed")
+"""What Ray says when a process it ran died: a crash, or the first sign of its node's loss."""
+
+
+def node_lost_error(error_text: str | None, node_id: str | None = None, *,
+                    known_dead: frozenset[str] = frozenset(), wait_s: float = 0.0,
+                    death_may_be_loss: bool = False) -> str | None:
     """The error of a ``node_lost`` row ('lost with Ray node <id> (<address>), which went
     away mid-trial'), or None when the failure was no node's loss. The node is the trial's
     (``node_id``, from its last report) when it is dead; else a dead node named in Ray's
     error text; else, for one of Ray's lost-connection errors (``NODE_LOSS_TEXTS``), a dead
-    node of the cluster. Call with Ray initialised."""
+    node of the cluster. Nodes in ``known_dead`` (dead before the run) do not count. A
+    lost-connection error with no such node dead yet waits up to ``wait_s`` for Ray to mark
+    one dead; with ``death_may_be_loss``, so does a process's death (``ACTOR_DEATH_TEXTS``)
+    naming a node (a crash on a live node then waits it all). Call with Ray initialised."""
     import re
 
     import ray
-    dead = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes() if not n.get("Alive")}
     text = error_text or ""
-    named = [found for found in re.findall(r"[0-9a-f]{56}", text) if found in dead]
-    if node_id is not None and node_id in dead:
-        node = node_id
-    elif named:
-        node = named[0]
-    elif dead and any(pattern in text for pattern in NODE_LOSS_TEXTS):
-        node = list(dead)[-1]
-    else:
-        return None
-    where = f" ({dead[node]})" if dead[node] else ""
-    return f"lost with Ray node {node}{where}, which went away mid-trial"
+    candidates = [n for n in [node_id, *re.findall(r"[0-9a-f]{56}", text)] if n]
+    looks_lost = any(pattern in text for pattern in NODE_LOSS_TEXTS) or (
+        death_may_be_loss and bool(candidates)
+        and any(pattern in text for pattern in ACTOR_DEATH_TEXTS))
+    deadline = time.monotonic() + wait_s
+    while True:
+        dead = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()
+                if not n.get("Alive") and n["NodeID"] not in known_dead}
+        node = next((n for n in candidates if n in dead), None)
+        if node is None and dead and any(pattern in text for pattern in NODE_LOSS_TEXTS):
+            node = list(dead)[-1]
+        if node is not None:
+            where = f" ({dead[node]})" if dead[node] else ""
+            return f"lost with Ray node {node}{where}, which went away mid-trial"
+        if not looks_lost or time.monotonic() >= deadline:
+            return None
+        time.sleep(1.0)
+
+
+@contextlib.contextmanager
+def ray_messages_to(log_path: str) -> Iterator[None]:
+    """For the block, the messages Ray's GCS sends the driver about its nodes (a raylet that
+    died, with the last lines of its log; a node marked dead) go to ``log_path``, each
+    appended with its time, and the first of them to the console as one warning
+    (``RayNodeWarning``) naming the file. Ray prints them whole otherwise (20+ lines each)."""
+    import warnings
+
+    from ray._private import worker
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None:  # another Ray: leave its printing alone
+        yield
+        return
+    told = []
+
+    def print_to_stdstream(data, ignore_prefix: bool):
+        if data.get("pid") != "raylet":
+            return original(data, ignore_prefix)
+        lines = [ln for ln in data.get("lines", []) if ln.strip()]
+        try:
+            os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+            with open(log_path, "a") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} (raylet)\n")
+                f.writelines(ln.rstrip("\n") + "\n" for ln in lines)
+        except OSError:
+            return original(data, ignore_prefix)  # no log file: the console keeps it
+        if not told:
+            told.append(True)
+            first = lines[0].split(". ")[0].strip() if lines else "a message"
+            warnings.warn(f"Ray reported: {first[:100]} (Ray's messages: {log_path})",
+                          RayNodeWarning, stacklevel=2)
+
+    worker.print_to_stdstream = print_to_stdstream
+    try:
+        yield
+    finally:
+        worker.print_to_stdstream = original
 
 
 def accelerator_types() -> list[str]:

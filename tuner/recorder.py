@@ -18,7 +18,7 @@ from tuner.budget import kill_at_unix_s
 from tuner.errors import RecordFailed, one_line
 from tuner.knobs import Knobs
 from tuner.plan import Plan
-from tuner.ray_runtime import node_lost_error
+from tuner.ray_runtime import NODE_DEATH_WAIT_S, node_lost_error
 from tuner.runlock import active_runs
 from tuner.status import Phase, Status
 
@@ -69,6 +69,9 @@ class LeaderboardWriter(Callback):
         """The first row that could not be written; ``on_step_end`` raises it."""
         self._overdue: set[str] = set()
         """Trials killed past their deadline (``on_step_begin``)."""
+        self.known_dead: frozenset[str] = frozenset()
+        """Ray nodes dead before the run (``tuner.ray_runtime.dead_nodes``): no trial of the
+        run was lost with them."""
 
     def __getstate__(self) -> dict:
         # Ray Tune pickles its run config (callbacks included) for restore; the live console
@@ -211,7 +214,8 @@ class LeaderboardWriter(Callback):
                   if k not in leaderboard.MEASURED_COLUMNS}
         result.update(status=Status.ERROR.value, error=one_line(text) if text else "the trial process failed",
                       traceback=text)
-        lost = node_lost_error(text, (trial.last_result or {}).get("node_id"))
+        lost = node_lost_error(text, (trial.last_result or {}).get("node_id"),
+                               known_dead=self.known_dead, wait_s=NODE_DEATH_WAIT_S)
         if lost is not None:
             result.update(status=Status.NODE_LOST.value, error=lost)
         _stamp(trial, result)
