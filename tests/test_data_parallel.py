@@ -181,6 +181,34 @@ def test_a_run_of_two_rank_trials_interrupted_then_resumed_records_each_trial_on
         (r["status"], r["error"]) for r in rows]
 
 
+@pytest.mark.slow
+def test_a_world_size_list_records_both_sizes_and_their_scaling_efficiency(tmp_path):
+    """``run --world-size 1,2``: a search at each size, rows of both sizes in the leaderboard,
+    and at the end the two-rank line with its scaling efficiency and cost."""
+    import re
+    from tests.test_faults import SLOW, finish, rows_of, start, stop_setup
+    space, env = stop_setup(tmp_path, step_sleep_s=0.0)
+    results = tmp_path / "results"
+    proc = start(["run", "--workload", SLOW, "--space", str(space), "--trials", "2",
+                  "--world-size", "1,2", "--results", str(results), "--device", "cpu",
+                  "--windows", "2", "--window-s", "0.3", "--warmup-steps", "1", "--confirm",
+                  "0", "--no-ceiling", "--no-early-stop", "--gpu-hour-cost", "2"], env)
+    out, err = finish(proc, timeout=400)
+    assert proc.returncode == 0, err[-2000:]
+    rows = rows_of(results)
+    assert sorted(r["world_size"] for r in rows) == [1, 1, 2, 2]
+    assert all(r["status"] == "ok" for r in rows), [(r["status"], r["error"]) for r in rows]
+    best = {n: max(r["samples_per_sec"] for r in rows if r["world_size"] == n) for n in (1, 2)}
+    line = re.search(r"world size 2: ([0-9.,]+) samples/sec \(([0-9.,]+) per rank\), scaling "
+                     r"efficiency (\d+) %(?: \([^)]*\))?, ([0-9.]+) per million samples",
+                     " ".join(out.split()))
+    assert line, out[-2000:]
+    assert float(line[1].replace(",", "")) == pytest.approx(best[2], abs=0.06)
+    efficiency = min(1.0, best[2] / (2 * best[1]))
+    assert int(line[3]) == round(100 * efficiency)
+    assert float(line[4]) == pytest.approx(2 * 2 / (best[2] * 3600) * 1e6, rel=0.01)
+
+
 def _two_rank_row(tmp_path) -> None:
     import datetime as dt
     import tuner.leaderboard as leaderboard
