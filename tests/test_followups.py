@@ -159,6 +159,9 @@ def test_a_transient_failure_of_a_reference_is_retried_once():
     rows.append(make_row(9, BASE, reference="baseline", status="error"))   # the retry failed
     assert followups.retry_batch(fake_plan(), rows) is None
     assert not followups.transient({"status": "oom", "error": "worker killed: out of memory"})
+    for world_size in (1, 2):                   # a lost node's trial runs on the nodes left
+        assert followups.transient({"status": "node_lost", "world_size": world_size,
+                                    "error": "rank 1: lost with Ray node ..."})
 
 
 def test_limits_left_out_for_lack_of_time_are_said_without_a_batch():

@@ -94,10 +94,10 @@ def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
 # ------------------------------------------------------------------------- the retry
 
 def transient(row: dict) -> bool:
-    """True for a one-rank ``node_lost`` row (a multi-rank trial's ranks may no longer fit the
-    nodes left: Ray Train would wait for them), and an ``error`` row whose error may not
-    recur (``TRANSIENT_ERRORS``)."""
-    return (row["status"] == Status.NODE_LOST and int(row.get("world_size") or 1) == 1) or (
+    """True for a ``node_lost`` row (run again on the nodes left; a multi-rank trial whose
+    ranks no longer fit them ends after Ray Train's worker-group start timeout, an ``error``),
+    and an ``error`` row whose error may not recur (``TRANSIENT_ERRORS``)."""
+    return row["status"] == Status.NODE_LOST or (
         row["status"] == Status.ERROR
         and any(p in (row.get("error") or "") for p in TRANSIENT_ERRORS))
 
