@@ -257,18 +257,24 @@ class PacedLong(Paced):
 
 
 class SteepPaced(Paced):
-    """``Paced`` whose batches under 20 also take longer per step (``STEP_S`` x 20 / batch):
-    samples/sec goes as batch_size squared, so batch 5 is 16x slower than batch 20 and batch 4
-    25x. A loaded machine adds a per-step cost that narrows such gaps (a 4x gap to ~2x); this
-    one stays far past the early-stopping margin however busy the machine is."""
+    """``Paced`` whose batches under 20 also take longer per step: each step of a trial starts
+    ``STEP_S`` x max(1, 20 / batch) after the one before (the sleep takes up what the step
+    itself cost), so samples/sec goes as batch_size squared, batch 5 16x slower than batch 20
+    and batch 4 25x, however busy the machine is while a step costs less than its period (a
+    sleep per step instead lets a loaded machine's per-step cost narrow a 16x gap to ~6x and
+    widen the window-to-window noise, and with it the early-stopping margin, past it)."""
 
     name = "fake-steep-paced"
 
     def training_step(self, model, batch):
         import time
-        if batch[0].device.type != "meta" and batch[0].shape[0] < 20:
-            time.sleep(self.STEP_S * (20 / batch[0].shape[0] - 1))
-        return super().training_step(model, batch)
+        if batch[0].device.type == "meta":
+            return Regression.training_step(self, model, batch)
+        period = self.STEP_S * max(1.0, 20 / batch[0].shape[0])
+        last = getattr(model, "paced_step_at", None)  # a new model per trial
+        time.sleep(period if last is None else max(0.0, last + period - time.perf_counter()))
+        model.paced_step_at = time.perf_counter()
+        return Regression.training_step(self, model, batch)
 
 
 class RankOOM(Regression):
