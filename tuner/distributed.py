@@ -58,7 +58,7 @@ def run_data_parallel_trial(workload: Workload, config: dict) -> dict:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     settings = TrialSettings(**config["tuner"])
-    known_dead = dead_nodes()  # no rank of this trial was lost with these
+    known_dead = frozenset(dead_nodes())  # no rank of this trial was lost with these
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     results = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})  # dies with it
     started = time.time()
@@ -139,11 +139,12 @@ def _failed(failure: Exception, settings: TrialSettings,
     import torch
     ranks = _rank_failures(failure)
     # A rank's process that died may be the first sign of its node's loss, which Ray
-    # declares only once the node has missed its heartbeats for a while.
-    lost = {which: node_lost_error(f"{type(cause).__name__}: {cause}", known_dead=known_dead,
-                                   wait_s=NODE_DEATH_WAIT_S, death_may_be_loss=True)
-            for which, cause in ranks.items()}
-    lost = {which: error for which, error in lost.items() if error is not None}
+    # declares only once the node has missed its heartbeats for a while: one wait for all.
+    deadline = time.monotonic() + NODE_DEATH_WAIT_S
+    lost = {which: error for which, cause in ranks.items()
+            if (error := node_lost_error(f"{type(cause).__name__}: {cause}",
+                                         known_dead=known_dead, death_may_be_loss=True,
+                                         wait_s=max(0.0, deadline - time.monotonic())))}
     which = min(lost or ranks) if ranks else None
     cause = failure if which is None else ranks[which]
     status, memory, error = classify(cause, torch.device(settings.device))

@@ -202,10 +202,10 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
 def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWriter":
     import optuna
     import ray
-    writer = LeaderboardWriter(plan, on_event, versions={
-        "ray_version": ray.__version__, "optuna_version": optuna.__version__})
-    writer.known_dead = dead_nodes()  # a node dead before the run lost none of its trials
-    return writer
+    # a node dead before the run lost none of its trials
+    return LeaderboardWriter(plan, on_event, versions={
+        "ray_version": ray.__version__, "optuna_version": optuna.__version__},
+        known_dead=frozenset(dead_nodes()))
 
 
 def _concurrency(plan: Plan) -> int:

@@ -66,10 +66,12 @@ NODE_DEATH_WAIT_S = 60.0
 node dead: Ray's GCS declares a node dead only after missing its heartbeats for a while."""
 
 
-def dead_nodes() -> frozenset[str]:
-    """Ids of the connected cluster's nodes that Ray has marked dead."""
+def dead_nodes(known_dead: frozenset[str] = frozenset()) -> dict[str, str | None]:
+    """Id -> address of the connected cluster's nodes that Ray has marked dead, less
+    ``known_dead``."""
     import ray
-    return frozenset(n["NodeID"] for n in ray.nodes() if not n.get("Alive"))
+    return {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()
+            if not n.get("Alive") and n["NodeID"] not in known_dead}
 
 
 ACTOR_DEATH_TEXTS = ("ActorDiedError", "died unexpectedly", "worker process has died",
@@ -90,7 +92,6 @@ def node_lost_error(error_text: str | None, node_id: str | None = None, *,
     naming a node (a crash on a live node then waits it all). Call with Ray initialised."""
     import re
 
-    import ray
     text = error_text or ""
     candidates = [n for n in [node_id, *re.findall(r"[0-9a-f]{56}", text)] if n]
     looks_lost = any(pattern in text for pattern in NODE_LOSS_TEXTS) or (
@@ -98,8 +99,7 @@ def node_lost_error(error_text: str | None, node_id: str | None = None, *,
         and any(pattern in text for pattern in ACTOR_DEATH_TEXTS))
     deadline = time.monotonic() + wait_s
     while True:
-        dead = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()
-                if not n.get("Alive") and n["NodeID"] not in known_dead}
+        dead = dead_nodes(known_dead)
         node = next((n for n in candidates if n in dead), None)
         if node is None and dead and any(pattern in text for pattern in NODE_LOSS_TEXTS):
             node = list(dead)[-1]

@@ -57,7 +57,8 @@ class LeaderboardWriter(Callback):
     """Writes one leaderboard row per finished trial, from the driver (workers on other nodes
     share no disk with it)."""
 
-    def __init__(self, plan: Plan, on_event: Callable[[str, dict], None], versions: dict):
+    def __init__(self, plan: Plan, on_event: Callable[[str, dict], None], versions: dict,
+                 known_dead: frozenset[str] = frozenset()):
         self.plan = plan
         self.on_event = on_event
         self.versions = versions
@@ -69,7 +70,7 @@ class LeaderboardWriter(Callback):
         """The first row that could not be written; ``on_step_end`` raises it."""
         self._overdue: set[str] = set()
         """Trials killed past their deadline (``on_step_begin``)."""
-        self.known_dead: frozenset[str] = frozenset()
+        self.known_dead = known_dead
         """Ray nodes dead before the run (``tuner.ray_runtime.dead_nodes``): no trial of the
         run was lost with them."""
 
