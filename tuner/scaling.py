@@ -82,9 +82,15 @@ def row_efficiency(rows: list[Mapping[str, Any]]) -> list[float | None]:
     return out
 
 
+def cost_text(cost: float) -> str:
+    """A cost to three significant figures (0.276, 27.6, 0.00412), whole units from 100 up
+    (1,234): two decimals would print a cheap run's cost as 0.00."""
+    return f"{cost:,.0f}" if float(f"{cost:.3g}") >= 100 else f"{cost:#.3g}"
+
+
 def scaling_lines(sizes: tuple[WorldSize, ...]) -> list[str]:
     """One line per world size: 'world size 2: 19.5 samples/sec (9.7 per rank), scaling
-    efficiency 90 %, 0.31 per million samples'. None when every trial had one rank."""
+    efficiency 90 %, 0.310 per million samples'. None when every trial had one rank."""
     if all(s.world_size == 1 for s in sizes):
         return []
     lines = []
@@ -96,7 +102,7 @@ def scaling_lines(sizes: tuple[WorldSize, ...]) -> list[str]:
             if s.efficiency_measured_above_one:
                 text += " (measured above: within the noise)"
         if s.cost_per_million_samples is not None:
-            text += f", {s.cost_per_million_samples:,.2f} per million samples"
+            text += f", {cost_text(s.cost_per_million_samples)} per million samples"
         lines.append(text)
     if all(s.efficiency is None for s in sizes):
         lines.append("scaling efficiency needs a single-rank trial of the same workload on this "
@@ -113,6 +119,6 @@ def scaling_table(sizes: tuple[WorldSize, ...]) -> tuple[list[str], list[list[st
               "cost per million samples", "trial"]
     rows = [[str(s.world_size), f"{s.samples_per_sec:,.1f}", f"{s.rank_samples_per_sec:,.1f}",
              "—" if s.efficiency is None else f"{100 * s.efficiency:.0f} %",
-             "—" if s.cost_per_million_samples is None else f"{s.cost_per_million_samples:,.2f}",
+             "—" if s.cost_per_million_samples is None else cost_text(s.cost_per_million_samples),
              s.trial_id] for s in sizes]
     return header, rows
