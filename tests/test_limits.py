@@ -461,16 +461,18 @@ def test_time_to_train_prediction(regression_data):
     assert plain.get("time_to_train_s") is None
 
 
-def test_time_to_train_counts_the_steps_of_a_dropped_window_once(regression_data):
+def test_time_to_train_counts_the_steps_of_a_dropped_window_once(regression_data, step_clock):
     """A window dropped as warm-up is in ``warmup_s`` with its steps: the prediction does not
-    run those steps again at steady state (it did, a window's steps too many)."""
-    from tests.fake_workloads import regression
+    run those steps again at steady state. On the step clock (steps of 30 ms, then 5 ms), so
+    the drop and its steps are exact however busy the machine is."""
+    from tests.test_harness import _ClockedTransient
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              warmup_steps=1, windows=3, window_s=0.2, breakdown_steps=0,
                              steady_tolerance=0.0, max_steady_probes=1, max_warmup_s=5.0,
                              train_steps=1000)
     reports = []
-    row = run_trial(regression, Knobs(batch_size=8), settings, report=reports.append)
+    row = run_trial(_ClockedTransient(step_clock), Knobs(batch_size=8), settings,
+                    report=reports.append)
     assert row["status"] == "ok", row["error"]
     assert row["steady_probes"] == 1                   # one window dropped (tolerance 0)
     # The dropped window's steps, from its report: its seconds are warmup_s beyond the step.
