@@ -97,6 +97,29 @@ def test_rank_0s_measured_result_stands_when_a_node_goes_after_it(nodes):
     assert _result(Results(oom), crash, settings()) is oom
 
 
+def test_another_ranks_oom_outranks_rank_0s_collateral_reset(nodes):
+    """Rank 1 ran out of memory; Ray Train, stopping the ranks, closed its socket, and rank 0's
+    all-reduce failed with gloo's reset (sent as its result, or raised too): the trial is
+    rank 1's OOM either way. Rank 0's own failure, with no other rank's, stands."""
+    import torch
+    from tuner.distributed import _failed, _result
+
+    class Results:
+        def get(self, timeout):
+            return {"status": Status.ERROR, "error": f"RuntimeError: {RESET}"}
+
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    for failures in ({1: oom}, {0: RuntimeError(f"rank 0: RuntimeError: {RESET}"), 1: oom}):
+        out = _result(Results(), WorkerGroupError(failures), settings())
+        assert out["status"] == Status.OOM, out
+        assert out["error"].startswith("rank 1: ") and "out of memory" in out["error"]
+    alone = _failed(WorkerGroupError({0: RuntimeError("rank 0: ValueError: bad shape")}),
+                    settings())
+    assert alone["status"] == Status.ERROR and alone["error"].startswith("rank 0: ")
+    assert _result(Results(), WorkerGroupError({0: RuntimeError(RESET)}),
+                   settings())["error"] == f"RuntimeError: {RESET}"   # no other rank to blame
+
+
 def test_a_node_dead_before_the_run_loses_none_of_its_trials(nodes):
     from tuner.ray_runtime import node_lost_error
     text = "ActorUnavailableError: RpcError: Socket closed rpc_code: 14"

@@ -33,6 +33,15 @@ from tuner.workload import Workload
 RESULT_WAIT_S = 30.0
 """How long the trainable waits for rank 0's result once Ray Train's run has ended."""
 
+COLLATERAL_TEXTS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                    "gloo/transport", "DistBackendError", "ProcessGroupNCCL", "NCCL communicator")
+"""What a rank's collective says when another rank went away (gloo's reset socket, NCCL's
+aborted communicator): the other rank's failure is the trial's cause."""
+
+
+def _collateral(error_text: str) -> bool:
+    return any(text in error_text for text in COLLATERAL_TEXTS)
+
 
 def backend(device: str) -> str:
     """torch.distributed backend of a data-parallel trial on ``device``: nccl on CUDA, gloo
@@ -112,9 +121,10 @@ def _result(results: Any, failure: Exception | None, settings: TrialSettings,
             known_dead: frozenset[str] = frozenset()) -> dict:
     """The trial's result: rank 0's when it sent one (an ok or timed-out trial, or rank 0's
     own failure), else the failed rank's exception classified (``tuner.failures``). A rank
-    lost with its node outranks rank 0's failure, which is then the collateral one (gloo's
-    connection reset by the rank that went away); a node lost after rank 0's result (while
-    Ray Train shut the ranks down) leaves the measured result."""
+    lost with its node, or another rank's failure when rank 0's reads as collateral
+    (``COLLATERAL_TEXTS``: gloo's connection reset by the rank that went away), outranks
+    rank 0's failure; a node lost after rank 0's result (while Ray Train shut the ranks
+    down) leaves the measured result."""
     from ray.util.queue import Empty
     try:
         result = results.get(timeout=RESULT_WAIT_S if failure is None else 1.0)
@@ -125,8 +135,12 @@ def _result(results: Any, failure: Exception | None, settings: TrialSettings,
             return result
         failure = TrialFailure("the data-parallel run ended without a result from rank 0")
     failed = _failed(failure, settings, known_dead)
-    measured = result is not None and result["status"] in (Status.OK, Status.TIMEOUT)
-    if result is None or (failed["status"] == Status.NODE_LOST and not measured):
+    if result is None:
+        return failed
+    if result["status"] in (Status.OK, Status.TIMEOUT):
+        return result
+    others = any(which != 0 for which in _rank_failures(failure))
+    if failed["status"] == Status.NODE_LOST or (others and _collateral(result.get("error") or "")):
         return failed
     return result
 
@@ -135,7 +149,7 @@ def _failed(failure: Exception, settings: TrialSettings,
             known_dead: frozenset[str] = frozenset()) -> dict:
     """The columns of a trial a rank ended: a rank lost with its node (not one of
     ``known_dead``, dead before the trial) when there is one, else the first failed rank's
-    exception, classified."""
+    exception, classified: a rank's own failure before one that reads as collateral."""
     import torch
     ranks = _rank_failures(failure)
     # A rank's process that died may be the first sign of its node's loss, which Ray
@@ -145,7 +159,9 @@ def _failed(failure: Exception, settings: TrialSettings,
             if (error := node_lost_error(f"{type(cause).__name__}: {cause}",
                                          known_dead=known_dead, death_may_be_loss=True,
                                          wait_s=max(0.0, deadline - time.monotonic())))}
-    which = min(lost or ranks) if ranks else None
+    primary = {which: cause for which, cause in ranks.items()
+               if not _collateral(f"{type(cause).__name__}: {cause}")}
+    which = min(lost or primary or ranks) if ranks else None
     cause = failure if which is None else ranks[which]
     status, memory, error = classify(cause, torch.device(settings.device))
     prefix = "" if which is None else f"rank {which}: "
