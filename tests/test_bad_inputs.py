@@ -306,7 +306,7 @@ def _run_row(row_id: str, tmp: Path, results: Path, env: dict) -> dict:
     before = _snapshot(results)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "tuner", *argv], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=300)
     return {"proc": proc, "seconds": time.perf_counter() - started, "before": before,
             "after": _snapshot(results), "exception": None}
 

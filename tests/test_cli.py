@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 REGRESSION = "tests.fake_workloads:regression"
 
 
-def tuner(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+def tuner(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -8,6 +8,7 @@ belongs to the run this test started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -141,14 +142,19 @@ def test_two_runs_at_once_into_one_results_directory(tmp_path, env, space):
 
 def test_trial_process_killed_while_measuring(tmp_path, env, space):
     results, pid_dir = tmp_path / "results", Path(env["TUNER_TEST_PID_DIR"])
+    hold = tmp_path / "hold"    # the first trial waits in its first step until it is killed
+    hold.touch()
     proc = start(["run", "--workload", SLOW, "--space", space, "--trials", "3",
-                  "--results", str(results), *SHORT, "--window-s", "0.5"], env)
+                  "--results", str(results), *SHORT, "--window-s", "0.5"],
+                 {**env, fault_workloads.HOLD_FILE_ENV: str(hold),
+                  fault_workloads.HOLD_FROM_ENV: "1"})
     try:
         pid, _ = wait_for(lambda: announced(pid_dir)[:1], 120, "the first trial's step", proc)[0]
         assert descends_from(pid, proc.pid), "the announced process is not part of this run"
         assert rows_of(results) == []                 # still measuring the first trial
         os.kill(pid, signal.SIGKILL)
     finally:
+        hold.unlink()
         out, err = finish(proc)
     assert proc.returncode == 0, err[-3000:]
     rows = rows_of(results)
@@ -212,7 +218,7 @@ def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int,
         # The killed driver's Ray processes go with it: GCS, raylet and workers share its
         # fate; its RuntimeEnvAgent and DashboardAgent (which outlive it by 62 s) are ended by
         # the reaper ray_init starts (tuner/ray_runtime.py). Any left are ended here, by PID.
-        _, left = psutil.wait_procs(tree, timeout=10)
+        _, left = psutil.wait_procs(tree, timeout=30)
         alive = [p.name() for p in left if p.is_running()]
         for p in left:
             p.kill()
@@ -450,15 +456,56 @@ def cluster(two_nodes):
     return two_nodes
 
 
+def _hold_file() -> Path:
+    """The module's hold file, created: a trial's first step waits while it exists."""
+    hold = Path(os.environ[fault_workloads.HOLD_FILE_ENV])
+    hold.touch()
+    return hold
+
+
+@contextlib.contextmanager
+def _in_thread(run, options):
+    """``run(options)`` in a thread; yields its outcome (``thread``, then ``summary`` or
+    ``error``), and on leaving removes the hold file and waits for the run to end."""
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["summary"] = run(options)
+        except BaseException as exc:  # reported by the caller's assertions
+            outcome["error"] = exc
+
+    outcome["thread"] = thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield outcome
+    finally:
+        Path(os.environ[fault_workloads.HOLD_FILE_ENV]).unlink(missing_ok=True)
+        thread.join(timeout=300)
+    assert not thread.is_alive(), "the run did not end"
+
+
 def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
-    # Trials long enough to overlap (slow steps, 1 s windows): with quick trials a reused actor
-    # can take every trial before the other node's first actor has started.
+    # The first trials wait in their first step until both nodes have one (the hold file):
+    # otherwise a reused trial process can take every trial before the other node's first
+    # process has started (tens of seconds on a loaded machine).
     from tuner.driver import run
     from tuner.settings import RunOptions
-    summary = run(RunOptions(workload=SLOW, trials=6, results=str(tmp_path / "results"),
-                             address=cluster.address, space_file=space, device="cpu",
-                             windows=2, window_s=1.0, warmup_steps=1, confirm=0, ceiling=False,
-                             early_stop=False))
+    pid_dir, hold = Path(os.environ["TUNER_TEST_PID_DIR"]), _hold_file()
+    options = RunOptions(workload=SLOW, trials=6, results=str(tmp_path / "results"),
+                         address=cluster.address, space_file=space, device="cpu",
+                         windows=2, window_s=1.0, warmup_steps=1, confirm=0, ceiling=False,
+                         early_stop=False)
+    with _in_thread(run, options) as outcome:
+        both = {cluster.head_node.node_id, cluster.worker.node_id}
+        deadline = time.monotonic() + 180
+        while {node for _, node in announced(pid_dir)} != both:
+            assert outcome["thread"].is_alive(), outcome
+            assert time.monotonic() < deadline, "no trial ran on one of the nodes"
+            time.sleep(0.05)
+        hold.unlink()
+    assert "error" not in outcome, repr(outcome.get("error"))
+    summary = outcome["summary"]
     rows = rows_of(tmp_path / "results")
     assert len(rows) == 6 and len(summary.rows) == 6
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
@@ -477,32 +524,19 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
                          address=cluster.address, space_file=space, device="cpu", windows=2,
                          window_s=0.5, warmup_steps=1, confirm=0, ceiling=False,
                              early_stop=False)
-    outcome: dict = {}
-
-    def target():
-        try:
-            outcome["summary"] = run(options)
-        except BaseException as exc:  # reported by the assertions below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
     worker_id = cluster.worker.node_id
-
-    def on_worker():
-        return [pid for pid, node in announced(pid_dir) if node == worker_id]
-
-    deadline = time.monotonic() + 180
-    while not on_worker():
-        assert thread.is_alive(), outcome
-        assert time.monotonic() < deadline, "no trial ran on the worker node"
-        time.sleep(0.05)
-    recorded = {r["trial_id"] for r in rows_of(tmp_path / "results")}
-    import datetime as dt
-    removed_at = dt.datetime.now(dt.timezone.utc)
-    cluster.remove_node(cluster.worker)
-    thread.join(timeout=300)
-    assert not thread.is_alive(), "the run did not finish after the node went away"
+    hold = _hold_file()         # the worker's first trial waits in its first step: mid-trial
+    with _in_thread(run, options) as outcome:
+        deadline = time.monotonic() + 180
+        while worker_id not in {node for _, node in announced(pid_dir)}:
+            assert outcome["thread"].is_alive(), outcome
+            assert time.monotonic() < deadline, "no trial ran on the worker node"
+            time.sleep(0.05)
+        recorded = {r["trial_id"] for r in rows_of(tmp_path / "results")}
+        import datetime as dt
+        removed_at = dt.datetime.now(dt.timezone.utc)
+        cluster.remove_node(cluster.worker)
+        hold.unlink()
     assert "error" not in outcome, repr(outcome.get("error"))
     rows = rows_of(tmp_path / "results")
     errors = [r for r in rows if r["status"] != "ok"]
@@ -594,7 +628,7 @@ def test_a_lost_node_ends_a_two_rank_trial_on_both_ranks(tmp_path, cluster, spac
     assert f"lost with Ray node {worker_id} (127.0.0.1)" in lost["error"]
     assert lost["error"].startswith("rank "), lost["error"]
     assert lost["traceback"]                              # Ray's own text, kept
-    assert ended_s < 240, f"the run took {ended_s:.0f} s to end after the node went away"
+    assert ended_s < 400, f"the run took {ended_s:.0f} s to end after the node went away"
     assert cluster.worker.node_id in {node for _, node in announced(pid_dir)}  # the new node
     # Ray's messages about the node (a raylet's last 20 log lines, twice) go to a file; the
     # console has one line naming it.
