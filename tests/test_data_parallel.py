@@ -302,7 +302,7 @@ def test_a_world_size_list_runs_each_size_in_turn_and_prints_their_scaling(monke
                                         "--time-budget", "100", "--gpu-hour-cost", "3.6"])
     assert out.exit_code == 0, out.output
     assert runs == [(1, 50.0, True), (2, 50.0, False)]
-    assert "world size 2: 180.0 samples/sec (90.0 per rank), scaling efficiency 90 %, 11.11 per " \
+    assert "world size 2: 180.0 samples/sec (90.0 per rank), scaling efficiency 90 %, 11.1 per " \
            "million samples" in " ".join(out.output.split())
 
 
