@@ -491,19 +491,19 @@ def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
     # process has started (tens of seconds on a loaded machine).
     from tuner.driver import run
     from tuner.settings import RunOptions
-    pid_dir, hold = Path(os.environ["TUNER_TEST_PID_DIR"]), _hold_file()
+    pid_dir = Path(os.environ["TUNER_TEST_PID_DIR"])
     options = RunOptions(workload=SLOW, trials=6, results=str(tmp_path / "results"),
                          address=cluster.address, space_file=space, device="cpu",
                          windows=2, window_s=1.0, warmup_steps=1, confirm=0, ceiling=False,
                          early_stop=False)
-    with _in_thread(run, options) as outcome:
+    _hold_file()
+    with _in_thread(run, options) as outcome:     # leaving it removes the hold file
         both = {cluster.head_node.node_id, cluster.worker.node_id}
         deadline = time.monotonic() + 180
         while {node for _, node in announced(pid_dir)} != both:
             assert outcome["thread"].is_alive(), outcome
             assert time.monotonic() < deadline, "no trial ran on one of the nodes"
             time.sleep(0.05)
-        hold.unlink()
     assert "error" not in outcome, repr(outcome.get("error"))
     summary = outcome["summary"]
     rows = rows_of(tmp_path / "results")
@@ -525,7 +525,7 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
                          window_s=0.5, warmup_steps=1, confirm=0, ceiling=False,
                              early_stop=False)
     worker_id = cluster.worker.node_id
-    hold = _hold_file()         # the worker's first trial waits in its first step: mid-trial
+    _hold_file()                # the worker's first trial waits in its first step: mid-trial
     with _in_thread(run, options) as outcome:
         deadline = time.monotonic() + 180
         while worker_id not in {node for _, node in announced(pid_dir)}:
@@ -536,7 +536,6 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
         import datetime as dt
         removed_at = dt.datetime.now(dt.timezone.utc)
         cluster.remove_node(cluster.worker)
-        hold.unlink()
     assert "error" not in outcome, repr(outcome.get("error"))
     rows = rows_of(tmp_path / "results")
     errors = [r for r in rows if r["status"] != "ok"]

@@ -152,15 +152,14 @@ def _failed(failure: Exception, settings: TrialSettings,
     exception, classified: a rank's own failure before one that reads as collateral."""
     import torch
     ranks = _rank_failures(failure)
+    texts = {which: f"{type(cause).__name__}: {cause}" for which, cause in ranks.items()}
     # A rank's process that died may be the first sign of its node's loss, which Ray
     # declares only once the node has missed its heartbeats for a while: one wait for all.
     deadline = time.monotonic() + NODE_DEATH_WAIT_S
-    lost = {which: error for which, cause in ranks.items()
-            if (error := node_lost_error(f"{type(cause).__name__}: {cause}",
-                                         known_dead=known_dead, death_may_be_loss=True,
+    lost = {which: error for which, text in texts.items()
+            if (error := node_lost_error(text, known_dead=known_dead, death_may_be_loss=True,
                                          wait_s=max(0.0, deadline - time.monotonic())))}
-    primary = {which: cause for which, cause in ranks.items()
-               if not _collateral(f"{type(cause).__name__}: {cause}")}
+    primary = {which for which, text in texts.items() if not _collateral(text)}
     which = min(lost or primary or ranks) if ranks else None
     cause = failure if which is None else ranks[which]
     status, memory, error = classify(cause, torch.device(settings.device))
