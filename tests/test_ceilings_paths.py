@@ -174,7 +174,7 @@ def test_a_path_without_its_machine_limit_is_no_input_limit():
 
 
 def cpu_run(core_loader: dict[str, float], core_compute: float | None = 240.0) -> list[dict]:
-    """The issue's CPU case on 2 cores: best 230, compute-only 464, loader-only 485 (every
+    """A CPU case on 2 cores: best 230, compute-only 464, loader-only 485 (every
     core), one core each: the compute ``core_compute``, the input pipeline ``core_loader``."""
     rows = [row(0, knobs=LOADER, sps=230.0, trial_cpus=2.0),
             ceiling(1, "compute", LOADER, 464.0, trial_cpus=2.0),

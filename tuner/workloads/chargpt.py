@@ -14,7 +14,7 @@ ASCII text such as Shakespeare is exactly one byte per character. nanoGPT's 65-c
 vocabulary gives 10.65M parameters in its printout (tied lm_head, position embeddings left out);
 the 256-byte vocabulary adds (256 - 65) x 384 = 73,344 embedding weights, and counting every
 tensor of ``parameters()`` (tied weight once, position embeddings included) gives 10,818,432:
-1.1% above the 10.7M the brief targets.
+1.1% above the 10.7M of nanoGPT's character-level model.
 
 For the ``cache`` and ``device`` data paths (``tuner.data``), ``sample_path`` holds each
 window's bytes (``TokenWindows``: the token array) and casts and shifts them per sample or per
