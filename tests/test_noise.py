@@ -23,9 +23,9 @@ import tuner.leaderboard as leaderboard
 import tuner.noise as noise
 import tuner.windows as windows
 import tuner.winner as winner
-from tuner.plan import Plan
 from tests.test_leaderboard import T0, row
 from tuner.knobs import Knobs
+from tuner.plan import Plan
 from tuner.progress import Progress, verdict_lines
 
 BASE = Knobs(batch_size=8, num_workers=2, prefetch_factor=2)
@@ -194,7 +194,8 @@ def test_a_clear_win_is_a_speedup_with_its_interval():
     assert top.knobs.batch_size == FAST.batch_size and top.tied_faster is None
     assert not top.baseline.tie and top.baseline.speedup.low > 1.4
     (line,) = verdict_lines(top)
-    assert line.startswith("vs baseline: 1.50x faster (95 % CI [") and "3 interleaved rounds" in line
+    assert line.startswith("vs baseline: 1.50x faster (95 % CI [")
+    assert "3 interleaved rounds" in line
 
 
 def test_rounds_pair_by_position_and_a_failed_round_drops_only_its_pair():
@@ -283,7 +284,8 @@ def test_validate_refuses_a_row_without_a_whole_measurement_in_one_line(tmp_path
     from tuner.cli import main
     for trial, says in (("run-a-20", "ended pruned"), ("run-a-21", "ended error"),
                         ("run-a-22", "compute-only ceiling"), ("run-a-23", "MFU 180 %")):
-        result = CliRunner().invoke(main, ["validate", "--workload", "tests.fake_workloads:regression",
+        result = CliRunner().invoke(main, ["validate", "--workload",
+                                           "tests.fake_workloads:regression",
                                            "--results", str(tmp_path), "--trial", trial])
         assert result.exit_code == 2, (trial, result.output)
         assert says in result.output and "accepted:" in result.output, result.output
@@ -345,8 +347,8 @@ def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits)
     configs = [(FAST, None), (BASE, "baseline")]
     writer = SimpleNamespace(rows=search_rows())
     events = []
-    fits.measure(followups.rounds(plan, writer.rows, configs, lambda kind, data: events.append(data)),
-                 writer)
+    fits.measure(followups.rounds(plan, writer.rows, configs,
+                                  lambda kind, data: events.append(data)), writer)
     # One batch: A B, A B, A B.
     assert [(phase, done) for phase, done, _ in fits] == [
         ("remeasure", [(32, None), (8, "baseline")] * 3)]
@@ -356,8 +358,8 @@ def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits)
     fits.clear()
     events.clear()
     writer.rows = writer.rows[:4 + 2 + 1]
-    fits.measure(followups.rounds(plan, writer.rows, configs, lambda kind, data: events.append(data)),
-                 writer)
+    fits.measure(followups.rounds(plan, writer.rows, configs,
+                                  lambda kind, data: events.append(data)), writer)
     assert [done for _, done, _ in fits] == [[(8, "baseline"), (32, None), (8, "baseline")]]
     assert [(e["round"], e["last_round"]) for e in events] == [(2, 3)]
     fits.clear()
@@ -393,8 +395,9 @@ def test_rounds_the_time_budget_cannot_hold_are_not_started_and_the_run_says_so(
     (a resumed run whose rounds are all recorded says nothing)."""
     writer = SimpleNamespace(rows=search_rows())
     events = []
-    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows, [(FAST, None), (BASE, "baseline")],
-                                lambda kind, data: events.append(data)), writer)
+    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows,
+                                  [(FAST, None), (BASE, "baseline")],
+                                  lambda kind, data: events.append(data)), writer)
     assert fits == []
     assert [(e["count"], e["configs"], e["left_s"]) for e in events] == [(0, 2, 2.0)]
     assert events[0]["need_s"] > 2.0
@@ -405,8 +408,9 @@ def test_rounds_the_time_budget_cannot_hold_are_not_started_and_the_run_says_so(
     done = [row(20 + i, knobs=k, sps=50.0, phase="remeasure") for i in range(3)
             for k in (FAST, BASE)]
     writer, events = SimpleNamespace(rows=search_rows() + done), []
-    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows, [(FAST, None), (BASE, "baseline")],
-                                lambda kind, data: events.append(data)), writer)
+    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows,
+                                  [(FAST, None), (BASE, "baseline")],
+                                  lambda kind, data: events.append(data)), writer)
     assert fits == [] and events == []
 
 
@@ -429,13 +433,13 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
     assert "1 lower-ranked searched configuration(s) left out" in _phase_text(events[0])
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())                  # time for all: none left out
-    fits.measure(followups.rounds(plan_for(left=100.0), writer.rows, configs, lambda kind, data: None),
-                 writer)
+    fits.measure(followups.rounds(plan_for(left=100.0), writer.rows, configs,
+                                  lambda kind, data: None), writer)
     assert [len(done) for _, done, _ in fits] == [12]
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())   # not even 3 rounds of the best and references
-    fits.measure(followups.rounds(plan_for(left=50.0), writer.rows, configs, lambda kind, data: None),
-                 writer)
+    fits.measure(followups.rounds(plan_for(left=50.0), writer.rows, configs,
+                                  lambda kind, data: None), writer)
     assert fits[0][1] == [(32, None), (32, "recommended"), (8, "baseline")] * 2   # 2 rounds fit
 
 
@@ -450,8 +454,8 @@ def test_no_ceiling_is_started_without_the_time_for_one(fits):
         plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
         fits.measure(followups.ceilings(plan, writer.rows, lambda kind, data: events.append(data)),
                      writer)
-        fits.measure(followups.ceiling_again(plan_for(left=left), writer.rows, lambda kind, data: None),
-                     writer)
+        fits.measure(followups.ceiling_again(plan_for(left=left), writer.rows,
+                                             lambda kind, data: None), writer)
         assert [(e["ceilings"], e["left_out"]) for e in events] == [
             ([], ["compute", "loader", "machine-loader", "machine-compute", "core-compute",
                   "core-loader"])]
@@ -521,8 +525,8 @@ def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
     plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
     events = []
     writer = SimpleNamespace(rows=rows)
-    fits.measure(followups.ceilings(plan, writer.rows, lambda kind, data: events.append((kind, data))),
-                 writer)
+    fits.measure(followups.ceilings(plan, writer.rows,
+                                    lambda kind, data: events.append((kind, data))), writer)
     assert fits == []
     assert [(kind, data["ceilings"], data["left_out"]) for kind, data in events] == [
         ("phase", [], ["machine-compute"])]
@@ -545,7 +549,8 @@ def test_the_machines_compute_limit_never_searched_is_costed_from_the_nearest_ba
 
 
 @pytest.mark.parametrize("error, status, retried", [
-    ("DataLoader worker failure: RuntimeError: DataLoader worker (pid 12) is killed", "error", True),
+    ("DataLoader worker failure: RuntimeError: DataLoader worker (pid 12) is killed", "error",
+     True),
     ("RayActorError: The actor died unexpectedly before finishing this task.", "error", True),
     ("DataLoader worker failure: RuntimeError: worker killed: out of memory", "oom", False),
     ("ValueError: bad config", "error", False),
@@ -581,7 +586,8 @@ def test_only_impossible_measurements_print_no_result_but_the_reason():
 
 def test_a_ratio_below_one_reads_slower_never_faster():
     sp = noise.Speedup(0.8, 0.75, 0.85, 3)
-    assert sp.short() == "1.25x slower" and sp.text().startswith("1.25x slower (speed-up 0.80, 95 % CI [0.75")
+    assert sp.short() == "1.25x slower"
+    assert sp.text().startswith("1.25x slower (speed-up 0.80, 95 % CI [0.75")
     assert noise.Speedup(1.02, 0.97, 1.07, 3).short() == "tie"
 
 
