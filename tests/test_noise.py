@@ -25,6 +25,7 @@ import tuner.windows as windows
 import tuner.winner as winner
 from tests.test_leaderboard import T0, row
 from tuner.knobs import Knobs
+from tuner.measure import Window, summarise
 from tuner.plan import Plan
 from tuner.progress import Progress, verdict_lines
 
@@ -124,6 +125,144 @@ def test_simplicity_orders_compile_then_workers_then_distance_to_the_baseline():
 def test_impossible_figures_are_named(changes, reason):
     assert reason in noise.impossible({**row(0), **changes})
     assert noise.impossible(row(0)) is None
+
+
+# ----------------------------------------------- one disturbed window (a host's, not a config's)
+
+# ddpm on a 2-core CPU host, 3 interleaved rounds of 2 windows each (samples/sec per window): the
+# best's first round lost one window to the host (median 99.8, window CV 0.49); every round is
+# >= 1.9x the baseline's. The rounds' medians are the printed 99.8, 136.2, 150.0 and 52.6, 53.5,
+# 55.7.
+DDPM_BEST_WINDOWS = [[50.9, 148.7], [133.5, 138.9], [147.0, 153.0]]
+DDPM_BASE_WINDOWS = [[51.8, 53.4], [52.4, 54.6], [54.6, 56.8]]
+CLEAN_FIRST_ROUND = [146.0, 151.4]       # the same round as an undisturbed host gives it
+
+
+def measured(rates: list[float]) -> dict:
+    """A row's measured figures from its windows' samples/sec, as the harness summarises them."""
+    return summarise([Window(steps=10, samples=1000, seconds=1000 / x) for x in rates])
+
+
+def interleaved(configs: list[tuple[Knobs, str | None, list[list[float]]]]) -> list[dict]:
+    """Leaderboard rows of interleaved rounds, configuration i's round r from its windows."""
+    out = []
+    for r in range(len(configs[0][2])):
+        for knobs, ref, windows_r in configs:
+            n = len(out)
+            out.append({**row(n, sps=None, reference=ref, knobs=knobs, phase="remeasure"),
+                        **measured(windows_r[r]),
+                        "started_at": T0 + dt.timedelta(seconds=10 * n),
+                        "finished_at": T0 + dt.timedelta(seconds=10 * n + 5)})
+    return out
+
+
+def log_width(sp: noise.Speedup) -> float:
+    return math.log(sp.high / sp.low)
+
+
+def test_the_ddpm_rounds_are_the_printed_figures():
+    """The constructed windows give the rows the run printed: the medians, one window CV of 0.49."""
+    best = [measured(w) for w in DDPM_BEST_WINDOWS]
+    base = [measured(w) for w in DDPM_BASE_WINDOWS]
+    assert [round(r["samples_per_sec"], 1) for r in best] == [99.8, 136.2, 150.0]
+    assert [round(r["samples_per_sec"], 1) for r in base] == [52.6, 53.5, 55.7]
+    assert round(best[0]["samples_per_sec_cv"], 2) == 0.49
+    assert max(r["samples_per_sec_cv"] for r in best[1:] + base) < 0.025
+    assert min(a["samples_per_sec"] / b["samples_per_sec"] for a, b in zip(best, base)) > 1.89
+
+
+def test_one_disturbed_window_leaves_a_clear_win_a_win():
+    """The twelve rows: the disturbed window no longer sets the floor (its own spread had one
+    degree of freedom, t = 12.7: [0.19, 29.2]); the answer drops it from its round and reads the
+    win from the rounds, within a tenth of the interval the undisturbed rounds give."""
+    rows = interleaved([(FAST, None, DDPM_BEST_WINDOWS), (BASE, "baseline", DDPM_BASE_WINDOWS)])
+    answer = winner.best(rows)
+    assert answer.knobs == FAST and not answer.baseline.is_best
+    sp = answer.baseline.speedup
+    assert not sp.tie and sp.text().startswith("2.69x faster (95 % CI [2.36, 3.06])")
+    assert answer.samples_per_sec == pytest.approx((148.7 * 136.2 * 150.0) ** (1 / 3), rel=1e-3)
+
+    clean = winner.best(interleaved([(FAST, None, [CLEAN_FIRST_ROUND, *DDPM_BEST_WINDOWS[1:]]),
+                                     (BASE, "baseline", DDPM_BASE_WINDOWS)]))
+    assert clean.baseline.speedup.ratio == pytest.approx(sp.ratio, rel=1e-3)
+    assert log_width(sp) == pytest.approx(log_width(clean.baseline.speedup), rel=0.1)
+
+    # Without dropping the window (the raw rows straight to the interval), the disturbed round's
+    # median (99.8 where the others ran near 140) widens the interval 3.6x in log terms, from the
+    # rounds' own spread, and the win stays a win.
+    pairs = [(measured(a), measured(b)) for a, b in zip(DDPM_BEST_WINDOWS, DDPM_BASE_WINDOWS)]
+    raw = noise.speedup(pairs)
+    assert not raw.tie and raw.text().startswith("2.35x faster (95 % CI [1.47, 3.75])")
+    assert 3 < log_width(raw) / log_width(clean.baseline.speedup) < 4
+
+
+def test_the_disturbed_row_takes_the_pooled_window_noise_not_its_own():
+    """The floor: a disturbed row's variance is the undisturbed rows' pooled window variance
+    (their degrees of freedom), one Welch term; the others keep their own."""
+    a = {"samples_per_sec": 120.0, "samples_per_sec_cv": 0.05, "windows": 2}
+    b = {"samples_per_sec": 100.0, "samples_per_sec_cv": 0.05, "windows": 2}
+    wild = {**a, "samples_per_sec_cv": 0.49}
+    sp = noise.speedup([(wild, b), (a, b), (a, b)])     # rounds agree: the floor binds
+    v_row = math.pi / 2 * 0.05 ** 2 / 1                 # var(ln median): cv^2/(n-1) x pi/2
+    pooled = math.pi / 2 * (2 * 0.05 ** 2) / 2          # pooled window var 2cv^2, median of 2
+    parts = [(v_row, 1)] * 5 + [(pooled, 5)]
+    total = sum(v for v, _ in parts)
+    df = total ** 2 / sum(v * v / d for v, d in parts)
+    half = stats.t.ppf(0.975, df) * math.sqrt(total) / 3
+    assert (sp.low, sp.high) == (pytest.approx(1.2 * math.exp(-half)),
+                                 pytest.approx(1.2 * math.exp(half)))
+    assert df > 4 and not sp.tie                        # was df 1.0 and t = 12.7
+
+
+@pytest.mark.parametrize("wild_round", [[34.3, 100.0], [100.0, 292.0]],
+                         ids=["slow-window", "fast-window"])
+def test_a_real_tie_stays_a_tie_with_one_wild_window(wild_round):
+    """Two configurations equal within the noise: a wild window in either direction neither
+    makes one of them a win nor moves the answer off the simpler one."""
+    a_windows = [wild_round, [97.0, 99.0], [101.0, 103.5]]
+    b_windows = [[99.0, 101.0], [99.5, 101.5], [99.0, 100.5]]
+    rows = interleaved([(FAST, None, a_windows), (BASE, "baseline", b_windows)])
+    answer = winner.best(rows)
+    assert answer.baseline.is_best                      # the simpler configuration
+    cleaned = noise.undisturbed(rows, winner.RATE_COLUMNS)
+    sp = noise.speedup(winner.pairs(cleaned[0::2], cleaned[1::2]))
+    assert sp.tie and sp.pairs == 3
+    if answer.tied_faster:
+        assert answer.tied_faster.speedup == sp
+    raw = noise.speedup([(measured(a), measured(b)) for a, b in zip(a_windows, b_windows)])
+    assert raw.tie and "x faster" not in raw.text()
+
+
+def test_window_spread_calls_a_window_cv_about_5x_the_median_disturbed():
+    """Two windows (df 1): disturbed above chi2(1)'s 99.9 % point over the robust scale, a CV
+    about 4.9x the median; the pooled variance is the others' (2 cv^2 each)."""
+    def rows(cv):
+        return [{"samples_per_sec_cv": 0.02, "windows": 2}] * 5 + [
+            {"samples_per_sec_cv": cv, "windows": 2}]
+    assert noise.window_spread(rows(0.09)).disturbed == (False,) * 6
+    spread = noise.window_spread(rows(0.10))
+    assert spread.disturbed == (False,) * 5 + (True,)
+    assert spread.variance == pytest.approx(2 * 0.02 ** 2) and spread.df == 5
+    # Two rows are no robust scale: neither is called disturbed.
+    assert noise.window_spread(rows(0.5)[-2:]).disturbed == (False, False)
+
+
+def test_a_configuration_disturbed_in_most_rounds_keeps_its_rates():
+    """A configuration whose windows spread wide in most rounds spreads by itself: its rounds
+    keep their medians; one disturbed round among calm ones keeps its faster window."""
+    calm = [[99.0, 101.0], [98.0, 100.0], [100.5, 102.0]]
+    erratic = [[40.0, 120.0], [41.0, 121.0], [80.0, 82.0]]
+    once = [[60.0, 180.0], [149.0, 151.0], [150.0, 152.0]]
+    rows = interleaved([(BASE, "baseline", calm), (BUSY, None, erratic), (FAST, None, once)])
+    out = noise.undisturbed(rows, winner.RATE_COLUMNS)
+    by_knobs = {k: [r for r in out if Knobs.from_dict(r, strict=False) == k]
+                for k in (BASE, BUSY, FAST)}
+    assert [r["samples_per_sec"] for r in by_knobs[BUSY]] == [80.0, 81.0, 81.0]
+    assert [r["samples_per_sec"] for r in by_knobs[FAST]] == [
+        pytest.approx(180.0), 150.0, 151.0]
+    assert by_knobs[FAST][0]["windows"] == 1 and by_knobs[FAST][0]["samples_per_sec_cv"] == 0
+    assert [r["samples_per_sec"] for r in by_knobs[BASE]] == [100.0, 99.0, 101.25]
+    assert rows[2]["samples_per_sec"] == 120.0          # the input rows are not modified
 
 
 # ------------------------------------------------------------ tuner.winner.best's answer
