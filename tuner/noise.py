@@ -47,6 +47,7 @@ Torch-free: the leaderboard and the CLI use it.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -158,6 +159,13 @@ class WindowSpread:
     """Per row given, in order: its windows spread beyond the machine's noise."""
 
 
+@functools.lru_cache(maxsize=None)
+def _chi2(df: int) -> tuple[float, float]:
+    """(median, ``1 - OUTLIER_P`` quantile) of chi2(df): the answer's printer asks often."""
+    from scipy import stats  # here: scipy takes a moment to import; the CLI starts without it
+    return float(stats.chi2.median(df)), float(stats.chi2.ppf(1 - OUTLIER_P, df))
+
+
 def window_spread(rows: Sequence[Mapping]) -> WindowSpread:
     """The window noise of ``rows`` (``samples_per_sec_cv`` and ``windows`` each) and which of
     them are disturbed.
@@ -167,15 +175,13 @@ def window_spread(rows: Sequence[Mapping]) -> WindowSpread:
     one wild row cannot move. A row is disturbed where ``v df / scale`` is above the
     ``1 - OUTLIER_P`` quantile of chi2(df): with two windows, a CV about 5x the rows' median
     CV. Fewer than ``_MIN_SPREAD_ROWS`` such rows, or a scale of 0, call none disturbed."""
-    from scipy import stats  # here: scipy takes a moment to import; the CLI starts without it
     own = [_window_variance(r) for r in rows]
     with_windows = [vd for vd in own if vd is not None]
     flagged = [False] * len(rows)
     if len(with_windows) >= _MIN_SPREAD_ROWS:
-        scale = statistics.median(v * df / stats.chi2.median(df) for v, df in with_windows)
+        scale = statistics.median(v * df / _chi2(df)[0] for v, df in with_windows)
         if scale > 0:
-            flagged = [vd is not None and vd[0] * vd[1] / scale > stats.chi2.ppf(
-                1 - OUTLIER_P, vd[1]) for vd in own]
+            flagged = [vd is not None and vd[0] * vd[1] / scale > _chi2(vd[1])[1] for vd in own]
     kept = [vd for vd, bad in zip(own, flagged) if vd is not None and not bad]
     df = sum(d for _, d in kept)
     return WindowSpread(sum(v * d for v, d in kept) / df if df else None, df, tuple(flagged))
