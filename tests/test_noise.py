@@ -23,9 +23,10 @@ import tuner.leaderboard as leaderboard
 import tuner.noise as noise
 import tuner.windows as windows
 import tuner.winner as winner
-from tuner.plan import Plan
 from tests.test_leaderboard import T0, row
 from tuner.knobs import Knobs
+from tuner.measure import Window, summarise
+from tuner.plan import Plan
 from tuner.progress import Progress, verdict_lines
 
 BASE = Knobs(batch_size=8, num_workers=2, prefetch_factor=2)
@@ -126,6 +127,144 @@ def test_impossible_figures_are_named(changes, reason):
     assert noise.impossible(row(0)) is None
 
 
+# ----------------------------------------------- one disturbed window (a host's, not a config's)
+
+# ddpm on a 2-core CPU host, 3 interleaved rounds of 2 windows each (samples/sec per window): the
+# best's first round lost one window to the host (median 99.8, window CV 0.49); every round is
+# >= 1.9x the baseline's. The rounds' medians are the printed 99.8, 136.2, 150.0 and 52.6, 53.5,
+# 55.7.
+DDPM_BEST_WINDOWS = [[50.9, 148.7], [133.5, 138.9], [147.0, 153.0]]
+DDPM_BASE_WINDOWS = [[51.8, 53.4], [52.4, 54.6], [54.6, 56.8]]
+CLEAN_FIRST_ROUND = [146.0, 151.4]       # the same round as an undisturbed host gives it
+
+
+def measured(rates: list[float]) -> dict:
+    """A row's measured figures from its windows' samples/sec, as the harness summarises them."""
+    return summarise([Window(steps=10, samples=1000, seconds=1000 / x) for x in rates])
+
+
+def interleaved(configs: list[tuple[Knobs, str | None, list[list[float]]]]) -> list[dict]:
+    """Leaderboard rows of interleaved rounds, configuration i's round r from its windows."""
+    out = []
+    for r in range(len(configs[0][2])):
+        for knobs, ref, windows_r in configs:
+            n = len(out)
+            out.append({**row(n, sps=None, reference=ref, knobs=knobs, phase="remeasure"),
+                        **measured(windows_r[r]),
+                        "started_at": T0 + dt.timedelta(seconds=10 * n),
+                        "finished_at": T0 + dt.timedelta(seconds=10 * n + 5)})
+    return out
+
+
+def log_width(sp: noise.Speedup) -> float:
+    return math.log(sp.high / sp.low)
+
+
+def test_the_ddpm_rounds_are_the_printed_figures():
+    """The constructed windows give the rows the run printed: the medians, one window CV of 0.49."""
+    best = [measured(w) for w in DDPM_BEST_WINDOWS]
+    base = [measured(w) for w in DDPM_BASE_WINDOWS]
+    assert [round(r["samples_per_sec"], 1) for r in best] == [99.8, 136.2, 150.0]
+    assert [round(r["samples_per_sec"], 1) for r in base] == [52.6, 53.5, 55.7]
+    assert round(best[0]["samples_per_sec_cv"], 2) == 0.49
+    assert max(r["samples_per_sec_cv"] for r in best[1:] + base) < 0.025
+    assert min(a["samples_per_sec"] / b["samples_per_sec"] for a, b in zip(best, base)) > 1.89
+
+
+def test_one_disturbed_window_leaves_a_clear_win_a_win():
+    """The twelve rows: the disturbed window no longer sets the floor (its own spread had one
+    degree of freedom, t = 12.7: [0.19, 29.2]); the answer drops it from its round and reads the
+    win from the rounds, within a tenth of the interval the undisturbed rounds give."""
+    rows = interleaved([(FAST, None, DDPM_BEST_WINDOWS), (BASE, "baseline", DDPM_BASE_WINDOWS)])
+    answer = winner.best(rows)
+    assert answer.knobs == FAST and not answer.baseline.is_best
+    sp = answer.baseline.speedup
+    assert not sp.tie and sp.text().startswith("2.69x faster (95 % CI [2.36, 3.06])")
+    assert answer.samples_per_sec == pytest.approx((148.7 * 136.2 * 150.0) ** (1 / 3), rel=1e-3)
+
+    clean = winner.best(interleaved([(FAST, None, [CLEAN_FIRST_ROUND, *DDPM_BEST_WINDOWS[1:]]),
+                                     (BASE, "baseline", DDPM_BASE_WINDOWS)]))
+    assert clean.baseline.speedup.ratio == pytest.approx(sp.ratio, rel=1e-3)
+    assert log_width(sp) == pytest.approx(log_width(clean.baseline.speedup), rel=0.1)
+
+    # Without dropping the window (the raw rows straight to the interval), the disturbed round's
+    # median (99.8 where the others ran near 140) widens the interval 3.6x in log terms, from the
+    # rounds' own spread, and the win stays a win.
+    pairs = [(measured(a), measured(b)) for a, b in zip(DDPM_BEST_WINDOWS, DDPM_BASE_WINDOWS)]
+    raw = noise.speedup(pairs)
+    assert not raw.tie and raw.text().startswith("2.35x faster (95 % CI [1.47, 3.75])")
+    assert 3 < log_width(raw) / log_width(clean.baseline.speedup) < 4
+
+
+def test_the_disturbed_row_takes_the_pooled_window_noise_not_its_own():
+    """The floor: a disturbed row's variance is the undisturbed rows' pooled window variance
+    (their degrees of freedom), one Welch term; the others keep their own."""
+    a = {"samples_per_sec": 120.0, "samples_per_sec_cv": 0.05, "windows": 2}
+    b = {"samples_per_sec": 100.0, "samples_per_sec_cv": 0.05, "windows": 2}
+    wild = {**a, "samples_per_sec_cv": 0.49}
+    sp = noise.speedup([(wild, b), (a, b), (a, b)])     # rounds agree: the floor binds
+    v_row = math.pi / 2 * 0.05 ** 2 / 1                 # var(ln median): cv^2/(n-1) x pi/2
+    pooled = math.pi / 2 * (2 * 0.05 ** 2) / 2          # pooled window var 2cv^2, median of 2
+    parts = [(v_row, 1)] * 5 + [(pooled, 5)]
+    total = sum(v for v, _ in parts)
+    df = total ** 2 / sum(v * v / d for v, d in parts)
+    half = stats.t.ppf(0.975, df) * math.sqrt(total) / 3
+    assert (sp.low, sp.high) == (pytest.approx(1.2 * math.exp(-half)),
+                                 pytest.approx(1.2 * math.exp(half)))
+    assert df > 4 and not sp.tie                        # was df 1.0 and t = 12.7
+
+
+@pytest.mark.parametrize("wild_round", [[34.3, 100.0], [100.0, 292.0]],
+                         ids=["slow-window", "fast-window"])
+def test_a_real_tie_stays_a_tie_with_one_wild_window(wild_round):
+    """Two configurations equal within the noise: a wild window in either direction neither
+    makes one of them a win nor moves the answer off the simpler one."""
+    a_windows = [wild_round, [97.0, 99.0], [101.0, 103.5]]
+    b_windows = [[99.0, 101.0], [99.5, 101.5], [99.0, 100.5]]
+    rows = interleaved([(FAST, None, a_windows), (BASE, "baseline", b_windows)])
+    answer = winner.best(rows)
+    assert answer.baseline.is_best                      # the simpler configuration
+    cleaned = noise.undisturbed(rows, winner.RATE_COLUMNS)
+    sp = noise.speedup(winner.pairs(cleaned[0::2], cleaned[1::2]))
+    assert sp.tie and sp.pairs == 3
+    if answer.tied_faster:
+        assert answer.tied_faster.speedup == sp
+    raw = noise.speedup([(measured(a), measured(b)) for a, b in zip(a_windows, b_windows)])
+    assert raw.tie and "x faster" not in raw.text()
+
+
+def test_window_spread_calls_a_window_cv_about_5x_the_median_disturbed():
+    """Two windows (df 1): disturbed above chi2(1)'s 99.9 % point over the robust scale, a CV
+    about 4.9x the median; the pooled variance is the others' (2 cv^2 each)."""
+    def rows(cv):
+        return [{"samples_per_sec_cv": 0.02, "windows": 2}] * 5 + [
+            {"samples_per_sec_cv": cv, "windows": 2}]
+    assert noise.window_spread(rows(0.09)).disturbed == (False,) * 6
+    spread = noise.window_spread(rows(0.10))
+    assert spread.disturbed == (False,) * 5 + (True,)
+    assert spread.variance == pytest.approx(2 * 0.02 ** 2) and spread.df == 5
+    # Two rows are no robust scale: neither is called disturbed.
+    assert noise.window_spread(rows(0.5)[-2:]).disturbed == (False, False)
+
+
+def test_a_configuration_disturbed_in_most_rounds_keeps_its_rates():
+    """A configuration whose windows spread wide in most rounds spreads by itself: its rounds
+    keep their medians; one disturbed round among calm ones keeps its faster window."""
+    calm = [[99.0, 101.0], [98.0, 100.0], [100.5, 102.0]]
+    erratic = [[40.0, 120.0], [41.0, 121.0], [80.0, 82.0]]
+    once = [[60.0, 180.0], [149.0, 151.0], [150.0, 152.0]]
+    rows = interleaved([(BASE, "baseline", calm), (BUSY, None, erratic), (FAST, None, once)])
+    out = noise.undisturbed(rows, winner.RATE_COLUMNS)
+    by_knobs = {k: [r for r in out if Knobs.from_dict(r, strict=False) == k]
+                for k in (BASE, BUSY, FAST)}
+    assert [r["samples_per_sec"] for r in by_knobs[BUSY]] == [80.0, 81.0, 81.0]
+    assert [r["samples_per_sec"] for r in by_knobs[FAST]] == [
+        pytest.approx(180.0), 150.0, 151.0]
+    assert by_knobs[FAST][0]["windows"] == 1 and by_knobs[FAST][0]["samples_per_sec_cv"] == 0
+    assert [r["samples_per_sec"] for r in by_knobs[BASE]] == [100.0, 99.0, 101.25]
+    assert rows[2]["samples_per_sec"] == 120.0          # the input rows are not modified
+
+
 # ------------------------------------------------------------ tuner.winner.best's answer
 
 
@@ -194,7 +333,8 @@ def test_a_clear_win_is_a_speedup_with_its_interval():
     assert top.knobs.batch_size == FAST.batch_size and top.tied_faster is None
     assert not top.baseline.tie and top.baseline.speedup.low > 1.4
     (line,) = verdict_lines(top)
-    assert line.startswith("vs baseline: 1.50x faster (95 % CI [") and "3 interleaved rounds" in line
+    assert line.startswith("vs baseline: 1.50x faster (95 % CI [")
+    assert "3 interleaved rounds" in line
 
 
 def test_rounds_pair_by_position_and_a_failed_round_drops_only_its_pair():
@@ -283,7 +423,8 @@ def test_validate_refuses_a_row_without_a_whole_measurement_in_one_line(tmp_path
     from tuner.cli import main
     for trial, says in (("run-a-20", "ended pruned"), ("run-a-21", "ended error"),
                         ("run-a-22", "compute-only ceiling"), ("run-a-23", "MFU 180 %")):
-        result = CliRunner().invoke(main, ["validate", "--workload", "tests.fake_workloads:regression",
+        result = CliRunner().invoke(main, ["validate", "--workload",
+                                           "tests.fake_workloads:regression",
                                            "--results", str(tmp_path), "--trial", trial])
         assert result.exit_code == 2, (trial, result.output)
         assert says in result.output and "accepted:" in result.output, result.output
@@ -345,8 +486,8 @@ def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits)
     configs = [(FAST, None), (BASE, "baseline")]
     writer = SimpleNamespace(rows=search_rows())
     events = []
-    fits.measure(followups.rounds(plan, writer.rows, configs, lambda kind, data: events.append(data)),
-                 writer)
+    fits.measure(followups.rounds(plan, writer.rows, configs,
+                                  lambda kind, data: events.append(data)), writer)
     # One batch: A B, A B, A B.
     assert [(phase, done) for phase, done, _ in fits] == [
         ("remeasure", [(32, None), (8, "baseline")] * 3)]
@@ -356,8 +497,8 @@ def test_rounds_interleave_and_a_resumed_run_measures_only_what_is_missing(fits)
     fits.clear()
     events.clear()
     writer.rows = writer.rows[:4 + 2 + 1]
-    fits.measure(followups.rounds(plan, writer.rows, configs, lambda kind, data: events.append(data)),
-                 writer)
+    fits.measure(followups.rounds(plan, writer.rows, configs,
+                                  lambda kind, data: events.append(data)), writer)
     assert [done for _, done, _ in fits] == [[(8, "baseline"), (32, None), (8, "baseline")]]
     assert [(e["round"], e["last_round"]) for e in events] == [(2, 3)]
     fits.clear()
@@ -393,8 +534,9 @@ def test_rounds_the_time_budget_cannot_hold_are_not_started_and_the_run_says_so(
     (a resumed run whose rounds are all recorded says nothing)."""
     writer = SimpleNamespace(rows=search_rows())
     events = []
-    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows, [(FAST, None), (BASE, "baseline")],
-                                lambda kind, data: events.append(data)), writer)
+    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows,
+                                  [(FAST, None), (BASE, "baseline")],
+                                  lambda kind, data: events.append(data)), writer)
     assert fits == []
     assert [(e["count"], e["configs"], e["left_s"]) for e in events] == [(0, 2, 2.0)]
     assert events[0]["need_s"] > 2.0
@@ -405,8 +547,9 @@ def test_rounds_the_time_budget_cannot_hold_are_not_started_and_the_run_says_so(
     done = [row(20 + i, knobs=k, sps=50.0, phase="remeasure") for i in range(3)
             for k in (FAST, BASE)]
     writer, events = SimpleNamespace(rows=search_rows() + done), []
-    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows, [(FAST, None), (BASE, "baseline")],
-                                lambda kind, data: events.append(data)), writer)
+    fits.measure(followups.rounds(plan_for(left=2.0), writer.rows,
+                                  [(FAST, None), (BASE, "baseline")],
+                                  lambda kind, data: events.append(data)), writer)
     assert fits == [] and events == []
 
 
@@ -429,13 +572,13 @@ def test_three_rounds_of_fewer_configurations_rather_than_two_of_all(fits):
     assert "1 lower-ranked searched configuration(s) left out" in _phase_text(events[0])
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())                  # time for all: none left out
-    fits.measure(followups.rounds(plan_for(left=100.0), writer.rows, configs, lambda kind, data: None),
-                 writer)
+    fits.measure(followups.rounds(plan_for(left=100.0), writer.rows, configs,
+                                  lambda kind, data: None), writer)
     assert [len(done) for _, done, _ in fits] == [12]
     fits.clear()
     writer = SimpleNamespace(rows=search_rows())   # not even 3 rounds of the best and references
-    fits.measure(followups.rounds(plan_for(left=50.0), writer.rows, configs, lambda kind, data: None),
-                 writer)
+    fits.measure(followups.rounds(plan_for(left=50.0), writer.rows, configs,
+                                  lambda kind, data: None), writer)
     assert fits[0][1] == [(32, None), (32, "recommended"), (8, "baseline")] * 2   # 2 rounds fit
 
 
@@ -450,8 +593,8 @@ def test_no_ceiling_is_started_without_the_time_for_one(fits):
         plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
         fits.measure(followups.ceilings(plan, writer.rows, lambda kind, data: events.append(data)),
                      writer)
-        fits.measure(followups.ceiling_again(plan_for(left=left), writer.rows, lambda kind, data: None),
-                     writer)
+        fits.measure(followups.ceiling_again(plan_for(left=left), writer.rows,
+                                             lambda kind, data: None), writer)
         assert [(e["ceilings"], e["left_out"]) for e in events] == [
             ([], ["compute", "loader", "machine-loader", "machine-compute", "core-compute",
                   "core-loader"])]
@@ -521,8 +664,8 @@ def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
     plan.device_space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
     events = []
     writer = SimpleNamespace(rows=rows)
-    fits.measure(followups.ceilings(plan, writer.rows, lambda kind, data: events.append((kind, data))),
-                 writer)
+    fits.measure(followups.ceilings(plan, writer.rows,
+                                    lambda kind, data: events.append((kind, data))), writer)
     assert fits == []
     assert [(kind, data["ceilings"], data["left_out"]) for kind, data in events] == [
         ("phase", [], ["machine-compute"])]
@@ -545,7 +688,8 @@ def test_the_machines_compute_limit_never_searched_is_costed_from_the_nearest_ba
 
 
 @pytest.mark.parametrize("error, status, retried", [
-    ("DataLoader worker failure: RuntimeError: DataLoader worker (pid 12) is killed", "error", True),
+    ("DataLoader worker failure: RuntimeError: DataLoader worker (pid 12) is killed", "error",
+     True),
     ("RayActorError: The actor died unexpectedly before finishing this task.", "error", True),
     ("DataLoader worker failure: RuntimeError: worker killed: out of memory", "oom", False),
     ("ValueError: bad config", "error", False),
@@ -581,7 +725,8 @@ def test_only_impossible_measurements_print_no_result_but_the_reason():
 
 def test_a_ratio_below_one_reads_slower_never_faster():
     sp = noise.Speedup(0.8, 0.75, 0.85, 3)
-    assert sp.short() == "1.25x slower" and sp.text().startswith("1.25x slower (speed-up 0.80, 95 % CI [0.75")
+    assert sp.short() == "1.25x slower"
+    assert sp.text().startswith("1.25x slower (speed-up 0.80, 95 % CI [0.75")
     assert noise.Speedup(1.02, 0.97, 1.07, 3).short() == "tie"
 
 

@@ -18,6 +18,17 @@ in log space and ``A/B`` and ``B/A`` get reciprocal intervals:
   freedom (Welch-Satterthwaite), else the rounds' (R - 1). A bootstrap needs more than 3
   rounds to say anything; a t-interval with R - 1 degrees of freedom pays for the few
   rounds in its quantile (12.7 for 2 rounds, 4.3 for 3).
+* A window far out of line with its trial's others is the host's, not the configuration's
+  (``window_spread``): a row whose windows spread beyond the ``OUTLIER_P`` point of what the
+  machine's window noise (a robust scale over the compared rows) gives is *disturbed*. Its own
+  spread, read from one or two degrees of freedom, would set the floor alone and take the
+  Welch degrees of freedom to about 1 (t = 12.7: a 2.35x lead measured in three rounds of
+  1.9x or more read as [0.21, 26.4]); instead it is dropped from the floor, and the disturbed
+  row (like a row of one window) takes the pooled window variance of the undisturbed rows,
+  with their pooled degrees of freedom. ``undisturbed`` drops the disturbed window of a
+  two-window round from the row's rate (``tuner.winner.best`` applies it before any mean or
+  speed-up): the host takes time from a trial, it does not give any, so the faster window
+  is the configuration's.
 * One pair (a run without re-measurement, ``--confirm 0``): no interval. The rows' windows
   see the noise within each trial, not the drift between trials, which is the larger
   (``bench/repeatability.py``: 2.6-3.4x), and with 2-3 windows a Welch interval on them has
@@ -36,6 +47,7 @@ Torch-free: the leaderboard and the CLI use it.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -113,6 +125,110 @@ def _log_variance(row: Mapping) -> tuple[float, float] | None:
     return _MEDIAN_VARIANCE * cv * cv / (n - 1), n - 1
 
 
+OUTLIER_P = 0.001
+"""Chance that a trial whose windows scatter as the machine's do is called disturbed
+(``window_spread``): its window variance is beyond the ``1 - OUTLIER_P`` quantile of the
+chi-square distribution that the machine's window noise gives it."""
+
+_MIN_SPREAD_ROWS = 3
+"""Rows of two windows or more ``window_spread`` needs before it calls one disturbed: the
+median of fewer is no robust scale."""
+
+
+def _window_variance(row: Mapping) -> tuple[float, int] | None:
+    """(sample variance of one window's ln rate, its degrees of freedom n - 1) of a row of
+    ``windows`` n >= 2: cv^2 n / (n - 1), ``samples_per_sec_cv`` being a population deviation
+    over the mean. None with fewer than two windows or no cv."""
+    cv, n = row.get("samples_per_sec_cv"), row.get("windows")
+    if cv is None or n is None or n < 2:
+        return None
+    n = int(n)
+    return cv * cv * n / (n - 1), n - 1
+
+
+@dataclass(frozen=True)
+class WindowSpread:
+    """The machine's window noise over a set of rows, and which rows are disturbed."""
+
+    variance: float | None
+    """Pooled sample variance of one window's ln rate over the undisturbed rows of two windows
+    or more (their variances weighted by their degrees of freedom); None without such a row."""
+    df: int
+    """Degrees of freedom of ``variance``: the sum of those rows' n - 1."""
+    disturbed: tuple[bool, ...]
+    """Per row given, in order: its windows spread beyond the machine's noise."""
+
+
+@functools.lru_cache(maxsize=None)
+def _chi2(df: int) -> tuple[float, float]:
+    """(median, ``1 - OUTLIER_P`` quantile) of chi2(df): the answer's printer asks often."""
+    from scipy import stats  # here: scipy takes a moment to import; the CLI starts without it
+    return float(stats.chi2.median(df)), float(stats.chi2.ppf(1 - OUTLIER_P, df))
+
+
+def window_spread(rows: Sequence[Mapping]) -> WindowSpread:
+    """The window noise of ``rows`` (``samples_per_sec_cv`` and ``windows`` each) and which of
+    them are disturbed.
+
+    The scale is robust: the median over the rows of two windows or more of
+    ``v df / median(chi2(df))`` (``v``: a row's window variance, ``_window_variance``), which
+    one wild row cannot move. A row is disturbed where ``v df / scale`` is above the
+    ``1 - OUTLIER_P`` quantile of chi2(df): with two windows, a CV about 5x the rows' median
+    CV. Fewer than ``_MIN_SPREAD_ROWS`` such rows, or a scale of 0, call none disturbed."""
+    own = [_window_variance(r) for r in rows]
+    with_windows = [vd for vd in own if vd is not None]
+    flagged = [False] * len(rows)
+    if len(with_windows) >= _MIN_SPREAD_ROWS:
+        scale = statistics.median(v * df / _chi2(df)[0] for v, df in with_windows)
+        if scale > 0:
+            flagged = [vd is not None and vd[0] * vd[1] / scale > _chi2(vd[1])[1] for vd in own]
+    kept = [vd for vd, bad in zip(own, flagged) if vd is not None and not bad]
+    df = sum(d for _, d in kept)
+    return WindowSpread(sum(v * d for v, d in kept) / df if df else None, df, tuple(flagged))
+
+
+def undisturbed(rows: Sequence[Mapping], scaled: Sequence[str] = ()) -> list[dict]:
+    """The rows, with the disturbed window of a re-measured round dropped from its rate.
+
+    Per run, the ``ok`` rows of phase ``remeasure`` are compared (``window_spread``). A round
+    of two windows that is disturbed, where the other rounds of its configuration (knob
+    values, hardware) are mostly not (a configuration disturbed in most rounds spreads by
+    itself), keeps its faster window: ``samples_per_sec`` becomes ``median x (1 + cv)`` (the
+    median of two windows is their mean), ``windows`` 1, ``samples_per_sec_cv`` and
+    ``samples_per_sec_iqr`` 0, and each column of ``scaled`` (rates proportional to
+    samples/sec: tokens/sec, TFLOP/s, MFU) is scaled alike. A round of three windows or more
+    keeps its rate (its median already leaves one wild window out); every other row is
+    returned as given (a copy). The time to train (from the median step time) is unchanged.
+    """
+    from tuner.knobs import Knobs  # a configuration as a key
+    out = [dict(r) for r in rows]
+    runs: dict[object, list[int]] = {}
+    for i, r in enumerate(out):
+        if (phase_of(r) == Phase.REMEASURE and r.get("status") == Status.OK
+                and (r.get("samples_per_sec") or 0) > 0):
+            runs.setdefault(r.get("run_id"), []).append(i)
+    for members in runs.values():
+        flagged = dict(zip(members, window_spread([out[i] for i in members]).disturbed))
+        configs: dict[tuple, list[int]] = {}
+        for i in members:
+            r = out[i]
+            configs.setdefault((r.get("hardware_key"), r.get("accelerator_type"),
+                                Knobs.from_dict(r, strict=False)), []).append(i)
+        for group in configs.values():
+            bad = [i for i in group if flagged[i]]
+            if not bad or len(bad) > len(group) - len(bad):
+                continue
+            for i in bad:
+                r = out[i]
+                if int(r.get("windows") or 0) != 2:
+                    continue
+                factor = 1 + r["samples_per_sec_cv"]
+                r.update({c: r[c] * factor for c in ("samples_per_sec", *scaled)
+                          if r.get(c) is not None})
+                r.update(windows=1, samples_per_sec_cv=0.0, samples_per_sec_iqr=0.0)
+    return out
+
+
 def _t_quantile(df: float) -> float:
     from scipy import stats  # here: scipy takes a moment to import; the CLI starts without it
     return float(stats.t.ppf(0.5 + CONFIDENCE / 2, df))
@@ -139,14 +255,7 @@ def speedup(pairs: Sequence[tuple[Mapping, Mapping]], metric: str = "samples_per
     mean = sum(d) / len(d)
     if len(d) == 1:  # no drift between trials measured: no interval (module docstring)
         return Speedup(math.exp(mean), None, None, 1)
-    within = [(_log_variance(a), _log_variance(b)) for a, b in pairs]
-    if any(va is None or vb is None for va, vb in within):
-        se_within, df_within = None, None
-    else:
-        parts = [v for pair in within for v in pair]
-        total = sum(v for v, _ in parts)
-        se_within = math.sqrt(total) / len(pairs)
-        df_within = (total * total / sum(v * v / df for v, df in parts)) if total > 0 else None
+    se_within, df_within = _within(pairs)
     se, df = se_within, df_within
     if len(d) >= 2:
         sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
@@ -156,6 +265,32 @@ def speedup(pairs: Sequence[tuple[Mapping, Mapping]], metric: str = "samples_per
         return Speedup(math.exp(mean), None, None, len(d))
     half = _t_quantile(df) * se
     return Speedup(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(d))
+
+
+def _within(pairs: Sequence[tuple[Mapping, Mapping]]) -> tuple[float | None, float | None]:
+    """(standard error of the mean log ratio that the rows' windows give, its Welch degrees of
+    freedom), or (None, None) where a row has neither a spread of its own nor the pooled one.
+    An undisturbed row of two windows or more gives its own (``_log_variance``); a disturbed
+    row or a row of one window takes the pooled window variance (``window_spread``) instead,
+    one term for all of them (one estimate) with the pooled degrees of freedom."""
+    rows = [r for pair in pairs for r in pair]
+    spread = window_spread(rows)
+    parts, pooled = [], 0.0
+    for r, bad in zip(rows, spread.disturbed):
+        own = None if bad else _log_variance(r)
+        n = int(r.get("windows") or 0)
+        if own is not None:
+            parts.append(own)
+        elif spread.variance is not None and n >= 1 and r.get("samples_per_sec_cv") is not None:
+            pooled += spread.variance * (_MEDIAN_VARIANCE / n if n >= 2 else 1.0)
+        else:
+            return None, None
+    if pooled > 0:
+        parts.append((pooled, spread.df))
+    total = sum(v for v, _ in parts)
+    if total <= 0:
+        return math.sqrt(total) / len(pairs), None
+    return math.sqrt(total) / len(pairs), total * total / sum(v * v / df for v, df in parts)
 
 
 def simplicity(knobs: Mapping, baseline: Mapping | None) -> tuple[int, int, int]:

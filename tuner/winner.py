@@ -224,7 +224,9 @@ def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
     tiny-scale row is not a seed-scale answer (``tuner.leaderboard.select(scale=...)`` reads
     another scale's). Where a run re-measured its best configurations in interleaved rounds
     (phase ``remeasure``), the winner of that run is chosen among the re-measurements, each
-    configuration by the geometric mean of its rounds, so a single lucky window cannot win.
+    configuration by the geometric mean of its rounds, so a single lucky window cannot win;
+    a round of two windows whose windows spread far beyond the machine's window noise keeps
+    its faster one (``tuner.noise.undisturbed``: the slower is the host's).
     Compute-only ``ceiling`` rows never win, nor does a row with a figure that cannot be true
     (``tuner.noise.impossible``: a disturbed measurement).
 
@@ -248,7 +250,8 @@ def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
         return None
     latest = max(measured, key=lambda r: (r["finished_at"] is not None, r["finished_at"]))
     metric = latest.get("objective") or "samples_per_sec"
-    rows = _comparable(rows, latest, metric)
+    # A re-measured round's disturbed window is the host's (tuner.noise.undisturbed).
+    rows = noise.undisturbed(_comparable(rows, latest, metric), RATE_COLUMNS)
     groups = _groups(rows)
     chosen = _winner(groups, metric, higher=metric != "time_to_train_s")
     if chosen is None:
