@@ -26,11 +26,11 @@ import runpy
 import shlex
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.conftest import tuner_in_process
 from tests.test_readme_examples import _FENCE, QUICK_RUN, import_example, parse_examples
@@ -176,6 +176,7 @@ def parse_with_click(args: list[str]) -> None:
     UsageError / BadParameter for an unknown command or option, a bad choice or a missing
     argument."""
     import click
+
     from tuner.cli import main
     name, *rest = args
     command = main.commands.get(name)
@@ -385,6 +386,7 @@ def test_split_sample_path_example_feeds_every_data_path(examples_dir, tmp_path,
     items of its own dataset (noise drawn per sample), and the lines ``best --format python``
     prints for the 'cache' and 'device' paths make batches of it."""
     import torch
+
     from tuner.codegen import data_code
     from tuner.data import CachedDataset, DecodedCache, DeviceBatches, cache_bytes
     from tuner.knobs import Knobs
@@ -406,7 +408,8 @@ def test_split_sample_path_example_feeds_every_data_path(examples_dir, tmp_path,
     noise = x - cache.tensors[0][order, :32]
     assert x.shape == (512, 32) and y.shape == (512,)
     assert 0.04 < noise.std().item() < 0.06
-    for knobs in (Knobs(batch_size=64, data_path="cache"), Knobs(batch_size=64, data_path="device")):
+    for path_name in ("cache", "device"):
+        knobs = Knobs(batch_size=64, data_path=path_name)
         namespace = {"workload": workload, "data_dir": data_dir}
         exec(data_code(knobs, device="cpu", scale="tiny"), namespace)
         batches = list(namespace["loader"])
