@@ -26,11 +26,11 @@ import runpy
 import shlex
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.conftest import tuner_in_process
 from tests.test_readme_examples import _FENCE, QUICK_RUN, import_example, parse_examples
@@ -58,8 +58,26 @@ QUICK_TUNE = {"windows": 1, "window_s": 0.2, "warmup_steps": 1, "confirm": 0, "c
 """The docs' ``tuner.tune`` call shortened to its two references, one short window each."""
 
 
+PUBLIC_MODULES = ("tuner.api", "tuner.settings", "tuner.errors", "tuner.workload",
+                  "tuner.integrations.lightning", "tuner.workloads.datasets", "tuner.data",
+                  "tuner.knobs", "tuner.space", "tuner.status", "tuner.leaderboard",
+                  "tuner.winner", "tuner.export")
+"""The modules of the API reference, one page each (``docs/api/<module>.md``)."""
+
+
 def pages() -> list[Path]:
-    return sorted(DOCS.glob("*.md"))
+    return sorted(DOCS.rglob("*.md"))
+
+
+def page_name(path: Path) -> str:
+    """A page's path under docs/ ('api/tuner.data.md')."""
+    return path.relative_to(DOCS).as_posix()
+
+
+def built_page(site: Path, path: Path) -> Path:
+    """Where MkDocs writes a page ('index.md' -> index.html, 'api/x.md' -> api/x/index.html)."""
+    name = page_name(path)
+    return site / ("index.html" if name == "index.md" else f"{name[:-3]}/index.html")
 
 
 @dataclass
@@ -77,7 +95,7 @@ class Block:
 def blocks_of(path: Path) -> list[Block]:
     """Every fenced block of a page, with the name of the example marker before it, if any."""
     text = path.read_text(encoding="utf-8")
-    named = {ex.end: ex.name for ex in parse_examples(text, f"docs/{path.name}").values()}
+    named = {ex.end: ex.name for ex in parse_examples(text, f"docs/{page_name(path)}").values()}
     lines = text.splitlines()
     out, i = [], 0
     while i < len(lines):
@@ -90,8 +108,8 @@ def blocks_of(path: Path) -> list[Block]:
             if lines[k].strip() == fence:
                 break
         else:
-            pytest.fail(f"docs/{path.name} line {i + 1}: code block never closed")
-        out.append(Block(path.name, i + 1, language, "\n".join(lines[i + 1:k]) + "\n",
+            pytest.fail(f"docs/{page_name(path)} line {i + 1}: code block never closed")
+        out.append(Block(page_name(path), i + 1, language, "\n".join(lines[i + 1:k]) + "\n",
                          named.get(k + 1)))
         i = k + 1
     return out
@@ -158,6 +176,7 @@ def parse_with_click(args: list[str]) -> None:
     UsageError / BadParameter for an unknown command or option, a bad choice or a missing
     argument."""
     import click
+
     from tuner.cli import main
     name, *rest = args
     command = main.commands.get(name)
@@ -187,9 +206,8 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert proc.returncode == 0, (f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n"
                                   f"{proc.stderr[-6000:]}")
     for page in pages():  # each page is in the nav and built
-        built = tmp_path / "site" / ("index.html" if page.stem == "index"
-                                     else f"{page.stem}/index.html")
-        assert built.is_file(), f"docs/{page.name} is missing from the built site ({built})"
+        built = built_page(tmp_path / "site", page)
+        assert built.is_file(), f"docs/{page_name(page)} is missing from the built site ({built})"
     cli = (tmp_path / "site" / "cli" / "index.html").read_text(encoding="utf-8")
     for name, command in main.commands.items():  # the CLI page is generated from the commands
         assert f"python -m tuner {name}" in cli, f"the CLI page lacks `{name}`"
@@ -197,12 +215,20 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
             for opt in param.opts:
                 assert opt in cli, f"the CLI page lacks `{name} {opt}`"
     assert "Sentinel" not in cli and "UNSET" not in cli
-    api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
+    api = {module: (tmp_path / "site" / "api" / module / "index.html").read_text(
+        encoding="utf-8") for module in PUBLIC_MODULES}  # one page per public module
+    for module, page in api.items():
+        assert f'id="{module}"' in page, f"the API page of {module} does not document it"
     for anchor in ("tuner.api.tune", "tuner.api.TuneResult", "tuner.workload.Workload",
-                   "tuner.workloads.datasets", "tuner.data", "tuner.data.SamplePath",
-                   "tuner.knobs.Knobs", "tuner.integrations.lightning.from_lightning",
-                   "tuner.settings.RunOptions", "tuner.errors.TunerError"):
-        assert f'id="{anchor}"' in api, f"the API reference has no entry {anchor}"
+                   "tuner.data.SamplePath", "tuner.knobs.Knobs",
+                   "tuner.integrations.lightning.from_lightning", "tuner.settings.RunOptions",
+                   "tuner.errors.TunerError", "tuner.winner.best", "tuner.leaderboard.read"):
+        module = max((m for m in PUBLIC_MODULES if anchor.startswith(m + ".")), key=len)
+        assert f'id="{anchor}"' in api[module], f"the API reference has no entry {anchor}"
+    assert "WinnerRow" not in api["tuner.api"]  # a deprecation shim is not documented
+    index = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
+    for module in PUBLIC_MODULES:  # the API overview links every module's page
+        assert f'href="{module}/"' in index, f"the API overview does not link {module}"
 
 
 def test_a_broken_docstring_fails_the_build(tmp_path):
@@ -360,6 +386,7 @@ def test_split_sample_path_example_feeds_every_data_path(examples_dir, tmp_path,
     items of its own dataset (noise drawn per sample), and the lines ``best --format python``
     prints for the 'cache' and 'device' paths make batches of it."""
     import torch
+
     from tuner.codegen import data_code
     from tuner.data import CachedDataset, DecodedCache, DeviceBatches, cache_bytes
     from tuner.knobs import Knobs
@@ -381,7 +408,8 @@ def test_split_sample_path_example_feeds_every_data_path(examples_dir, tmp_path,
     noise = x - cache.tensors[0][order, :32]
     assert x.shape == (512, 32) and y.shape == (512,)
     assert 0.04 < noise.std().item() < 0.06
-    for knobs in (Knobs(batch_size=64, data_path="cache"), Knobs(batch_size=64, data_path="device")):
+    for path_name in ("cache", "device"):
+        knobs = Knobs(batch_size=64, data_path=path_name)
         namespace = {"workload": workload, "data_dir": data_dir}
         exec(data_code(knobs, device="cpu", scale="tiny"), namespace)
         batches = list(namespace["loader"])
@@ -517,10 +545,10 @@ def test_read_commands_run_against_the_leaderboard(docs_run, monkeypatch):
 
 @pytest.mark.slow
 def test_lightning_run_command_runs(docs_run, monkeypatch):
-    """bring-your-own.md's ``run`` of the LightningModule, with the smallest measurement."""
+    """lightning.md's ``run`` of the LightningModule, with the smallest measurement."""
     pytest.importorskip("lightning")
     monkeypatch.chdir(docs_run["root"])
-    commands = [tuner_args(argv) for b in blocks_of(DOCS / "bring-your-own.md")
+    commands = [tuner_args(argv) for b in blocks_of(DOCS / "lightning.md")
                 if b.language == "bash" for argv in shell_commands(b)]
     run = next(a for a in commands if a and a[:3] == ["run", "--workload", "lit_mlp:workload"])
     results = docs_run["root"] / "lit-results"
