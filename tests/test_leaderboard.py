@@ -205,6 +205,7 @@ def test_read_commands_take_one_scale_on_request(tmp_path):
     with pytest.raises(TunerError, match="--scale huge: no rows .* scales with rows: full, tiny"):
         leaderboard.select(tmp_path, "fake-regression", scale="huge")
     from click.testing import CliRunner
+
     from tuner.cli import main
     out = CliRunner().invoke(main, ["best", "-w", "fake-regression", "--results", str(tmp_path),
                                     "--scale", "full"])

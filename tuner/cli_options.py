@@ -17,8 +17,15 @@ from click_option_group import GroupedOption, OptionGroup
 
 import tuner._deprecated as deprecation
 from tuner.budget import DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S
-from tuner.settings import (DEVICES, MEASUREMENT_DEFAULTS, OBJECTIVES, OLD_SCALES, PROBE_MODES,
-                            SAMPLERS, SCALES)
+from tuner.settings import (
+    DEVICES,
+    MEASUREMENT_DEFAULTS,
+    OBJECTIVES,
+    OLD_SCALES,
+    PROBE_MODES,
+    SAMPLERS,
+    SCALES,
+)
 
 COMMAND_ORDER = ("run", "best", "leaderboard", "report", "validate", "profile", "export",
                  "workloads", "check-cluster")
