@@ -150,9 +150,9 @@ _VERSIONS = r"was deprecated in tuner 0\.3\.0 and will be removed in tuner 0\.4\
 def _read_old(module: str, name: str):
     """``module.name`` and the one TunerDeprecationWarning that reading it gave, which must be
     reported at this line."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        value = getattr(importlib.import_module(module), name)
+    imported = importlib.import_module(module)     # any warning of the import itself: not here
+    with pytest.warns(TunerDeprecationWarning) as caught:
+        value = getattr(imported, name)
     assert [w.category for w in caught] == [TunerDeprecationWarning], caught
     assert caught[0].filename == __file__
     return value, str(caught[0].message)
