@@ -70,7 +70,7 @@ from tuner.harness import run_trial  # noqa: E402
 from tuner.knobs import knob_text  # noqa: E402
 from tuner.plan import make_plan  # noqa: E402
 from tuner.probe import candidates  # noqa: E402
-from tuner.settings import RunOptions  # noqa: E402
+from tuner.settings import SCALES, RunOptions, default_scale  # noqa: E402
 from tuner.status import Status  # noqa: E402
 from tuner.validate import train_loop  # noqa: E402
 from tuner.workload import available  # noqa: E402
@@ -103,7 +103,7 @@ QUICK_BUDGET_S = 180.0
 
 QUICK_OTHER_BUDGET_S = 60.0
 """``--quick``: the time budget of each other workload, which runs without the memory probe
-(16-36 s per workload on an H200 at seed scale: most of a short budget)."""
+(16-36 s per workload on an H200 at full scale: most of a short budget)."""
 
 QUICK_TRIALS = {"ddpm": 4}
 """``--quick``: trials in all (references included), 3 for a workload not named."""
@@ -133,7 +133,7 @@ grace, validate (its warm-up and measured time as long as the best's trial)."""
 
 PEERS_S = {"cuda": 60.0, "cpu": 60.0}
 """Time the peers' answer needs: the doubling checks and one measured trial (a trial on the
-H100 at seed scale: 25-35 s; on 2 CPU cores at tiny scale, up to batch 64: 30-50 s)."""
+H100 at full scale: 25-35 s; on 2 CPU cores at tiny scale, up to batch 64: 30-50 s)."""
 
 TESTS = ("tests/gpu", "tests/test_gpu_paths.py")
 TESTS_BOX_S = 150.0
@@ -649,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds for the whole run (default: {QUICK_DEADLINE_S:.0f} with "
                              "--quick, else none)")
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
-    parser.add_argument("--scale", default=None, choices=["seed", "tiny"])
+    parser.add_argument("--scale", default=None, choices=SCALES)
     parser.add_argument("--workloads", nargs="+", default=None)
     parser.add_argument("--time-budget", type=float, default=None)
     parser.add_argument("--trials", type=int, default=None)
@@ -657,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    args.scale = args.scale or ("seed" if args.device == "cuda" else "tiny")
+    args.scale = args.scale or default_scale(args.device)
     if args.deadline_s is None and args.quick:
         args.deadline_s = QUICK_DEADLINE_S
     known = set(available())

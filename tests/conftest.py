@@ -18,7 +18,7 @@ GPU_ONLY_ENV = "TUNER_TEST_KEEP_CUDA"
 def pytest_configure(config) -> None:
     """A pytest run that does not select the ``gpu`` marker sees no CUDA device (set before torch is
     imported; Ray workers and CLI subprocesses inherit it), so a test that leaves the device
-    at 'auto' gets the CPU run it was written for, not a CUDA run at 'seed' scale with a
+    at 'auto' gets the CPU run it was written for, not a CUDA run at 'full' scale with a
     memory probe. GPU checks run with ``pytest -m gpu`` (tests/gpu/), which keeps CUDA visible.
 
     A ``--device cpu`` trial on a GPU machine leaves CUDA uninitialised in its process

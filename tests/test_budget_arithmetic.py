@@ -1,11 +1,9 @@
-"""The time-budget arithmetic (``tuner.budget``) as pure functions, and the old import paths of
-the names that moved into ``tuner.budget``, ``tuner.windows`` and ``tuner.followups``."""
+"""The time-budget arithmetic (``tuner.budget``) as pure functions (the old import paths of the
+names that moved into ``tuner.budget``: tests/test_deprecations.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib
-import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -105,45 +103,3 @@ def test_a_compile_is_refused_without_the_time_it_needs():
 ])
 def test_a_trial_past_its_deadline_is_killed_after_its_grace(run_deadline, step_ms, grace):
     assert budget.kill_at_unix_s(100.0, run_deadline, step_ms) == pytest.approx(100.0 + grace)
-
-
-MOVED = [
-    ("tuner.settings", "DEFAULT_CUDA_TIME_BUDGET_S", "tuner.budget"),
-    ("tuner.settings", "DEFAULT_CPU_TIME_BUDGET_S", "tuner.budget"),
-    ("tuner.settings", "BUDGET_GRACE_S", "tuner.budget"),
-    ("tuner.settings", "long_step", "tuner.windows"),
-    ("tuner.plan", "FOLLOWUP_SHARE", "tuner.budget"),
-    ("tuner.plan", "MAX_FOLLOWUP_SHARE", "tuner.budget"),
-    ("tuner.plan", "PLAN_AGE_S", "tuner.budget"),
-    ("tuner.harness", "COMPILE_NEEDS_S", "tuner.budget"),
-    ("tuner.harness", "COMPILE_MARGIN", "tuner.budget"),
-    ("tuner.harness", "compile_needs_s", "tuner.budget"),
-    ("tuner.recorder", "OVERDUE_S", "tuner.budget"),
-    ("tuner.recorder", "STEP_GRACE", "tuner.budget"),
-    ("tuner.recorder", "STEP_GRACE_MAX_S", "tuner.budget"),
-    ("tuner.driver", "MIN_PHASE_S", "tuner.budget"),
-    ("tuner.driver", "TUNE_STOP_GRACE_S", "tuner.budget"),
-    ("tuner.driver", "TRIAL_OVERHEAD_S", "tuner.budget"),
-    ("tuner.driver", "tune_time_budget_s", "tuner.budget"),
-    ("tuner.driver", "CAN_WIN_FRACTION", "tuner.followups"),
-    ("tuner.driver", "REMEASURE_ROUNDS", "tuner.plan"),
-    ("tuner.noise", "STEADY_Z", "tuner.windows"),
-    ("tuner.noise", "MIN_NOISE_ROWS", "tuner.windows"),
-    ("tuner.noise", "window_noise", "tuner.windows"),
-    ("tuner.noise", "steady_tolerance", "tuner.windows"),
-]
-
-
-@pytest.mark.parametrize("old, name, new", MOVED)
-def test_a_moved_name_still_imports_from_its_old_module_with_a_deprecation_warning(old, name, new):
-    with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {new}.{name}"):
-        value = getattr(importlib.import_module(old), name)
-    assert value is getattr(importlib.import_module(new), name)
-
-
-def test_an_unknown_name_is_still_an_attribute_error():
-    import tuner.settings as settings
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(AttributeError, match="no attribute 'NOT_A_NAME'"):
-            settings.NOT_A_NAME  # noqa: B018

@@ -57,7 +57,7 @@ def _cli(*args: str):
 
 def test_model_by_name_is_the_published_architecture_at_the_asked_size(resnet50):
     assert isinstance(resnet50, NamedClassifier) and resnet50.name == NAME
-    assert resnet50.parameter_count("tiny") == resnet50.parameter_count("seed") == RESNET50_PARAMETERS
+    assert resnet50.parameter_count("tiny") == resnet50.parameter_count("full") == RESNET50_PARAMETERS
     assert sum(p.numel() for p in resnet50.build_model("tiny").parameters()) == RESNET50_PARAMETERS
     assert resnet50.sample_shape("tiny") == {"image": [3, 32, 32], "label": []}
     assert resnet50.references is resolve("classifier").references
@@ -109,7 +109,7 @@ def test_run_start_shows_the_models_parameters_and_flops(tmp_path, monkeypatch):
     assert f"tuner run {NAME} — torchvision resnet50 (random init, 1000 classes) on 32x32" in text
     flops_mb = plan.settings.model_flops_per_sample / 1e6
     assert (f"model: {RESNET50_PARAMETERS:,} parameters at tiny scale "
-            f"({RESNET50_PARAMETERS:,} at seed) · {flops_mb:,.1f} MFLOP/sample") in text
+            f"({RESNET50_PARAMETERS:,} at full) · {flops_mb:,.1f} MFLOP/sample") in text
 
 
 def test_inception_v3_below_299_px_runs_without_its_aux_head():

@@ -136,9 +136,10 @@ def test_workloads_json_lists_builtins_with_sizes(env):
     entries = {e["name"]: e for e in _json(tuner_in_process("workloads", "--format", "json",
                                                              env=env))}
     assert {"ddpm", "chargpt"} <= set(entries)
-    assert entries["ddpm"]["parameters_seed"] == pytest.approx(12.8e6, rel=0.10)
-    assert entries["chargpt"]["parameters_seed"] == pytest.approx(10.7e6, rel=0.10)
+    assert entries["ddpm"]["parameters_full"] == pytest.approx(12.8e6, rel=0.10)
+    assert entries["chargpt"]["parameters_full"] == pytest.approx(10.7e6, rel=0.10)
     for e in entries.values():
+        assert e["parameters_seed"] == e["parameters_full"]   # the old key, until tuner 0.4.0
         assert e["sample_shape"] and all(isinstance(v, list) for v in e["sample_shape"].values())
         assert e["import_path"]
 

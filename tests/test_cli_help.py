@@ -12,10 +12,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from tuner.budget import DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S
 from tuner.cli import main
 from tuner.cli_options import COMMAND_ORDER, RUN_GROUPS, SHORT_HELP
-from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
-                            MEASUREMENT_DEFAULTS)
+from tuner.settings import MEASUREMENT_DEFAULTS
 
 WIDTH = 100
 
@@ -133,10 +133,10 @@ def test_every_run_option_shows_its_default_or_that_it_is_required():
 
 def test_the_measurement_and_memory_defaults_are_the_codes():
     entries = option_entries(help_text("run"))
-    tiny, seed = MEASUREMENT_DEFAULTS["tiny"], MEASUREMENT_DEFAULTS["seed"]
-    assert f"[default: {tiny[0]} at tiny scale, {seed[0]} at seed]" in entries["--warmup-steps"]
-    assert f"[default: {tiny[1]} at tiny scale, {seed[1]} at seed]" in entries["--windows"]
-    assert tiny[2] == seed[2] and f"[default: {tiny[2]:g}]" in entries["--window-s"]
+    tiny, full = MEASUREMENT_DEFAULTS["tiny"], MEASUREMENT_DEFAULTS["full"]
+    assert f"[default: {tiny[0]} at tiny scale, {full[0]} at full]" in entries["--warmup-steps"]
+    assert f"[default: {tiny[1]} at tiny scale, {full[1]} at full]" in entries["--windows"]
+    assert tiny[2] == full[2] and f"[default: {tiny[2]:g}]" in entries["--window-s"]
     assert "[default: none: the whole device]" in entries["--max-memory"]
     budget = entries["--time-budget"]
     assert f"{DEFAULT_CUDA_TIME_BUDGET_S:g} on CUDA" in budget

@@ -230,10 +230,10 @@ def test_ddpm_tiny_is_counted_once(ddpm_data, monkeypatch):
 
 
 def test_ddpm_seed_matches_the_h100_count(ddpm_data):
-    """FlopCounterMode on CUDA counts 15.3 GFLOP/sample for ddpm at seed scale on an H100
+    """FlopCounterMode on CUDA counts 15.3 GFLOP/sample for ddpm at full scale on an H100
     (docs/benchmarks.md); both scales read the same default data."""
     from tuner.workloads.ddpm import workload as ddpm
-    assert flops.model_flops_per_sample(ddpm, "seed", ddpm_data) == pytest.approx(15.3e9, rel=0.01)
+    assert flops.model_flops_per_sample(ddpm, "full", ddpm_data) == pytest.approx(15.3e9, rel=0.01)
 
 
 # ------------------------------------------------------------------------------------ peak table

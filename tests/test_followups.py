@@ -10,7 +10,7 @@ import pytest
 
 import tuner.budget as budget
 import tuner.followups as followups
-import tuner.leaderboard as leaderboard
+import tuner.winner as winner_rule
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS, Plan
 from tuner.space import Choices, Space
@@ -100,7 +100,7 @@ def test_no_ceiling_without_the_ceiling_option():
 def test_without_a_remeasurement_the_ceilings_are_the_search_bests():
     batches, _ = run_all(fake_plan(confirm=0), search_rows())
     assert [b.phase for b in batches] == [Phase.CEILING]
-    winner = Knobs.from_dict(leaderboard.best_row(search_rows()), strict=False)
+    winner = Knobs.from_dict(winner_rule.best(search_rows()).row, strict=False)
     assert batches[0].configs[0] == (winner, None) and winner in (BUSY, FAST)
     assert [c["ceiling"] for c in batches[0].per_trial][:2] == ["compute", "loader"]
 

@@ -194,21 +194,71 @@ def test_ranked_puts_ceilings_then_disturbed_rows_after_the_measured_ones():
 
 
 def test_read_commands_take_one_scale_on_request(tmp_path):
-    """After a quick tiny run, the seed run's answer is still there with --scale seed."""
-    rows = [row(0, run="seed-run", sps=90.0, scale="seed", knobs=Knobs(batch_size=64)),
+    """After a quick tiny run, the full run's answer is still there with --scale full."""
+    rows = [row(0, run="full-run", sps=90.0, scale="full", knobs=Knobs(batch_size=64)),
             {**row(0, run="tiny-run", sps=400.0), "finished_at": T0 + dt.timedelta(days=1)}]
     leaderboard.append(tmp_path, rows)
-    table, _ = leaderboard.select(tmp_path, "fake-regression", scale="seed")
-    assert winner.best(table).row["run_id"] == "seed-run"
+    table, _ = leaderboard.select(tmp_path, "fake-regression", scale="full")
+    assert winner.best(table).row["run_id"] == "full-run"
     assert winner.best(leaderboard.select(tmp_path, "fake-regression")[0]).row["scale"] == "tiny"
     from tuner.errors import TunerError
-    with pytest.raises(TunerError, match="--scale huge: no rows .* scales with rows: seed, tiny"):
+    with pytest.raises(TunerError, match="--scale huge: no rows .* scales with rows: full, tiny"):
         leaderboard.select(tmp_path, "fake-regression", scale="huge")
     from click.testing import CliRunner
+
     from tuner.cli import main
     out = CliRunner().invoke(main, ["best", "-w", "fake-regression", "--results", str(tmp_path),
-                                    "--scale", "seed"])
+                                    "--scale", "full"])
     assert out.exit_code == 0 and '"batch_size": 64' in out.output, out.output
+
+
+def _written_before_the_rename(results, rows: list[dict]) -> None:
+    """``rows`` as a Parquet part written by tuner 0.2, whose scale word was 'seed': straight
+    to the file, past ``normalise_row``."""
+    directory = leaderboard.leaderboard_dir(results)
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = [{**leaderboard.normalise_row(r), "scale": r["scale"]} for r in rows]
+    pq.write_table(pa.Table.from_pylist(rows, schema=leaderboard.SCHEMA),
+                   directory / "part-written-by-0.2.parquet")
+
+
+def test_rows_written_with_the_old_scale_word_read_as_full(tmp_path):
+    """Rows of a 'seed' run read as 'full': by ``read``, by ``--scale full`` and by the old
+    ``--scale seed`` (one note on stderr), and ``best`` answers from them."""
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+    _written_before_the_rename(tmp_path, [
+        row(0, run="old-run", sps=90.0, scale="seed", knobs=Knobs(batch_size=64)),
+        row(1, run="old-run", sps=80.0, scale="seed"), row(2, run="no-scale", scale=None)])
+    leaderboard.append(tmp_path, [row(0, run="tiny-run", sps=400.0)])
+    scales = leaderboard.read(tmp_path).column("scale").to_pylist()
+    assert sorted(map(str, scales)) == ["None", "full", "full", "tiny"]   # a null stays null
+    table, _ = leaderboard.select(tmp_path, "fake-regression", scale="full")
+    assert winner.best(table).row["run_id"] == "old-run"
+    assert winner.best(table).row["scale"] == "full"
+    for word, note in (("full", False), ("seed", True)):
+        out = CliRunner().invoke(main, ["best", "-w", "fake-regression", "--results",
+                                        str(tmp_path), "--scale", word, "--format", "json"])
+        assert out.exit_code == 0 and '"batch_size": 64' in out.stdout, out.output
+        assert ("--scale seed was deprecated in tuner 0.3.0 and will be removed in tuner "
+                "0.4.0; use --scale full" in out.stderr) is note, out.stderr
+        assert out.stderr.count("\n") == int(note)
+
+
+def test_a_run_written_with_the_old_scale_word_resumes_as_full(tmp_path):
+    from tuner.plan import _resumed_run
+    from tuner.settings import RunOptions
+    _written_before_the_rename(tmp_path, [row(i, run="old-run", scale="seed") for i in range(3)])
+    options = RunOptions(workload="fake-regression", results=str(tmp_path), resume="latest")
+    run_id, rows = _resumed_run(options, "fake-regression", "full", "cpu")
+    assert run_id == "old-run" and len(rows) == 3
+    assert {r["scale"] for r in rows} == {"full"}
+
+
+def test_normalise_row_writes_the_old_scale_word_as_full():
+    assert leaderboard.normalise_row(row(0, scale="seed"))["scale"] == "full"
+    assert leaderboard.normalise_row(row(0, scale="tiny"))["scale"] == "tiny"
 
 
 def test_write_row_normalises_once_and_returns_the_row_as_written(tmp_path):

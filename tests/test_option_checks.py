@@ -81,7 +81,7 @@ def test_warm_start_without_earlier_rows_is_a_note_and_the_plan_goes_on(tmp_path
         "the search starts from scratch")
     # Rows of another machine, or another scale, do not seed the search either.
     leaderboard.append(results, [leaderboard_row(0, hardware_key="cpu:elsewhere:2cpu"),
-                                 leaderboard_row(1, hardware_key=key, scale="seed")])
+                                 leaderboard_row(1, hardware_key=key, scale="full")])
     assert len(make_plan(options(results=str(results), warm_start=True)).notes) == 2
     leaderboard.append(results, [leaderboard_row(2, hardware_key=key)])
     assert len(make_plan(options(results=str(results), warm_start=True)).notes) == 1

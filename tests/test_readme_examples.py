@@ -364,7 +364,7 @@ def test_workload_example_honours_the_contract(tmp_path, monkeypatch):
     torch.manual_seed(0)
     batch = next(iter(DataLoader(dataset, batch_size=8, shuffle=True, num_workers=1)))
     assert workload.samples_in(batch) == 8
-    for scale in ("tiny", "seed"):
+    for scale in ("tiny", "full"):
         model = workload.build_model(scale)
         loss = workload.training_step(model, batch)
         assert isinstance(loss, torch.Tensor)
@@ -372,7 +372,7 @@ def test_workload_example_honours_the_contract(tmp_path, monkeypatch):
         assert torch.isfinite(loss).item()
         loss.backward()  # the harness calls backward on it
         assert all(p.grad is not None for p in model.parameters())
-    assert workload.parameter_count("seed") > workload.parameter_count("tiny")
+    assert workload.parameter_count("full") > workload.parameter_count("tiny")
 
 
 def test_the_workload_example_is_at_most_30_lines():

@@ -14,17 +14,18 @@ import yaml
 
 from tests.test_leaderboard import T0, row, table_of
 from tuner import leaderboard, winner
+from tuner.errors import TunerDeprecationWarning
 from tuner.knobs import Knobs
 
 
 def test_best_compares_only_rows_of_the_latest_runs_scale():
-    """A later seed-scale run is answered from its own rows, not by an older tiny-scale row
+    """A later full-scale run is answered from its own rows, not by an older tiny-scale row
     that trained a smaller model faster."""
-    rows = [row(0, run="tiny-run", sps=400.0), row(0, run="seed-run", sps=90.0, scale="seed",
+    rows = [row(0, run="tiny-run", sps=400.0), row(0, run="full-run", sps=90.0, scale="full",
                                                      knobs=Knobs(batch_size=64))]
     rows[1]["finished_at"] = T0 + dt.timedelta(days=1)
     top = winner.best(rows)
-    assert top.row["run_id"] == "seed-run" and top.row["scale"] == "seed"
+    assert top.row["run_id"] == "full-run" and top.row["scale"] == "full"
 
 
 def test_best_answers_for_one_card_of_a_run_over_two():
@@ -239,10 +240,11 @@ def test_best_json_and_yaml_print_the_whole_answer_and_agree(tmp_path):
 
 
 def _moved(name: str):
-    """``tuner.leaderboard.<name>``, asserting its one DeprecationWarning names the new home and
-    points at the caller's line."""
-    with pytest.warns(DeprecationWarning, match=rf"tuner\.leaderboard\.{name} is deprecated"
-                                                r".*use tuner\.winner\.") as caught:
+    """``tuner.leaderboard.<name>``, asserting its one deprecation warning names both versions
+    and the new home and points at the caller's line."""
+    with pytest.warns(TunerDeprecationWarning,
+                      match=rf"tuner\.leaderboard\.{name} was deprecated in tuner 0\.3\.0 and will "
+                            r"be removed in tuner 0\.4\.0; use tuner\.winner\.") as caught:
         value = getattr(leaderboard, name)
     assert len(caught) == 1 and caught[0].filename == __file__
     return value
@@ -260,7 +262,7 @@ def test_leaderboard_best_row_still_answers_as_the_flat_dict_with_a_warning():
             top["attainable_share"]) == (125.0, "input pipeline", 0.8)
     assert top["disturbed"] == [("run-a-2", "MFU 180 % is above 100 % of the card's peak")]
     assert top["tied_faster"] is None
-    with pytest.warns(DeprecationWarning, match="tuner.winner.best"):
+    with pytest.warns(TunerDeprecationWarning, match="tuner.winner.best"):
         from tuner.leaderboard import best_row
     assert best_row([]) is None
 
@@ -272,7 +274,7 @@ def test_leaderboard_best_still_reads_a_table_with_a_warning():
 
 def test_leaderboard_speedup_vs_still_rebuilds_the_speedup_with_a_warning():
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", TunerDeprecationWarning)
         top = leaderboard.best_row(_bounded_run())
     sp = _moved("speedup_vs")(top, "baseline")
     assert sp == winner.best(_bounded_run()).baseline.speedup
@@ -283,7 +285,7 @@ def test_leaderboard_ceiling_far_below_still_reads_the_flat_dict_with_a_warning(
     win = {**row(0), "phase": "remeasure", "samples_per_sec": 100.0, "batch_size": 32}
     ceiling = {**row(1), "phase": "ceiling", "samples_per_sec": 80.0, "batch_size": 32}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", TunerDeprecationWarning)
         far, near = (leaderboard.best_row([win, {**ceiling, "samples_per_sec": sps}])
                      for sps in (80.0, 97.0))
     assert _moved("ceiling_far_below")(far) is True

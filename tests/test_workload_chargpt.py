@@ -20,7 +20,7 @@ def text_file(tmp_path_factory):
 
 
 def test_default_data_is_one_deterministic_1m_byte_utf8_file(tmp_path, text_file):
-    path = workload.prepare_default_data(tmp_path / "a", "seed")
+    path = workload.prepare_default_data(tmp_path / "a", "full")
     assert path == tmp_path / "a" / "chargpt-v1" / "input.txt"
     assert [p.name for p in path.parent.iterdir()] == ["input.txt"]
     data = path.read_bytes()
@@ -34,7 +34,7 @@ def test_default_data_is_one_deterministic_1m_byte_utf8_file(tmp_path, text_file
     assert path.stat().st_mtime_ns == mtime
 
 
-@pytest.mark.parametrize("scale, T", [("tiny", 64), ("seed", 256)])
+@pytest.mark.parametrize("scale, T", [("tiny", 64), ("full", 256)])
 def test_dataset_items_are_shifted_int64_byte_windows(text_file, scale, T):
     ds = workload.build_dataset(text_file, scale)
     assert len(ds) == DEFAULT_TEXT_BYTES // T
@@ -123,16 +123,16 @@ def test_attention_is_causal():
 
 
 def test_parameter_counts():
-    seed = workload.parameter_count("seed")
+    full = workload.parameter_count("full")
     # nanoGPT prints 10.65M (vocab 65, tied lm_head, position embeddings excluded); with the
     # 256-byte vocabulary and every parameter counted once: 10,818,432.
-    assert seed == 10_818_432
-    assert abs(seed - 10.7e6) / 10.7e6 < 0.02
+    assert full == 10_818_432
+    assert abs(full - 10.7e6) / 10.7e6 < 0.02
     assert workload.parameter_count("tiny") < 200_000
 
 
 def test_unknown_scale_is_rejected():
-    with pytest.raises(ValueError, match="seed, tiny"):
+    with pytest.raises(ValueError, match="full, tiny"):
         workload.build_model("huge")
 
 

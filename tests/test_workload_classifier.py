@@ -48,14 +48,14 @@ def test_references_lie_inside_the_search_space(w):
 
 
 def test_default_data_is_written_once_and_deterministic(tmp_path):
-    first = workload.prepare_default_data(tmp_path / "a", "seed")
+    first = workload.prepare_default_data(tmp_path / "a", "full")
     files = _files(first)
     assert len(files) == 800 and all(p.suffix == ".jpg" for p in files)
     assert sorted(p.name for p in first.iterdir()) == [f"class_{i}" for i in range(4)]
     mtime = files[0].stat().st_mtime_ns
-    assert workload.prepare_default_data(tmp_path / "a", "seed") == first  # reused, not rewritten
+    assert workload.prepare_default_data(tmp_path / "a", "full") == first  # reused, not rewritten
     assert files[0].stat().st_mtime_ns == mtime
-    second = workload.prepare_default_data(tmp_path / "b", "seed")
+    second = workload.prepare_default_data(tmp_path / "b", "full")
     assert [p.read_bytes() for p in files[::97]] == [
         (second / p.relative_to(first)).read_bytes() for p in files[::97]]
 
@@ -80,8 +80,8 @@ def test_items_are_normalised_float_images_and_int64_labels(w, tiny_data):
 
 
 def test_seed_input_sizes():
-    assert workload.sample_shape("seed") == {"image": [3, 40, 40], "label": []}
-    assert workload299.sample_shape("seed") == {"image": [3, 299, 299], "label": []}
+    assert workload.sample_shape("full") == {"image": [3, 40, 40], "label": []}
+    assert workload299.sample_shape("full") == {"image": [3, 299, 299], "label": []}
 
 
 @pytest.mark.parametrize("w", BOTH)
@@ -120,7 +120,7 @@ def test_too_many_class_folders_gives_data_error(tiny_data, tmp_path):
 def test_unknown_scale_is_rejected(w, tmp_path):
     for call in (lambda: w.build_model("huge"), lambda: w.sample_shape("huge"),
                  lambda: w.prepare_default_data(tmp_path, "huge")):
-        with pytest.raises(ValueError, match="seed, tiny"):
+        with pytest.raises(ValueError, match="full, tiny"):
             call()
 
 
@@ -143,7 +143,7 @@ def test_tiny_training_step_gives_finite_loss_and_gradients(w, tiny_data):
 def test_inception_aux_head_adds_its_weighted_loss():
     """Seed scale at batch 2: training returns (logits, aux_logits), the loss includes 0.4 x aux."""
     torch.manual_seed(0)
-    model = workload299.build_model("seed").train()
+    model = workload299.build_model("full").train()
     images = torch.randn(2, 3, 299, 299)  # (B, C, H, W)
     labels = torch.tensor([0, 3])
     loss = workload299.training_step(model, (images, labels))
@@ -156,7 +156,7 @@ def test_inception_aux_head_adds_its_weighted_loss():
 def test_parameter_counts():
     # ResNet-18 with a 4-way head: 11.17 M (11.69 M ImageNet version less its 1000-way fc and
     # 7x7 stem); Inception-v3 with aux head: 21.79 M + 2.56 M aux.
-    assert workload.parameter_count("seed") == pytest.approx(11.17e6, rel=0.01)
+    assert workload.parameter_count("full") == pytest.approx(11.17e6, rel=0.01)
     assert workload.parameter_count("tiny") == pytest.approx(4.90e6, rel=0.01)
-    assert workload299.parameter_count("seed") == pytest.approx(24.35e6, rel=0.01)
+    assert workload299.parameter_count("full") == pytest.approx(24.35e6, rel=0.01)
     assert workload299.parameter_count("tiny") == pytest.approx(21.79e6, rel=0.01)

@@ -32,9 +32,9 @@ def test_default_data_matches_report_counts_and_is_deterministic(data_dir, tmp_p
     assert data_dir.name == "ddpm-v1"
     assert len(list((data_dir / "Normal").glob("*.png"))) == 546
     assert len(list((data_dir / "Abnormal").glob("*.png"))) == 106
-    again = workload.prepare_default_data(tmp_path, "seed")    # same data for both scales
+    again = workload.prepare_default_data(tmp_path, "full")    # same data for both scales
     assert _digest(again) == _digest(data_dir)
-    assert workload.prepare_default_data(tmp_path, "seed") == again   # reused, not rewritten
+    assert workload.prepare_default_data(tmp_path, "full") == again   # reused, not rewritten
 
 
 def test_dataset_items_are_augmented_images_and_int64_labels(data_dir):
@@ -81,9 +81,9 @@ def test_missing_empty_or_many_class_dirs_raise_data_error(tmp_path):
 
 
 def test_unknown_scale_names_the_accepted_scales(data_dir):
-    with pytest.raises(ValueError, match="seed, tiny"):
+    with pytest.raises(ValueError, match="full, tiny"):
         workload.build_model("huge")
-    with pytest.raises(ValueError, match="seed, tiny"):
+    with pytest.raises(ValueError, match="full, tiny"):
         workload.build_dataset(data_dir, "huge")
 
 
@@ -114,7 +114,7 @@ def test_noise_schedule_is_linear_ho_et_al_and_not_a_parameter():
 
 
 def test_seed_parameter_count_matches_report():
-    count = workload.parameter_count("seed")
+    count = workload.parameter_count("full")
     assert abs(count - REPORT_PARAMETERS) / REPORT_PARAMETERS <= 0.02
     assert count == REPORT_PARAMETERS          # achieved exactly: keep it that way
     assert workload.parameter_count("tiny") < count / 10

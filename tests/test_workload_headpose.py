@@ -74,7 +74,7 @@ def test_item_shapes_and_dtypes(tiny_dir):
     assert list(image.shape) == shape["image"] == [3, 64, 64]
     assert list(angles_deg.shape) == shape["angles_deg"] == [3]
     assert image.dtype == torch.float32 and angles_deg.dtype == torch.float32
-    assert workload.sample_shape("seed") == {"image": [3, 224, 224], "angles_deg": [3]}
+    assert workload.sample_shape("full") == {"image": [3, 224, 224], "angles_deg": [3]}
     # Normalised, not raw bytes.
     assert -3.0 < image.mean().item() < 3.0
 
@@ -175,15 +175,15 @@ def test_mae_deg_per_angle():
 def test_parameter_counts():
     # ResNet-50 (25,557,032) less its 1000-way fc (2,049,000) plus Linear(2048, 3) (6,147).
     # The guide gives no parameter count.
-    assert workload.parameter_count("seed") == 23_514_179
-    assert workload.parameter_count("tiny") < workload.parameter_count("seed") / 2
+    assert workload.parameter_count("full") == 23_514_179
+    assert workload.parameter_count("tiny") < workload.parameter_count("full") / 2
 
 
 def test_unknown_scale_lists_the_accepted_ones(tmp_path):
     for call in (lambda: workload.build_model("huge"),
                  lambda: workload.prepare_default_data(tmp_path, "huge"),
                  lambda: workload.sample_shape("huge")):
-        with pytest.raises(ValueError, match="seed, tiny"):
+        with pytest.raises(ValueError, match="full, tiny"):
             call()
 
 

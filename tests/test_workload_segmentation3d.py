@@ -79,15 +79,15 @@ def test_default_data_is_volume_pairs_written_once_and_deterministic(data_dir, t
 
 
 def test_seed_data_and_items_have_the_reports_patch_size(tmp_path):
-    root = workload.prepare_default_data(tmp_path, "seed")
-    assert root.name == "segmentation3d-v1-seed"
+    root = workload.prepare_default_data(tmp_path, "full")
+    assert root.name == "segmentation3d-v1-full"
     assert len(list((root / "images").glob("*.npy"))) == 4
     assert np.load(root / "labels" / "case_000.npy", mmap_mode="r").shape == (96, 192, 192)
-    dataset = workload.build_dataset(root, "seed")
+    dataset = workload.build_dataset(root, "full")
     image, label = dataset[3]
     assert image.shape == (1, 72, 136, 136) and label.shape == (72, 136, 136)
-    assert workload.sample_shape("seed") == {"image": [1, 72, 136, 136], "label": [72, 136, 136]}
-    assert workload.units_per_sample("seed") == {"voxels": 72 * 136 * 136}
+    assert workload.sample_shape("full") == {"image": [1, 72, 136, 136], "label": [72, 136, 136]}
+    assert workload.units_per_sample("full") == {"voxels": 72 * 136 * 136}
 
 
 def test_dataset_items_are_random_normalised_patches(data_dir):
@@ -199,9 +199,9 @@ def test_missing_or_incomplete_data_dirs_raise_data_error(copy, tmp_path):
 
 
 def test_unknown_scale_names_the_accepted_scales(data_dir):
-    with pytest.raises(ValueError, match="seed, tiny"):
+    with pytest.raises(ValueError, match="full, tiny"):
         workload.build_model("huge")
-    with pytest.raises(ValueError, match="seed, tiny"):
+    with pytest.raises(ValueError, match="full, tiny"):
         workload.build_dataset(data_dir, "huge")
 
 
@@ -237,7 +237,7 @@ def test_unet_needs_sides_divisible_by_eight():
 
 
 def test_seed_parameter_count_is_a_standard_base32_unet():
-    count = workload.parameter_count("seed")
+    count = workload.parameter_count("full")
     assert count == SEED_PARAMETERS
     assert workload.parameter_count("tiny") < count / 50
 

@@ -11,10 +11,10 @@ answer as values, for notebooks and scripts (as ``study.optimize`` does for Optu
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+import tuner._deprecated as deprecation
 import tuner.winner as winner
 from tuner.driver import RunSummary, planned, run
 from tuner.errors import TunerError
@@ -38,8 +38,9 @@ class WinnerRow(dict):
     """The winner's leaderboard row (``tuner.leaderboard.SCHEMA``). The derived keys this row
     carried up to 0.2 (``speedup_vs_baseline``, ``ceiling_samples_per_sec``,
     ``attainable_samples_per_sec`` and the others of ``tuner.leaderboard.best_row``) are still
-    read, by ``row[key]`` and ``row.get(key)``, for one release, with a ``DeprecationWarning``
-    naming ``Best.answer`` (``tuner.winner.Answer``), which holds them as attributes."""
+    read, by ``row[key]`` and ``row.get(key)``, until tuner 0.4.0, with a
+    ``TunerDeprecationWarning`` naming ``Best.answer`` (``tuner.winner.Answer``), which holds
+    them as attributes."""
 
     def __init__(self, row: dict, rows: list[dict]):
         super().__init__(row)
@@ -50,10 +51,9 @@ class WinnerRow(dict):
         derived = best_row(self._rows) or {}
         if key not in derived:
             raise KeyError(key)
-        warnings.warn(f"TuneResult.best.row[{key!r}] is deprecated (removed in the next "
-                      f"release): read TuneResult.best.answer, a tuner.winner.Answer "
-                      f"(answer.to_dict() has every derived key)",
-                      DeprecationWarning, stacklevel=3)
+        deprecation.warn(f"TuneResult.best.row[{key!r}]", "read TuneResult.best.answer, a "
+                         "tuner.winner.Answer (answer.to_dict() has every derived key)",
+                         stacklevel=3)
         return derived[key]
 
     def __missing__(self, key: str) -> Any:

@@ -503,10 +503,10 @@ def profile(workload: str, model: str | None, image_size: int | None,
     from tuner.diagnose import bottleneck, breakdown_table
     from tuner.harness import run_trial
     from tuner.plan import local_cpus, resolve_device
-    from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings
+    from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings, default_scale
     w = _configured(workload, model, image_size)
     device = resolve_device(device)
-    scale = scale or ("seed" if device == "cuda" else "tiny")
+    scale = scale or default_scale(device)
     source = "the workload's baseline"
     knobs = w.baseline
     if knobs_json is not None:
@@ -569,23 +569,27 @@ def check_cluster(path: str) -> None:
 @option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
         help="A table, or JSON with each workload's import path.")
 def workloads(fmt: str) -> None:
-    """Known workloads with their source, parameter count (seed scale) and sample shape."""
+    """Known workloads with their source, parameter count (full scale) and sample shape.
+
+    ``--format json`` gives each its ``parameters_full``; ``parameters_seed``, the same count,
+    stays until tuner 0.4.0."""
     from tuner.workload import available, resolve
     entries = []
     for name, where in sorted(available().items()):
         w = resolve(name)
         entries.append({"name": name, "description": w.description, "source": w.source,
-                        "parameters_seed": w.parameter_count("seed"),
-                        "sample_shape": w.sample_shape("seed"), "import_path": where})
+                        "parameters_full": w.parameter_count("full"),
+                        "parameters_seed": w.parameter_count("full"),
+                        "sample_shape": w.sample_shape("full"), "import_path": where})
     if fmt == "json":
         click.echo(json.dumps(entries, indent=2))
         return
     t = Table(title="workloads", title_justify="left")
-    for col in ("name", "parameters (seed)", "sample shape (seed)", "description"):
+    for col in ("name", "parameters (full)", "sample shape (full)", "description"):
         t.add_column(col, overflow="fold", justify="right" if col.startswith("param") else "left")
     for e in entries:
         shape = ", ".join(f"{k} {'x'.join(map(str, v)) or 'scalar'}" for k, v in e["sample_shape"].items())
-        t.add_row(e["name"], f"{e['parameters_seed']:,}", shape, e["description"])
+        t.add_row(e["name"], f"{e['parameters_full']:,}", shape, e["description"])
     console.print(t)
     console.print("sources: `python -m tuner workloads --format json`")
 

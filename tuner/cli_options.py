@@ -15,8 +15,17 @@ from typing import Any, Callable
 import click
 from click_option_group import GroupedOption, OptionGroup
 
-from tuner.settings import (DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S, DEVICES,
-                            MEASUREMENT_DEFAULTS, OBJECTIVES, PROBE_MODES, SAMPLERS, SCALES)
+import tuner._deprecated as deprecation
+from tuner.budget import DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S
+from tuner.settings import (
+    DEVICES,
+    MEASUREMENT_DEFAULTS,
+    OBJECTIVES,
+    OLD_SCALES,
+    PROBE_MODES,
+    SAMPLERS,
+    SCALES,
+)
 
 COMMAND_ORDER = ("run", "best", "leaderboard", "report", "validate", "profile", "export",
                  "workloads", "check-cluster")
@@ -81,6 +90,23 @@ class TunerGroupedOption(TunerOption, GroupedOption):
     """``TunerOption`` in an option group (``click_option_group``)."""
 
 
+class ScaleChoice(click.Choice):
+    """``--scale``: one of ``SCALES``. A deprecated word (``OLD_SCALES``: 'seed') is taken as
+    the scale it names, after one line on stderr naming the versions and the new word; the
+    help lists only the current words."""
+
+    def __init__(self) -> None:
+        super().__init__(SCALES)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value in OLD_SCALES:
+            text = deprecation.message(f"--scale {value}",
+                                       f"use --scale {OLD_SCALES[value]} (the same scale)")
+            click.echo(f"{click.style('note:', fg='yellow')} {text}", err=True)
+            return OLD_SCALES[value]
+        return super().convert(value, param, ctx)
+
+
 def option(*decls: str, **attrs: Any) -> Callable:
     """``click.option`` with ``TunerOption``."""
     return click.option(*decls, cls=TunerOption, **attrs)
@@ -94,9 +120,9 @@ def grouped(group: OptionGroup) -> Callable:
 
 
 def _per_scale(index: int) -> str:
-    """Item ``index`` of ``MEASUREMENT_DEFAULTS`` in words, e.g. '3 at tiny scale, 5 at seed'."""
-    tiny, seed = MEASUREMENT_DEFAULTS["tiny"][index], MEASUREMENT_DEFAULTS["seed"][index]
-    return f"{tiny:g}" if tiny == seed else f"{tiny:g} at tiny scale, {seed:g} at seed"
+    """Item ``index`` of ``MEASUREMENT_DEFAULTS`` in words, e.g. '3 at tiny scale, 5 at full'."""
+    tiny, full = MEASUREMENT_DEFAULTS["tiny"][index], MEASUREMENT_DEFAULTS["full"][index]
+    return f"{tiny:g}" if tiny == full else f"{tiny:g} at tiny scale, {full:g} at full"
 
 
 def _time_budget_default() -> str:
@@ -126,7 +152,7 @@ def common_filter_options() -> list[Callable]:
                type=click.Path(file_okay=False), help="Results directory or URI (s3://…)."),
         option("--hardware", metavar="KEY", show_default="the only one, or this machine's",
                help="Hardware key of the rows to read."),
-        option("--scale", type=click.Choice(SCALES),
+        option("--scale", type=ScaleChoice(),
                show_default="all (best: the latest run's scale)",
                help="Only rows of this model scale."),
     ]
@@ -195,7 +221,7 @@ def profile_options() -> list[Callable]:
                help="Hardware key of the rows to read."),
         option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
                help="Where to measure; auto: CUDA when torch sees a GPU."),
-        option("--scale", type=click.Choice(SCALES), show_default="seed on CUDA, tiny on CPU",
+        option("--scale", type=ScaleChoice(), show_default="full on CUDA, tiny on CPU",
                help="Model and batch sizes."),
         option("--data", type=click.Path(), metavar="PATH",
                show_default="the workload's embedded data", help="Your dataset."),
@@ -226,8 +252,8 @@ def _workload_and_data() -> list[Callable]:
             help="Your dataset: a directory, or a file for text workloads."),
         opt("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
             help="Where trials run; auto: CUDA when torch sees a GPU."),
-        opt("--scale", type=click.Choice(SCALES), show_default="seed on CUDA, tiny on CPU",
-            help="Model and batch sizes: seed (the source's) or tiny (CPU tests)."),
+        opt("--scale", type=ScaleChoice(), show_default="full on CUDA, tiny on CPU",
+            help="Model and batch sizes: full (the workload's own) or tiny (CPU tests)."),
     ]
 
 

@@ -8,7 +8,7 @@ error message shown or stored in one line.
   ``TrialFailure``, ``DeadlineReached``, ``LimitExceeded``, ``ProbeOutOfTime``; each becomes a
   leaderboard status, never an exit.
 * Warnings: ``DamagedLeaderboardWarning``, ``ConcurrentRunWarning`` (the CLI prints each in
-  one line).
+  one line); ``TunerDeprecationWarning`` for a deprecated name or value.
 
 The modules that raise them re-export them under their earlier names
 (``tuner.driver.RunInterrupted``, ``tuner.harness.TrialFailure``, ...): the same objects.
@@ -113,6 +113,14 @@ class ConcurrentRunWarning(UserWarning):
 class RayNodeWarning(UserWarning):
     """Ray reported a node's failure (a raylet that died, a node marked dead); the message
     names the file that keeps Ray's full text (``tuner.ray_runtime.ray_messages_to``)."""
+
+
+class TunerDeprecationWarning(DeprecationWarning):
+    """A deprecated tuner name or value was used; the message names the version it was
+    deprecated in, the version that removes it and what to use instead (``tuner._deprecated``).
+    A subclass, so that a test suite or an application can make tuner's own deprecations
+    errors and leave those of other packages alone
+    (``-W error::tuner.errors.TunerDeprecationWarning``)."""
 
 
 # ---------------------------------------------------------------------------- one line

@@ -33,8 +33,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 import tuner.noise as noise
+from tuner._deprecated import Replacement, moved
 from tuner.errors import DamagedLeaderboardWarning, TunerError
 from tuner.knobs import KNOB_INFO
+from tuner.settings import OLD_SCALES, scale_word
 from tuner.status import MEASURED, Phase, Status, phase_of
 
 SCHEMA_VERSION = 7
@@ -55,7 +57,8 @@ OLDER_FILES_READ_AS = (("phase", Phase.SEARCH.value), ("data_path", "loader"),
                        ("static_graph", False))
 """Columns null in rows written before they existed, and what such a row means: a search
 row, the loader path, one rank without DDP's settings. ``read`` and ``normalise_row`` fill
-them alike."""
+them alike, and read a deprecated scale word (``tuner.settings.OLD_SCALES``: 'seed') as the
+scale it names ('full')."""
 
 _KNOB_ARROW_TYPES = {"int": pa.int32(), "bool": pa.bool_(), "choice": pa.string()}
 """Arrow type of a knob column, by ``KnobInfo.kind``."""
@@ -289,6 +292,7 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in OLDER_FILES_READ_AS:  # as read() says of older files
         if out[name] is None:
             out[name] = value
+    out["scale"] = OLD_SCALES.get(out["scale"], out["scale"])
     if out["status"] not in MEASURED:
         for name in MEASURED_COLUMNS:
             out[name] = None
@@ -412,7 +416,10 @@ def read(results: str | Path, *, workload: str | None = None,
     for column, value in OLDER_FILES_READ_AS:
         table = table.set_column(table.schema.get_field_index(column), column,
                                  pc.fill_null(table.column(column), value))
-    return table
+    scale = table.column("scale")
+    for old, new in OLD_SCALES.items():  # rows written before the scale had its new word
+        scale = pc.if_else(pc.equal(scale, old), new, scale)
+    return table.set_column(table.schema.get_field_index("scale"), "scale", scale)
 
 
 _NAMED_DAMAGED = 5
@@ -500,6 +507,8 @@ def select(results: str | Path, workload: str, hardware: str | None = None, *,
             several keys and none chosen.
     """
     table = read(results, workload=workload)
+    if scale is not None:
+        scale = scale_word(scale, stacklevel=3)      # the deprecated 'seed' reads 'full'
     if scale is not None and table.num_rows:
         present = sorted(set(table.column("scale").to_pylist()) - {None})
         table = table.filter(pc.field("scale") == scale)
@@ -546,27 +555,16 @@ def ranked(table: pa.Table) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 # Old import paths of the winner's rule, which lives in ``tuner.winner``: kept for one release.
 
-_MOVED = {
-    "best_row": "tuner.winner.best(rows), which returns a tuner.winner.Answer",
-    "best": "tuner.winner.best(table), which returns a tuner.winner.Answer",
-    "speedup_vs": "tuner.winner.best(rows).baseline.speedup (or .recommended.speedup)",
-    "ceiling_far_below": "tuner.winner.best(rows).ceiling_far_below",
-    "CEILING_NOISE": "tuner.winner.CEILING_NOISE",
-    "RATE_COLUMNS": "tuner.winner.RATE_COLUMNS",
-}
-"""Deprecated name -> what replaces it."""
-
-
-def __getattr__(name: str) -> Any:
-    """PEP 562: a moved name still reads, with a ``DeprecationWarning`` naming its new home;
-    ``tuner.winner`` is imported only then."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"tuner.leaderboard.{name} is deprecated and will be removed in the next "
-                  f"release; use {_MOVED[name]}", DeprecationWarning, stacklevel=2)
-    if name in ("CEILING_NOISE", "RATE_COLUMNS"):
-        import tuner.winner as winner
-        return getattr(winner, name)
-    import tuner._best_row as old
-    return getattr(old, name)
+__getattr__ = moved(__name__, {
+    "best_row": Replacement("tuner._best_row", "use tuner.winner.best(rows), which returns a "
+                            "tuner.winner.Answer"),
+    "best": Replacement("tuner._best_row", "use tuner.winner.best(table), which returns a "
+                        "tuner.winner.Answer"),
+    "speedup_vs": Replacement("tuner._best_row", "use tuner.winner.best(rows).baseline.speedup "
+                              "(or .recommended.speedup)"),
+    "ceiling_far_below": Replacement("tuner._best_row",
+                                     "use tuner.winner.best(rows).ceiling_far_below"),
+    "CEILING_NOISE": Replacement("tuner.winner", "use tuner.winner.CEILING_NOISE"),
+    "RATE_COLUMNS": Replacement("tuner.winner", "use tuner.winner.RATE_COLUMNS"),
+})
 

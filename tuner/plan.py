@@ -24,7 +24,7 @@ import tuner.budget as budget
 from tuner._deprecated import moved
 from tuner.budget import default_time_budget_s
 from tuner.settings import (DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
-                            default_cache_dir, device_limit_mb)
+                            default_cache_dir, default_scale, device_limit_mb)
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Choices, Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
@@ -270,7 +270,7 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
     resources = resources or local_resources(options.device)
     device = resources.device
     notes = ceiling_note + check_limits(options, device)
-    scale = options.scale or ("seed" if device == "cuda" else "tiny")
+    scale = options.scale or default_scale(device)
     data_dir, samples = checked_data(workload, options.data, scale)
     device_space = _device_space(space, workload, options, resources, scale, samples, notes)
     references = device_space.fit_references(

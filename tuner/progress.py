@@ -109,7 +109,7 @@ class Progress:
         why = "" if plan.options.device != "auto" else (
             " (auto: CUDA found)" if plan.device == "cuda" else " (auto: no CUDA device found)")
         scale_note = "" if plan.options.scale else (
-            " (default on CPU; --scale seed for the report's sizes)" if plan.device == "cpu"
+            " (default on CPU; --scale full for the full-size model)" if plan.device == "cpu"
             else " (default on CUDA)")
         c = self.console
         c.print(f"[bold]tuner run[/] {w.name} — {w.description}")
@@ -119,7 +119,7 @@ class Progress:
                    f"{flops / 1e9:,.2f} GFLOP/sample (forward + backward)" if flops >= 1e9 else
                    f"{flops / 1e6:,.1f} MFLOP/sample (forward + backward)")
         c.print(f"  model: {w.parameter_count(plan.scale):,} parameters at {plan.scale} scale "
-                f"({w.parameter_count('seed'):,} at seed) · {compute}")
+                f"({w.parameter_count('full'):,} at full) · {compute}")
         c.print(f"  data: {plan.data_dir} ({plan.samples:,} samples) · space: {plan.space.source}")
         bounds = plan.device_space.bounds()
         shown = " · ".join(f"{name} {bounds[name]}" for name in ("batch_size", "num_workers")

@@ -69,7 +69,7 @@ def write_report(results: str | Path, workload: str, out_dir: str | Path, *,
         workload: workload name, as recorded in the leaderboard's ``workload`` column.
         out_dir: directory for the files; created if missing, existing files are overwritten.
         hardware: hardware key to report on; None: the only key in the leaderboard.
-        scale: only the rows of this model scale ('tiny', 'seed'); None: all.
+        scale: only the rows of this model scale ('tiny', 'full'); None: all.
         max_memory_mb: peak-memory limit in MiB, a dashed line on the memory figure (None: none).
 
     Returns:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, get_args
 
+import tuner._deprecated as deprecation
 from tuner._deprecated import moved
 from tuner.errors import TunerError
 
@@ -19,7 +20,7 @@ VERSION = "0.2.0"
 """tuner's version (``tuner.__version__``; pyproject.toml says the same), recorded in every
 leaderboard row."""
 
-Scale = Literal["seed", "tiny"]
+Scale = Literal["full", "tiny"]
 Device = Literal["auto", "cpu", "cuda"]
 DeviceType = Literal["cpu", "cuda"]
 Sampler = Literal["gp", "tpe", "random"]
@@ -27,8 +28,12 @@ Objective = Literal["samples-per-sec", "time-to-train"]
 ProbeMode = Literal["auto", "on", "off"]
 
 SCALES: tuple[str, ...] = get_args(Scale)
-"""``seed``: faithful to the source report. ``tiny``: same architecture, small enough for a
-2-core CPU test."""
+"""``full``: the workload's full-size model, samples and data (the default on CUDA). ``tiny``:
+the same architecture, small enough for a 2-core CPU (the default on CPU)."""
+
+OLD_SCALES = {"seed": "full"}
+"""Scale words deprecated in tuner 0.3.0 and removed in 0.4.0 -> the scale they name. The
+leaderboard reads rows written with them as the new word (``tuner.leaderboard.read``)."""
 
 DEVICES: tuple[str, ...] = get_args(Device)
 """Accepted ``--device`` values; 'auto' is CUDA when torch sees a device, else CPU."""
@@ -57,8 +62,38 @@ MEASUREMENT_DEFAULTS = {
     # the steady state themselves (a transient first window is dropped: tuner.windows); the
     # measured share of a default CPU run's time per setting is in docs/defaults.md.
     "tiny": (1, 3, 2.0),
-    "seed": (10, 5, 2.0),
+    "full": (10, 5, 2.0),
 }
+
+def default_scale(device: str) -> str:
+    """The scale a run measures at when none is given: 'full' on CUDA, 'tiny' on any other
+    device type (a 2-core CPU trains the full-size models too slowly to search)."""
+    return "full" if device == "cuda" else "tiny"
+
+
+def scale_word(scale: str, *, stacklevel: int = 2) -> str:
+    """``scale`` with a deprecated word (``OLD_SCALES``: 'seed') replaced by the scale it names,
+    after a ``TunerDeprecationWarning`` reported at the line ``stacklevel`` frames up (2: the line
+    that called ``scale_word``); any other value unchanged (the caller checks it)."""
+    if scale in OLD_SCALES:
+        deprecation.warn(f"scale {scale!r}", f"use {OLD_SCALES[scale]!r} (the same scale)",
+                         stacklevel=stacklevel)
+        return OLD_SCALES[scale]
+    return scale
+
+
+def check_scale(scale: str) -> str:
+    """``scale`` as one of ``SCALES``: the one check of a scale every workload and setting makes
+    (the deprecated 'seed' reads 'full', with a warning from ``scale_word``).
+
+    Raises:
+        ValueError: any other value; the message lists the accepted scales.
+    """
+    scale = scale_word(scale, stacklevel=4)   # the line that called check_scale's caller
+    if scale not in SCALES:
+        raise ValueError(f"scale {scale!r}: accepted scales are {', '.join(SCALES)}")
+    return scale
+
 
 @dataclass(frozen=True)
 class MemoryLimit:
@@ -123,7 +158,8 @@ class RunOptions:
     (30 min on CUDA; on CPU 210 s for the default run, none with ``trials``)."""
     device: Device = "auto"
     scale: Scale | None = None
-    """None: 'seed' on CUDA, 'tiny' on CPU."""
+    """None: ``default_scale(device)``, 'full' on CUDA, 'tiny' on CPU. The old word 'seed' reads
+    'full' with a ``TunerDeprecationWarning`` until tuner 0.4.0."""
     data: str | None = None
     results: str = "tuner-results"
     seed: int = 0
@@ -178,6 +214,7 @@ class RunOptions:
         object.__setattr__(self, "workload_options", _workload_options(self.workload_options))
         _check_choice("--device", self.device, DEVICES)
         if self.scale is not None:
+            object.__setattr__(self, "scale", scale_word(self.scale, stacklevel=4))
             _check_choice("--scale", self.scale, SCALES)
         _check_choice("--sampler", self.sampler, SAMPLERS)
         _check_choice("--objective", self.objective, tuple(OBJECTIVES))
@@ -246,7 +283,7 @@ class TrialSettings:
     """How one trial measures (the same for every trial of a run)."""
 
     scale: Scale
-    """'seed' (faithful to the source report) or 'tiny' (CPU-test size)."""
+    """'full' (the workload's full size) or 'tiny' (CPU-test size)."""
     device: DeviceType
     """'cpu' or 'cuda' (the GPU Ray assigned to the trial)."""
     data_dir: str
@@ -339,8 +376,7 @@ class TrialSettings:
     measured in its place). None: twice the measurement's length, ``2 * windows * window_s``."""
 
     def __post_init__(self) -> None:
-        if self.scale not in SCALES:
-            raise ValueError(f"scale {self.scale!r}: accepted values are {', '.join(SCALES)}")
+        object.__setattr__(self, "scale", check_scale(self.scale))
         if self.device not in DEVICE_TYPES:
             raise ValueError(f"device {self.device!r}: accepted values are {', '.join(DEVICE_TYPES)}")
         if self.warmup_steps < 1 or self.windows < 1 or self.window_s <= 0:

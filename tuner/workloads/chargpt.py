@@ -3,7 +3,7 @@
 Source: a user's "Performance Optimizations Guide", a performance guide for a character-level
 transformer trained on ~1M characters of Shakespeare on an RTX 4080 Super 16 GB ("1M char
 dataset", guide line 169; ``python train.py --dataset shakespeare``, line 307; Flash Attention in
-``model.py``, lines 147-154). The guide does not give the model's shape, so the seed scale is
+``model.py``, lines 147-154). The guide does not give the model's shape, so the full scale is
 nanoGPT's ``config/train_shakespeare_char.py``: 6 layers, 6 heads, 384 wide, context 256,
 dropout 0.2, no biases, tied token embedding / lm_head, AdamW at learning rate 1e-3 with
 betas (0.9, 0.99) and weight decay 0.1 on matrices only.
@@ -40,7 +40,8 @@ from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload
+from tuner.settings import check_scale
+from tuner.workload import Workload
 from tuner.workloads._data import write_once
 
 VOCAB_SIZE = 256
@@ -80,15 +81,14 @@ class GPTConfig:
 _CONFIGS = {
     # nanoGPT config/train_shakespeare_char.py: n_layer 6, n_head 6, n_embd 384, block 256,
     # dropout 0.2.
-    "seed": GPTConfig(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
+    "full": GPTConfig(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
     "tiny": GPTConfig(block_size=64, n_layer=2, n_head=2, n_embd=64, dropout=0.2),
 }
 
 
 def _config(scale: str) -> GPTConfig:
-    if scale not in _CONFIGS:
-        raise ValueError(f"scale {scale!r}: accepted scales are {', '.join(SCALES)}")
-    return _CONFIGS[scale]
+    """The model at ``scale`` (``tuner.settings.check_scale``: raises ValueError)."""
+    return _CONFIGS[check_scale(scale)]
 
 
 class CausalSelfAttention(nn.Module):
@@ -379,7 +379,7 @@ class CharGPT(Workload):
     source = ("a user's Performance Optimizations Guide (RTX 4080 Super 16 GB); model shape "
               "from nanoGPT config/train_shakespeare_char.py")
     learning_rate = 1e-3  # nanoGPT train_shakespeare_char.py: learning_rate = 1e-3
-    # first step under torch.compile, seed scale, one H100 (docs/benchmarks.md)
+    # first step under torch.compile, full scale, one H100 (docs/benchmarks.md)
     compile_s_hint = 14.0
     data_is_file = True
     references = {

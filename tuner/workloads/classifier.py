@@ -39,7 +39,8 @@ from tuner.data import SamplePath
 from tuner.errors import DataError, TunerError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload, option_flag
+from tuner.settings import SCALES, check_scale
+from tuner.workload import Workload, option_flag
 from tuner.workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 _REPORT = "a user's DataLoader Performance Optimization Guide"
@@ -197,7 +198,7 @@ class _ImageFolderClassifier(Workload):
         if model is None:
             raise TunerError(
                 f"{option_flag('image_size')} {image_size}: the built-in {self.name} model's "
-                f"input is fixed at {self.input_px['seed']} px; give {option_flag('model')} "
+                f"input is fixed at {self.input_px['full']} px; give {option_flag('model')} "
                 f"NAME with it (e.g. --model resnet18 --image-size {image_size})")
         return NamedClassifier(self, model, image_size)
 
@@ -205,13 +206,9 @@ class _ImageFolderClassifier(Workload):
         """The default dataset's folder name in the cache (before ``-v<version>-<scale>``)."""
         return self.name
 
-    def _check_scale(self, scale: str) -> None:
-        if scale not in SCALES:
-            raise ValueError(f"scale {scale!r}: accepted scales are {', '.join(SCALES)}")
-
     def transform(self, scale: str) -> v2.Compose:
         """The per-sample CPU pipeline: uint8 ``(3, H, W)`` -> float32 ``(3, S, S)`` normalised."""
-        self._check_scale(scale)
+        scale = check_scale(scale)
         size = self.input_px[scale]
         return v2.Compose([
             v2.RandomResizedCrop(size, scale=self.crop_scale, antialias=True),  # (3, S, S) uint8
@@ -231,6 +228,7 @@ class _ImageFolderClassifier(Workload):
         Raises:
             DataError: as ``build_dataset``.
         """
+        scale = check_scale(scale)
         folder = self.build_dataset(data_dir, scale)
         side = cache_px(self.input_px[scale], folder.samples[0][0])
         decoded = _Decoded(image_folder(Path(data_dir), _DecodeResize(side)))
@@ -269,7 +267,7 @@ class _ImageFolderClassifier(Workload):
         one keeps what the DataLoader knobs see: JPEG files a little larger than the fixed
         input, decoded and augmented per sample.
         """
-        self._check_scale(scale)
+        scale = check_scale(scale)
         side = self.source_px[scale]
         counts = {f"class_{i}": self.images_per_class[scale] for i in range(self.default_classes)}
         target = Path(cache_dir) / f"{self.data_name()}-v{_DATA_VERSION}-{scale}"
@@ -277,7 +275,7 @@ class _ImageFolderClassifier(Workload):
             root, counts, size=(side, side), seed=_DATA_VERSION, fmt="jpg"))
 
     def sample_shape(self, scale: str) -> dict[str, list[int]]:
-        self._check_scale(scale)
+        scale = check_scale(scale)
         size = self.input_px[scale]
         return {"image": [3, size, size], "label": []}
 
@@ -286,7 +284,7 @@ class Classifier(_ImageFolderClassifier):
     """ResNet-18 (CIFAR-style stem) on 40x40 crops of 48x48 JPEGs.
 
     Scales:
-        seed: torchvision resnet18, conv1 -> 3x3 stride 1, maxpool -> Identity; 11.17 M
+        full: torchvision resnet18, conv1 -> 3x3 stride 1, maxpool -> Identity; 11.17 M
             parameters with 4 classes. Default data: 4 x 200 JPEGs of 48x48.
         tiny: the same network with one BasicBlock per stage (ResNet-10 layout); 4.90 M
             parameters. Default data: 4 x 16 JPEGs of 44x44. Input stays 40x40.
@@ -296,16 +294,16 @@ class Classifier(_ImageFolderClassifier):
     description = "ResNet-18 (CIFAR stem) on 40x40 crops of an ImageFolder of JPEGs"
     source = f"{_REPORT} (train.py, 40x40 input; RTX 5070 12 GB, i7-8700K)"
     references = _REFERENCES
-    # first step under torch.compile, seed scale, one H100 (docs/benchmarks.md)
+    # first step under torch.compile, full scale, one H100 (docs/benchmarks.md)
     compile_s_hint = 21.0
     space = "classifier"
-    input_px = {"seed": 40, "tiny": 40}
-    source_px = {"seed": 48, "tiny": 44}
-    images_per_class = {"seed": 200, "tiny": 16}
+    input_px = {"full": 40, "tiny": 40}
+    source_px = {"full": 48, "tiny": 44}
+    images_per_class = {"full": 200, "tiny": 16}
 
     def build_model(self, scale: str) -> nn.Module:
-        self._check_scale(scale)
-        if scale == "seed":
+        scale = check_scale(scale)
+        if scale == "full":
             model = resnet18(weights=None, num_classes=self.num_classes)
         else:
             model = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=self.num_classes)
@@ -325,7 +323,7 @@ class Classifier299(_ImageFolderClassifier):
     """Inception-v3 with its auxiliary head on 299x299 crops of 320x320 JPEGs.
 
     Scales:
-        seed: torchvision inception_v3(weights=None, aux_logits=True, init_weights=True);
+        full: torchvision inception_v3(weights=None, aux_logits=True, init_weights=True);
             24.35 M parameters with 4 classes (21.79 M without the aux head). Default data:
             4 x 80 JPEGs of 320x320 (20 batches of 16).
         tiny: the same network at 75x75, the smallest input Inception-v3 takes, with the aux
@@ -339,13 +337,13 @@ class Classifier299(_ImageFolderClassifier):
     source = f"{_REPORT} (train.py, 299x299 input; RTX 5070 12 GB, i7-8700K)"
     references = _REFERENCES
     space = "classifier299"
-    input_px = {"seed": 299, "tiny": 75}
-    source_px = {"seed": 320, "tiny": 84}
-    images_per_class = {"seed": 80, "tiny": 8}
+    input_px = {"full": 299, "tiny": 75}
+    source_px = {"full": 320, "tiny": 84}
+    images_per_class = {"full": 80, "tiny": 8}
 
     def build_model(self, scale: str) -> nn.Module:
-        self._check_scale(scale)
-        return inception_v3(weights=None, aux_logits=(scale == "seed"), init_weights=True,
+        scale = check_scale(scale)
+        return inception_v3(weights=None, aux_logits=(scale == "full"), init_weights=True,
                             num_classes=self.num_classes)
 
     def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
@@ -501,7 +499,7 @@ class NamedClassifier(_ImageFolderClassifier):
       (Inception-v3's only from 299 px: below, its aux head cannot run and is off).
     * Input: ``image_px`` square crops at every scale (the size asked for; ``tiny`` shrinks
       only the default dataset). Default ``image_px``: ``Architecture.default_px``.
-    * Default data: 4 class folders of ``image_px * 9 // 8`` px JPEGs, 200 per class at seed
+    * Default data: 4 class folders of ``image_px * 9 // 8`` px JPEGs, 200 per class at full
       and 16 at tiny, cached per size and shared by every model.
     * Name: '<base>-<model>-<px>px', e.g. 'classifier-resnet50-224px' ('timm:NAME' gives
       'timm-NAME'): the leaderboard's workload column, so rows of different models or sizes
@@ -527,19 +525,19 @@ class NamedClassifier(_ImageFolderClassifier):
         self.space = base.space_name
         self.input_px = dict.fromkeys(SCALES, size)
         self.source_px = dict.fromkeys(SCALES, size + size // 8)
-        self.images_per_class = {"seed": 200, "tiny": 16}
+        self.images_per_class = {"full": 200, "tiny": 16}
         self.parameters_total = _checked_parameter_count(arch, size, self.num_classes)
 
     def data_name(self) -> str:
-        return f"classifier-images-{self.source_px['seed']}px"
+        return f"classifier-images-{self.source_px['full']}px"
 
     def parameter_count(self, scale: str) -> int:
         """The same at every scale (the model is the one asked for); counted on construction."""
-        self._check_scale(scale)
+        scale = check_scale(scale)
         return self.parameters_total
 
     def build_model(self, scale: str) -> nn.Module:
-        self._check_scale(scale)
+        scale = check_scale(scale)
         return self.architecture.build(self.image_px, self.num_classes)
 
     def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:

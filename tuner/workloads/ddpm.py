@@ -36,7 +36,8 @@ from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload
+from tuner.settings import check_scale
+from tuner.workload import Workload
 from tuner.workloads._data import check_image_folder, image_folder, write_image_folder, write_once
 
 IMAGE_SIZE = 40
@@ -51,7 +52,7 @@ DATA_VERSION = "v1"
 DATA_SEED = 5070
 """Seed of the synthetic default dataset."""
 
-_BASE_CHANNELS = {"seed": 64, "tiny": 16}
+_BASE_CHANNELS = {"full": 64, "tiny": 16}
 """U-Net base width per scale (report: "Base channels: 64")."""
 _CHANNEL_MULTIPLIERS = (1, 2, 4)
 _ATTENTION = (False, False, True)
@@ -63,11 +64,6 @@ _CLASS_DROPOUT = 0.1
 """Probability of replacing a label by the "no class" token (classifier-free guidance)."""
 _TIMESTEPS = 1000
 _BETA_START, _BETA_END = 1e-4, 0.02
-
-
-def _check_scale(scale: str) -> None:
-    if scale not in SCALES:
-        raise ValueError(f"scale {scale!r}: accepted scales are {', '.join(SCALES)}")
 
 
 # --------------------------------------------------------------------------------------- model
@@ -362,7 +358,7 @@ class DDPMWorkload(Workload):
                    "on 40x40 RGB images")
     source = "ddpm-report-rtx5070.md (RTX 5070 12 GB, i7-8700K); architecture: Ho et al. 2020"
     learning_rate = 2e-4  # Ho et al. 2020 (the report gives none)
-    # first step under torch.compile, seed scale, one H100 (docs/benchmarks.md)
+    # first step under torch.compile, full scale, one H100 (docs/benchmarks.md)
     compile_s_hint = 80.0
     references = {
         "baseline": Knobs(
@@ -385,9 +381,9 @@ class DDPMWorkload(Workload):
     }
 
     def build_model(self, scale: str) -> DiffusionModel:
-        """The U-Net (base 64 at ``seed``: 12,817,859 parameters; base 16 at ``tiny``) wrapped
+        """The U-Net (base 64 at ``full``: 12,817,859 parameters; base 16 at ``tiny``) wrapped
         with the noise schedule. Raises ValueError for an unknown scale."""
-        _check_scale(scale)
+        scale = check_scale(scale)
         return DiffusionModel(UNet(_BASE_CHANNELS[scale]))
 
     def build_dataset(self, data_dir: Path, scale: str) -> Dataset:
@@ -400,7 +396,7 @@ class DDPMWorkload(Workload):
             DataError: ``data_dir`` is missing, holds no class folder with images, or holds
                 more than 2 class folders; a file that fails to decode (in ``__getitem__``).
         """
-        _check_scale(scale)
+        scale = check_scale(scale)
         dataset = image_folder(Path(data_dir), transform=train_transform())
         if len(dataset.classes) > NUM_CLASSES:
             raise DataError(
@@ -434,7 +430,7 @@ class DDPMWorkload(Workload):
         decode and augmentation cost what they cost there. Raises ValueError for an unknown
         scale.
         """
-        _check_scale(scale)
+        scale = check_scale(scale)
         target = Path(cache_dir) / f"{self.name}-{DATA_VERSION}"
         return write_once(target, lambda tmp: write_image_folder(
             tmp, CLASS_COUNTS, (IMAGE_SIZE, IMAGE_SIZE), seed=DATA_SEED, fmt="png"))
@@ -449,7 +445,7 @@ class DDPMWorkload(Workload):
         return model(images, labels)
 
     def sample_shape(self, scale: str) -> dict[str, list[int]]:
-        _check_scale(scale)
+        scale = check_scale(scale)
         return {"image": [3, IMAGE_SIZE, IMAGE_SIZE], "label": []}
 
 

@@ -52,7 +52,7 @@ the colour jitter, per sample on either path.
 Default data (``prepare_default_data``): deterministic synthetic face crops whose content is
 drawn from the angles (an elliptic head with hair, eyes, nose and mouth, turned by yaw and
 pitch and rotated by roll, on a textured background), so the task is learnable. Smaller than
-300W-LP's ~104K real 450x450 photos: ``seed`` 2,000 JPEGs of 250x250, ``tiny`` 256 JPEGs of
+300W-LP's ~104K real 450x450 photos: ``full`` 2,000 JPEGs of 250x250, ``tiny`` 256 JPEGs of
 72x72; yaw in [-75, 75]°, pitch in [-40, 40]°, roll in [-35, 35]°.
 """
 
@@ -76,16 +76,17 @@ from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload
+from tuner.settings import check_scale
+from tuner.workload import Workload
 from tuner.workloads._data import read_image, write_once
 
 LABELS_FILE = "labels.csv"
 LABEL_COLUMNS = ("file", "yaw", "pitch", "roll")
 ANGLE_COLUMNS = ("yaw", "pitch", "roll")
 
-INPUT_SIZE_PX = {"seed": 224, "tiny": 64}
+INPUT_SIZE_PX = {"full": 224, "tiny": 64}
 """Side of the square network input: 224 is the usual ResNet-50 input."""
-DEFAULT_DATA = {"seed": (2000, 250), "tiny": (256, 72)}
+DEFAULT_DATA = {"full": (2000, 250), "tiny": (256, 72)}
 """Default dataset per scale: (number of images, side of the square JPEG in pixels)."""
 DATA_VERSION = "v1"
 ANGLE_RANGE_DEG = (75.0, 40.0, 35.0)
@@ -108,11 +109,6 @@ FULL_DECODE_LIMIT = 10_000
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")  # JPEG SOI marker, PNG magic
 
 
-def _check_scale(scale: str) -> None:
-    if scale not in SCALES:
-        raise ValueError(f"scale {scale!r}: accepted scales are {', '.join(SCALES)}")
-
-
 def mae_deg(pred_deg: torch.Tensor, target_deg: torch.Tensor) -> torch.Tensor:
     """Mean absolute error per angle, in degrees.
 
@@ -130,7 +126,7 @@ def mae_deg(pred_deg: torch.Tensor, target_deg: torch.Tensor) -> torch.Tensor:
 def build_transform(scale: str) -> v2.Compose:
     """Crop/colour augmentation of a uint8 (3, H, W) face crop to float32 (3, S, S), S the
     input size of ``scale``. The flip is not here: it changes the labels (see HeadPoseDataset)."""
-    _check_scale(scale)
+    scale = check_scale(scale)
     size_px = INPUT_SIZE_PX[scale]
     return v2.Compose([
         v2.RandomResizedCrop(size_px, scale=CROP_SCALE, ratio=CROP_RATIO, antialias=True),
@@ -455,10 +451,10 @@ class HeadPoseWorkload(Workload):
     }
 
     def build_model(self, scale: str) -> nn.Module:
-        """ResNet-50 with a 3-output regression head (seed) or a one-block-per-stage ResNet
+        """ResNet-50 with a 3-output regression head (full) or a one-block-per-stage ResNet
         (tiny); (B, 3, S, S) -> (B, 3) degrees."""
-        _check_scale(scale)
-        if scale == "seed":
+        scale = check_scale(scale)
+        if scale == "full":
             model = torchvision.models.resnet50(weights=None)
             model.fc = nn.Linear(model.fc.in_features, 3)       # 2048 -> (yaw, pitch, roll)
             return model
@@ -466,7 +462,7 @@ class HeadPoseWorkload(Workload):
 
     def build_dataset(self, data_dir: Path, scale: str) -> HeadPoseDataset:
         """See the module docstring for the layout. Raises DataError (see ``read_labels``)."""
-        _check_scale(scale)
+        scale = check_scale(scale)
         files, angles_deg = read_labels(Path(data_dir))
         return HeadPoseDataset(files, angles_deg, build_transform(scale))
 
@@ -481,6 +477,7 @@ class HeadPoseWorkload(Workload):
             ValueError, DataError: as ``build_dataset``; DataError naming the first file when
                 it fails to decode.
         """
+        scale = check_scale(scale)
         dataset = self.build_dataset(data_dir, scale)
         size_px = INPUT_SIZE_PX[scale]
         side = cache_side_px(size_px, tuple(read_image(str(dataset.files[0])).shape[1:]))
@@ -505,7 +502,7 @@ class HeadPoseWorkload(Workload):
 
     def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
         """Synthetic face crops (see the module docstring); written once, deterministically."""
-        _check_scale(scale)
+        scale = check_scale(scale)
         n, size_px = DEFAULT_DATA[scale]
         target = Path(cache_dir) / f"{self.name}-{DATA_VERSION}-{scale}"
         return write_once(target, lambda root: write_synthetic_faces(root, n, size_px, seed=0))
@@ -518,7 +515,7 @@ class HeadPoseWorkload(Workload):
         return F.mse_loss(pred_deg.float(), angles_deg.float())
 
     def sample_shape(self, scale: str) -> dict[str, list[int]]:
-        _check_scale(scale)
+        scale = check_scale(scale)
         size_px = INPUT_SIZE_PX[scale]
         return {"image": [3, size_px, size_px], "angles_deg": [3]}
 

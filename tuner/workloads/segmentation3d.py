@@ -6,7 +6,7 @@ segmentation job trained on 72x136x136 patches at batch size 1 with one DataLoad
 
 Model: a 4-level 3D U-Net (3 down-samplings), each level a double conv block
 (Conv3d 3x3x3 -> InstanceNorm3d -> ReLU) x 2, max-pool down, transposed-conv up, skip connections
-by concatenation, a 1x1x1 head to ``NUM_CLASSES`` classes. Base width 32 channels at ``seed``
+by concatenation, a 1x1x1 head to ``NUM_CLASSES`` classes. Base width 32 channels at ``full``
 (32, 64, 128, 256; 5,601,187 parameters), 4 at ``tiny``. InstanceNorm rather than BatchNorm so
 that batch size 1 (the report's baseline) trains as well as batch size 4. The report names neither
 the network nor its parameter count; it reports 77 GB of 80 GB in use at batch size 1, far more
@@ -55,7 +55,8 @@ from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.harness import make_trainable
 from tuner.knobs import Knobs
-from tuner.workload import SCALES, Workload, default_cache_dir
+from tuner.settings import check_scale
+from tuner.workload import Workload, default_cache_dir
 from tuner.workloads._data import write_once
 from tuner.workloads._patches import AugmentVolume, AugmentVolumeBatch, random_patch
 
@@ -64,7 +65,7 @@ NUM_CLASSES = 3
 LEVELS = 4
 """U-Net resolution levels: 3 down-samplings, so patch sides must be divisible by 8."""
 PATCHES_PER_VOLUME = 64
-"""Patches per volume per epoch (an epoch of the default seed data: 256 patches)."""
+"""Patches per volume per epoch (an epoch of the default full-scale data: 256 patches)."""
 VOLUME_SUFFIXES = (".nii.gz", ".nii", ".npy")
 """Accepted volume file extensions (longest first, so '.nii.gz' is not read as '.gz')."""
 NPY_CACHE = "segmentation3d-npy-v1"
@@ -89,7 +90,7 @@ class _ScaleConfig:
 
 _CONFIGS = {
     # Report: "patch_size: [72, 136, 136] (1.3M voxels per patch)".
-    "seed": _ScaleConfig(patch=(72, 136, 136), base_channels=32,
+    "full": _ScaleConfig(patch=(72, 136, 136), base_channels=32,
                          default_volume=(96, 192, 192), default_volumes=4),
     "tiny": _ScaleConfig(patch=(16, 32, 32), base_channels=4,
                          default_volume=(32, 64, 64), default_volumes=3),
@@ -97,9 +98,8 @@ _CONFIGS = {
 
 
 def _config(scale: str) -> _ScaleConfig:
-    if scale not in _CONFIGS:
-        raise ValueError(f"scale {scale!r}: accepted scales are {', '.join(SCALES)}")
-    return _CONFIGS[scale]
+    """The sizes at ``scale`` (``tuner.settings.check_scale``: raises ValueError)."""
+    return _CONFIGS[check_scale(scale)]
 
 
 # --------------------------------------------------------------------------------------- model
@@ -514,14 +514,15 @@ class Segmentation3dWorkload(Workload):
         return len(dataset)
 
     def prepare_default_data(self, cache_dir: Path, scale: str) -> Path:
-        """Synthetic volumes as ``.npy`` pairs: seed, 4 cases of 96x192x192 (int16 image 7 MB,
+        """Synthetic volumes as ``.npy`` pairs: full, 4 cases of 96x192x192 (int16 image 7 MB,
         uint8 label 3.5 MB each); tiny, 3 cases of 32x64x64.
 
         The report's real volumes are not public; they are larger than the page cache allows
         to assume, whereas these stay in it after the first epoch, so the disk reads here are
         cheaper than in the report's job.
         """
-        config = _config(scale)
+        scale = check_scale(scale)
+        config = _CONFIGS[scale]
         target = Path(cache_dir) / f"{self.name}-v{DATA_VERSION}-{scale}"
         writer = functools.partial(write_synthetic_volumes, count=config.default_volumes,
                                    shape=config.default_volume, seed=DATA_VERSION)
