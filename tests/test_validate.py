@@ -128,3 +128,18 @@ def test_interleaved_runs_one_round_when_a_second_would_end_past_stop_at(regress
     v = interleaved(Regression(), Knobs(batch_size=BATCH), {"trial_cpus": 1.0}, settings,
                     rounds=3, stop_at=time.time())
     assert len(v.rounds) == 1 and v.rounds[0].harness_status == "ok"
+
+
+def test_the_validate_command_says_the_threads_it_ran_on_and_the_trials(tmp_path, omp_unset):
+    from click.testing import CliRunner
+
+    from tests.test_leaderboard import row
+    from tuner import leaderboard
+    from tuner.cli import main
+    leaderboard.append(tmp_path, [row(0, knobs=Knobs(batch_size=BATCH), phase="search",
+                                      workload="fake-regression", trial_cpus=2.0,
+                                      torch_threads=1, omp_num_threads=2)])
+    result = CliRunner().invoke(main, ["validate", "--workload", "tests.fake_workloads:regression",
+                                       "--results", str(tmp_path), "--steps", "6"])
+    assert result.exit_code == 0, result.output
+    assert "threads: torch 1, OMP_NUM_THREADS 2 (the trial's: 1, 2)" in result.output
