@@ -273,6 +273,8 @@ def tests_text(t: dict | None, box_s: float) -> str:
 
 # --- steps 2 and 3: one workload in a child process ------------------------------------------
 
+# The step in the order it runs (run, answer, checks, peers), each saving the row as it ends,
+# so that a step stopped by its time box leaves what it measured; split, the saves would scatter.
 def workload_step(name: str, job: dict, row_file: str) -> None:
     """One workload, in a child process: the tuner's run, then (``job['checks']``) its
     references measured again here and validate interleaved, then the peers' answer, each

@@ -50,6 +50,8 @@ class Validation:
     """``OMP_NUM_THREADS`` while the loop ran (None: unset)."""
 
 
+# One loop a user would write, kept whole so that it reads as the plain loop it checks against
+# the trial (data lines, warm-up, steady part); split, it would no longer read as that loop.
 def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, data_dir: Path,
                steps: int | None = None, warmup_steps: int = 3, seed: int = 0,
                threads: int | None = None, warmup_s: float = 0.0,
