@@ -186,3 +186,42 @@ def test_every_built_in_has_a_quick_budget_that_holds_its_start_up_and_reference
         budget = bench.budget_of(name, args)
         assert budget == bench.QUICK_BUDGETS_S.get(name, bench.QUICK_OTHER_BUDGET_S)
         assert budget >= 45.0                      # the 60-s budgets' first trial had 8-15 s
+
+
+@pytest.fixture
+def short_plan(tmp_path):
+    """A plan of the fake regression workload on CPU, its trials measuring 2 windows of 0.2 s."""
+    from dataclasses import replace
+
+    from tuner.plan import make_plan
+    from tuner.settings import RunOptions
+    plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
+                                scale="tiny", results=str(tmp_path), probe="off"))
+    return replace(plan, settings=replace(plan.settings, windows=2, window_s=0.2,
+                                          warmup_steps=1))
+
+
+def test_the_checks_measure_the_references_again_and_validate_interleaved(bench, short_plan,
+                                                                         capsys):
+    """The step's checks end to end on CPU, as on a GPU: each reference measured once more in
+    this process beside the run's figure, and validate's rounds with their median."""
+    from tuner.harness import run_trial
+    plan = short_plan
+    rows = []
+    for name, knobs in plan.references:
+        r = run_trial(plan.workload, knobs, plan.settings, cpus=1)
+        rows.append({**r, "reference": name, "phase": "search", "trial_cpus": 1.0})
+    out = {"notes": []}
+    bench.references_again(plan, rows, out)
+    again = out["references again (÷ the run's)"]
+    assert set(again) == {name for name, _ in plan.references}
+    assert all(first == row["samples_per_sec"] and second > 0
+               for (first, second), row in zip(again.values(), rows, strict=True))
+    assert sum(n.startswith(tuple(again)) and " again in a second process: " in n
+               for n in out["notes"]) == len(again)
+    bench.validate_interleaved(plan, rows[0], out, bench.time.time() + 1e6)
+    assert out["validate ratio"] > 0
+    note = out["notes"][-1]
+    assert "round 1: loop " in note and "round 2: loop " in note and "median " in note
+    assert "threads: torch 1" in note                      # the trial's, as its row says
+    assert "validate, plain loop ÷ harness" in capsys.readouterr().out
