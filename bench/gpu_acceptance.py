@@ -387,7 +387,8 @@ def trial_line(name: str, row: dict, counts: Counter, planned: int | None) -> st
     elif phase == "remeasure":
         label = f"re-measurement {counts[phase]}"
     else:
-        label = f"trial {counts[phase]}/{planned or '?'}" + (
+        n = counts[phase]
+        label = f"trial {n}" + (f"/{planned}" if planned and n <= planned else "") + (
             f" ({row['reference']})" if row.get("reference") else "")
     sps, partial = figure_of(row), windows_text(row)
     return (f"{name} {label}: {knob_text(row)}: {row['status']}"

@@ -117,6 +117,9 @@ def test_ceilings_and_re_measurements_are_labelled_as_such_not_counted_as_trials
     assert lines[2].startswith("ddpm ceiling machine-loader: ") and "8,315.8" in lines[2]
     assert lines[3].startswith("ddpm trial 3/4: ")
     assert lines[4].startswith("ddpm re-measurement 1: ")
+    counts["search"] = 4                          # a search past the trials planned: no "5/4"
+    assert bench.trial_line("ddpm", {**knobs, "status": "ok", "samples_per_sec": 1.0,
+                                     "phase": "search"}, counts, 4).startswith("ddpm trial 5: ")
 
 
 STOPPED = {"status": "timeout", "samples_per_sec": 2210.4, "windows": 4, "phase": "search",
