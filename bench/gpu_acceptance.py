@@ -8,10 +8,13 @@ each step, so that a command stopped by a time limit keeps what finished:
   1. the GPU tests (``tests/gpu``, ``tests/test_gpu_paths.py``: ``--max-memory`` on the card,
      out-of-memory then a fitting trial, AMP, compile, NVML) through pytest;
   2. ddpm under ``--max-memory 12GB`` (on CUDA; the DDPM report's card, an RTX 5070 with
-     12 GB): the tuner's references, its best (re-measured; with ``--quick`` the search's),
-     both ceilings (compute-only, loader-only), the attainable rate and the best's share of
-     it, MFU, compile time, peak memory, start-up + probe time; then ``validate`` (the best
-     trained as a plain loop, measured ÷ predicted) and the peers' answer;
+     12 GB): the tuner's references, its best (re-measured; with ``--quick`` the search's;
+     a measurement the time budget stopped counts, with its windows of planned), both
+     ceilings (compute-only, loader-only), the attainable rate and the best's share of it,
+     MFU, compile time, peak memory, start-up + probe time; then the references measured
+     again in another process (the spread between processes), ``validate`` (the best trained
+     as a plain loop, alternating with the harness's measurement in one process, both on the
+     trial's threads: the ratio per round and its median) and the peers' answer;
   3. the other built-in workloads the same way, each with a short time budget (with
      ``--quick`` and without the memory probe), as many as the deadline holds; one that would
      not fit is skipped and the notes say so.
@@ -27,8 +30,9 @@ Usage:
   python bench/gpu_acceptance.py --quick --device cpu --scale tiny    # rehearsal on CPU
   python bench/gpu_acceptance.py --workloads ddpm chargpt --time-budget 120
 
-Options: --quick (a deadline of 480 s; ddpm: 4 trials within 180 s, each other workload: 3
-trials within 60 s without the memory probe; no re-measurement),
+Options: --quick (a deadline of 480 s; ddpm: 4 trials within 150 s, each other workload: 3
+trials within its ``QUICK_BUDGETS_S`` budget (45-60 s) without the memory probe; no
+re-measurement; the references again and the interleaved validate for ddpm and classifier),
 --deadline-s S (the whole run; steps that would not end by then are skipped), --workloads
 NAME... (default: every built-in, ddpm first), --time-budget S (per workload; default 300 on
 CUDA for ddpm, 40 for the others, none on CPU), --trials N, --no-tests, --results DIR,
@@ -72,18 +76,21 @@ from tuner.plan import make_plan  # noqa: E402
 from tuner.probe import candidates  # noqa: E402
 from tuner.settings import SCALES, RunOptions, default_scale  # noqa: E402
 from tuner.status import Status  # noqa: E402
-from tuner.validate import train_loop  # noqa: E402
 from tuner.workload import available  # noqa: E402
 
-COLUMNS = ("workload", "baseline", "recommended", "best", "best knobs", "best loader-path",
-           "compute-only",
+COLUMNS = ("workload", "baseline", "recommended", "references again (÷ the run's)", "best",
+           "best knobs", "best loader-path", "compute-only",
            "loader-only", "attainable (bound)", "best ÷ attainable", "MFU %", "compile s",
            "peak dev MiB", "peak host MiB", "start-up + probe s", "validate ratio",
            "peers' batch", "peers' samples/sec", "step s")
 """The table's columns: samples/sec unless said. 'n/a' where the device has no such figure
 (MFU and device memory on CPU), 'off' for the compile time of a best that does not compile,
 'skipped' for a figure the time left could not hold, 'cut off' for one the step's time box
-stopped, empty where a step gave no figure."""
+stopped, empty where a step gave no figure. A figure the time budget stopped before all its
+windows says so beside it ('2,210.4 (4 of 5 windows)'). 'references again': baseline /
+recommended measured once more, in another process than the run's trials, each with its
+ratio to the run's figure; 'validate ratio': the plain loop ÷ the harness, measured
+alternately in one process (the median of the rounds; the notes give each round)."""
 
 NOT_ON_CPU = ("MFU %", "peak dev MiB")
 
@@ -98,12 +105,33 @@ QUICK_DEADLINE_S = 480.0
 """``--quick``: the whole run, so that one command with the dependency install (~30 s) and
 this script's start-up ends within 9 minutes."""
 
-QUICK_BUDGET_S = 180.0
+# --quick budgets on CUDA, from one H200's costs at seed scale (16 CPUs, torch 2.11, 2026-11-27,
+# no warm caches): a budget holds the run's fixed start-up (plan, Ray, the trial process's start;
+# ddpm: the memory probe too), then both references in full, then what is left for the search
+# and the ceilings. Start-up, budget start to the first trial: ddpm 34.4 s (probe 17 s),
+# classifier 15.9, chargpt 15.5, headpose 21.3, classifier299 21.9. A full reference trial
+# (set-up + first step + warm-up + 5 windows of ~2 s + breakdown and teardown): ddpm 13.1 and
+# 23.2 (a 12.2-s first step: cuDNN autotuning at new shapes), classifier 11.2 and ~13 (a 2.3-s
+# first step), chargpt ~16.5 (3.5-s set-up, 2.2-s windows), headpose ~13.8, classifier299 ~12.6.
+#   ddpm:          34.4 + 13.1 + 23.2 = 70.7 s; + ~80 s for the search and the ceilings
+#                  (11-13 s a trial)                                           -> 150 s
+#   classifier:    15.9 + 11.2 + 13.0 = 40.1 s; + 10 % for a slower start      ->  45 s
+#   chargpt:       15.5 + 2 x 16.5   = 48.5 s; + 10 %                          ->  55 s
+#   headpose:      21.3 + 2 x 13.8   = 48.9 s; + 10 %                          ->  55 s
+#   classifier299: 21.9 + 2 x 12.6   = 47.1 s; + 10 %                          ->  52 s
+#   segmentation3d: no H200 figure (its trials are the longest: 28.6-52.6 samples/sec at bs 1-4
+#                  on an H100); headpose's costs + 10 %, a guess                ->  60 s
+# A 60-s budget gave the first reference 8.1-14.5 s before the search's deadline, too little for
+# 5 windows (chargpt, headpose, classifier299 stopped after 4, 2 and 2 of them).
+QUICK_BUDGETS_S = {"ddpm": 150.0, "classifier": 45.0, "chargpt": 55.0, "headpose": 55.0,
+                   "classifier299": 52.0, "segmentation3d": 60.0}
+"""``--quick`` on CUDA: each built-in's time budget (the arithmetic is in the comment above)."""
+
+QUICK_BUDGET_S = QUICK_BUDGETS_S["ddpm"]
 """``--quick``: ddpm's time budget (probe, search, re-measurement, ceilings)."""
 
-QUICK_OTHER_BUDGET_S = 60.0
-"""``--quick``: the time budget of each other workload, which runs without the memory probe
-(16-36 s per workload on an H200 at full scale: most of a short budget)."""
+QUICK_OTHER_BUDGET_S = 55.0
+"""``--quick``: the time budget of a workload ``QUICK_BUDGETS_S`` does not name."""
 
 QUICK_TRIALS = {"ddpm": 4}
 """``--quick``: trials in all (references included), 3 for a workload not named."""
@@ -111,6 +139,27 @@ QUICK_TRIALS = {"ddpm": 4}
 QUICK_CONFIRM = 0
 """``--quick``: no re-measurement (its interleaved rounds, which come first, would take the
 time the ceilings need); the best and its ceilings are the search's."""
+
+QUICK_CHECKS = ("ddpm", "classifier")
+"""``--quick``: the workloads whose step also measures the references again in this process
+and validates interleaved (the two whose figures moved between runs on an H200: the same
+knobs read 710 and 932, validate 1.14 and 0.94); every workload gets them without --quick."""
+
+CHECK_S = {"cuda": {"references": 45.0, "validate": 45.0}, "cpu": {"references": 40.0,
+                                                                    "validate": 60.0}}
+"""Time the step's checks need beyond the run. On an H200: the references again are two full
+trials in a new process (ddpm 13.1 + 23.2 s with the 12.2-s cuDNN first step again, classifier
+~24 s) plus the process's CUDA start; validate's ``VALIDATE_ROUNDS`` rounds of a plain loop and a
+harness trial of ``VALIDATE_WINDOWS`` windows each (~5 + ~6 s a round after the first step;
+ddpm's first round pays cuDNN's 12 s unless the references ran its shapes). On 2 CPU cores at tiny
+scale: ddpm's references ~15 s each, a round ~20 s."""
+
+VALIDATE_ROUNDS = 2
+"""Rounds of validate's interleaved measurement (A B A B: plain loop, harness, ...)."""
+
+VALIDATE_WINDOWS = 2
+"""Windows of the harness's side of each round (of the run's window length); the plain loop
+measures as long."""
 
 CPU_MAX_BATCH = 64
 """``--device cpu`` (the rehearsal): the largest batch the searches and the peers' doubling
@@ -120,6 +169,9 @@ validate and the peers' answer would not fit the deadline; every column is still
 CPU_QUICK_BUDGET_S = 150.0
 """``--quick --device cpu``: ddpm's time budget."""
 
+CPU_QUICK_OTHER_BUDGET_S = 60.0
+"""``--quick --device cpu``: the time budget of each other workload."""
+
 CPU_QUICK_OTHER_TRIALS = 2
 """``--quick --device cpu``: trials of each other workload (its references)."""
 
@@ -127,13 +179,13 @@ MIN_BUDGET_S = 25.0
 """A workload whose budget the deadline would cut below this is skipped: a shorter run
 measures the references at most."""
 
-STEP_OVERHEAD_S = {"cuda": 60.0, "cpu": 45.0}
-"""A workload step's wall time beyond its tuner budget: the child's start-up, the budget's
-grace, validate (its warm-up and measured time as long as the best's trial)."""
+STEP_OVERHEAD_S = {"cuda": 15.0, "cpu": 20.0}
+"""A workload step's wall time beyond its tuner budget and checks: the child's start-up
+before the budget starts (~3 s on an H200), the budget's grace, Ray's shut-down."""
 
-PEERS_S = {"cuda": 60.0, "cpu": 60.0}
-"""Time the peers' answer needs: the doubling checks and one measured trial (a trial on the
-H100 at full scale: 25-35 s; on 2 CPU cores at tiny scale, up to batch 64: 30-50 s)."""
+PEERS_S = {"cuda": 40.0, "cpu": 60.0}
+"""Time the peers' answer needs: the doubling checks and one measured trial (ddpm on an H200,
+bs 32 to 256 and a trial: ~37 s; on 2 CPU cores at tiny scale, up to batch 64: 30-50 s)."""
 
 TESTS = ("tests/gpu", "tests/test_gpu_paths.py")
 TESTS_BOX_S = 150.0
@@ -221,18 +273,21 @@ def tests_text(t: dict | None, box_s: float) -> str:
 
 # --- steps 2 and 3: one workload in a child process ------------------------------------------
 
+# The step in the order it runs (run, answer, checks, peers), each saving the row as it ends,
+# so that a step stopped by its time box leaves what it measured; split, the saves would scatter.
 def workload_step(name: str, job: dict, row_file: str) -> None:
-    """One workload, in a child process: the tuner's run, validate, the peers' answer (when
-    ``job['stop_at']`` leaves time for it). The row (a dict of COLUMNS, numbers unformatted,
-    plus 'notes') is written to ``row_file`` as JSON after each of the three and after each
-    reference trial, so that a child stopped by its time box leaves what it had."""
+    """One workload, in a child process: the tuner's run, then (``job['checks']``) its
+    references measured again here and validate interleaved, then the peers' answer, each
+    when ``job['stop_at']`` leaves it time. The row (a dict of COLUMNS, numbers unformatted,
+    plus 'notes' and 'partial') is written to ``row_file`` as JSON after each of them and after
+    each reference trial, so that a child stopped by its time box leaves what it had."""
     device, limit, started = job["device"], job["limit"], time.time()
     # a spawned process's own children are spawned too (each DataLoader worker would import
     # this script, torch and Ray again: validate read 0.18 of the trial on an H200); the
     # children of the trials, validate and the peers' answer start as in a user's program
     mp.set_start_method(job["start_method"], force=True)
     row = dict.fromkeys(COLUMNS)
-    row.update(workload=name + (f" (--max-memory {limit})" if limit else ""), notes=[])
+    row.update(workload=name + (f" (--max-memory {limit})" if limit else ""), notes=[], partial={})
     if device == "cpu":
         row.update(dict.fromkeys(NOT_ON_CPU, "n/a"))
 
@@ -241,6 +296,8 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
         tmp = Path(row_file + ".tmp")
         tmp.write_text(json.dumps(row))
         tmp.replace(row_file)
+
+    counts: Counter = Counter()
 
     def on_event(kind: str, data: dict) -> None:
         if kind in ("probe", "start") and row["start-up + probe s"] is None:
@@ -254,11 +311,10 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
             row["notes"].append("ceilings the budget left out: " + ", ".join(data["left_out"]))
         if kind == "trial":
             t = data["row"]
-            sps = t.get("samples_per_sec")
-            print(f"  {name} trial {data['index']}/{data['total'] or '?'}: {knob_text(t)}: "
-                  f"{t['status']}" + (f", {sps:,.1f} samples/sec" if sps else ""), flush=True)
-            if t.get("reference") in ("baseline", "recommended") and t["status"] == Status.OK:
-                row[t["reference"]] = sps
+            print("  " + trial_line(name, t, counts, job["trials"]), flush=True)
+            if t.get("reference") in ("baseline", "recommended") and figure_of(t) is not None:
+                row[t["reference"]] = figure_of(t)
+                _mark_partial(row, t["reference"], t)
                 save()
 
     print(f"{name}: tuner run ({_budget_text(job['budget'], job['trials'])}"
@@ -277,42 +333,140 @@ def workload_step(name: str, job: dict, row_file: str) -> None:
         row["notes"].append(f"the tuner run failed: {type(exc).__name__}: {exc}"[:400])
         save()
         return
-    best = result.best
-    if best is None:
-        statuses = Counter(str(r["status"]) for r in result.rows)
-        errors = sorted({str(r["error"])[:120] for r in result.rows if r.get("error")})
-        row["notes"].append("no trial succeeded (" + (", ".join(
-            f"{n} {status}" for status, n in statuses.most_common()) or "no trial") + ")"
-            + (": " + "; ".join(errors) if errors else "")[:300])
-        save()
+    best_row = _fill_answer(row, result, device)
+    save()
+    if best_row is None:
         return
-    _fill_best(row, best, device)
-    row["best loader-path"] = best_loader_path(result.rows)
-    save()
-    results = str(Path(job["results"]) / f"{name}-peers")
-    print(f"{name}: validate", flush=True)
-    row["validate ratio"] = CUT_OFF  # what the row says if the time box stops the step here
-    save()
-    row["validate ratio"] = validate_ratio(
-        _plan(name, device, job["scale"], limit, results, job["space"]), best.row)
-    save()
-    left = job["stop_at"] - time.time()
-    if left < PEERS_S[device]:
-        row["peers' batch"] = row["peers' samples/sec"] = SKIPPED
-        row["notes"].append(f"peers' answer skipped: {left:.0f} s left, it needs "
-                            f"~{PEERS_S[device]:.0f} s")
-    else:
-        print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
-        row["peers' batch"] = row["peers' samples/sec"] = CUT_OFF
+    plan = _plan(name, device, job["scale"], limit, str(Path(job["results"]) / f"{name}-peers"),
+                 job["space"])
+    for check, run_check in (("references", lambda: references_again(plan, result.rows, row)),
+                             ("validate", lambda: validate_interleaved(plan, best_row, row,
+                                                                       job["stop_at"]))):
+        if check not in job["checks"]:
+            continue
+        skipped = _skip_for_time(row, check, job, device)
         save()
-        row.update(peers_answer(_plan(name, device, job["scale"], limit, results, job["space"])))
+        if not skipped:
+            run_check()
+            save()
+    if not _skip_for_time(row, "peers", job, device):
+        print(f"{name}: the peers' answer (doubling the recommended batch)", flush=True)
+        save()
+        row.update(peers_answer(plan))
     save()
+
+
+def _skip_for_time(row: dict, check: str, job: dict, device: str) -> bool:
+    """Whether the step's time left cannot hold ``check`` ('references', 'validate',
+    'peers'); if so its cells read 'skipped' and a note says why. Otherwise its cells read
+    'cut off' until it ends (what the row says if the time box stops the step there)."""
+    need = PEERS_S[device] if check == "peers" else CHECK_S[device][check]
+    cells = {"references": ["references again (÷ the run's)"], "validate": ["validate ratio"],
+             "peers": ["peers' batch", "peers' samples/sec"]}[check]
+    left = job["stop_at"] - time.time()
+    if left < need:
+        row.update(dict.fromkeys(cells, SKIPPED))
+        what = {"references": "the references again", "validate": "validate",
+                "peers": "peers' answer"}[check]
+        row["notes"].append(f"{what} skipped: {left:.0f} s left, it needs ~{need:.0f} s")
+        return True
+    row.update(dict.fromkeys(cells, CUT_OFF))
+    return False
+
+
+def trial_line(name: str, row: dict, counts: Counter, planned: int | None) -> str:
+    """A run's row as one progress line, labelled by its phase: a search trial with its
+    count of the trials planned (a reference named), a re-measurement, or a ceiling with its
+    kind (a ceiling measures a bound, not a configuration: the machine-loader ceiling has no
+    model); ``counts`` counts per phase across calls. A budget-stopped figure says how many
+    of its windows it measured."""
+    phase = row.get("phase") or "search"
+    counts[phase] += 1
+    if phase == "ceiling":
+        label = f"ceiling {row.get('ceiling') or 'compute'}"
+    elif phase == "remeasure":
+        label = f"re-measurement {counts[phase]}"
+    else:
+        n = counts[phase]
+        label = f"trial {n}" + (f"/{planned}" if planned and n <= planned else "") + (
+            f" ({row['reference']})" if row.get("reference") else "")
+    sps, partial = figure_of(row), windows_text(row)
+    return (f"{name} {label}: {knob_text(row)}: {row['status']}"
+            + (f", {sps:,.1f} samples/sec" if sps else "")
+            + (f" ({partial})" if partial and sps else ""))
+
+
+def figure_of(row: dict) -> float | None:
+    """A row's samples/sec: an ok row's, or a budget-stopped (``timeout``) row's median over
+    the windows it finished; None without a finished window."""
+    sps = row.get("samples_per_sec")
+    if row.get("status") in (Status.OK, Status.TIMEOUT) and sps:
+        return sps
+    return None
+
+
+def windows_text(row: dict) -> str | None:
+    """'4 of 5 windows' for a figure the time budget stopped before its planned windows (the
+    harness's error line names both); None for a complete measurement."""
+    if row.get("status") != Status.TIMEOUT:
+        return None
+    m = re.search(r"after (\d+) of (\d+) windows", str(row.get("error") or ""))
+    if m:
+        return f"{m[1]} of {m[2]} windows"
+    return f"{row.get('windows') or 0} windows, stopped by the time budget"
+
+
+def _mark_partial(out: dict, column: str, row: dict) -> None:
+    text = windows_text(row)
+    if text:
+        out["partial"][column] = text
+    else:
+        out["partial"].pop(column, None)
+
+
+def budget_stopped_best(rows: list[dict]) -> dict | None:
+    """The fastest measured row the time budget stopped (``timeout`` with at least one
+    finished window) among the run's search and re-measurement rows; None without one."""
+    stopped = [r for r in rows if r.get("status") == Status.TIMEOUT
+               and r.get("phase") != "ceiling" and figure_of(r) is not None]
+    return max(stopped, key=figure_of, default=None)
+
+
+def _fill_answer(row: dict, result, device: str) -> dict | None:
+    """The run's answer into the table's row: ``result.best`` with its ceilings, else the
+    fastest budget-stopped measurement (its windows of planned said beside it), else a note
+    that nothing was measured. Returns the answer's leaderboard row, or None."""
+    best = result.best
+    if best is not None:
+        _fill_best(row, best, device)
+        best_row = best.row
+    else:
+        best_row = budget_stopped_best(result.rows)
+        if best_row is None:
+            statuses = Counter(str(r["status"]) for r in result.rows)
+            errors = sorted({str(r["error"])[:120] for r in result.rows if r.get("error")})
+            row["notes"].append("no window measured (" + (", ".join(
+                f"{n} {status}" for status, n in statuses.most_common()) or "no trial") + ")"
+                + (": " + "; ".join(errors) if errors else "")[:300])
+            return None
+        row.update({"best": figure_of(best_row), "best knobs": knob_text(best_row),
+                    "MFU %": best_row.get("mfu_pct"),
+                    "peak dev MiB": best_row.get("peak_device_memory_mb"),
+                    "peak host MiB": best_row.get("peak_host_memory_mb")})
+        row["notes"].append(f"best: a measurement the time budget stopped ({windows_text(best_row)}"
+                            "); no complete trial, so no ceilings")
+        if device == "cpu":
+            row.update(dict.fromkeys(NOT_ON_CPU, "n/a"))
+    _mark_partial(row, "best", best_row)
+    row["best loader-path"] = best_loader_path(result.rows)
+    return best_row
 
 
 def best_loader_path(rows: list[dict]) -> float | None:
-    """The highest samples/sec of a ``loader``-path configuration among the run's ok search
-    and re-measurement rows (the answer is to be at least this: docs/benchmarks.md)."""
-    rates = [r["samples_per_sec"] for r in rows if r["status"] == Status.OK
+    """The highest samples/sec of a ``loader``-path configuration among the run's measured
+    search and re-measurement rows, budget-stopped ones included (the answer is to be at least
+    this: docs/benchmarks.md)."""
+    rates = [figure_of(r) for r in rows if figure_of(r) is not None
              and r.get("phase") != "ceiling" and r.get("data_path", "loader") == "loader"]
     return max(rates, default=None)
 
@@ -324,9 +478,7 @@ def _fill_best(out: dict, best, device: str) -> None:
                                        ceilings.compute_disturbed, best.samples_per_sec),
                 "loader-only": _bound(ceilings.loader_samples_per_sec,
                                       ceilings.loader_disturbed, best.samples_per_sec),
-                "attainable (bound)": (attainable.samples_per_sec,
-                                       attainable.bound_by if attainable.share is not None
-                                       else "below the best: not a bound"),
+                "attainable (bound)": (attainable.samples_per_sec, attainable_label(attainable)),
                 "best ÷ attainable": attainable.share,
                 "MFU %": row.get("mfu_pct"),
                 "compile s": row.get("compile_s") if row.get("compile") not in (None, "off")
@@ -341,6 +493,18 @@ def _fill_best(out: dict, best, device: str) -> None:
     out["baseline"] = best.answer.baseline.samples_per_sec or out["baseline"]
     if device == "cpu":
         out.update(dict.fromkeys(NOT_ON_CPU, "n/a"))
+
+
+def attainable_label(attainable) -> str:
+    """What the attainable cell says beside its figure: the limit that binds; for a figure
+    the best ran above, that it is no bound; without a figure, which limit was not measured."""
+    if attainable.samples_per_sec is None:
+        missing = ("compute limit" if getattr(attainable, "compute_samples_per_sec", None) is None
+                   else "input limit")
+        return f"unknown: no {missing} measured"
+    if attainable.share is None:
+        return "below the best: not a bound"
+    return attainable.bound_by
 
 
 @functools.lru_cache(maxsize=1)
@@ -398,20 +562,75 @@ def peers_answer(plan) -> dict:
             "peers' samples/sec": row["samples_per_sec"] if row["status"] == Status.OK else None}
 
 
-def validate_ratio(plan, row: dict) -> float | None:
-    """Measured ÷ predicted samples/sec of the best configuration as a plain training loop
-    (on CPU with the trial's torch threads)."""
+def references_again(plan, rows: list[dict], out: dict) -> None:
+    """The run's references (baseline, recommended) measured once more, here: another process
+    than the Ray trial process that measured them, with the run's trial settings and each
+    row's threads (``same_threads``: torch threads, ``OMP_NUM_THREADS``) and CPUs. Writes
+    {reference: [the run's figure, this one]} to ``out['references again (÷ the run's)']`` and
+    one line each to the notes (the same knobs read 710 and 932 samples/sec in two runs on
+    one H200: the spread between processes is what a single reference trial cannot show)."""
     from tuner.knobs import Knobs
+    from tuner.validate import same_threads
+    again: dict[str, list] = {}
+    for ref in ("baseline", "recommended"):
+        first = [r for r in rows if r.get("reference") == ref and r.get("phase") != "ceiling"
+                 and figure_of(r) is not None]
+        if not first:
+            continue
+        first_row = first[0]
+        print(f"{plan.workload.name}: the {ref} again (a second process)", flush=True)
+        with same_threads(first_row.get("torch_threads"), first_row.get("omp_num_threads")):
+            r = run_trial(plan.workload, Knobs.from_dict(first_row, strict=False), plan.settings,
+                          cpus=int(first_row["trial_cpus"]) if first_row.get("trial_cpus")
+                          else plan.node_cpus)
+        again[ref] = [figure_of(first_row), figure_of(r)]
+        line = (f"{ref} again in a second process: "
+                + (f"{again[ref][1]:,.1f}" if again[ref][1] else f"no figure ({r['status']})")
+                + f" samples/sec, the run's {again[ref][0]:,.1f}"
+                + (f" (÷ the run's {again[ref][1] / again[ref][0]:.2f})" if again[ref][1] else "")
+                + (f"; {windows_text(r)}" if windows_text(r) else ""))
+        print("  " + line, flush=True)
+        out["notes"].append(line)
+    out["references again (÷ the run's)"] = again or None
+
+
+def validate_interleaved(plan, row: dict, out: dict, stop_at: float) -> None:
+    """validate, measured against the harness under the same conditions: the best's knobs
+    as a plain training loop (``tuner.validate.train_loop``) and as the harness measures a
+    trial (``run_trial``, ``VALIDATE_WINDOWS`` windows), alternating in this process for
+    ``VALIDATE_ROUNDS`` rounds (fewer when a round would end past ``stop_at``), both with the
+    trial row's torch threads and ``OMP_NUM_THREADS``. Writes the median of the rounds' plain
+    loop ÷ harness ratios to ``out['validate ratio']``; the notes give each round, the
+    threads, and the harness here ÷ the trial's figure (the run's process vs this one)."""
+    from tuner.knobs import Knobs
+    from tuner.validate import interleaved
+    name = plan.workload.name
+    settings = replace(plan.settings, windows=VALIDATE_WINDOWS)
+    print(f"{name}: validate, interleaved with the harness ({VALIDATE_ROUNDS} rounds)",
+          flush=True)
     try:
-        v = train_loop(plan.workload, Knobs.from_dict(row, strict=False), scale=row["scale"],
-                       device=row["device"], data_dir=plan.data_dir,
-                       warmup_steps=plan.settings.warmup_steps, threads=row.get("torch_threads"),
-                       warmup_s=row.get("warmup_s") or 0.0,
-                       min_measured_s=row.get("measured_s") or 0.0)
+        v = interleaved(plan.workload, Knobs.from_dict(row, strict=False), row, settings,
+                        rounds=VALIDATE_ROUNDS, stop_at=stop_at - PEERS_S[plan.device])
     except Exception as exc:  # noqa: BLE001 - a failed validation is a figure too
-        print(f"  validate of {plan.workload.name} failed: {type(exc).__name__}: {exc}")
-        return None
-    return v.samples_per_sec / row["samples_per_sec"]
+        out["validate ratio"] = None
+        out["notes"].append(f"validate failed: {type(exc).__name__}: {exc}"[:300])
+        print(f"  validate of {name} failed: {type(exc).__name__}: {exc}", flush=True)
+        return
+    out["validate ratio"] = v.median_ratio
+    rounds = "; ".join(
+        f"round {i}: loop {r.loop_samples_per_sec:,.1f}, harness "
+        + (f"{r.harness_samples_per_sec:,.1f} ({r.ratio:.3f})" if r.ratio is not None
+           else f"no figure ({r.harness_status})") for i, r in enumerate(v.rounds, 1))
+    harness = [r.harness_samples_per_sec for r in v.rounds if r.harness_samples_per_sec]
+    line = (f"validate, plain loop ÷ harness alternating in one process: {rounds}; median "
+            + ("n/a" if v.median_ratio is None else f"{v.median_ratio:.3f}")
+            + f" (target 0.95..1.05); threads: torch {v.torch_threads}, OMP_NUM_THREADS "
+            f"{v.omp_num_threads or 'unset'} (the trial's: {row.get('torch_threads')}, "
+            f"{row.get('omp_num_threads') or 'unset'})"
+            + (f"; the harness here ÷ the trial's figure: "
+               f"{statistics.median(harness) / figure_of(row):.2f}" if harness else ""))
+    print("  " + line, flush=True)
+    out["notes"].append(line)
 
 
 def _bound(rate: float | None, below_best: bool | None, best: float) -> float | str | None:
@@ -431,7 +650,10 @@ def _bound(rate: float | None, below_best: bool | None, best: float) -> float | 
 def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     for r in rows:
-        lines.append("| " + " | ".join(_cell(c, r.get(c)) for c in COLUMNS) + " |")
+        partial = r.get("partial") or {}
+        lines.append("| " + " | ".join(
+            _cell(c, r.get(c)) + (f" ({partial[c]})" if c in partial and r.get(c) is not None
+                                   else "") for c in COLUMNS) + " |")
     return "\n".join(lines)
 
 
@@ -442,6 +664,10 @@ def _cell(column: str, value) -> str:
         return value
     if column == "attainable (bound)":
         return "" if value[0] is None else f"{value[0]:,.1f} ({value[1]})"
+    if column == "references again (÷ the run's)":
+        return " / ".join(f"{ref} " + (f"{again:,.1f} ({again / first:.2f})" if again
+                                       else "no figure")
+                          for ref, (first, again) in value.items())
     if column in ("best ÷ attainable", "validate ratio"):
         return f"{value:.2f}"
     if isinstance(value, float):
@@ -461,7 +687,8 @@ def targets(rows: list[dict]) -> list[str]:
                    f"{_fmt(r['best'])} vs recommended {_fmt(r['recommended'])} (target >=), "
                    f"vs the best loader-path {_fmt(r.get('best loader-path'))} (target >=); "
                    f"vs the peers' answer {_fmt(peers)}; "
-                   f"validate {_fmt(r['validate ratio'])} (target 0.95..1.05); start-up + "
+                   f"validate (plain loop ÷ harness, interleaved) {_fmt(r['validate ratio'])} "
+                   f"(target 0.95..1.05); start-up + "
                    f"probe {_fmt(r['start-up + probe s'])} s (probe target <= 20 s)")
     return out
 
@@ -472,9 +699,10 @@ def _fmt(v) -> str:
 
 def machine_text(device: str) -> str:
     """The hardware and versions the figures come from (the card through nvidia-smi, so that
-    this process holds no CUDA context)."""
+    this process holds no CUDA context), the project's version and its own commit."""
     import torch
-    parts = [f"{os.cpu_count()} CPUs", f"torch {torch.__version__}", f"Python {sys.version.split()[0]}"]
+    parts = [f"{os.cpu_count()} CPUs", f"torch {torch.__version__}",
+             f"Python {sys.version.split()[0]}"]
     if device == "cuda":
         try:
             card = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
@@ -483,14 +711,31 @@ def machine_text(device: str) -> str:
             parts.insert(0, f"{len(card)} x {card[0]}" if card else "no card listed by nvidia-smi")
         except (OSError, subprocess.SubprocessError):
             parts.insert(0, "nvidia-smi not found")
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    parts.append(f"tuner {tuner.__version__}" + (f" at {commit}" if commit else ""))
+    commit = project_commit(ROOT)
+    parts.append(f"tuner {tuner.__version__} at " + (commit or "an unknown commit"))
     return ", ".join(parts)
 
+
+def project_commit(root: Path) -> str | None:
+    """The project's own commit (``git rev-parse --short HEAD``, '+ local changes' when its
+    tracked files differ), or None when ``root`` is not the top of its own git work tree: a
+    copy without its ``.git`` inside another repository would name that repository's commit."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                  timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != root.resolve():
+        return None
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return None
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return commit + (" + local changes" if changed else "")
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -551,9 +796,9 @@ def budget_of(name: str, args: argparse.Namespace) -> float | None:
     if args.trials:
         return None
     if args.quick:
-        if name == "ddpm":
-            return CPU_QUICK_BUDGET_S if args.device == "cpu" else QUICK_BUDGET_S
-        return QUICK_OTHER_BUDGET_S
+        if args.device == "cpu":
+            return CPU_QUICK_BUDGET_S if name == "ddpm" else CPU_QUICK_OTHER_BUDGET_S
+        return QUICK_BUDGETS_S.get(name, QUICK_OTHER_BUDGET_S)
     return (300.0 if name == "ddpm" else 40.0) if args.device == "cuda" else None
 
 
@@ -577,34 +822,40 @@ def capped_space(name: str, results: Path) -> str:
 
 
 def run_workload(run: Run, name: str) -> None:
-    """One workload step in a child process, its tuner budget trimmed to the deadline (or the
-    step skipped, with a note, when too little is left), stopped at its time box."""
+    """One workload step in a child process, its tuner budget trimmed to the deadline less
+    the peers' answer (or the step skipped, with a note, when too little is left), its checks
+    (``QUICK_CHECKS`` with --quick, else all) run in what the step's time box has left,
+    stopped at its time box."""
     args, device = run.args, run.args.device
     budget, overhead = budget_of(name, args), STEP_OVERHEAD_S[device]
+    checks = ("references", "validate") if not args.quick or name in QUICK_CHECKS else ()
+    after = PEERS_S[device] + sum(CHECK_S[device][c] for c in checks)
     if math.isfinite(run.left()):
-        room = run.left() - overhead
+        room = run.left() - overhead - PEERS_S[device]
         if budget is None or room < budget:
             if room < MIN_BUDGET_S:
                 run.notes.append(f"{name}: skipped: {max(run.left(), 0):.0f} s left, a run "
-                                 f"needs at least {MIN_BUDGET_S + overhead:.0f} s")
+                                 f"needs at least "
+                                 f"{MIN_BUDGET_S + overhead + PEERS_S[device]:.0f} s")
                 print(f"{name}: skipped ({run.left():.0f} s left)", flush=True)
                 return
             budget = room
     other_trials = CPU_QUICK_OTHER_TRIALS if device == "cpu" else 3
     trials = args.trials or (QUICK_TRIALS.get(name, other_trials) if args.quick else None)
+    # the tuner's budget, its grace, the checks and the peers' answer: a step that hangs
+    # leaves the deadline's rest to the next; the checks fit in what the box has left
+    box = min(run.left(), (budget or 0.0) + overhead + after) \
+        if math.isfinite(run.left()) else None
     job = {"device": device, "scale": args.scale, "budget": budget, "trials": trials,
            "confirm": QUICK_CONFIRM if args.quick else None,
            "probe": "off" if args.quick and name != "ddpm" else None,
-           "start_method": START_METHOD,
+           "start_method": START_METHOD, "checks": checks,
            "limit": DDPM_MAX_MEMORY if name == "ddpm" and device == "cuda" else None,
-           "results": str(run.results), "stop_at": min(run.stop_at, time.time() + 1e9),
+           "results": str(run.results),
+           "stop_at": time.time() + box if box is not None else time.time() + 1e9,
            "space": capped_space(name, run.results) if device == "cpu" else None}
     row_file = str(run.results / f"{name}-row.json")
     Path(row_file).unlink(missing_ok=True)  # a row left by an earlier run in --results
-    # the tuner's budget, its grace, validate and the peers' answer, with room to spare: a step that
-    # hangs leaves the deadline's rest to the next
-    box = min(run.left(), (budget or 0.0) + 2 * overhead + PEERS_S[device]) \
-        if math.isfinite(run.left()) else None
     t0 = time.time()
     cut = _in_child(workload_step, (name, job, row_file), box)
     try:
@@ -643,8 +894,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"one command's worth: a {QUICK_DEADLINE_S:.0f} s deadline, ddpm's "
-                             f"budget {QUICK_BUDGET_S:.0f} s, {QUICK_OTHER_BUDGET_S:.0f} s each other, "
-                             "few trials")
+                             f"budget {QUICK_BUDGET_S:.0f} s, 45-60 s each other, few trials")
     parser.add_argument("--deadline-s", type=float, default=None,
                         help=f"seconds for the whole run (default: {QUICK_DEADLINE_S:.0f} with "
                              "--quick, else none)")

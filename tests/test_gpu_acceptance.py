@@ -83,3 +83,148 @@ def test_an_unknown_workload_is_one_line_and_exit_code_2(bench, capsys):
     assert bench.main(["--workloads", "nosuch", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nosuch" in err and "ddpm" in err
+
+
+def test_the_commit_is_the_projects_own_or_unknown(bench, tmp_path):
+    import subprocess
+    def git(*args, cwd=tmp_path):
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("a")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    copy = tmp_path / "copy"                      # a tree without its own .git inside a repository
+    copy.mkdir()
+    assert bench.project_commit(copy) is None     # not the enclosing repository's commit
+    assert bench.project_commit(tmp_path) == git("rev-parse", "--short", "HEAD")
+    (tmp_path / "a.txt").write_text("b")
+    assert bench.project_commit(tmp_path).endswith(" + local changes")
+
+
+def test_ceilings_and_re_measurements_are_labelled_as_such_not_counted_as_trials(bench):
+    counts = bench.Counter()
+    knobs = {"batch_size": 32, "num_workers": 6}
+    lines = [bench.trial_line("ddpm", {**knobs, "status": "ok", "samples_per_sec": v, **extra},
+                              counts, 4)
+             for v, extra in ((178.3, {"phase": "search", "reference": "baseline"}),
+                              (710.3, {"phase": "search", "reference": "recommended"}),
+                              (8315.8, {"phase": "ceiling", "ceiling": "machine-loader"}),
+                              (900.0, {"phase": "search"}),
+                              (905.0, {"phase": "remeasure"}))]
+    assert lines[0].startswith("ddpm trial 1/4 (baseline): ")
+    assert lines[1].startswith("ddpm trial 2/4 (recommended): ")
+    assert lines[2].startswith("ddpm ceiling machine-loader: ") and "8,315.8" in lines[2]
+    assert lines[3].startswith("ddpm trial 3/4: ")
+    assert lines[4].startswith("ddpm re-measurement 1: ")
+    counts["search"] = 4                          # a search past the trials planned: no "5/4"
+    assert bench.trial_line("ddpm", {**knobs, "status": "ok", "samples_per_sec": 1.0,
+                                     "phase": "search"}, counts, 4).startswith("ddpm trial 5: ")
+
+
+STOPPED = {"status": "timeout", "samples_per_sec": 2210.4, "windows": 4, "phase": "search",
+           "reference": "baseline", "batch_size": 256, "num_workers": 2, "data_path": "loader",
+           "error": "stopped by the time budget during window 5, after 4 of 5 windows"}
+
+
+def test_a_budget_stopped_measurement_is_the_answer_with_its_windows_not_no_trial(bench):
+    row = dict.fromkeys(bench.COLUMNS)
+    row.update(workload="chargpt", notes=[], partial={})
+    result = SimpleNamespace(best=None, rows=[STOPPED, {**STOPPED, "status": "timeout",
+                                                        "samples_per_sec": None, "windows": 0,
+                                                        "reference": "recommended"}])
+    best_row = bench._fill_answer(row, result, "cuda")
+    assert best_row is STOPPED and row["best"] == 2210.4
+    assert row["partial"] == {"best": "4 of 5 windows"}
+    cells = dict(zip(bench.COLUMNS, (c.strip() for c in
+                                     bench.markdown([row]).splitlines()[2].split("|")[1:-1]),
+                     strict=True))
+    assert cells["best"] == "2,210.4 (4 of 5 windows)"
+    assert cells["best loader-path"] == "2,210.4"
+    assert not any("no window measured" in n for n in row["notes"])
+    line = bench.trial_line("chargpt", STOPPED, bench.Counter(), 3)
+    assert line.endswith("timeout, 2,210.4 samples/sec (4 of 5 windows)")
+
+
+def test_no_window_measured_is_said_so(bench):
+    row = dict.fromkeys(bench.COLUMNS)
+    row.update(workload="chargpt", notes=[], partial={})
+    failed = {**STOPPED, "samples_per_sec": None, "windows": 0,
+              "error": "stopped by the time budget during warm-up, after 0 of 5 windows"}
+    assert bench._fill_answer(row, SimpleNamespace(best=None, rows=[failed]), "cuda") is None
+    assert row["best"] is None and row["notes"][0].startswith("no window measured (1 timeout)")
+
+
+def test_an_unknown_attainable_says_what_was_not_measured_not_below_the_best(bench):
+    from tuner.winner import Attainable
+    assert bench.attainable_label(Attainable(None, None, None)) == \
+        "unknown: no compute limit measured"
+    assert bench.attainable_label(Attainable(None, None, None, compute_samples_per_sec=800.0)) \
+        == "unknown: no input limit measured"
+    assert bench.attainable_label(Attainable(700.0, "compute", None)) == \
+        "below the best: not a bound"
+    assert bench.attainable_label(Attainable(900.0, "compute", 0.8)) == "compute"
+
+
+def test_the_references_again_read_with_their_ratio_to_the_runs(bench):
+    cell = bench._cell("references again (÷ the run's)",
+                       {"baseline": [178.3, 221.2], "recommended": [710.3, None]})
+    assert cell == "baseline 221.2 (1.24) / recommended no figure"
+
+
+def test_a_check_the_steps_time_cannot_hold_is_skipped_with_a_note(bench):
+    row = {"notes": []}
+    job = {"stop_at": bench.time.time() + 10.0}
+    assert bench._skip_for_time(row, "validate", job, "cuda")
+    assert row["validate ratio"] == "skipped" and row["notes"][0].startswith("validate skipped")
+    job = {"stop_at": bench.time.time() + 1000.0}
+    assert not bench._skip_for_time(row, "peers", job, "cuda")
+    assert row["peers' batch"] == "cut off"          # until the peers' answer ends
+
+
+def test_every_built_in_has_a_quick_budget_that_holds_its_start_up_and_references(bench):
+    from tuner.workload import available
+    args = bench.argparse.Namespace(device="cuda", quick=True, time_budget=None, trials=None)
+    for name in available():
+        budget = bench.budget_of(name, args)
+        assert budget == bench.QUICK_BUDGETS_S.get(name, bench.QUICK_OTHER_BUDGET_S)
+        assert budget >= 45.0                      # the 60-s budgets' first trial had 8-15 s
+
+
+@pytest.fixture
+def short_plan(tmp_path):
+    """A plan of the fake regression workload on CPU, its trials measuring 2 windows of 0.2 s."""
+    from dataclasses import replace
+
+    from tuner.plan import make_plan
+    from tuner.settings import RunOptions
+    plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
+                                scale="tiny", results=str(tmp_path), probe="off"))
+    return replace(plan, settings=replace(plan.settings, windows=2, window_s=0.2,
+                                          warmup_steps=1))
+
+
+def test_the_checks_measure_the_references_again_and_validate_interleaved(bench, short_plan,
+                                                                         capsys):
+    """The step's checks end to end on CPU, as on a GPU: each reference measured once more in
+    this process beside the run's figure, and validate's rounds with their median."""
+    from tuner.harness import run_trial
+    plan = short_plan
+    rows = []
+    for name, knobs in plan.references:
+        r = run_trial(plan.workload, knobs, plan.settings, cpus=1)
+        rows.append({**r, "reference": name, "phase": "search", "trial_cpus": 1.0})
+    out = {"notes": []}
+    bench.references_again(plan, rows, out)
+    again = out["references again (÷ the run's)"]
+    assert set(again) == {name for name, _ in plan.references}
+    assert all(first == row["samples_per_sec"] and second > 0
+               for (first, second), row in zip(again.values(), rows, strict=True))
+    assert sum(n.startswith(tuple(again)) and " again in a second process: " in n
+               for n in out["notes"]) == len(again)
+    bench.validate_interleaved(plan, rows[0], out, bench.time.time() + 1e6)
+    assert out["validate ratio"] > 0
+    note = out["notes"][-1]
+    assert "round 1: loop " in note and "round 2: loop " in note and "median " in note
+    assert "threads: torch 1" in note                      # the trial's, as its row says
+    assert "validate, plain loop ÷ harness" in capsys.readouterr().out

@@ -35,7 +35,8 @@ COLUMNS = [
     "batch_size", "grad_accum", "data_path", "num_workers", "prefetch_factor", "pin_memory",
     "persistent_workers", "non_blocking", "amp", "channels_last", "compile", "cudnn_benchmark",
     "tf32", "fused_optimizer", "ddp_bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
-    "clamped", "trial_cpus", "trial_gpus", "torch_threads", "device", "hardware_key", "gpu_name",
+    "clamped", "trial_cpus", "trial_gpus", "torch_threads", "omp_num_threads",
+    "device", "hardware_key", "gpu_name",
     "gpu_memory_mb",
     "cuda_version", "cpu_model", "cpu_count", "host_memory_mb", "node_id", "node_ip", "error",
     "traceback", "started_at", "finished_at", "tuner_version", "torch_version", "ray_version",
@@ -45,7 +46,7 @@ COLUMNS = [
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 7
+    assert leaderboard.SCHEMA_VERSION == 8
 
 
 def test_schema_has_every_knob_as_a_column():

@@ -276,6 +276,15 @@ class TrialState:
     """The device memory limit in MiB (None: no limit, or the CPU device)."""
     threads: int
     """Torch intra-op threads of this process."""
+    omp_num_threads: int | None = None
+    """This process's ``OMP_NUM_THREADS`` (``omp_num_threads``; None: unset or not a number)."""
+
+
+def omp_num_threads() -> int | None:
+    """This process's ``OMP_NUM_THREADS`` as a number; None when it is unset or not a positive
+    integer (OpenMP then picks its own count)."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 @contextlib.contextmanager
@@ -300,7 +309,8 @@ def trial_state(knobs: Knobs, device: torch.device, *, threads: int | None = Non
             # torch warns when num_workers exceeds the cores it sees; trying that is the point.
             warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker",
                                     category=UserWarning)
-            yield TrialState(limit_mb=limit_mb, threads=torch.get_num_threads())
+            yield TrialState(limit_mb=limit_mb, threads=torch.get_num_threads(),
+                             omp_num_threads=omp_num_threads())
     finally:
         release_device_limit(limit_mb, device)
         restore_flags()

@@ -486,6 +486,9 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     t.add_row("[bold]measured ÷ predicted[/]", f"[bold]{v.samples_per_sec / predicted:.2f}[/]")
     console.print(t)
     console.print(f"whole loop, warm-up included: {v.total_s:.1f} s")
+    console.print(f"threads: torch {v.torch_threads}, OMP_NUM_THREADS "
+                  f"{v.omp_num_threads or 'unset'} (the trial's: {row.get('torch_threads') or '?'}, "
+                  f"{row.get('omp_num_threads') or 'unset'})")
     if knobs.data_path != "loader":  # the fill: one decoding pass, before the loop
         trial_fill = row.get("cache_fill_s")
         console.print(f"cache fill ({knobs.data_path} path): {v.batches_s:.1f} s" + (

@@ -160,7 +160,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
 
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
     with trial_state(applied, device, threads=threads, max_memory=settings.max_memory) as state:
-        result.update(torch_threads=state.threads, max_memory_mb=state.limit_mb,
+        result.update(torch_threads=state.threads, omp_num_threads=state.omp_num_threads,
+                      max_memory_mb=state.limit_mb,
                       max_host_memory_mb=settings.max_host_memory_mb)
         sofar: dict[str, Any] = {}  # what _measure has measured, kept when the budget runs out
         try:  # caught inside trial_state, so that the failure's frames are freed on its exit

@@ -39,9 +39,10 @@ from tuner.knobs import KNOB_INFO
 from tuner.settings import OLD_SCALES, scale_word
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 7
-"""7: ``world_size``, ``backend``, ``rank_samples_per_sec``, ``slowest_rank``,
-``slowest_rank_data_wait_s`` (data-parallel trials; files of earlier versions read with world
+SCHEMA_VERSION = 8
+"""8: ``omp_num_threads`` (the training process's ``OMP_NUM_THREADS``; null where unset, and in
+files of earlier versions). 7: ``world_size``, ``backend``, ``rank_samples_per_sec``,
+``slowest_rank``, ``slowest_rank_data_wait_s`` (data-parallel trials; files of earlier versions read with world
 size null, meaning 1) and the DDP knobs. 2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
 (torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
 the machine when the trial was recorded). 5: ``skipped_steps`` (optimizer steps the fp16
@@ -132,6 +133,7 @@ SCHEMA = pa.schema(
         ("trial_cpus", pa.float64()),
         ("trial_gpus", pa.float64()),
         ("torch_threads", pa.int32()),      # intra-op threads of the training process
+        ("omp_num_threads", pa.int32()),    # its OMP_NUM_THREADS (null: unset)
         ("device", pa.string()),
         ("hardware_key", pa.string()),
         ("gpu_name", pa.string()),

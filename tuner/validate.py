@@ -8,15 +8,18 @@ samples/sec with what the trial measured. Its batches come from executing the li
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tuner.apply import build_training, move_batch, trial_state
+from tuner.apply import build_training, move_batch, omp_num_threads, trial_state
 from tuner.codegen import data_code, fill_workers, python_text, workload_lines
 from tuner.errors import DataError, TunerError
 from tuner.knobs import Knobs
@@ -41,16 +44,24 @@ class Validation:
     """The lines that made the batches, as ``best --format python`` prints them."""
     batches_s: float
     """Seconds those lines took (for 'cache' and 'device': decoding every sample once)."""
+    torch_threads: int = 0
+    """Torch intra-op threads the loop trained on (``torch.get_num_threads()``)."""
+    omp_num_threads: int | None = None
+    """``OMP_NUM_THREADS`` while the loop ran (None: unset)."""
 
 
+# One loop a user would write, kept whole so that it reads as the plain loop it checks against
+# the trial (data lines, warm-up, steady part); split, it would no longer read as that loop.
 def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, data_dir: Path,
                steps: int | None = None, warmup_steps: int = 3, seed: int = 0,
                threads: int | None = None, warmup_s: float = 0.0,
                min_measured_s: float = 0.0, fill_workers: int = 0,
-               world_size: int = 1) -> Validation:
+               world_size: int = 1, omp_threads: int | None = None) -> Validation:
     """Train ``steps`` optimizer steps (default: one epoch, at least warm-up + 20 steps) as a
     plain loop and time it, in a trial's process-wide state (``trial_state``), on ``threads``
-    CPU threads (None: torch's setting).
+    torch intra-op threads on any device (None: torch's setting) with ``OMP_NUM_THREADS`` set
+    to ``omp_threads`` (None: the environment's), both as a trial's row records them
+    (``torch_threads``, ``omp_num_threads``) and put back on return.
 
     The batches come from executing ``tuner.codegen.data_code`` (what ``best --format python``
     prints) with ``workload``, ``data_dir`` and, for 'loader', ``dataset`` (``build_dataset``)
@@ -71,7 +82,7 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     torch.manual_seed(seed)
     dev = torch.device(device)
     applied, _ = knobs.clamp(dev.type)
-    with trial_state(applied, dev, threads=threads):
+    with same_threads(threads, omp_threads), trial_state(applied, dev, threads=threads) as state:
         code = data_code(applied, device=str(dev), scale=scale, workers=fill_workers,
                          collate=workload.collate_fn() is not None, world_size=world_size)
         loader, batches_s = _batches(code, workload, applied, Path(data_dir), scale)
@@ -102,7 +113,32 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     return Validation(steps=loop.done, warmup_steps=loop.steady_steps,
                       samples_per_sec=loop.steady_samples / (end - loop.steady_start),
                       total_s=end - loop.start, epochs=loop.done / max(per_epoch, 1),
-                      data_code=code, batches_s=batches_s)
+                      data_code=code, batches_s=batches_s, torch_threads=state.threads,
+                      omp_num_threads=state.omp_num_threads)
+
+
+@contextlib.contextmanager
+def same_threads(threads: int | None, omp_threads: int | None):
+    """A trial's thread settings in this process, put back on exit: ``threads`` torch intra-op
+    threads (None: unchanged) and ``OMP_NUM_THREADS`` = ``omp_threads`` (None: unchanged), which
+    DataLoader workers started inside inherit. On CUDA a trial leaves torch's threads as its
+    process had them (``trial_state``), so a plain loop outside that process differs unless
+    they are set (a Ray worker has ``OMP_NUM_THREADS`` from Ray and 16 threads on a 16-CPU
+    H200 node; a plain process has torch's default)."""
+    saved_threads, saved_omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        if omp_threads is not None:
+            os.environ["OMP_NUM_THREADS"] = str(omp_threads)
+        yield
+    finally:
+        torch.set_num_threads(saved_threads)
+        if omp_threads is not None:
+            if saved_omp is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = saved_omp
 
 
 def train_loop_ranks(workload: Workload, knobs: Knobs, *, world_size: int, device: str,
@@ -153,7 +189,6 @@ RANKS_TIMEOUT_S = 1800.0
 def _rank_loop(rank: int, world_size: int, port: int, results: Any, workload: Workload,
                knobs: Knobs, device: str, loop: dict) -> None:
     """One rank of ``train_loop_ranks``: its process group, its loop; rank 0 reports."""
-    import os
     import torch.distributed as dist
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
@@ -195,10 +230,14 @@ def ranks_for(row: dict, world_size: int | None) -> int:
 def loop_for_row(workload: Workload, knobs: Knobs, row: dict, *, data_dir: Path,
                  steps: int | None, threads: int | None, ranks: int) -> Validation:
     """The plain loop for a leaderboard ``row``: its scale and device, its scale's warm-up
-    steps, the trial's CPUs as the cache's fill workers; one rank: warmed up and measured as
-    long as the trial was, without ``steps``; ``ranks`` > 1: ``train_loop_ranks``."""
+    steps, the trial's CPUs as the cache's fill workers, its torch threads (``threads``, else
+    the row's ``torch_threads``) and ``OMP_NUM_THREADS`` (the row's ``omp_num_threads``); one
+    rank: warmed up and measured as long as the trial was, without ``steps``; ``ranks`` > 1:
+    ``train_loop_ranks``."""
     from tuner.settings import MEASUREMENT_DEFAULTS
+    threads = threads or row.get("torch_threads")
     common = dict(scale=row["scale"], data_dir=data_dir, steps=steps, threads=threads,
+                  omp_threads=row.get("omp_num_threads"),
                   warmup_steps=MEASUREMENT_DEFAULTS[row["scale"]][0],
                   fill_workers=fill_workers(row.get("trial_cpus")))
     if ranks > 1:
@@ -207,6 +246,79 @@ def loop_for_row(workload: Workload, knobs: Knobs, row: dict, *, data_dir: Path,
     return train_loop(workload, knobs, device=row["device"],
                       warmup_s=0.0 if steps else row.get("warmup_s") or 0.0,
                       min_measured_s=0.0 if steps else row.get("measured_s") or 0.0, **common)
+
+
+@dataclass
+class InterleavedRound:
+    """One round of ``interleaved``: the plain loop, then the harness, on the same knobs."""
+    loop_samples_per_sec: float
+    harness_samples_per_sec: float | None
+    """The harness's median over its windows; None when its trial did not measure (status)."""
+    harness_status: str
+
+    @property
+    def ratio(self) -> float | None:
+        """Plain loop ÷ harness in this round."""
+        h = self.harness_samples_per_sec
+        return None if not h else self.loop_samples_per_sec / h
+
+
+@dataclass
+class Interleaved:
+    """``interleaved``'s rounds, and the threads both sides ran with."""
+    rounds: list[InterleavedRound] = field(default_factory=list)
+    torch_threads: int = 0
+    omp_num_threads: int | None = None
+
+    @property
+    def ratios(self) -> list[float]:
+        return [r.ratio for r in self.rounds if r.ratio is not None]
+
+    @property
+    def median_ratio(self) -> float | None:
+        """The median of the rounds' plain loop ÷ harness ratios; None without a round."""
+        return statistics.median(self.ratios) if self.ratios else None
+
+
+def interleaved(workload: Workload, knobs: Knobs, row: dict, settings: Any, *, rounds: int = 2,
+                stop_at: float | None = None) -> Interleaved:
+    """The plain loop (``train_loop``) and the harness's measurement (``tuner.harness.run_trial``
+    with ``settings``, a ``TrialSettings``) of the same ``knobs``, alternating in this process
+    (A B A B ...), ``rounds`` rounds or fewer where a round would start after ``stop_at``
+    (``time.time()``; one round always runs). Both run with the trial's thread settings (the
+    ``row``'s ``torch_threads`` and ``omp_num_threads``, ``same_threads``) and, on CPU, its CPUs
+    (``trial_cpus``); the loop warms up for ``settings.warmup_steps`` steps and as long as the
+    trial's warm-up beyond its first step, then measures as long as ``settings``' windows. So
+    both sides see the same host, threads and process: the ratio says what the plain loop
+    and the harness measure differently, not how the host or the process differ.
+
+    Raises:
+        Whatever ``train_loop`` raises; a harness trial that fails is a round without a ratio.
+    """
+    from tuner.harness import run_trial
+    from tuner.status import Status
+    warmup_s = max(0.0, (row.get("warmup_s") or 0.0) - (row.get("first_step_s") or 0.0))
+    measured_s = settings.windows * settings.window_s
+    cpus = int(row["trial_cpus"]) if row.get("trial_cpus") else None
+    out = Interleaved()
+    with same_threads(row.get("torch_threads"), row.get("omp_num_threads")):
+        out.torch_threads, out.omp_num_threads = torch.get_num_threads(), omp_num_threads()
+        started = time.time()
+        while len(out.rounds) < rounds:
+            if out.rounds and stop_at is not None:
+                round_s = (time.time() - started) / len(out.rounds)
+                if time.time() + round_s > stop_at:
+                    break
+            a = train_loop(workload, knobs, scale=settings.scale, device=settings.device,
+                           data_dir=Path(settings.data_dir), warmup_steps=settings.warmup_steps,
+                           threads=row.get("torch_threads"), warmup_s=warmup_s,
+                           min_measured_s=measured_s, omp_threads=row.get("omp_num_threads"))
+            b = run_trial(workload, knobs, settings, cpus=cpus)
+            ok = b["status"] == Status.OK and b.get("samples_per_sec")
+            out.rounds.append(InterleavedRound(a.samples_per_sec,
+                                               b["samples_per_sec"] if ok else None,
+                                               str(b["status"])))
+    return out
 
 
 def check_data_path(workload: Workload, knobs: Knobs) -> None:
