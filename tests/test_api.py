@@ -45,6 +45,7 @@ def test_bad_input_raises_one_line_before_any_trial(call, fragment, tmp_path, mo
     assert not (tmp_path / "tuner-results").exists()
 
 
+@pytest.mark.slow
 def test_readme_example_tunes_ddpm_and_returns_values(tmp_path, monkeypatch, tuner_cache,
                                                       ray_session, capsys):
     """The README's ``tune_example.py`` as written, with the measurement shortened (3 trials:
@@ -89,6 +90,7 @@ def test_readme_example_tunes_ddpm_and_returns_values(tmp_path, monkeypatch, tun
     assert (tmp_path / "tuner-results" / "leaderboard").is_dir()
 
 
+@pytest.mark.slow
 def test_a_workload_instance_is_tuned_silently(tmp_path, tuner_cache, ray_session, capsys):
     from tests.fake_workloads import regression
     result = tuner.tune(regression, trials=2, device="cpu", results=str(tmp_path / "r"),
