@@ -1,10 +1,12 @@
 """Shared fixtures of the engine tests: the fake workloads' data, a private data cache, and one
-local Ray instance per module that needs it."""
+local Ray shared by the modules that need it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,18 +62,71 @@ def tuner_cache(tmp_path, monkeypatch) -> Path:
     return cache
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    """One local Ray for the module, started by the product's own ``_ray_init`` (so workers get
-    the same PYTHONPATH as a real run); ``tuner.driver.run`` reuses it."""
+_SHARED_RAY: dict = {"key": None}
+"""The local Ray ``ray_session`` started and shares: ``key`` is what its workers took from this
+process when it started (``_ray_start_key``), None when no shared Ray is up."""
+
+
+def _ray_start_key() -> tuple:
+    """What a local Ray's workers take from the process that starts it: ``sys.path`` and the
+    working directory (their PYTHONPATH, ``tuner.ray_runtime.ray_init``) and the environment
+    (less pytest's current-test name and the variables ``ray_init`` sets before it starts
+    Ray)."""
+    from tuner.ray_runtime import _RAY_ENV
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTEST_CURRENT_TEST" and k not in _RAY_ENV}
+    return tuple(sys.path), os.getcwd(), tuple(sorted(env.items()))
+
+
+def stop_shared_ray() -> None:
+    """Shut down the Ray ``ray_session`` shares, if it is up: for a test that starts a cluster
+    of its own (tests/test_faults.py), which must find Ray uninitialised."""
     import ray
+    if _SHARED_RAY["key"] is not None and ray.is_initialized():
+        ray.shutdown()
+    _SHARED_RAY["key"] = None
+
+
+def _every_cpu_free(timeout_s: float = 10.0) -> bool:
+    """The running Ray's CPUs all free (no actor or task of an earlier module holds one),
+    waiting up to ``timeout_s`` for its resource view to catch up."""
+    import ray
+    deadline = time.monotonic() + timeout_s
+    while True:
+        total = ray.cluster_resources().get("CPU", 0.0)
+        if ray.available_resources().get("CPU", 0.0) >= total:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def _shared_ray_stopped_at_the_end():
+    yield
+    stop_shared_ray()
+
+
+@pytest.fixture(scope="module")
+def ray_session(_shared_ray_stopped_at_the_end):
+    """A local Ray for the module, started by the product's own ``ray_init`` (so workers get
+    the same PYTHONPATH as a real run); ``tuner.driver.run`` reuses it. One Ray is shared by
+    the modules that ask for it (a start costs seconds): a module gets the running one only
+    when its workers would see what this module's own start would give them (the same
+    ``sys.path``, working directory and environment) and every one of its CPUs is free;
+    otherwise that Ray is shut down and a new one started. Stopped at the end of the pytest
+    run, or by ``stop_shared_ray``."""
+    import ray
+
     from tuner.ray_runtime import ray_init
-    started = ray_init(None)
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
+    key = _ray_start_key()
+    if _SHARED_RAY["key"] is not None and ray.is_initialized() and (
+            _SHARED_RAY["key"] != key or not _every_cpu_free()):
+        stop_shared_ray()
+    if ray_init(None):
+        # Ray adds to the environment and sys.path as it starts: the key is taken after that
+        _SHARED_RAY["key"] = _ray_start_key()
+    yield
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -421,6 +421,7 @@ def test_a_compile_mode_longer_than_the_search_is_not_searched(regression_data, 
 
 # ----------------------------------------------------------------------- one Ray run
 
+@pytest.mark.slow
 def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
         ray_session, regression_data, paced_space, tmp_path):
     """Two runs on one Ray (started by the fixture, outside the budget).

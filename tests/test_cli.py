@@ -1,6 +1,7 @@
 """The command line end to end: one real run on the fake workload in a subprocess as a user runs
-it, the leaderboard and best views of it and the workload list through the click entry point in
-this process (their output is the point, not the interpreter start), and bad input (exit code 2,
+it (and what its console shows: tuner's lines only, not folded to 80 columns when piped), the
+leaderboard and best views of it and the workload list through the click entry point in this
+process (their output is the point, not the interpreter start), and bad input (exit code 2,
 one line naming the bad value, no traceback, existing results untouched). Every bad input also
 goes through click in this process, which costs no interpreter start; three of them, one of
 each kind, run as real processes."""
@@ -31,8 +32,9 @@ pytestmark = pytest.mark.slow
 REGRESSION = "tests.fake_workloads:regression"
 
 
-def tuner(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=REPO_ROOT, env=env,
+def tuner(*args: str, env: dict, timeout: float = 300,
+          cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -49,15 +51,18 @@ def results(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run_output(env, results) -> subprocess.CompletedProcess:
+def run_output(env, results, tmp_path_factory) -> subprocess.CompletedProcess:
     """One run of 3 trials (the references and 1 searched), no follow-up phases (re-measuring
     the best, compute-only ceiling): one leaderboard row per trial. Seed 2: the searched trial
-    (batch 12) starts no DataLoader workers (~8 s each on 2 CPUs)."""
+    (batch 12) starts no DataLoader workers (~8 s each on 2 CPUs). Run as from a user's
+    console: from a directory of its own, output piped, no COLUMNS or TUNER_VERBOSE."""
+    console_env = {k: v for k, v in env.items() if k not in ("COLUMNS", "TUNER_VERBOSE")}
+    console_env.update(PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES="")
     return tuner("run", "--workload", REGRESSION, "--device", "cpu", "--trials", "3",
                  "--seed", "2",
                  "--results", str(results), "--windows", "2", "--window-s", "0.1",
                  "--warmup-steps", "1", "--confirm", "0", "--no-ceiling", "--no-early-stop",
-                 env=env, timeout=300)
+                 env=console_env, timeout=300, cwd=tmp_path_factory.mktemp("cli-cwd"))
 
 
 def test_run_prints_plan_progress_and_speedup(run_output):
@@ -67,11 +72,24 @@ def test_run_prints_plan_progress_and_speedup(run_output):
     assert "tiny" in out
     assert "baseline" in out and "recommended" in out
     # the speed-up over a reference: faster, or a tie where the figures are within the noise
-    # of a busy machine (a loaded run once read a tie)
+    # of a busy machine (a loaded run once read a tie); a line over 160 columns may wrap
     assert re.search(r"vs (baseline|recommended): (\d+\.\d\dx faster|tie within the noise)",
-                     out), out
-    assert "3 trials" in out
+                     " ".join(out.split())), out
+    assert "3 trials" in " ".join(out.split())
     assert "Traceback" not in run_output.stderr
+
+
+def test_the_console_shows_no_library_warning_and_keeps_its_width_when_piped(run_output):
+    """What a user's console shows: tuner's own lines only (no library WARNING, UserWarning or
+    traceback), tables not folded to 80 columns when the output is piped."""
+    assert run_output.returncode == 0, run_output.stderr
+    console = run_output.stdout + run_output.stderr
+    noisy = [line for line in console.splitlines()
+             if any(word in line for word in ("WARNING", "Warning:", "UserWarning", "Traceback",
+                                              "warnings.warn"))]
+    assert noisy == [], noisy
+    # 160 columns when piped: rich's default of 80 folded every line at 80 characters
+    assert max(len(line) for line in run_output.stdout.splitlines()) > 80
 
 
 def _json(proc: subprocess.CompletedProcess):

@@ -262,6 +262,7 @@ def test_a_dataset_over_the_device_memory_limit_is_not_made_resident(
 
 # --------------------------------------------------------------------------- a run
 
+@pytest.mark.slow
 def test_a_cache_fill_interrupted_by_sigterm_leaves_no_row_and_the_resume_fills_again(
         tmp_path, regression_data):
     """Three trials: the two references (the loader path, as written), then a searched one
@@ -300,6 +301,7 @@ def test_a_cache_fill_interrupted_by_sigterm_leaves_no_row_and_the_resume_fills_
     assert 0 < cached["cache_fill_s"] <= cached["setup_s"]
 
 
+@pytest.mark.slow
 def test_a_file_that_fails_to_decode_in_a_cache_fill_is_named_in_the_trials_row(
         tmp_path, regression_data):
     from tuner.api import tune

@@ -30,6 +30,7 @@ def _by_reference(rows: list[dict]) -> dict:
     return {row["reference"]: row for row in rows}
 
 
+@pytest.mark.slow
 def test_a_two_rank_trial_records_its_world_size_and_a_global_rate(two_rank_run):
     rows, _ = two_rank_run
     ok = _by_reference(rows)["recommended"]
@@ -41,6 +42,7 @@ def test_a_two_rank_trial_records_its_world_size_and_a_global_rate(two_rank_run)
     assert ok["trial_cpus"] == 2.0 and ok["torch_threads"] == 1  # 1 CPU per rank, no workers
 
 
+@pytest.mark.slow
 def test_a_fake_oom_on_one_rank_ends_the_trial_oom_and_the_run_goes_on(two_rank_run):
     rows, seconds = two_rank_run
     assert len(rows) == 2  # one row per trial, written by the driver

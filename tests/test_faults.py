@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests import fault_workloads
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, stop_shared_ray
 from tuner import leaderboard
 from tuner.plan import REMEASURE_ROUNDS
 from tuner.winner import best as answer_of
@@ -366,6 +366,7 @@ def typed_cluster(tmp_path, monkeypatch):
     ``accelerator_type:A`` / ``accelerator_type:B``), not connected."""
     import ray
     from ray.cluster_utils import Cluster
+    stop_shared_ray()                        # the runs below connect to this cluster instead
     assert not ray.is_initialized(), "a fixture left Ray initialised: the run would not connect"
     monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
     import ray._private.ray_constants as ray_constants
@@ -412,6 +413,7 @@ def two_nodes(tmp_path_factory):
     for the module (its nodes' workers see the environment set here)."""
     import ray
     from ray.cluster_utils import Cluster
+    stop_shared_ray()                        # the runs below connect to this cluster instead
     assert not ray.is_initialized(), "a fixture left Ray initialised: the run would not connect"
     tmp = tmp_path_factory.mktemp("two-nodes")
     monkeypatch = pytest.MonkeyPatch()

@@ -44,6 +44,7 @@ def http_port():
         server.server_close()
 
 
+@pytest.mark.slow
 def test_an_address_where_another_service_listens_stops_in_seconds(tmp_path, http_port):
     """Ray itself retried such a port for over ten minutes, printing C++ warnings."""
     address = f"127.0.0.1:{http_port}"
@@ -157,6 +158,7 @@ def test_rays_pickled_copy_of_the_writer_does_not_grow_with_the_rows(plan):
     assert writer.rows and pickle.loads(pickle.dumps(writer)).rows == []
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_run_at_once(tmp_path, tuner_cache, ray_session, monkeypatch):
     """Through Ray Tune: the error leaves Tuner.fit at the step that failed to write, and no
     later trial runs (none runs on for minutes, writing nothing, saying nothing)."""

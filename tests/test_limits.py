@@ -170,6 +170,7 @@ def test_searcher_survives_a_space_with_fewer_points_than_trials(tmp_path, modul
 
 # ----------------------------------------------------------------------- runs through Ray
 
+@pytest.mark.slow
 def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_workers_space):
     """The references (batch 4 and 16) fit; the GP's start-up trial (seed 0) is batch 17, which
     does not; the fourth trial is the GP's."""
@@ -188,6 +189,7 @@ def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_worke
     assert top["status"] == "ok" and top["batch_size"] <= OOM_ABOVE
 
 
+@pytest.mark.slow
 def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
     """The space file stops at batch 8; the probe searches up to the dataset's 64 samples and
     the search is bounded by what fits (16 on this fake device), not by the file."""
@@ -215,6 +217,7 @@ def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
         assert r["status"] == "ok", r["error"]
 
 
+@pytest.mark.slow
 def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tmp_path, ray_local,
                                                                               no_workers_space):
     """One search trial (the baseline: the winner, nothing to re-measure beside it), then its
@@ -234,6 +237,7 @@ def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tm
     assert top.ceilings.compute_samples_per_sec < top.samples_per_sec
 
 
+@pytest.mark.slow
 def test_fixed_global_batch_holds_in_every_row(tmp_path, ray_local, no_workers_space):
     summary = run(short_options(tmp_path / "results", REGRESSION, trials=5, global_batch_size=32,
                                 space_file=no_workers_space))
@@ -259,6 +263,7 @@ def followup_run(tmp_path_factory, ray_local, no_workers_space):
     return run(options)
 
 
+@pytest.mark.slow
 def test_the_search_and_its_follow_ups_run_in_one_trial_process(followup_run):
     """An experiment per phase started a new trial process for each (torch and the workload
     imported again: 6-7 s on 2 CPU cores). The whole run is one Ray Tune experiment, and its
@@ -272,6 +277,7 @@ def test_the_search_and_its_follow_ups_run_in_one_trial_process(followup_run):
     assert len({t.last_result["pid"] for t in trials}) == 1
 
 
+@pytest.mark.slow
 def test_remeasure_and_ceiling_phases(followup_run):
     rows = leaderboard.read(followup_run.results_dir).to_pylist()
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
@@ -526,6 +532,7 @@ class _Html(html.parser.HTMLParser):
             self.images.append(dict(attrs).get("src", ""))
 
 
+@pytest.mark.slow
 def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_run, tmp_path):
     """The three commands through ``tuner.cli.main`` in this process (CliRunner): this process
     has imported torch and the workload already, where a ``python -m tuner`` each would again."""

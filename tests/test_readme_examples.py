@@ -45,7 +45,7 @@ EXAMPLE_TESTS = {
     WORKLOAD_EXAMPLE: "tests/test_readme_examples.py::test_workload_example_honours_the_contract",
     SPACE_EXAMPLE: "tests/test_readme_examples.py::test_space_example_contains_the_references",
     LEADERBOARD_EXAMPLE: "tests/test_readme_examples.py::test_readme_leaderboard_snippet_reads_the_run",
-    "tune_example.py": "tests/test_api.py::test_readme_example_tunes_ddpm_and_returns_values",
+    "tune_example.py": "tests/test_docs.py::test_tune_example_returns_values_and_prints_them",
 }
 """The README's examples and the test that runs each."""
 CI = ".ci/run"
