@@ -416,12 +416,16 @@ def test_a_reference_that_cannot_measure_a_window_before_the_runs_deadline_is_no
                                           "step_time_ms_p50": 100.0, "setup_s": 0.2,
                                           "first_step_s": 2.3, "warmup_s": 2.3})
     clock.now = 1.8e9 + 30.0 - 2.86        # 2.5 s of set-up and first step + a window: 4.5 s
-    assert search.suggest("recommended") == "FINISHED"
-    assert len(search.study.trials) == 1   # nothing asked of the study for it
+    assert search.suggest("recommended") == "FINISHED"   # nor a searched batch: none fits
+    assert search.skipped_references == ["recommended"]
+    # the baseline, and a searched proposal told FAIL; the recommended was never asked
+    assert [t.state for t in search.study.trials] == [optuna.trial.TrialState.COMPLETE,
+                                                      optuna.trial.TrialState.FAIL]
     late = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec", mode="max",
                                         sampler="random", window_s=2.0, references=refs,
                                         deadline_unix_s=1.8e9 + 1.0))
     assert late.suggest("baseline") == "FINISHED"   # not even one window left
+    assert late.skipped_references == ["baseline", "recommended"]
 
 
 # ------------------------------------------------------------------------------ the plan

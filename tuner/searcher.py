@@ -295,6 +295,9 @@ class ConstrainedSearch(Searcher):
         """A proposal's first window would have ended past the deadline: nothing more starts."""
         self._split_unix_s: float | None = None
         """The search's deadline, fixed at the first measurement (``deadline_unix_s``)."""
+        self.skipped_references: list[str] = []
+        """References not started: their first window would have ended past the run's
+        deadline."""
         self._seed(spec.seed_rows)
 
     def params(self, trial_id: str) -> dict:
@@ -322,14 +325,14 @@ class ConstrainedSearch(Searcher):
     def suggest(self, trial_id: str) -> dict | str | None:
         if self._out_of_time:
             return Searcher.FINISHED
+        deadline = self.spec.deadline_unix_s
+        while self._references and not self._first_window_fits(
+                self._references[0][2].batch_size, self._references[0][2].compile, deadline):
+            # A reference runs to the run's deadline, if it can measure one window by then;
+            # a smaller batch searched after it may still.
+            self.skipped_references.append(self._references.pop(0)[0])
         if self._references:
-            # A reference runs to the run's deadline, if it can measure one window by then.
-            name, params, knobs = self._references[0]
-            deadline = self.spec.deadline_unix_s
-            if not self._first_window_fits(knobs.batch_size, knobs.compile, deadline):
-                self._out_of_time = True
-                return Searcher.FINISHED  # nothing after it has more time
-            self._references.pop(0)
+            name, params, knobs = self._references.pop(0)
             self.study.enqueue_trial(params)
             trial = self.study.ask()
             config = {**self._config(trial), **knobs.to_dict(), "reference": name}
