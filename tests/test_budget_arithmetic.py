@@ -46,10 +46,32 @@ def test_the_followup_share_weighs_their_trials_against_the_search(kwargs, share
     assert got == pytest.approx(share)
 
 
-def test_the_search_gets_the_time_left_less_the_followups_share():
-    assert budget.search_time_s(100.0, 0.2, 200.0) == 60.0
-    assert budget.search_time_s(10.0, 0.5, 200.0) == 0.0
+def test_a_short_budget_keeps_a_bounded_share_for_the_followups():
+    assert budget.max_followup_share(None) == budget.MAX_FOLLOWUP_SHARE
+    assert budget.max_followup_share(budget.FULL_SHARE_BUDGET_S) == budget.MAX_FOLLOWUP_SHARE
+    assert budget.max_followup_share(1800.0) == budget.MAX_FOLLOWUP_SHARE
+    assert budget.max_followup_share(0.0) == budget.FOLLOWUP_SHARE
+    assert budget.max_followup_share(60.0) == pytest.approx(0.2 + 0.3 * 60 / 210)
+    # the 60-s quick run on an H200: 3 trials, 4 ceilings kept 0.5 of the budget; now 0.29
+    quick = dict(trials=3, windows=5, round_windows=4, remeasured=0, rounds=3, ceilings=4)
+    assert budget.followup_share(**quick) == budget.MAX_FOLLOWUP_SHARE
+    assert budget.followup_share(**quick, budget_s=60.0) == pytest.approx(0.2 + 0.3 * 60 / 210)
+    assert budget.followup_share(**quick, budget_s=1800.0) == budget.MAX_FOLLOWUP_SHARE
+
+
+def test_the_search_gets_the_time_left_less_the_followups_share_of_it():
+    # what ran before (plan, Ray, probe, a trial process) is not taken from the search again
+    assert budget.search_time_s(100.0, 0.2, 200.0) == pytest.approx(80.0)
+    assert budget.search_time_s(10.0, 0.5, 200.0) == pytest.approx(5.0)
+    assert budget.search_time_s(0.0, 0.5, 200.0) == 0.0
     assert budget.search_time_s(None, 0.2, 200.0) is None
+    assert budget.search_time_s(100.0, 0.2, None) is None
+
+
+def test_the_budget_is_split_at_the_time_left_when_it_is_split():
+    assert budget.split_deadline_unix_s(1000.0, 1100.0, 0.2) == pytest.approx(1080.0)
+    assert budget.split_deadline_unix_s(1000.0, 1100.0, 0.0) == pytest.approx(1100.0)
+    assert budget.split_deadline_unix_s(1200.0, 1100.0, 0.2) == 1200.0  # passed already
 
 
 def test_a_phase_starts_only_with_the_least_time_it_needs():
@@ -64,19 +86,41 @@ def test_a_trial_costs_its_search_trials_set_up_plus_the_new_windows():
     rows = [search_row(knobs, 6.0, measured_s=2.0, step_time_ms_p50=100.0)]
     # 6 s of wall time less 2 s measured, 3 windows of 1 s, the overhead
     assert budget.trial_cost_s(rows, knobs, 3, 1.0) == pytest.approx(4 + 3 + budget.TRIAL_OVERHEAD_S)
-    # a batch four times larger: step and warm-up scaled up, windows of at least one step
+    # a batch four times larger: step and warm-up steps scaled up, windows of at least one step
     big = Knobs(batch_size=64)
     rows[0]["warmup_s"] = 1.0
     assert budget.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
         4 + 3 * 1.0 + 3 * 0.4 + budget.TRIAL_OVERHEAD_S)
+    # its first step (worker start, cuDNN autotuning) is paid once: not scaled
+    rows[0]["first_step_s"] = 0.75
+    assert budget.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
+        4 + 3 * 0.25 + 3 * 0.4 + budget.TRIAL_OVERHEAD_S)
     assert budget.trial_cost_s([], big, 3, 1.0) == 3 + budget.TRIAL_OVERHEAD_S
     assert budget.trials_fit(None, [1e9]) and budget.trials_fit(10.0, [4.0, 6.0])
     assert not budget.trials_fit(9.9, [4.0, 6.0])
 
 
-def test_a_first_window_needs_the_scaled_set_up_the_compile_and_one_window():
-    assert budget.first_window_need_s(before_s=2.0, step_s=0.5, scale=2.0, compile_s=10.0,
-                                      window_s=0.5) == pytest.approx(4.0 + 10.0 + 1.0)
+def test_the_machine_compute_ceiling_is_costed_without_scaling_a_one_off_first_step():
+    # ddpm on an H200: the recommended (bs=32) took 23.2 s, 12.2 s of them its first step
+    # (cuDNN autotuning); its machine-compute ceiling at bs=384 was costed ~162 s, and took
+    # 11-13 s in other runs.
+    recommended = Knobs(batch_size=32)
+    rows = [search_row(recommended, 23.22, measured_s=10.12, setup_s=0.14, first_step_s=12.19,
+                       warmup_s=12.52, step_time_ms_p50=45.0)]
+    cost = budget.trial_cost_s(rows, Knobs(batch_size=384), 5, 2.0)
+    assert cost == pytest.approx(13.1 + 11 * 0.33 + 5 * 2.0 + budget.TRIAL_OVERHEAD_S)
+    assert cost < 30.0
+
+
+def test_a_first_window_needs_the_one_offs_once_the_scaled_steps_and_one_window():
+    assert budget.first_window_need_s(once_s=1.5, warm_s=0.5, step_s=0.5, scale=2.0,
+                                      compile_s=10.0, window_s=0.5) == pytest.approx(
+        1.5 + 1.0 + 10.0 + 1.0)
+    # the H200 search proposal bs=45 refused by 0.54 s (19.80 s needed, 19.26 s left), from
+    # the recommended at bs=32: set-up 0.14 s, a 12.19-s first step, 0.33 s more warm-up
+    need_s = budget.first_window_need_s(once_s=0.14 + 12.19, warm_s=0.33, step_s=0.045,
+                                        scale=45 / 32, compile_s=0.0, window_s=2.0)
+    assert need_s == pytest.approx(14.79, abs=0.01) and need_s < 19.26
 
 
 def test_a_compile_is_refused_without_the_time_it_needs():

@@ -20,7 +20,7 @@ COLUMNS = [
     "run_id", "trial_id", "workload", "scale", "status", "memory_exceeded", "reference",
     "is_baseline",
     "samples_per_sec", "samples_per_sec_iqr", "samples_per_sec_cv", "tokens_per_sec",
-    "step_time_ms_p50", "step_time_ms_p95", "windows", "measured_s", "skipped_steps", "warmup_s", "first_step_s",
+    "step_time_ms_p50", "step_time_ms_p95", "windows", "windows_planned", "measured_s", "skipped_steps", "warmup_s", "first_step_s",
     "steady_state", "steady_probes",
     "peak_device_memory_mb", "peak_host_memory_mb", "final_loss",
     "phase", "ceiling", "objective", "time_to_train_s", "train_steps", "setup_s", "cache_fill_s",
@@ -133,13 +133,15 @@ def test_read_filters_by_workload_and_hardware(tmp_path):
 def test_older_files_without_newer_columns_read_as_null(tmp_path):
     """A file written before a column existed still reads; the column is null there."""
     leaderboard.append(tmp_path, [row(0)])
-    old_schema = pa.schema([f for f in leaderboard.SCHEMA if f.name not in ("clamped", "phase")])
+    old_schema = pa.schema([f for f in leaderboard.SCHEMA
+                            if f.name not in ("clamped", "phase", "windows_planned")])
     old = pa.Table.from_pylist([leaderboard.normalise_row(row(1))], schema=old_schema)
     pq.write_table(old, tmp_path / "leaderboard" / "part-old.parquet")
     rows = {r["trial_id"]: r for r in leaderboard.read(tmp_path).to_pylist()}
     assert set(rows) == {"run-a-0", "run-a-1"}
     # a row from before the phase column is a search row (normalised once, on read)
     assert rows["run-a-1"]["phase"] == "search" and rows["run-a-1"]["clamped"] is None
+    assert rows["run-a-1"]["windows_planned"] is None
     assert rows["run-a-1"]["samples_per_sec"] == 100.0
 
 

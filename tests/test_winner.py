@@ -69,7 +69,45 @@ def test_best_without_a_successful_reference_has_no_speedup():
 
 def test_best_is_none_when_nothing_succeeded():
     assert winner.best(table_of([row(0, status="oom", sps=0.0)])) is None
+    assert winner.best(table_of([row(0, status="timeout", sps=None, windows=0)])) is None
     assert winner.best(leaderboard.SCHEMA.empty_table()) is None
+
+
+def stopped(trial: int, windows: int, planned: int = 5, **kwargs) -> dict:
+    """A row the time budget stopped after ``windows`` of ``planned`` windows."""
+    return row(trial, status="timeout", windows=windows, windows_planned=planned,
+               error=f"stopped by the time budget during window {windows + 1}, after "
+                     f"{windows} of {planned} windows", **kwargs)
+
+
+def test_a_measurement_the_budget_stopped_after_a_window_is_the_answer():
+    """chargpt on an H200, 60-s budget: its baseline measured 4 of 5 windows at 2,210
+    samples/sec before the budget stopped it, and the run said 'no trial succeeded'."""
+    rows = [stopped(0, 4, sps=2210.4, reference="baseline")]
+    top = winner.best(table_of(rows))
+    assert top is not None and top.samples_per_sec == pytest.approx(2210.4)
+    assert top.budget_stopped and top.baseline.is_best
+    assert winner.budget_stopped_text(top) == (
+        "best: 2,210.4 samples/sec (baseline; 4 of 5 windows, the time budget stopped the 5th)")
+
+
+def test_a_stopped_measurement_competes_with_full_ones_and_none_without_a_window():
+    rows = [row(0, sps=100.0, reference="baseline"), stopped(1, 2, planned=3, sps=150.0),
+            stopped(2, 0, sps=None), row(3, status="oom", sps=0.0)]
+    top = winner.best(table_of(rows))
+    assert top.row["trial_id"] == "run-a-1" and top.baseline.ratio == pytest.approx(1.5)
+    assert winner.budget_stopped_text(top) == (
+        "best: 150.0 samples/sec (searched; 2 of 3 windows, the time budget stopped the 3rd)")
+    full = winner.best(table_of([rows[0], stopped(1, 2, planned=3, sps=90.0)]))
+    assert not full.budget_stopped and winner.budget_stopped_text(full) is None
+    assert full.baseline.is_best
+    # a timeout before its first window measured nothing: no answer from it
+    assert winner.best(table_of([stopped(0, 0, sps=None)])) is None
+    # a row of a file written before windows_planned existed
+    old = winner.best(table_of([stopped(0, 1, sps=50.0, reference="baseline")
+                                | {"windows_planned": None}]))
+    assert winner.budget_stopped_text(old) == (
+        "best: 50.0 samples/sec (baseline; 1 window, the time budget stopped the next)")
 
 
 def test_a_ceiling_below_the_winner_is_disturbed_never_an_efficiency_over_100():

@@ -51,7 +51,15 @@ when the search has no trial count (``--time-budget`` alone). With a trial count
 follows the trials (``followup_share``), at most ``MAX_FOLLOWUP_SHARE``."""
 
 MAX_FOLLOWUP_SHARE = 0.5
-"""Most of the time budget kept for the follow-ups: the search is what finds the answer."""
+"""Most of the time left kept for the follow-ups, for a budget of ``FULL_SHARE_BUDGET_S`` or
+more: the search is what finds the answer."""
+
+FULL_SHARE_BUDGET_S = DEFAULT_CPU_TIME_BUDGET_S
+"""A budget this long or longer (the default CPU run's) may keep ``MAX_FOLLOWUP_SHARE`` for the
+follow-ups; a shorter one keeps less, down to ``FOLLOWUP_SHARE`` (``max_followup_share``): on
+an H200 the fixed start-up (plan, Ray, probe, the trial process) took 15-34 s, and a 60-s run
+that kept half its budget for four ceilings left its first trial 8-15 s, too little for one
+full trial."""
 
 
 def default_time_budget_s(device: str, trials: int | None) -> float | None:
@@ -72,9 +80,19 @@ def budget_start(planned_at: float | None, from_launch: bool, now: float) -> flo
     return planned_at if from_launch else max(planned_at, now - PLAN_AGE_S)
 
 
+def max_followup_share(budget_s: float | None) -> float:
+    """The most of the time left a run of ``budget_s`` seconds (None: no budget) keeps for the
+    follow-ups: ``FOLLOWUP_SHARE`` rising linearly to ``MAX_FOLLOWUP_SHARE`` at
+    ``FULL_SHARE_BUDGET_S`` (60 s: 0.29; 210 s and more: 0.5)."""
+    if budget_s is None:
+        return MAX_FOLLOWUP_SHARE
+    ramp = min(1.0, max(0.0, budget_s) / FULL_SHARE_BUDGET_S)
+    return FOLLOWUP_SHARE + (MAX_FOLLOWUP_SHARE - FOLLOWUP_SHARE) * ramp
+
+
 def followup_share(*, trials: int | None, windows: int, round_windows: int, remeasured: int,
-                   rounds: int, ceilings: int) -> float:
-    """Share of the time budget kept for the follow-ups, in [0, ``MAX_FOLLOWUP_SHARE``].
+                   rounds: int, ceilings: int, budget_s: float | None = None) -> float:
+    """Share of the time left kept for the follow-ups, in [0, ``max_followup_share``].
 
     Args:
         trials: the search's trial count (None: until the budget; the share is then
@@ -84,12 +102,14 @@ def followup_share(*, trials: int | None, windows: int, round_windows: int, reme
         remeasured: configurations re-measured (0: no re-measurement).
         rounds: re-measurement rounds of each.
         ceilings: ceiling trials (0: none).
+        budget_s: the run's time budget (None: none), which bounds the share
+            (``max_followup_share``).
 
     Returns:
         0 without follow-ups; else the follow-up trials' share of all trials, each weighted by
         its windows plus the search's windows again for its warm-up and overhead (a
         re-measurement trial weighs (round_windows + windows) / (2 windows) of a search trial, a
-        ceiling trial one), at least ``FOLLOWUP_SHARE``.
+        ceiling trial one), at least ``FOLLOWUP_SHARE``, at most ``max_followup_share``.
     """
     if remeasured <= 0 and ceilings <= 0:
         return 0.0
@@ -97,15 +117,24 @@ def followup_share(*, trials: int | None, windows: int, round_windows: int, reme
         return FOLLOWUP_SHARE
     weight = (round_windows + windows) / (2 * windows)
     units = remeasured * rounds * weight + ceilings
-    return min(MAX_FOLLOWUP_SHARE, max(FOLLOWUP_SHARE, units / (units + trials)))
+    return min(max_followup_share(budget_s), max(FOLLOWUP_SHARE, units / (units + trials)))
 
 
 def search_time_s(left_s: float | None, share: float, budget_s: float | None) -> float | None:
-    """Seconds the search may take: ``left_s`` less ``share`` of the ``budget_s`` (kept for the
-    follow-ups), >= 0; None when there is no budget (``left_s`` or ``budget_s`` None)."""
+    """Seconds the search may take: ``left_s`` less ``share`` of it (kept for the follow-ups),
+    >= 0; None when there is no budget (``left_s`` or ``budget_s`` None). The share is of the
+    time left, not of the budget: what has run before (the plan, Ray's start, the probe, the
+    first trial process) is spent already, and the search does not pay for it twice."""
     if left_s is None or budget_s is None:
         return None
-    return max(0.0, left_s - share * budget_s)
+    return max(0.0, left_s * (1.0 - share))
+
+
+def split_deadline_unix_s(now_unix_s: float, deadline_unix_s: float, share: float) -> float:
+    """When the search ends (``time.time()``) if the budget is split at ``now_unix_s``: the run's
+    ``deadline_unix_s`` less ``share`` of the time left then (``search_time_s``); the
+    deadline itself when it has passed."""
+    return now_unix_s + max(0.0, deadline_unix_s - now_unix_s) * (1.0 - share)
 
 
 # ------------------------------------------------------------------------ phases and trials
@@ -121,8 +150,11 @@ trial stops itself at the first step boundary past its deadline; the recorder ki
 inside a longer step (a compile) ``OVERDUE_S`` past it; Tune then stops what is left."""
 
 TRIAL_OVERHEAD_S = 1.5
-"""Seconds Ray Tune adds to a trial beyond what its row records (a new trial process: 1.25 s
-with Ray 2.60), for sizing the follow-ups to the time left."""
+"""Seconds Ray Tune adds to a trial beyond what its row records, for sizing the follow-ups to
+the time left. Between trials of one experiment Ray reuses the trial process (18-26 ms on an
+H200); the first trial's process start (5.7-7 s on 2 CPU cores, 6.7-10.6 s on an H200) is
+spent before the budget is split (the search's deadline is set once a trial has measured,
+``split_deadline_unix_s``), so it is not counted here."""
 
 
 def has_time(seconds: float | None) -> bool:
@@ -141,11 +173,13 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     """Seconds one more trial of ``knobs`` with ``windows`` windows of ``window_s`` takes.
 
     Read from the search rows (``started_at``/``finished_at`` datetimes, ``measured_s``,
-    ``warmup_s``, ``step_time_ms_p50``, ``batch_size``): the last search trial of ``knobs``,
-    its wall time less what it measured, plus the new windows (each at least one of its
-    steps) and ``TRIAL_OVERHEAD_S``. Knobs never searched take the search trial nearest in
-    batch size (log ratio), its step time and warm-up scaled up to the larger batch
-    (samples/sec held). Without a timed search row: the windows and the overhead.
+    ``warmup_s``, ``first_step_s``, ``step_time_ms_p50``, ``batch_size``): the last search
+    trial of ``knobs``, its wall time less what it measured, plus the new windows (each at
+    least one of its steps) and ``TRIAL_OVERHEAD_S``. Knobs never searched take the search
+    trial nearest in batch size (log ratio), its step time and the warm-up steps after its
+    first scaled up to the larger batch (samples/sec held); its set-up and first step
+    (worker start, cuDNN autotuning, a compile, a cache fill: paid once) are not scaled.
+    Without a timed search row: the windows and the overhead.
     """
     search = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
               and r.get("finished_at")]
@@ -161,9 +195,15 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
         return windows * window_s + TRIAL_OVERHEAD_S
     setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
                 - (r.get("measured_s") or 0.0))
-    setup += (scale - 1.0) * (r.get("warmup_s") or 0.0)
+    setup += (scale - 1.0) * per_step_warmup_s(r)
     step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
     return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
+
+
+def per_step_warmup_s(result: Mapping) -> float:
+    """Seconds of a trial's warm-up that grow with its batch: ``warmup_s`` less its first step
+    (``first_step_s``: worker start, cuDNN autotuning, a compile, each paid once), >= 0."""
+    return max(0.0, (result.get("warmup_s") or 0.0) - (result.get("first_step_s") or 0.0))
 
 
 def trials_fit(left_s: float | None, costs_s: Sequence[float]) -> bool:
@@ -171,13 +211,14 @@ def trials_fit(left_s: float | None, costs_s: Sequence[float]) -> bool:
     return left_s is None or left_s >= sum(costs_s)
 
 
-def first_window_need_s(*, before_s: float, step_s: float, scale: float, compile_s: float,
-                        window_s: float) -> float:
+def first_window_need_s(*, once_s: float, warm_s: float, step_s: float, scale: float,
+                        compile_s: float, window_s: float) -> float:
     """Seconds a proposed search trial needs to end its first window, from the finished trial
-    nearest in batch size: its set-up and warm-up (``before_s``, the compile left out) and
-    step (``step_s``) scaled by ``scale`` (the batch ratio, >= 1), plus ``compile_s`` and one
-    window of at least ``window_s``."""
-    return scale * before_s + compile_s + max(window_s, scale * step_s)
+    nearest in batch size: its one-off costs (``once_s``: set-up and first step, the compile
+    left out; paid once whatever the batch), its warm-up steps after the first (``warm_s``)
+    and its step (``step_s``) scaled by ``scale`` (the batch ratio, >= 1), plus ``compile_s``
+    and one window of at least ``window_s``."""
+    return once_s + scale * warm_s + compile_s + max(window_s, scale * step_s)
 
 
 # ------------------------------------------------------------------------ torch.compile

@@ -288,15 +288,14 @@ def _scheduler(plan: Plan) -> EarlyStopping | None:
 def _fit(plan: Plan, writer: "LeaderboardWriter", on_event: Callable[[str, dict], None]) -> None:
     """The search and its follow-ups (``tuner.followups``) as ONE Tune experiment (``Staged``):
     one trial process throughout, where an experiment per phase would start a new one each
-    time. The search runs while it has trials and time left (its trials end where the
-    follow-ups' share of the budget begins, ``Plan.search_time_s``); early stopping judges
-    search trials only. Raises what the follow-ups' planning raised."""
+    time. The search runs while it has trials and time left (the references to the run's
+    deadline; its own trials end where the follow-ups' share of the time left begins once a
+    trial has measured, ``tuner.searcher.ConstrainedSearch.deadline_unix_s``); early stopping
+    judges search trials only. Raises what the follow-ups' planning raised."""
     from ray import tune
-    searching = plan.remaining_trials != 0 and budget.has_time(plan.search_time_s())
+    searching = plan.remaining_trials != 0 and budget.has_time(plan.time_left_s())
     spec = plan.search_spec() if searching else None
-    settings = asdict(plan.settings)
-    if spec is not None:
-        settings["deadline_unix_s"] = spec.deadline_unix_s
+    settings = asdict(plan.settings)  # the run's deadline; the searcher sets its trials' own
     # writer.rows: the list the writer appends each finished trial's row to, so each batch is
     # planned from the rows recorded before it.
     batches = followups(plan, writer.rows, on_event)

@@ -67,18 +67,17 @@ def type_rows(plan: Any, rows: Sequence[dict]) -> list[dict]:
 
 def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Batch]:
     """The follow-up batches, in order: ``retry_references``, ``rounds`` of the configurations
-    ``remeasure_configs`` picks, then (with ``options.ceiling``, after a configuration
-    re-measured or, with ``options.confirm`` 0, the search's best) ``ceilings`` and
-    ``ceiling_again``. ``rows``: the run's rows, a list the caller appends each
-    finished trial's row to before it asks for the next batch. Nothing when the time left is
-    under ``budget.MIN_PHASE_S``."""
+    ``remeasure_configs`` picks, then (with ``options.ceiling``, once the rows have a winner,
+    ``tuner.winner.best``: ceilings need one) ``ceilings`` and ``ceiling_again``. ``rows``:
+    the run's rows, a list the caller appends each finished trial's row to before it asks for
+    the next batch. Nothing when the time left is under ``budget.MIN_PHASE_S``."""
     if not budget.has_time(plan.time_left_s()):
         return
     yield from retry_references(plan, rows, on_event)
-    top, configs = remeasure_configs(plan, type_rows(plan, rows))
+    _, configs = remeasure_configs(plan, type_rows(plan, rows))
     if configs:
         yield from rounds(plan, rows, configs, on_event)
-    if plan.options.ceiling and (top or not plan.options.confirm):
+    if plan.options.ceiling:  # (none without a winner: ceilings_batch)
         yield from ceilings(plan, rows, on_event)
         yield from ceiling_again(plan, rows, on_event)
 

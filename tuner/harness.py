@@ -140,6 +140,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     device = torch.device(settings.device)
     started_at = _now()
     result: dict[str, Any] = {"status": Status.ERROR, "error": None, "samples_per_sec": 0.0,
+                              "windows_planned": settings.windows,
                               "world_size": settings.world_size,
                               **_environment(device, settings.accelerator_type)}
     try:
@@ -194,9 +195,11 @@ def _failure(exc: Exception, device: torch.device) -> dict:
 def _timed_out(sofar: dict, where: str, settings: TrialSettings) -> dict:
     """The result columns of a trial stopped by the time budget during ``where``: set-up,
     compile (``first_step_s``) and warm-up times and the windows it finished, as measured so
-    far; no throughput when no window finished."""
+    far (``windows`` of ``windows_planned``: a measurement over fewer windows,
+    ``tuner.status.budget_stopped``); no throughput when no window finished."""
     done = int(sofar.get("windows") or 0)
-    out = {"samples_per_sec": None, "windows": 0, "time_to_train_s": None, **sofar}
+    out = {"samples_per_sec": None, "windows": 0, "time_to_train_s": None, **sofar,
+           "windows_planned": settings.windows}
     out.update(status=Status.TIMEOUT, error=f"stopped by the time budget during {where}, "
                f"after {done} of {settings.windows} windows")
     for key in WINDOW_REPORT_KEYS:

@@ -41,8 +41,10 @@ from tuner.status import MEASURED, Phase, Status, phase_of
 
 SCHEMA_VERSION = 8
 """8: ``omp_num_threads`` (the training process's ``OMP_NUM_THREADS``; null where unset, and in
-files of earlier versions). 7: ``world_size``, ``backend``, ``rank_samples_per_sec``,
-``slowest_rank``, ``slowest_rank_data_wait_s`` (data-parallel trials; files of earlier versions read with world
+files of earlier versions) and ``windows_planned`` (the windows a trial was to measure; a
+``timeout`` row with fewer ``windows`` is a measurement the time budget cut short; null in
+earlier files). 7: ``world_size``, ``backend``, ``rank_samples_per_sec``, ``slowest_rank``,
+``slowest_rank_data_wait_s`` (data-parallel trials; files of earlier versions read with world
 size null, meaning 1) and the DDP knobs. 2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
 (torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
 the machine when the trial was recorded). 5: ``skipped_steps`` (optimizer steps the fp16
@@ -81,6 +83,7 @@ SCHEMA = pa.schema(
         ("step_time_ms_p50", pa.float64()),
         ("step_time_ms_p95", pa.float64()),
         ("windows", pa.int32()),
+        ("windows_planned", pa.int32()),    # windows the trial was to measure (timeout: fewer ran)
         ("measured_s", pa.float64()),
         ("skipped_steps", pa.int32()),      # fp16 GradScaler skips in the windows, not measured
         ("warmup_s", pa.float64()),

@@ -163,8 +163,8 @@ class Plan:
             reference_count=len(self.references),
             limits=MemoryLimits(self.options.max_memory, self.max_host_memory_mb),
             seed_rows=tuple(self._seed_rows()),
-            deadline_unix_s=(None if self.deadline_monotonic is None
-                             else time.time() + (self.search_time_s() or 0.0)),
+            deadline_unix_s=self.settings.deadline_unix_s,
+            followup_share=self.followup_share(),
             window_s=self.settings.window_s)
 
     def _seed_rows(self) -> list[tuple[dict, bool]]:
@@ -219,8 +219,10 @@ class Plan:
         return max(0.0, self.deadline_monotonic - time.monotonic())
 
     def search_time_s(self) -> float | None:
-        """Seconds the search may take: the time left less ``followup_share()`` of the
-        budget, kept for the re-measurement and the ceilings; None: no budget."""
+        """Seconds the search may take if the budget were split now: the time left less
+        ``followup_share()`` of it, kept for the re-measurement and the ceilings; None: no
+        budget. The searcher splits the budget itself, once a trial has measured
+        (``tuner.searcher.ConstrainedSearch.deadline_unix_s``)."""
         return budget.search_time_s(self.time_left_s(), self.followup_share(), self.time_budget_s)
 
     @property
@@ -231,15 +233,17 @@ class Plan:
         return max(2, math.ceil(2 * self.settings.windows / REMEASURE_ROUNDS))
 
     def followup_share(self) -> float:
-        """Share of the time budget kept for the follow-ups (``tuner.budget.followup_share``):
+        """Share of the time left kept for the follow-ups (``tuner.budget.followup_share``):
         0 without them; with a trial count, the ``--confirm`` best and the references re-measured
         in ``REMEASURE_ROUNDS`` rounds and the ``CEILING_TRIALS`` ceilings, weighed against the
-        search's trials; without one ``budget.FOLLOWUP_SHARE``."""
+        search's trials, at most ``budget.max_followup_share`` of this run's budget; without
+        one ``budget.FOLLOWUP_SHARE``."""
         confirm = self.options.confirm > 0
         return budget.followup_share(
             trials=self.trials, windows=self.settings.windows, round_windows=self.round_windows,
             remeasured=self.options.confirm + len(self.references) if confirm else 0,
-            rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0)
+            rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0,
+            budget_s=self.time_budget_s)
 
     def for_accelerator(self, accelerator: str | None, *, type_slots: int,
                         node_cpus: int) -> "Plan":

@@ -14,7 +14,7 @@ import tuner.noise as noise
 import tuner.winner as winner
 from tuner.ceilings import attainable_text, lever_text
 from tuner.knobs import knob_text
-from tuner.status import STATUSES, Phase, Status, phase_of
+from tuner.status import STATUSES, Phase, Status, answers, phase_of
 
 _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
                   "random": "random search"}
@@ -178,7 +178,7 @@ class Progress:
 
     def print_summary(self, summary) -> None:
         rows = summary.rows
-        ok = [r for r in rows if r["status"] == Status.OK]
+        ok = [r for r in rows if answers(r)]  # a budget-stopped measurement may answer
         counts = ", ".join(f"{n} {s}" for s in leaderboard_statuses(rows)
                            for n in [sum(r["status"] == s for r in rows)])
         phases = ", ".join(f"{n} {p.value}" for p in Phase
@@ -229,7 +229,7 @@ class Progress:
                         else ("", _loader_detail(ceilings.data_path))))
         _attainable_row(t, best.attainable)
         self.console.print(t)
-        for line in verdict_lines(best):
+        for line in filter(None, [winner.budget_stopped_text(best), *verdict_lines(best)]):
             self.console.print(line, highlight=False)
         self.console.print(_compute_line(row), highlight=False)
         if row.get("time_to_train_s") is not None:

@@ -23,10 +23,14 @@
 * A trial stopped between windows (``pruned`` by ``tuner.pruning.EarlyStopping``, or
   ``timeout`` at the time budget) is told as COMPLETE with the median of the windows it ran:
   a shorter but real measurement, which the GP (it learns from COMPLETE trials only) and TPE
-  both use. One stopped before any window is told FAIL (nothing measured). No trial is started
-  after ``SearchSpec.deadline_unix_s``, nor a proposal whose first window would end past it
-  (its set-up, warm-up and one window costed from the finished trial nearest in batch size,
-  scaled to the batch: ``tuner.budget.first_window_need_s``).
+  both use. One stopped before any window is told FAIL (nothing measured).
+* The time budget: the references run to the run's deadline (``SearchSpec.deadline_unix_s``);
+  once a trial has measured, the search ends ``SearchSpec.followup_share`` of the time left
+  then before it (``ConstrainedSearch.deadline_unix_s``): the follow-ups need a winner, and
+  the fixed start-up (plan, Ray, probe, the trial process) is spent by then, not assumed. No
+  trial is started past its deadline, nor one whose first window would end past it (its
+  set-up and first step, paid once, its warm-up steps and one window scaled to the batch, from
+  the finished trial nearest in batch size: ``tuner.budget.first_window_need_s``).
 * A resumed run's rows (and, with warm start, earlier runs' rows) seed the study; their
   constraint is worked out against this run's limits.
 """
@@ -41,7 +45,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ray.tune.search import Searcher
 
-from tuner.budget import first_window_need_s
+from tuner.budget import first_window_need_s, per_step_warmup_s, split_deadline_unix_s
 from tuner.errors import TunerError
 from tuner.knobs import HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
 from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
@@ -68,22 +72,33 @@ class Timing(NamedTuple):
     batch_size: int
     step_s: float
     """Median step time, s."""
-    before_s: float
-    """Set-up and warm-up before its windows, s, less the compile."""
+    once_s: float
+    """Set-up and first step, s, less the compile: paid once whatever the batch (dataset,
+    model, a cache fill, DataLoader worker start, cuDNN autotuning at new shapes)."""
+    warm_s: float
+    """Warm-up after the first step, s: steps, which grow with the batch."""
     compile: str
     """Its torch.compile mode ('off': none)."""
     compile_s: float
     """The compile's seconds: its first step beyond a steady one (``harness.compile_s``)."""
 
+    @property
+    def before_s(self) -> float:
+        """Set-up and warm-up before its windows, s, less the compile."""
+        return self.once_s + self.warm_s
+
     @classmethod
     def of(cls, batch_size: int, result: Mapping[str, Any]) -> "Timing":
-        """From a trial's last result (final, or a window's report when it was stopped)."""
+        """From a trial's last result (final, or a window's report when it was stopped). A
+        result without ``first_step_s`` has all of its warm-up counted as steps."""
         step_s = result["step_time_ms_p50"] / 1000
         mode = result.get("compile") or "off"
+        first_s = result.get("first_step_s") or 0.0
         compile_s = 0.0 if mode == "off" else (
-            result.get("compile_s") or max(0.0, (result.get("first_step_s") or 0.0) - step_s))
-        before_s = (result.get("setup_s") or 0.0) + (result.get("warmup_s") or 0.0)
-        return cls(batch_size, step_s, max(0.0, before_s - compile_s), mode, compile_s)
+            result.get("compile_s") or max(0.0, first_s - step_s))
+        once_s = (result.get("setup_s") or 0.0) + first_s - compile_s
+        return cls(batch_size, step_s, max(0.0, once_s), per_step_warmup_s(result), mode,
+                   compile_s)
 
 
 def _params_key(params: Mapping[str, Any]) -> tuple:
@@ -229,7 +244,12 @@ class SearchSpec:
     """Rows the study starts from (a resumed run's, with warm start earlier runs'), each with
     whether a proposal equal to it is answered from it instead of measured again."""
     deadline_unix_s: float | None = None
-    """When the search's time is up (``time.time()``): no trial is started after it."""
+    """When the run's time is up (``time.time()``): no trial is started after it, and the
+    references run to it (None: no deadline)."""
+    followup_share: float = 0.0
+    """Share of the time left kept for the follow-ups once a trial has measured: the search's
+    trials end that much before ``deadline_unix_s`` (``ConstrainedSearch.deadline_unix_s``);
+    0: they run to it."""
     window_s: float = 0.0
     """Seconds of one measurement window (``TrialSettings.window_s``), for costing a proposal
     against the deadline."""
@@ -273,54 +293,94 @@ class ConstrainedSearch(Searcher):
         """Finished trials' times (``Timing``), for costing a proposal (``_first_window_fits``)."""
         self._out_of_time = False
         """A proposal's first window would have ended past the deadline: nothing more starts."""
+        self._split_unix_s: float | None = None
+        """The search's deadline, fixed at the first measurement (``deadline_unix_s``)."""
+        self.skipped_references: list[str] = []
+        """References not started: their first window would have ended past the run's
+        deadline."""
         self._seed(spec.seed_rows)
 
     def params(self, trial_id: str) -> dict:
         """The Optuna parameters suggested for a Ray trial (knobs the space samples)."""
         return dict(self._params[trial_id])
 
+    def deadline_unix_s(self) -> float | None:
+        """When the search's own trials must end (``time.time()``; None: no deadline): the
+        run's (``SearchSpec.deadline_unix_s``) until a trial has measured (there is nothing to
+        follow up yet); from the first measurement on, that less ``followup_share`` of the
+        time left then (``tuner.budget.split_deadline_unix_s``), fixed there."""
+        deadline = self.spec.deadline_unix_s
+        if deadline is None or self.spec.followup_share <= 0:
+            return deadline
+        if self._split_unix_s is None and self._has_measured():
+            self._split_unix_s = split_deadline_unix_s(time.time(), deadline,
+                                                       self.spec.followup_share)
+        return deadline if self._split_unix_s is None else self._split_unix_s
+
+    def _has_measured(self) -> bool:
+        """Whether a trial (or a seeded row) measured a feasible configuration."""
+        return any(violation <= 0 and value != self.spec.worst
+                   for value, violation in self.measured.values())
+
     def suggest(self, trial_id: str) -> dict | str | None:
-        if self._out_of_time or (self.spec.deadline_unix_s is not None
-                                 and time.time() >= self.spec.deadline_unix_s):
-            return Searcher.FINISHED  # the search's time is up: start nothing more
+        if self._out_of_time:
+            return Searcher.FINISHED
+        deadline = self.spec.deadline_unix_s
+        while self._references and not self._first_window_fits(
+                self._references[0][2].batch_size, self._references[0][2].compile, deadline):
+            # A reference runs to the run's deadline, if it can measure one window by then;
+            # a smaller batch searched after it may still.
+            self.skipped_references.append(self._references.pop(0)[0])
         if self._references:
             name, params, knobs = self._references.pop(0)
             self.study.enqueue_trial(params)
             trial = self.study.ask()
             config = {**self._config(trial), **knobs.to_dict(), "reference": name}
         else:
+            deadline = self.deadline_unix_s()
+            if deadline is not None and time.time() >= deadline:
+                return Searcher.FINISHED  # the search's time is up: start nothing more
             trial, config = self._propose()
             config["reference"] = None
             if not self._first_window_fits(int(config["batch_size"]),
-                                           config.get("compile") or "off"):
+                                           config.get("compile") or "off", deadline):
                 from optuna.trial import TrialState
                 self.study.tell(trial, state=TrialState.FAIL)
                 self._out_of_time = True
                 return Searcher.FINISHED  # it would end before its first window: measure nothing
+        if deadline is not None:  # Ray Tune merges it into the trial's settings
+            config["tuner"] = {"deadline_unix_s": deadline}
         self._live[trial_id] = trial
         self._batch[trial_id] = int(config["batch_size"])
         self._params[trial_id] = dict(trial.params)
         return config
 
-    def _first_window_fits(self, batch_size: int, compile_mode: str = "off") -> bool:
+    def _first_window_fits(self, batch_size: int, compile_mode: str = "off",
+                           deadline_unix_s: float | None = None) -> bool:
         """Whether a trial at ``batch_size`` with torch.compile ``compile_mode`` started now
-        ends its first window before the search's deadline: the finished trial nearest in batch
-        size (log ratio) gives set-up, warm-up (its compile left out) and step time, scaled up
-        to a larger batch (samples/sec held), and a compiling proposal adds the longest compile
-        measured in its mode (none measured yet: the trial's own set-up check,
+        ends its first window before ``deadline_unix_s`` (None: the search's,
+        ``deadline_unix_s()``): the finished trial nearest in batch size (log ratio) gives its
+        one-off set-up and first step (not scaled: worker start, cuDNN autotuning, a cache
+        fill are paid once), its warm-up steps and step time, scaled up to a larger batch
+        (samples/sec held), and a compiling proposal adds the longest compile measured in its
+        mode (none measured yet: the trial's own set-up check,
         ``tuner.budget.compile_refusal``, refuses a compile that cannot finish). A compile of
         80-100 s (the ddpm U-Net on an H100) so neither ends the search for an uncompiled
-        proposal near its batch nor is forgotten for a compiled one. True without a deadline
-        or a finished trial to go by."""
-        if self.spec.deadline_unix_s is None or not self.timings:
+        proposal near its batch nor is forgotten for a compiled one. Without a finished trial
+        to go by, one window must fit. True without a deadline."""
+        deadline = self.deadline_unix_s() if deadline_unix_s is None else deadline_unix_s
+        if deadline is None:
             return True
+        if not self.timings:
+            return time.time() + self.spec.window_s <= deadline
         near = min(self.timings, key=lambda t: abs(math.log(t.batch_size / batch_size)))
         scale = max(1.0, batch_size / near.batch_size)
         compile_s = 0.0 if compile_mode == "off" else max(
             (t.compile_s for t in self.timings if t.compile == compile_mode), default=0.0)
-        need_s = first_window_need_s(before_s=near.before_s, step_s=near.step_s, scale=scale,
-                                     compile_s=compile_s, window_s=self.spec.window_s)
-        return time.time() + need_s <= self.spec.deadline_unix_s
+        need_s = first_window_need_s(once_s=near.once_s, warm_s=near.warm_s, step_s=near.step_s,
+                                     scale=scale, compile_s=compile_s,
+                                     window_s=self.spec.window_s)
+        return time.time() + need_s <= deadline
 
     def _config(self, trial) -> dict:
         """The trial's knob values: the sampled parameters and the space's constants."""
@@ -409,6 +469,7 @@ class ConstrainedSearch(Searcher):
             trial.set_constraint("memory", violation)
             self.measured[key] = (value, violation)
             self.study.tell(trial, value)
+            self.deadline_unix_s()  # the first measurement splits the budget, here
         else:  # failed (or an ok trial without its metric): nothing for the sampler to learn
             state = (optuna.trial.TrialState.PRUNED if status == Status.OK and not error
                      else optuna.trial.TrialState.FAIL)

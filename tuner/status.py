@@ -8,6 +8,7 @@ leaderboard as that text.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Mapping
 
 
 class _Text(str, Enum):
@@ -31,7 +32,9 @@ class Status(_Text):
     (``tuner.pruning.EarlyStopping``); its partial measurement is kept."""
     TIMEOUT = "timeout"
     """Stopped by the run's time budget (``--time-budget``); the windows it finished are kept
-    (none: no throughput), with its set-up, compile and warm-up times."""
+    (none: no throughput), with its set-up, compile and warm-up times. One that finished a
+    window or more is a measurement over fewer windows (``windows`` of ``windows_planned``),
+    which may be the answer (``budget_stopped``)."""
     NODE_LOST = "node_lost"
     """Its Ray node (or a rank's node) went away mid-trial; the error names the node, Ray's
     own text is kept as the traceback. A reference lost this way is measured again."""
@@ -63,6 +66,20 @@ class Phase(_Text):
     """The best configurations and the references measured again, side by side."""
     CEILING = "ceiling"
     """The winner's compute-only ceiling (batches already on the device)."""
+
+
+def budget_stopped(row: Mapping) -> bool:
+    """Whether a leaderboard row (or a trial's result) is a measurement the time budget cut
+    short: ``timeout`` after at least one complete window, with its throughput (the median of
+    the ``windows`` it finished of ``windows_planned``). Such a row competes for the answer
+    as an ``ok`` one does; its fewer windows widen its interval (``tuner.noise``)."""
+    return (row.get("status") == Status.TIMEOUT and (row.get("windows") or 0) >= 1
+            and row.get("samples_per_sec") is not None)
+
+
+def answers(row: Mapping) -> bool:
+    """Whether a row's status lets it be the answer: ``ok``, or ``budget_stopped``."""
+    return row.get("status") == Status.OK or budget_stopped(row)
 
 
 def phase_of(row: dict) -> Phase:

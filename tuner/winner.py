@@ -23,7 +23,7 @@ import tuner.noise as noise
 # Ceilings and Attainable are part of this module's public answer (tuner.winner.Ceilings).
 from tuner.ceilings import Attainable, Ceilings, ceilings as _ceilings, lever_text
 from tuner.knobs import Knobs
-from tuner.status import Phase, Status, phase_of
+from tuner.status import Phase, answers, budget_stopped, phase_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -125,6 +125,13 @@ class Answer:
         return self.row["rounds"]
 
     @property
+    def budget_stopped(self) -> bool:
+        """The winner's figures come from a trial the time budget stopped after
+        ``row['windows']`` of its ``row['windows_planned']`` windows
+        (``tuner.status.budget_stopped``)."""
+        return budget_stopped(self.row)
+
+    @property
     def ceiling_far_below(self) -> bool:
         """The compute-only ceiling lies more than ``CEILING_NOISE`` below the winner: a
         disturbed measurement, which a run measures again."""
@@ -204,6 +211,28 @@ class Answer:
         return doc
 
 
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def budget_stopped_text(answer: Answer) -> str | None:
+    """One line saying the answer is a measurement the time budget cut short, e.g. 'best:
+    2,210.4 samples/sec (baseline; 4 of 5 windows, the time budget stopped the 5th)'; None
+    when the answer measured all its windows."""
+    if not answer.budget_stopped:
+        return None
+    row = answer.row
+    done, planned = row.get("windows") or 0, row.get("windows_planned")
+    what = row.get("reference") or "searched"
+    if planned is None:  # written before windows_planned: how many were planned is unknown
+        windows = f"{done} window{'s' if done != 1 else ''}, the time budget stopped the next"
+    else:
+        windows = f"{done} of {planned} windows, the time budget stopped the {_ordinal(done + 1)}"
+    return f"best: {answer.samples_per_sec:,.1f} samples/sec ({what}; {windows})"
+
+
 def _faster_doc(faster: TiedFaster | None) -> dict[str, Any] | None:
     if faster is None:
         return None
@@ -228,7 +257,9 @@ def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
     a round of two windows whose windows spread far beyond the machine's window noise keeps
     its faster one (``tuner.noise.undisturbed``: the slower is the host's).
     Compute-only ``ceiling`` rows never win, nor does a row with a figure that cannot be true
-    (``tuner.noise.impossible``: a disturbed measurement).
+    (``tuner.noise.impossible``: a disturbed measurement). A row the time budget stopped after
+    a complete window (``tuner.status.budget_stopped``) competes as a measurement over fewer
+    windows (``Answer.budget_stopped`` says when it wins).
 
     The tie rule: where the fastest configuration's lead over another of its run and phase is
     within the noise (the 95 % interval of the paired speed-up contains 1,
@@ -241,10 +272,10 @@ def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
     search.
 
     Returns:
-        The ``Answer``, or None when no trial succeeded.
+        The ``Answer``, or None when no trial measured a window.
     """
     rows = [dict(r) for r in (rows.to_pylist() if hasattr(rows, "to_pylist") else rows)]
-    measured = [r for r in rows if r["status"] == Status.OK and phase_of(r) != Phase.CEILING
+    measured = [r for r in rows if answers(r) and phase_of(r) != Phase.CEILING
                 and r["samples_per_sec"] is not None]
     if not measured:
         return None
@@ -259,7 +290,7 @@ def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
     key, top, tied_faster = chosen
     same_run = [r for r in rows if r["run_id"] == top["run_id"]]
     disturbed = tuple(Disturbed(r["trial_id"], why) for r in same_run
-                      if r["status"] == Status.OK and (why := noise.impossible(r)))
+                      if answers(r) and (why := noise.impossible(r)))
     ceilings, attainable = _ceilings(top, same_run)
     return Answer(row=MappingProxyType(top),
                   baseline=_vs_reference(key, top, groups, "baseline"),
@@ -288,9 +319,10 @@ def _ran_at(row: dict) -> tuple:
 
 
 def _valid(row: dict, metric: str) -> bool:
-    """A measurement that may win or serve as a reference: ok, not a ceiling, a value of
-    ``metric`` and no impossible figure."""
-    return (row["status"] == Status.OK and phase_of(row) != Phase.CEILING
+    """A measurement that may win or serve as a reference: ok or stopped by the time budget
+    after a complete window (``tuner.status.answers``), not a ceiling, a value of ``metric``
+    and no impossible figure."""
+    return (answers(row) and phase_of(row) != Phase.CEILING
             and row["samples_per_sec"] is not None and row.get(metric) is not None
             and noise.impossible(row) is None)
 
