@@ -97,6 +97,8 @@ class Progress:
                 else f" ({r.first_failure} did not fit)" if r.first_failure else " (all fit)"))
             took = "" if r.duration_s is None else f" · {r.duration_s:.1f} s"
             self.console.print(f"  memory probe: {bound} · probes {steps}{took}")
+        elif kind == "machine":
+            self.console.print(f"  {data['text']}", highlight=False)
         elif kind == "phase":
             self.console.print(f"  [bold]{_phase_text(data)}[/]", highlight=False)
             self.counter = self.counter.after(data)
