@@ -88,7 +88,6 @@ def run(what: RunOptions | Plan, *,
             probe = None
             if plan.should_probe:
                 plan, probe = _probe(plan, on_event)
-            on_event("machine", {"text": machine_text(plan)})
             writer = _writer(plan, on_event)
             if probe is not None and not plan.prior_rows:
                 record_machine_limit(plan, writer, probe)
@@ -98,6 +97,7 @@ def run(what: RunOptions | Plan, *,
                 plan = _pinned_to(plan, accelerator)
                 writer.plan = plan  # this type's rows are assembled with its plan
                 on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+                on_event("machine", {"text": machine_text(plan)})
                 _fit(plan, writer, on_event)
             if writer.failed is not None:  # a row of the last experiment's end
                 raise writer.failed
@@ -213,10 +213,9 @@ def machine_text(plan: Plan) -> str:
     and limit) and the structured points, or why there is none."""
     curve = plan.compute_curve
     if curve is None:
-        why = ("the memory probe is off (--probe off)" if plan.options.probe == "off" else
-               "no memory probe on the CPU device without --max-host-memory (--probe on runs "
-               "it)" if not plan.should_probe else "the memory probe timed fewer than two "
-               "batch sizes")
+        why = ("the memory probe is off: --probe off" if plan.options.probe == "off" else
+               "no memory probe: on the CPU device it runs with --max-host-memory or --probe on"
+               if not plan.should_probe else "the memory probe timed fewer than two batch sizes")
         return (f"machine limit: not measured before the search ({why}); the search starts "
                 "from the references alone")
     points = " · ".join(f"{name}: {_knobs_text(k)}" for name, k in plan.anchors)
