@@ -62,8 +62,9 @@ def run(what: RunOptions | Plan, *,
     """Tune one workload: memory probe, search, re-measurement of the best, compute-only
     ceiling. ``what`` is the run's options (planned here; with ``--address`` after connecting,
     since the cluster decides the device) or a plan made by ``plan_run``. ``on_event(kind,
-    data)`` receives 'start', 'probe', 'machine' (``data['text']``: what the search starts
-    from, ``machine_text``), 'phase', 'trial' and 'complete' events.
+    data)`` receives 'start', 'probe', 'machine' (what the search starts from: ``text``
+    (``machine_text``), ``curve`` (``tuner.probe.ComputeCurve`` or None) and ``anchors``),
+    'phase', 'trial' and 'complete' events.
 
     Raises:
         TunerError (and subclasses): bad input, found before any trial; a memory limit that
@@ -97,7 +98,8 @@ def run(what: RunOptions | Plan, *,
                 plan = _pinned_to(plan, accelerator)
                 writer.plan = plan  # this type's rows are assembled with its plan
                 on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
-                on_event("machine", {"text": machine_text(plan)})
+                on_event("machine", {"text": machine_text(plan), "curve": plan.compute_curve,
+                                     "anchors": plan.anchors})
                 _fit(plan, writer, on_event)
             if writer.failed is not None:  # a row of the last experiment's end
                 raise writer.failed
