@@ -378,3 +378,28 @@ def test_screening_defaults_plan_three_times_the_trials(tmp_path, tuner_cache):
                                 results=results, confirm=0))
     assert (screened.trials, screened.screen_windows) == (36, 1)
     assert (full.trials, full.screen_windows) == (12, 0)
+
+
+def test_a_screening_trial_is_not_stopped_after_its_only_window():
+    """Early stopping judges a trial against its own planned windows: a screening trial of one
+    window has measured all it will after it (stopping it would only turn its row 'pruned'
+    and keep it from the finalists), a full trial as slow is stopped there."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    from tuner.pruning import EarlyStopping
+
+    def window(i: int, rate: float) -> dict:
+        return {"status": "running", "window": i, "window_samples_per_sec": rate,
+                "samples_per_sec": rate}
+
+    rule = EarlyStopping("samples_per_sec", "max", windows=3)
+    ref = SimpleNamespace(trial_id="ref", config={"phase": "search", "reference": "baseline"})
+    for i, rate in enumerate((400.0, 404.0, 398.0)):
+        rule.on_trial_result(None, ref, window(i, rate))
+    screened = SimpleNamespace(trial_id="s", config={"phase": "search", "reference": None,
+                                                     "tuner": {"windows": 1}})
+    full = SimpleNamespace(trial_id="f", config={"phase": "search", "reference": None})
+    assert rule.on_trial_result(None, screened, window(0, 80.0)) == TrialScheduler.CONTINUE
+    assert rule.on_trial_result(None, full, window(0, 80.0)) == TrialScheduler.STOP
