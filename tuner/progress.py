@@ -142,7 +142,11 @@ class Progress:
         s = plan.settings
         c.print(f"  budget: {budget}, {concurrency} at a time · per trial: "
                 f"{_count(s.warmup_steps, 'warm-up step')}, {_count(s.windows, 'window')} of "
-                f"{s.window_s:g} s · run id {plan.run_id}")
+                f"{s.window_s:g} s" + (
+                    f" (searched configurations screened over "
+                    f"{_count(plan.screen_windows, 'window')}, the best then in full)"
+                    if getattr(plan, "screen_windows", 0) else "")
+                + f" · run id {plan.run_id}")
         if _followups_text(plan):
             c.print(f"  {_followups_text(plan)}")
         if plan.prior_rows:
