@@ -403,3 +403,20 @@ def test_a_screening_trial_is_not_stopped_after_its_only_window():
     full = SimpleNamespace(trial_id="f", config={"phase": "search", "reference": None})
     assert rule.on_trial_result(None, screened, window(0, 80.0)) == TrialScheduler.CONTINUE
     assert rule.on_trial_result(None, full, window(0, 80.0)) == TrialScheduler.STOP
+
+
+def test_the_machine_line_names_the_knee_the_limit_and_the_points_or_why_there_are_none(
+        tmp_path, tuner_cache):
+    from tuner.driver import machine_text
+    results = str(tmp_path / "results")
+    plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
+                                results=results))
+    assert "not measured before the search (the memory probe is off: --probe off)" in (
+        machine_text(plan))
+    auto = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", results=results))
+    assert "on the CPU device it runs with --max-host-memory or --probe on" in machine_text(auto)
+    text = machine_text(plan.with_compute_curve(CURVE, Knobs(batch_size=4)))
+    assert "5,614.0 samples/sec compute-only at batch_size 64" in text
+    assert "step 5.0 ms + 100.0 us/sample · knee batch_size 48" in text
+    assert "searched batch_size [12, 64] log" in text
+    assert "machine: bs=48" in text and "doubling: bs=64" in text

@@ -221,12 +221,13 @@ def machine_text(plan: Plan) -> str:
         return (f"machine limit: not measured before the search ({why}); the search starts "
                 "from the references alone")
     points = " · ".join(f"{name}: {_knobs_text(k)}" for name, k in plan.anchors)
-    low = plan.device_space.domains["batch_size"]
+    dom = plan.device_space.domains.get("batch_size")
+    searched = dom.describe() if dom is not None else str(curve.max_batch)
     return (f"machine limit: {curve.limit_samples_per_sec:,.1f} samples/sec compute-only at "
             f"batch_size {curve.max_batch} · step {curve.alpha_ms:.1f} ms + "
             f"{curve.beta_ms * 1000:.1f} us/sample · knee batch_size {curve.knee_batch} "
             f"({curve.samples_per_sec(curve.knee_batch):,.1f} samples/sec fitted) · searched "
-            f"batch_size {low.describe()}" + (f" · starting from {points}" if points else ""))
+            f"batch_size {searched}" + (f" · starting from {points}" if points else ""))
 
 
 def _knobs_text(knobs: Knobs) -> str:

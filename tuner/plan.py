@@ -377,8 +377,8 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
       bound (what Lightning's ``BatchSizeFinder`` in 'power' mode answers), when that is
       larger than its own batch.
 
-    Each is clamped to the device and fitted to ``--global-batch-size``; one equal to a
-    reference or an earlier anchor is left out."""
+    Each is clamped to the device and fitted to ``--global-batch-size`` (one whose batch does
+    not divide it is left out); one equal to a reference or an earlier anchor is left out."""
     if not plan.references:
         return ()
     base = plan.references[-1][1]
@@ -402,7 +402,10 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
     out: list[tuple[str, Knobs]] = []
     seen = {knobs for _, knobs in plan.references}
     for name, knobs in points:
-        knobs = space.fit_reference(knobs.clamp(plan.device)[0])
+        try:
+            knobs = space.fit_reference(knobs.clamp(plan.device)[0])
+        except TunerError:  # under --global-batch-size, a batch that does not divide it
+            continue
         if knobs not in seen:
             seen.add(knobs)
             out.append((name, knobs))
