@@ -91,10 +91,10 @@ def test_the_probe_times_its_steps_and_the_fit_finds_the_knee_and_the_limit():
 
 
 def test_the_fit_is_robust_to_flat_and_noisy_curves():
-    """A flat step time (overhead only) fits beta 0 and names the largest batch the knee (the
-    rate grows with the batch: 0.95 x the largest); a negative intercept from noise refits through the
-    origin (every batch equally fast: the knee is the smallest allowed); one point is its
-    own mean."""
+    """A flat step time (overhead only) fits beta 0 and names the knee at 0.95 x the largest
+    batch (the rate grows with the batch); a negative intercept from noise refits through the
+    origin (every batch equally fast: the knee is the smallest allowed); one point is its own
+    mean."""
     alpha, beta = fit_step_time([(8, 45.0), (64, 46.0), (256, 44.0)])
     assert beta == 0.0 and 44.0 < alpha < 46.0
     assert knee_batch(alpha, beta, 256, [8, 64, 128, 243, 244, 256]) == 244  # 0.95 x 256
