@@ -420,3 +420,24 @@ def test_the_machine_line_names_the_knee_the_limit_and_the_points_or_why_there_a
     assert "step 5.0 ms + 100.0 us/sample · knee batch_size 48" in text
     assert "searched batch_size [12, 64] log" in text
     assert "machine: bs=48" in text and "doubling: bs=64" in text
+
+
+def test_the_probe_s_limit_row_is_printed_as_the_machine_limit_not_as_a_search_trial(
+        tmp_path, tuner_cache):
+    from rich.console import Console
+
+    from tuner.progress import Progress
+    plan = make_plan(RunOptions(workload=REGRESSION, trials=3, device="cpu", probe="off",
+                                results=str(tmp_path / "results")))
+    console = Console(record=True, width=300)
+    progress = Progress(console)
+    progress.on_event("start", {"plan": plan, "concurrency": 1})
+    row = {**Knobs(batch_size=64).to_dict(), "status": "ok", "samples_per_sec": 5614.0,
+           "reference": None, "phase": "ceiling", "ceiling": "machine-compute", "error": None}
+    progress.on_event("trial", {"row": row, "index": 1, "total": 3})
+    progress.on_event("trial", {"row": {**row, "phase": "search", "ceiling": None,
+                                        "samples_per_sec": 100.0}, "index": 2, "total": 3})
+    progress.close()
+    text = console.export_text()
+    assert "[machine-compute] ok" in text and "(the memory probe's timed steps)" in text
+    assert "[search 1/3] ok" in text

@@ -90,8 +90,6 @@ def run(what: RunOptions | Plan, *,
             if plan.should_probe:
                 plan, probe = _probe(plan, on_event)
             writer = _writer(plan, on_event)
-            if probe is not None and not plan.prior_rows:
-                record_machine_limit(plan, writer, probe)
             types = accelerator_types() if plan.options.address is not None else []
             for accelerator in (types if len(types) > 1 else [None]):
                 # Hardware is part of the answer: each type gets its own search state.
@@ -100,6 +98,9 @@ def run(what: RunOptions | Plan, *,
                 on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
                 on_event("machine", {"text": machine_text(plan), "curve": plan.compute_curve,
                                      "anchors": plan.anchors})
+                if probe is not None and not plan.prior_rows:
+                    record_machine_limit(plan, writer, probe)
+                    probe = None  # one row: the probe measured one accelerator type
                 _fit(plan, writer, on_event)
             if writer.failed is not None:  # a row of the last experiment's end
                 raise writer.failed

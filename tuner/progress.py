@@ -172,6 +172,12 @@ class Progress:
         measured = f"{sps:10,.1f} samples/sec" if sps is not None else f"{'':>10} {'':11}"
         ref = f" [bold]({row['reference']})[/]" if row["reference"] else ""
         tail = f" — {row['error']}" if row.get("error") else ""
+        if phase_of(row) == Phase.CEILING and self.counter.label != "ceiling":
+            # the memory probe's machine-compute row, before the search: not a search trial
+            self.console.print(f"  \\[{row.get('ceiling') or 'ceiling'}] [{style}]{status:<6}[/] "
+                               f"{measured}  {knob_text(row)} (the memory probe's timed steps)",
+                               highlight=False, soft_wrap=True)
+            return
         self.counter.done += 1
         self.console.print(f"  \\[{self.counter.text()}] [{style}]{status:<6}[/] {measured}  "
                            f"{knob_text(row)}{ref}{tail}", highlight=False, soft_wrap=True)
