@@ -338,7 +338,8 @@ def test_the_machine_s_points_follow_the_references_and_proposals_are_screened(t
     assert [(c.get("anchor"), c["batch_size"]) for c in configs[2:4]] == [("machine", 48),
                                                                         ("doubling", 64)]
     assert all("tuner" not in c for c in configs[:4])            # measured in full
-    assert all(c["tuner"] == {"windows": 1} and c.get("anchor") is None for c in configs[4:])
+    assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0}
+               and c.get("anchor") is None for c in configs[4:])
     assert all(12 <= c["batch_size"] <= 64 for c in configs[4:])
 
 

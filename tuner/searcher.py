@@ -94,6 +94,14 @@ class Timing(NamedTuple):
         return cls(batch_size, step_s, max(0.0, before_s - compile_s), mode, compile_s)
 
 
+def screening_settings(windows: int) -> dict:
+    """Trial settings changes of a screening trial: ``windows`` windows, and no half-window
+    probes of the steady state before a single window (``TrialSettings.max_steady_probes``:
+    up to six of them, which would cost a screening trial what the windows it saves did).
+    Its rate is a first reading; the finalists' re-measurement judges the steady state."""
+    return {"windows": windows, "max_steady_probes": 0}
+
+
 def _params_key(params: Mapping[str, Any]) -> tuple:
     return tuple(sorted(params.items()))
 
@@ -314,7 +322,7 @@ class ConstrainedSearch(Searcher):
             trial, config = self._propose()
             config["reference"] = None
             if self.spec.screen_windows:  # screened: the finalists are measured in full later
-                config["tuner"] = {"windows": self.spec.screen_windows}
+                config["tuner"] = screening_settings(self.spec.screen_windows)
             if not self._first_window_fits(int(config["batch_size"]),
                                            config.get("compile") or "off"):
                 from optuna.trial import TrialState
