@@ -87,6 +87,21 @@ def test_a_run_with_time_plans_rounds_then_the_ceilings_each_from_the_rows_befor
     assert run_all(fake_plan(), rows) == ([], [])
 
 
+def test_the_machine_compute_ceiling_is_not_planned_when_the_probe_recorded_it():
+    """The memory probe's timed steps record the run's machine-compute row before the
+    search (on another data path than the winner's: a compute-only trial reads no data):
+    the ceilings after the search leave it out; a failed one does not count."""
+    probe_row = make_row(9, Knobs(batch_size=256, data_path="loader"), phase="ceiling",
+                         sps=900.0, ceiling="machine-compute")
+    rows = search_rows() + [probe_row]
+    _, ceilings = run_all(fake_plan(), rows)[0]
+    assert "machine-compute" not in [change["ceiling"] for change in ceilings.per_trial]
+    assert [r.get("ceiling") for r in rows].count("machine-compute") == 1
+    failed = {**probe_row, "status": "error"}
+    assert not followups.has_machine_compute(search_rows() + [failed])
+    assert followups.has_machine_compute(search_rows() + [probe_row])
+
+
 def test_nothing_is_planned_with_less_time_left_than_a_phase_needs():
     rows = search_rows()
     assert run_all(fake_plan(left=budget.MIN_PHASE_S - 0.1), rows) == ([], [])

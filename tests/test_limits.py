@@ -209,8 +209,12 @@ def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
     statuses = {bs: status for bs, status, _ in result.probes}
     assert statuses[OOM_ABOVE] == "ok"
     assert all(status == ("ok" if bs <= OOM_ABOVE else "oom") for bs, status in statuses.items())
-    assert len(summary.rows) == 4
-    searched = [r for r in summary.rows if r["reference"] is None]
+    # the probe's timed steps at its bound are the run's machine-compute ceiling row
+    limit = [r for r in summary.rows if r["phase"] == "ceiling"]
+    assert [(r["ceiling"], r["batch_size"], r["status"]) for r in limit] == [
+        ("machine-compute", OOM_ABOVE, "ok")]
+    assert len([r for r in summary.rows if r["phase"] == "search"]) == 4
+    searched = [r for r in summary.rows if r["reference"] is None and r["phase"] == "search"]
     assert searched
     for r in searched:
         assert r["batch_size"] <= OOM_ABOVE

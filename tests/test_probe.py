@@ -10,7 +10,8 @@ import pytest
 
 from tests.fake_workloads import FakeOOM, NpyFiles
 from tuner.knobs import Knobs
-from tuner.probe import probe_batch_limit, probe_in_process
+from tuner.probe import (KNEE_TOLERANCE, PROBE_WINDOW_S, ProbeResult, compute_curve,
+                         fit_step_time, knee_batch, probe_batch_limit, probe_in_process)
 from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space
 
@@ -41,8 +42,9 @@ def test_the_search_doubles_then_bisects_to_within_a_quarter():
 
 
 def test_every_probe_is_short_low_memory_and_on_one_resident_batch():
-    """Two steps, no windows worth measuring, no workers, no compile, the lowest-memory AMP
-    the space searches, and the compute-only mode with one batch on the device."""
+    """One warm-up step and TIMED_STEPS windows of about a step, no workers, no compile, the
+    lowest-memory AMP the space searches, and the compute-only mode with one batch on the
+    device."""
     calls = []
     amp_space = Space("probe-test", {"batch_size": IntRange(1, 8, log=True),
                                      "amp": Choices(["off", "bf16"])},
@@ -52,7 +54,64 @@ def test_every_probe_is_short_low_memory_and_on_one_resident_batch():
     for knobs, settings in calls:
         assert (knobs.num_workers, knobs.compile, knobs.amp, knobs.grad_accum) == (0, "off", "bf16", 1)
         assert settings.compute_only and settings.resident_batches == 1
-        assert (settings.warmup_steps, settings.windows, settings.breakdown_steps) == (2, 1, 0)
+        assert (settings.warmup_steps, settings.windows, settings.breakdown_steps) == (1, 3, 0)
+        assert settings.window_s == PROBE_WINDOW_S and settings.max_steady_probes == 0
+
+
+def timed_run(alpha_ms: float, beta_ms: float, limit: int):
+    """A probe trial whose step takes alpha + beta * batch ms up to ``limit``, oom above."""
+    def run(knobs: Knobs, settings: TrialSettings) -> dict:
+        bs = knobs.batch_size
+        if bs > limit:
+            return {"status": "oom", "peak_device_memory_mb": None}
+        ms = alpha_ms + beta_ms * bs
+        return {"status": "ok", "peak_device_memory_mb": float(bs), "step_time_ms_p50": ms,
+                "samples_per_sec": 1000.0 * bs / ms, "windows": settings.windows}
+    return run
+
+
+def test_the_probe_times_its_steps_and_the_fit_finds_the_knee_and_the_limit():
+    """An H200-shaped curve (45 ms flat to the 100s, 0.12 ms/sample above): the probe keeps
+    each fitting size's step time, the fit recovers alpha and beta, the knee is the smallest
+    batch within KNEE_TOLERANCE of the largest's rate, and the limit is the largest's
+    measured rate, whose result is kept for the machine-compute row."""
+    sizes = space(4, 1024)
+    found = probe_batch_limit(sizes, Knobs(batch_size=8), SETTINGS, timed_run(45.0, 0.12, 700))
+    assert [b for b, _ in found.step_ms] == sorted(b for b, s, _ in found.probes if s == "ok")
+    assert found.limit_result["samples_per_sec"] == pytest.approx(
+        1000 * found.max_batch / (45 + 0.12 * found.max_batch))
+    curve = compute_curve(found, list(range(4, found.max_batch + 1)))
+    assert curve.alpha_ms == pytest.approx(45.0, rel=1e-6)
+    assert curve.beta_ms == pytest.approx(0.12, rel=1e-6)
+    assert curve.max_batch == found.max_batch
+    rate = curve.samples_per_sec
+    assert rate(curve.knee_batch) >= (1 - KNEE_TOLERANCE) * rate(curve.max_batch)
+    assert rate(curve.knee_batch - 1) < (1 - KNEE_TOLERANCE) * rate(curve.max_batch)
+    assert curve.limit_samples_per_sec == found.limit_result["samples_per_sec"]
+
+
+def test_the_fit_is_robust_to_flat_and_noisy_curves():
+    """A flat step time (overhead only) fits beta 0 and names the knee at 0.95 x the largest
+    batch (the rate grows with the batch); a negative intercept from noise refits through the
+    origin (every batch equally fast: the knee is the smallest allowed); one point is its own
+    mean."""
+    alpha, beta = fit_step_time([(8, 45.0), (64, 46.0), (256, 44.0)])
+    assert beta == 0.0 and 44.0 < alpha < 46.0
+    assert knee_batch(alpha, beta, 256, [8, 64, 128, 243, 244, 256]) == 244  # 0.95 x 256
+    alpha, beta = fit_step_time([(8, 0.7), (64, 6.4), (256, 26.0)])
+    assert alpha == 0.0 and beta == pytest.approx(0.1, rel=0.05)
+    assert knee_batch(alpha, beta, 256, [8, 64, 256]) == 8
+    assert fit_step_time([(32, 10.0)]) == (10.0, 0.0)
+
+
+def test_no_curve_without_two_timed_sizes_or_a_limit():
+    """A probe that timed one size, or none at its bound, gives no curve: the search then
+    starts from the references alone."""
+    one = ProbeResult(8, 16, [(8, "ok", 1.0), (16, "oom", None)], step_ms=[(8, 5.0)],
+                      limit_result={"samples_per_sec": 1600.0})
+    assert compute_curve(one, [4, 8]) is None
+    no_limit = ProbeResult(16, None, [], step_ms=[(8, 5.0), (16, 6.0)], limit_result=None)
+    assert compute_curve(no_limit, [8, 16]) is None
 
 
 def test_a_probe_that_fails_for_another_reason_stops_the_probe():

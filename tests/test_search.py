@@ -98,6 +98,36 @@ def test_oom_trials_are_recorded_and_the_run_goes_on(tmp_path, tuner_cache, ray_
     assert top.baseline.ratio is not None
 
 
+def test_the_machine_first_then_screening_then_finalists(tmp_path, tuner_cache, ray_session):
+    """With the probe on: the probe's timed steps give the compute curve and the run's
+    machine-compute ceiling row before any search trial; the references and the machine's
+    structured points are measured in full, the sampler's proposals screened over one window,
+    and the best are re-measured in full windows in the rounds."""
+    events = []
+    opts = RunOptions(workload="tests.fake_workloads:regression", trials=6, device="cpu",
+                      results=str(tmp_path / "results"), windows=2, window_s=0.1,
+                      warmup_steps=1, confirm=2, ceiling=False, early_stop=False, seed=35,
+                      probe="on")
+    summary = run(opts, on_event=lambda kind, data: events.append((kind, data)))
+    machine = next(data for kind, data in events if kind == "machine")
+    assert machine["curve"] is not None and "knee batch_size" in machine["text"]
+    rows = summary.rows
+    assert (rows[0]["phase"], rows[0]["ceiling"], rows[0]["status"]) == (
+        "ceiling", "machine-compute", "ok")
+    assert rows[0]["batch_size"] == machine["curve"].max_batch
+    assert rows[0]["samples_per_sec"] == machine["curve"].limit_samples_per_sec
+    search = [r for r in rows if r["phase"] == "search"]
+    assert len(search) == 6 and all(r["status"] == "ok" for r in search)
+    assert [r["reference"] for r in search[:2]] == ["baseline", "recommended"]
+    anchors = len(machine["anchors"])
+    assert [r["batch_size"] for r in search[2:2 + anchors]] == [
+        k.batch_size for _, k in machine["anchors"]]
+    assert all(r["windows"] == 2 for r in search[:2 + anchors])      # measured in full
+    assert all(r["windows"] == 1 for r in search[2 + anchors:])      # screened
+    rounds = [r for r in rows if r["phase"] == "remeasure"]
+    assert rounds and all(r["windows"] == 2 for r in rounds)         # finalists in full
+
+
 @pytest.fixture
 def searcher(tmp_path, tuner_cache):
     plan = make_plan(options(tmp_path, "tests.fake_workloads:regression", trials=8))

@@ -18,6 +18,7 @@ from tuner.ray_runtime import hardware_key_task as _hardware_key_task
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions
 from tuner.searcher import OOM_VIOLATION, KnownInfeasible, MemoryLimits, make_sampler
+from tuner.probe import ComputeCurve
 
 REGRESSION = "tests.fake_workloads:regression"
 GB = 1000**3 / 2**20  # MB in a GB, as parse_memory reads "12GB"
@@ -308,3 +309,136 @@ def test_staged_starts_no_follow_up_past_the_runs_deadline(monkeypatch):
     assert staged.suggest("c") == Searcher.FINISHED          # and nothing after it
     unbounded = Staged(lambda: list(batch), lambda trial_id: True)
     assert [unbounded.suggest(t) for t in "ab"] == batch
+
+
+# ------------------------------------------------------- the machine first, then screening
+
+CURVE = ComputeCurve(alpha_ms=5.0, beta_ms=0.1, points=((4, 5.4), (16, 6.6), (64, 11.4)),
+                     max_batch=64, knee_batch=48, limit_samples_per_sec=5614.0)
+"""A compute curve of the regression workload's space (batch 4..64): knee 48, limit at 64."""
+
+
+def test_the_machine_s_points_follow_the_references_and_proposals_are_screened(tmp_path,
+                                                                                 tuner_cache):
+    """With a compute curve, the plan re-centres the batch range (its low end at a quarter of
+    the knee), and the search measures the references, then the structured point at the knee
+    and the doubling answer (the recommended's batch 16 doubled while within the probe's 64),
+    each in full; then every proposal is a one-window screening trial drawn from the new
+    range. A reference below it runs as written and is recorded at the low end."""
+    plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
+                                results=str(tmp_path / "results")))
+    plan = plan.with_compute_curve(CURVE, Knobs(batch_size=4))
+    assert plan.device_space.domains["batch_size"].low == 12
+    assert [(name, k.batch_size) for name, k in plan.anchors] == [("machine", 48),
+                                                                  ("doubling", 64)]
+    searcher = make_searcher(plan.search_spec())
+    configs = [searcher.suggest(f"t{i}") for i in range(6)]
+    assert [c["reference"] for c in configs[:2]] == ["baseline", "recommended"]
+    assert configs[0]["batch_size"] == 4 and searcher.params("t0")["batch_size"] == 12
+    assert [(c.get("anchor"), c["batch_size"]) for c in configs[2:4]] == [("machine", 48),
+                                                                        ("doubling", 64)]
+    assert all("tuner" not in c for c in configs[:4])            # measured in full
+    assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0}
+               and c.get("anchor") is None for c in configs[4:])
+    assert all(12 <= c["batch_size"] <= 64 for c in configs[4:])
+
+
+def test_without_finalists_or_a_curve_nothing_is_screened_or_anchored(tmp_path, tuner_cache):
+    """--confirm 0 leaves no re-measurement to promote to: every trial measures the full
+    windows; without a compute curve (no probe) the search starts from the references alone
+    over the space's own range."""
+    results = str(tmp_path / "results")
+    plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
+                                results=results, confirm=0))
+    assert plan.screen_windows == 0 and plan.with_compute_curve(None, None) is plan
+    searcher = make_searcher(plan.search_spec())
+    configs = [searcher.suggest(f"t{i}") for i in range(4)]
+    assert all("tuner" not in c for c in configs)
+    assert plan.anchors == () and plan.device_space.domains["batch_size"].low == 4
+
+
+def test_an_anchor_already_measured_is_not_measured_again(tmp_path, tuner_cache):
+    """An anchor equal to a configuration the study holds (a resumed run's row) is skipped."""
+    plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
+                                results=str(tmp_path / "results")))
+    plan = plan.with_compute_curve(CURVE, Knobs(batch_size=4))
+    searcher = make_searcher(plan.search_spec())
+    machine = plan.anchor_params[0][1]
+    searcher.measured[tuple(sorted(machine.items()))] = (500.0, -0.5)
+    configs = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert [c.get("anchor") for c in configs] == [None, None, "doubling"]
+
+
+def test_screening_defaults_plan_three_times_the_trials(tmp_path, tuner_cache):
+    """Screened trials cost about a third of full ones: a run without --trials plans three
+    times the trials (36 on CPU), one that screens nothing (--confirm 0) the 12 of before."""
+    results = str(tmp_path / "results")
+    screened = make_plan(RunOptions(workload=REGRESSION, device="cpu", probe="off",
+                                    results=results))
+    full = make_plan(RunOptions(workload=REGRESSION, device="cpu", probe="off",
+                                results=results, confirm=0))
+    assert (screened.trials, screened.screen_windows) == (36, 1)
+    assert (full.trials, full.screen_windows) == (12, 0)
+
+
+def test_a_screening_trial_is_not_stopped_after_its_only_window():
+    """Early stopping judges a trial against its own planned windows: a screening trial of one
+    window has measured all it will after it (stopping it would only turn its row 'pruned'
+    and keep it from the finalists), a full trial as slow is stopped there."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    from tuner.pruning import EarlyStopping
+
+    def window(i: int, rate: float) -> dict:
+        return {"status": "running", "window": i, "window_samples_per_sec": rate,
+                "samples_per_sec": rate}
+
+    rule = EarlyStopping("samples_per_sec", "max", windows=3)
+    ref = SimpleNamespace(trial_id="ref", config={"phase": "search", "reference": "baseline"})
+    for i, rate in enumerate((400.0, 404.0, 398.0)):
+        rule.on_trial_result(None, ref, window(i, rate))
+    screened = SimpleNamespace(trial_id="s", config={"phase": "search", "reference": None,
+                                                     "tuner": {"windows": 1}})
+    full = SimpleNamespace(trial_id="f", config={"phase": "search", "reference": None})
+    assert rule.on_trial_result(None, screened, window(0, 80.0)) == TrialScheduler.CONTINUE
+    assert rule.on_trial_result(None, full, window(0, 80.0)) == TrialScheduler.STOP
+
+
+def test_the_machine_line_names_the_knee_the_limit_and_the_points_or_why_there_are_none(
+        tmp_path, tuner_cache):
+    from tuner.driver import machine_text
+    results = str(tmp_path / "results")
+    plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
+                                results=results))
+    assert "not measured before the search (the memory probe is off: --probe off)" in (
+        machine_text(plan))
+    auto = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", results=results))
+    assert "on the CPU device it runs with --max-host-memory or --probe on" in machine_text(auto)
+    text = machine_text(plan.with_compute_curve(CURVE, Knobs(batch_size=4)))
+    assert "5,614.0 samples/sec compute-only at batch_size 64" in text
+    assert "step 5.0 ms + 100.0 us/sample · knee batch_size 48" in text
+    assert "searched batch_size [12, 64] log" in text
+    assert "machine: bs=48" in text and "doubling: bs=64" in text
+
+
+def test_the_probe_s_limit_row_is_printed_as_the_machine_limit_not_as_a_search_trial(
+        tmp_path, tuner_cache):
+    from rich.console import Console
+
+    from tuner.progress import Progress
+    plan = make_plan(RunOptions(workload=REGRESSION, trials=3, device="cpu", probe="off",
+                                results=str(tmp_path / "results")))
+    console = Console(record=True, width=300)
+    progress = Progress(console)
+    progress.on_event("start", {"plan": plan, "concurrency": 1})
+    row = {**Knobs(batch_size=64).to_dict(), "status": "ok", "samples_per_sec": 5614.0,
+           "reference": None, "phase": "ceiling", "ceiling": "machine-compute", "error": None}
+    progress.on_event("trial", {"row": row, "index": 1, "total": 3})
+    progress.on_event("trial", {"row": {**row, "phase": "search", "ceiling": None,
+                                        "samples_per_sec": 100.0}, "index": 2, "total": 3})
+    progress.close()
+    text = console.export_text()
+    assert "[machine-compute] ok" in text and "(the memory probe's timed steps)" in text
+    assert "[search 1/3] ok" in text

@@ -31,7 +31,8 @@ from tuner.distributed import make_data_parallel_trainable
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import Plan, Resources, make_plan, resolve_workload
-from tuner.probe import probe_batch_limit, probe_in_process
+from tuner.probe import (ProbeResult, candidates, compute_curve, probe_batch_limit,
+                         probe_in_process)
 from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, dead_nodes,
                                hardware_key, ray_messages_to, ray_session)
 from tuner.pruning import EarlyStopping
@@ -39,7 +40,7 @@ from tuner.recorder import LeaderboardWriter, ignore_event
 from tuner.runlock import registered
 from tuner.searcher import Staged, make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
-from tuner.status import Phase
+from tuner.status import Phase, Status
 from tuner.workload import Workload
 
 
@@ -61,7 +62,9 @@ def run(what: RunOptions | Plan, *,
     """Tune one workload: memory probe, search, re-measurement of the best, compute-only
     ceiling. ``what`` is the run's options (planned here; with ``--address`` after connecting,
     since the cluster decides the device) or a plan made by ``plan_run``. ``on_event(kind,
-    data)`` receives 'start', 'probe', 'phase', 'trial' and 'complete' events.
+    data)`` receives 'start', 'probe', 'machine' (what the search starts from: ``text``
+    (``machine_text``), ``curve`` (``tuner.probe.ComputeCurve`` or None) and ``anchors``),
+    'phase', 'trial' and 'complete' events.
 
     Raises:
         TunerError (and subclasses): bad input, found before any trial; a memory limit that
@@ -83,8 +86,9 @@ def run(what: RunOptions | Plan, *,
             ray_messages_to(os.path.join(_ray_storage(plan), f"{plan.run_id}.log")):
         try:  # (ray_session: local Ray started here; a cluster's connection made already)
             plan = plan.with_hardware_key(hardware_key(plan))
+            probe = None
             if plan.should_probe:
-                plan = _probe(plan, on_event)
+                plan, probe = _probe(plan, on_event)
             writer = _writer(plan, on_event)
             types = accelerator_types() if plan.options.address is not None else []
             for accelerator in (types if len(types) > 1 else [None]):
@@ -92,6 +96,11 @@ def run(what: RunOptions | Plan, *,
                 plan = _pinned_to(plan, accelerator)
                 writer.plan = plan  # this type's rows are assembled with its plan
                 on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+                on_event("machine", {"text": machine_text(plan), "curve": plan.compute_curve,
+                                     "anchors": plan.anchors})
+                if probe is not None and not plan.prior_rows:
+                    record_machine_limit(plan, writer, probe)
+                    probe = None  # one row: the probe measured one accelerator type
                 _fit(plan, writer, on_event)
             if writer.failed is not None:  # a row of the last experiment's end
                 raise writer.failed
@@ -167,10 +176,11 @@ def _probe_trial(workload: Workload, knobs: Knobs, settings: TrialSettings) -> d
     return run_trial(workload, knobs, settings)
 
 
-def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
-    """The plan with its batch size bounded by the memory probe: every short trial in one
-    worker process (``probe_in_process``), or with a host memory limit each in a fresh one
-    (a process keeps the heap it once held)."""
+def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> tuple[Plan, ProbeResult]:
+    """The plan with its batch size bounded by the memory probe and its search started from
+    the machine's compute curve (``Plan.with_compute_curve``), and the probe's result: every
+    short trial in one worker process (``probe_in_process``), or with a host memory limit each
+    in a fresh one (a process keeps the heap it once held)."""
     import ray
     clock = time.monotonic()
     base = plan.references[0][1]
@@ -196,7 +206,50 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> Plan:
         raise TunerError(f"memory probe: not even batch_size {result.probes[0][0]} fits "
                          f"({result.probes[0][1]}); raise --max-memory/--max-host-memory or "
                          "lower the space's batch_size")
-    return plan.with_batch_bound(result.max_batch)
+    plan = plan.with_batch_bound(result.max_batch)
+    curve = compute_curve(result, candidates(plan.device_space))
+    return plan.with_compute_curve(curve, result.knobs), result
+
+
+def machine_text(plan: Plan) -> str:
+    """One line on what the search starts from: the machine's compute curve (its fit, knee
+    and limit) and the structured points, or why there is none."""
+    curve = plan.compute_curve
+    if curve is None:
+        why = ("the memory probe is off: --probe off" if plan.options.probe == "off" else
+               "no memory probe: on the CPU device it runs with --max-host-memory or --probe on"
+               if not plan.should_probe else "the memory probe timed fewer than two batch sizes")
+        return (f"machine limit: not measured before the search ({why}); the search starts "
+                "from the references alone")
+    points = " · ".join(f"{name}: {_knobs_text(k)}" for name, k in plan.anchors)
+    dom = plan.device_space.domains.get("batch_size")
+    searched = dom.describe() if dom is not None else str(curve.max_batch)
+    return (f"machine limit: {curve.limit_samples_per_sec:,.1f} samples/sec compute-only at "
+            f"batch_size {curve.max_batch} · step {curve.alpha_ms:.1f} ms + "
+            f"{curve.beta_ms * 1000:.1f} us/sample · knee batch_size {curve.knee_batch} "
+            f"({curve.samples_per_sec(curve.knee_batch):,.1f} samples/sec fitted) · searched "
+            f"batch_size {searched}" + (f" · starting from {points}" if points else ""))
+
+
+def _knobs_text(knobs: Knobs) -> str:
+    return (f"bs={knobs.batch_size} amp={knobs.amp} data={knobs.data_path} "
+            f"nw={knobs.num_workers}")
+
+
+def record_machine_limit(plan: Plan, writer: "LeaderboardWriter", probe: ProbeResult) -> None:
+    """Write the probe's measurement at its largest batch as the run's 'machine-compute'
+    ceiling row (phase ceiling, compute-only, batches on the device, the probe's precision),
+    so the follow-ups need not measure it again (``tuner.followups.planned_ceilings``).
+    Nothing when the probe has no such measurement."""
+    result = probe.limit_result
+    if result is None or not result.get("samples_per_sec") or probe.knobs is None:
+        return
+    knobs = probe.knobs.replace(batch_size=probe.max_batch)
+    config = {**knobs.to_dict(), "reference": None, "phase": Phase.CEILING.value}
+    row = {**result, "ceiling": "machine-compute", "status": Status.OK.value,
+           "trial_cpus": result.get("trial_cpus") or 1.0,
+           "trial_gpus": result.get("trial_gpus", 1.0 if plan.device == "cuda" else 0.0)}
+    writer.record_result(f"{plan.run_id}-probe-{probe.max_batch}", config, row)
 
 
 def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWriter":

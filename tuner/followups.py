@@ -309,10 +309,19 @@ def every_cpu_a_worker(plan: Any, knobs: Knobs) -> Knobs:
                          prefetch_factor=max(knobs.prefetch_factor or 2, 4))
 
 
+def has_machine_compute(rows: Sequence[dict]) -> bool:
+    """Whether ``rows`` hold a successful 'machine-compute' ceiling (whatever its data path:
+    a compute-only trial reads no data): the run's memory probe records one from its timed
+    steps before the search (``tuner.driver.record_machine_limit``)."""
+    return any(phase_of(r) == Phase.CEILING and r.get("ceiling") == "machine-compute"
+               and r["status"] == Status.OK for r in rows)
+
+
 def planned_ceilings(plan: Any, rows: Sequence[dict], knobs: Knobs) -> list[Ceiling]:
     """Every ceiling of the winner ``knobs``, most important first: its own compute-only and
     loader-only ('compute', 'loader'); the machine's limits on its data path ('machine-loader',
-    none for 'device', which has no workers; 'machine-compute', ``machine_compute_knobs``);
+    none for 'device', which has no workers; 'machine-compute', ``machine_compute_knobs``,
+    unless the run's rows hold it: ``has_machine_compute``);
     for each other data path the search tried (best first), its machine limit and its best
     configuration's input pipeline ('path-loader'); on the CPU device, the one-core ceilings
     of the shared-cores model ('core-compute', and 'core-loader' per data path: no workers).
@@ -322,7 +331,8 @@ def planned_ceilings(plan: Any, rows: Sequence[dict], knobs: Knobs) -> list[Ceil
     todo: list[Ceiling] = [("compute", knobs, "compute_only"), ("loader", knobs, "loader_only")]
     if path != "device":
         todo.append(("machine-loader", every_cpu_a_worker(plan, knobs), "loader_only"))
-    todo.append(("machine-compute", machine_compute_knobs(plan, knobs), "compute_only"))
+    if not has_machine_compute(rows):  # the memory probe's timed steps may have measured it
+        todo.append(("machine-compute", machine_compute_knobs(plan, knobs), "compute_only"))
     for other, best in list(bests.items())[1:]:
         suffix = f" (data_path={other})"
         if other != "device":

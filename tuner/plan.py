@@ -25,6 +25,7 @@ from tuner._deprecated import moved
 from tuner.budget import default_time_budget_s
 from tuner.settings import (DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
                             default_cache_dir, default_scale, device_limit_mb)
+from tuner.probe import ComputeCurve
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Choices, Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
@@ -39,6 +40,22 @@ rounds have 12.7: ``tuner.noise``)."""
 CEILING_TRIALS = 4
 """Ceiling trials after the re-measurement: the winner's compute-only and loader-only rates,
 the machine's loader and compute limits (``tuner.followups.ceilings``)."""
+
+
+SCREENED_TRIALS_FACTOR = 3
+"""A run without ``--trials`` whose searched trials are screened (``RunOptions.screen_windows``)
+plans this many times the trials of one that measures each in full (40 on CUDA, 12 on CPU):
+a screening trial of one window costs about a third of one of three to five."""
+
+KNEE_LOW_FRACTION = 0.25
+"""The searched batch range starts at this fraction of the knee (``ComputeCurve.knee_batch``)
+once the probe has timed its steps: below it the step time is the per-step overhead, and a
+log-uniform range down to the space's low end would spend most of its draws there."""
+
+ANCHOR_DATA_PATHS = ("device", "cache", "loader")
+"""Data paths of the machine's structured point, cheapest first: batches already decoded on
+the device need no worker; a decoded cache needs only the augmentation's; the loader decodes
+every sample."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,12 @@ class Plan:
     from_launch: bool = False
     """``planned_at`` is the process's launch (``launched_at``): the run counts its budget from
     there however long ago, not from at most 60 s ago as for a plan made long before."""
+    compute_curve: ComputeCurve | None = None
+    """The machine's compute curve from the memory probe's timed steps (``with_compute_curve``);
+    None: no probe, or one that timed too little."""
+    anchors: tuple[tuple[str, Knobs], ...] = ()
+    """(name, knobs as run) of the machine's structured points the search starts from after
+    the references (``anchor_points``)."""
 
     @property
     def metric(self) -> str:
@@ -148,6 +171,26 @@ class Plan:
                 for name, knobs in self.references if name not in done]
 
     @property
+    def anchor_params(self) -> list[tuple[str, dict, Knobs]]:
+        """The anchors as (name, their parameters in the device space, knobs); one the space
+        cannot describe is left out."""
+        from tuner.errors import SpaceError
+        out = []
+        for name, knobs in self.anchors:
+            try:
+                out.append((name, self.device_space.project(knobs), knobs))
+            except (SpaceError, ValueError):
+                continue
+        return out
+
+    @property
+    def screen_windows(self) -> int:
+        """Windows of a screening trial; 0 (no screening) without finalists (``--confirm 0``)
+        or when it would not be shorter than a full trial."""
+        n = self.options.screen_windows
+        return n if 0 < n < self.settings.windows and self.options.confirm > 0 else 0
+
+    @property
     def should_probe(self) -> bool:
         if self.options.probe != "auto":
             return self.options.probe == "on"
@@ -165,7 +208,8 @@ class Plan:
             seed_rows=tuple(self._seed_rows()),
             deadline_unix_s=self.settings.deadline_unix_s,
             followup_share=self.followup_share(),
-            window_s=self.settings.window_s)
+            window_s=self.settings.window_s, anchors=tuple(self.anchor_params),
+            screen_windows=self.screen_windows)
 
     def _seed_rows(self) -> list[tuple[dict, bool]]:
         """Rows the search starts from, each with whether a proposal equal to it is answered
@@ -198,6 +242,17 @@ class Plan:
         """The plan with the searched batch size ending at the memory probe's bound, which may
         lie above the space file's ``high`` (``Space.with_batch_high``)."""
         return replace(self, device_space=self.device_space.with_batch_high(max_batch))
+
+    def with_compute_curve(self, curve: ComputeCurve | None, probe_knobs: Knobs | None) -> "Plan":
+        """The plan that starts its search from the machine's limit: the batch range's low end
+        at ``KNEE_LOW_FRACTION`` of the knee, and the anchors (``anchor_points``). Unchanged
+        for None (no curve: the search starts from the references alone)."""
+        if curve is None:
+            return self
+        low = max(1, int(curve.knee_batch * KNEE_LOW_FRACTION))
+        plan = replace(self, compute_curve=curve,
+                       device_space=self.device_space.with_batch_low(low))
+        return replace(plan, anchors=anchor_points(plan, curve, probe_knobs))
 
     def with_hardware_key(self, key: str) -> "Plan":
         return replace(self, hardware_key=key)
@@ -291,7 +346,9 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         conv_flops_share=conv_flops_share(workload, scale, data_dir),
         peak_tflops=options.peak_tflops, world_size=options.world_size,
         rank_cpus=_rank_cpus(options, resources))
-    trials = options.trials or (None if options.time_budget_s else (40 if device == "cuda" else 12))
+    screened = options.screen_windows > 0 and options.confirm > 0
+    trials = options.trials or (None if options.time_budget_s else (
+        (40 if device == "cuda" else 12) * (SCREENED_TRIALS_FACTOR if screened else 1)))
     time_budget_s = options.time_budget_s or default_time_budget_s(device, options.trials)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_id, prior_rows = f"{workload.name}-{stamp}-{secrets.token_hex(2)}", ()
@@ -310,6 +367,53 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
     plan = _without_unaffordable_compile(_data_paths(plan))
     plan.reference_params  # a reference outside the space fails here, before Ray starts
     return plan
+
+
+def anchor_points(plan: Plan, curve: ComputeCurve,
+                  probe_knobs: Knobs | None) -> tuple[tuple[str, Knobs], ...]:
+    """The machine's structured points, from the last reference (the recommended, or the
+    baseline alone) and the compute curve:
+
+    * 'machine': at the knee batch, in the precision the probe ran (the fastest the space
+      searches), on the cheapest data path the space allows (``ANCHOR_DATA_PATHS``; 'device'
+      without DataLoader workers);
+    * 'doubling': the reference's knobs at its batch doubled while it stays within the probe's
+      bound (what Lightning's ``BatchSizeFinder`` in 'power' mode answers), when that is
+      larger than its own batch.
+
+    Each is clamped to the device and fitted to ``--global-batch-size`` (one whose batch does
+    not divide it is left out); one equal to a reference or an earlier anchor is left out."""
+    if not plan.references:
+        return ()
+    base = plan.references[-1][1]
+    space = plan.device_space
+    dom = space.domains.get("data_path")
+    paths = dom.values if isinstance(dom, Choices) else (base.data_path,)
+    path = next((p for p in ANCHOR_DATA_PATHS if p in paths), base.data_path)
+    amp = probe_knobs.amp if probe_knobs is not None else base.amp
+    machine = base.replace(batch_size=curve.knee_batch, amp=amp)
+    if path != base.data_path:
+        change = {"data_path": path}
+        if path == "device":
+            change.update(num_workers=0, pin_memory=False)
+        machine = machine.updated(change)[0]
+    doubled = base.batch_size
+    while doubled * 2 <= curve.max_batch:
+        doubled *= 2
+    points = [("machine", machine)]
+    if doubled > base.batch_size:
+        points.append(("doubling", base.replace(batch_size=doubled)))
+    out: list[tuple[str, Knobs]] = []
+    seen = {knobs for _, knobs in plan.references}
+    for name, knobs in points:
+        try:
+            knobs = space.fit_reference(knobs.clamp(plan.device)[0])
+        except TunerError:  # under --global-batch-size, a batch that does not divide it
+            continue
+        if knobs not in seen:
+            seen.add(knobs)
+            out.append((name, knobs))
+    return tuple(out)
 
 
 def _rank_cpus(options: RunOptions, resources: Resources) -> int | None:

@@ -1,9 +1,10 @@
 """Memory probe: bound the batch size before the search spends trials on configurations that
 cannot fit (a power-then-binary search, as Lightning's batch-size finder does).
 
-Each probe is a short trial (two optimizer steps, no measurement windows) at one batch size
-with the lowest-memory settings the space offers (mixed precision if searched, no workers, no
-compile), so the bound is optimistic: the search may still meet out-of-memory trials above it
+Each probe is a short trial at one batch size with the lowest-memory settings the space offers
+(mixed precision if searched, no workers, no compile): one warm-up step (allocator growth,
+autotuning at the new shapes), then ``TIMED_STEPS`` timed windows of one step or a few. The
+bound is optimistic: the search may still meet out-of-memory trials above it
 with hungrier settings, and learns those as constraint violations. A probe trains on one batch
 read once and kept on the device (the compute-only mode): no DataLoader workers, no decoding
 after the first read.
@@ -14,12 +15,22 @@ each batch size on its own, without a process start and CUDA initialisation per 
 memory limit
 needs a fresh process per probe: a process keeps the heap it once held, which would be charged
 to the next batch size.
+
+**The compute curve.** The timed steps of the probes that fit give the step time T(b) of the
+model alone (batches on the device, the fastest precision the space searches, no input
+pipeline) at every batch size probed, for about one step more per size than the memory bound
+alone needs. ``compute_curve`` fits T(b) = alpha + beta * b (least squares: alpha the per-step
+overhead, launch and optimizer; beta the seconds per sample once the device is busy, as
+Pollux models it), names the knee (the smallest allowed batch within ``KNEE_TOLERANCE`` of the
+largest's rate: above it a larger batch buys almost nothing) and the machine's compute limit
+(the rate measured at the largest batch that fit).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Callable
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 from tuner.errors import ProbeOutOfTime
 from tuner.knobs import Knobs
@@ -41,6 +52,99 @@ class ProbeResult:
     timed_out: bool = False
     """The run's time budget ran out during the probe: ``max_batch`` is the largest batch that
     fit by then (a lower bound), None when none had."""
+    step_ms: list[tuple[int, float]] = field(default_factory=list)
+    """(batch_size, median step time, ms) of each probe that fit and timed its steps,
+    ascending: the compute curve's points (``compute_curve``)."""
+    limit_result: dict | None = None
+    """The trial result of the probe at ``max_batch`` (a compute-only measurement of
+    ``TIMED_STEPS`` windows): the machine's compute limit, recorded as the run's
+    'machine-compute' ceiling row."""
+    knobs: Knobs | None = None
+    """The knobs every probe ran with, less the batch size (``probe_knobs``)."""
+
+
+TIMED_STEPS = 3
+"""Timed windows of each probe after its warm-up step; each holds one step, or several where
+a step is shorter than ``PROBE_WINDOW_S``."""
+
+PROBE_WINDOW_S = 0.01
+"""Seconds of a probe's timed window: a window ends at the first step boundary past it."""
+
+KNEE_TOLERANCE = 0.05
+"""The knee is the smallest batch whose rate is within this fraction of the largest's."""
+
+
+@dataclass(frozen=True)
+class ComputeCurve:
+    """The model's compute-only step time against the batch size on this machine, from the
+    memory probe's timed steps: T(b) = alpha_ms + beta_ms * b, ms.
+
+    ``points``: (batch_size, step ms) measured, ascending. ``knee_batch``: the smallest batch
+    the space allows whose rate (fitted) is within ``KNEE_TOLERANCE`` of the rate at
+    ``max_batch``. ``limit_samples_per_sec``: the rate measured at ``max_batch`` (the largest
+    that fit): the machine's compute limit for this model."""
+    alpha_ms: float
+    beta_ms: float
+    points: tuple[tuple[int, float], ...]
+    max_batch: int
+    knee_batch: int
+    limit_samples_per_sec: float
+
+    def step_ms(self, batch_size: float) -> float:
+        """The fitted step time at ``batch_size``, ms."""
+        return self.alpha_ms + self.beta_ms * batch_size
+
+    def samples_per_sec(self, batch_size: float) -> float:
+        """The fitted compute-only rate at ``batch_size``."""
+        return 1000.0 * batch_size / self.step_ms(batch_size)
+
+
+def fit_step_time(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares fit of step ms = alpha + beta * batch over ``points`` ((batch, ms), at
+    least one), each weighted by 1/ms (relative errors: a 5-ms step counts as much as a
+    500-ms one). Returns (alpha_ms >= 0, beta_ms >= 0): a negative intercept (noise at small
+    batches) refits through the origin, a negative slope (a flat curve) is 0 with alpha the
+    mean step."""
+    import numpy as np
+    b = np.array([p[0] for p in points], dtype=float)
+    t = np.array([p[1] for p in points], dtype=float)
+    if len(points) == 1 or np.ptp(b) == 0:
+        return float(t.mean()), 0.0
+    w = 1.0 / t
+    design = np.stack([np.ones_like(b), b], axis=1) * w[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(design, t * w, rcond=None)
+    if beta <= 0:
+        return float(np.average(t, weights=w)), 0.0
+    if alpha < 0:
+        beta = float(np.sum(w * w * b * t) / np.sum(w * w * b * b))
+        return 0.0, beta
+    return float(alpha), float(beta)
+
+
+def knee_batch(alpha_ms: float, beta_ms: float, max_batch: int, allowed: Sequence[int],
+               tolerance: float = KNEE_TOLERANCE) -> int:
+    """The smallest of ``allowed`` (ascending batch sizes) up to ``max_batch`` whose fitted
+    rate b / (alpha + beta * b) is at least (1 - tolerance) x the rate at ``max_batch``;
+    ``max_batch`` when none smaller is."""
+    def rate(b: float) -> float:
+        step = alpha_ms + beta_ms * b
+        return math.inf if step <= 0 else b / step
+    bar = (1.0 - tolerance) * rate(max_batch)
+    return next((b for b in allowed if b <= max_batch and rate(b) >= bar), max_batch)
+
+
+def compute_curve(result: ProbeResult, allowed: Sequence[int]) -> ComputeCurve | None:
+    """The compute curve of a probe (``ComputeCurve``), or None when it timed fewer than two
+    batch sizes or none at its ``max_batch`` (a probe stopped by the budget, a workload whose
+    probe reported no step time)."""
+    points = [(b, ms) for b, ms in result.step_ms if ms and ms > 0]
+    limit = result.limit_result or {}
+    rate = limit.get("samples_per_sec")
+    if len(points) < 2 or result.max_batch is None or not rate:
+        return None
+    alpha, beta = fit_step_time(points)
+    knee = knee_batch(alpha, beta, result.max_batch, sorted(allowed))
+    return ComputeCurve(alpha, beta, tuple(points), result.max_batch, knee, float(rate))
 
 
 def probe_knobs(space: Space, base: Knobs) -> Knobs:
@@ -75,11 +179,12 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
     """
     sizes = candidates(space)
     knobs = probe_knobs(space, base)
-    short = replace(settings, warmup_steps=2, windows=1, window_s=0.01, breakdown_steps=0,
-                    max_steady_probes=0, train_steps=None, compute_only=True,
+    short = replace(settings, warmup_steps=1, windows=TIMED_STEPS, window_s=PROBE_WINDOW_S,
+                    breakdown_steps=0, max_steady_probes=0, train_steps=None, compute_only=True,
                     resident_batches=1, ceiling=None)
     probes: list[tuple[int, str, float | None]] = []
     cache: dict[int, bool] = {}
+    results: dict[int, dict] = {}
 
     def fits(i: int) -> bool:
         if i not in cache:
@@ -92,6 +197,8 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
             if result["status"] not in TELLS_MEMORY:
                 raise RuntimeError(f"memory probe at batch_size {bs} failed: {result.get('error')}")
             cache[i] = result["status"] == Status.OK
+            if cache[i]:
+                results[bs] = result
         return cache[i]
 
     bounds = [-1, None]  # index of the last batch that fit, of the first that did not
@@ -100,8 +207,12 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
     except ProbeOutOfTime:  # the run's deadline: what fit so far bounds the search
         pass
     lo, hi = bounds
-    return ProbeResult(sizes[lo] if lo >= 0 else None, sizes[hi] if hi is not None else None,
-                       sorted(probes), timed_out=any(p[1] == Status.TIMEOUT for p in probes))
+    max_batch = sizes[lo] if lo >= 0 else None
+    step_ms = sorted((bs, float(r["step_time_ms_p50"])) for bs, r in results.items()
+                     if r.get("step_time_ms_p50"))
+    return ProbeResult(max_batch, sizes[hi] if hi is not None else None,
+                       sorted(probes), timed_out=any(p[1] == Status.TIMEOUT for p in probes),
+                       step_ms=step_ms, limit_result=results.get(max_batch), knobs=knobs)
 
 
 def _search(sizes: list[int], fits: Callable[[int], bool], bounds: list) -> None:

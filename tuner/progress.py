@@ -97,6 +97,8 @@ class Progress:
                 else f" ({r.first_failure} did not fit)" if r.first_failure else " (all fit)"))
             took = "" if r.duration_s is None else f" · {r.duration_s:.1f} s"
             self.console.print(f"  memory probe: {bound} · probes {steps}{took}")
+        elif kind == "machine":
+            self.console.print(f"  {data['text']}", highlight=False)
         elif kind == "phase":
             self.console.print(f"  [bold]{_phase_text(data)}[/]", highlight=False)
             self.counter = self.counter.after(data)
@@ -140,7 +142,11 @@ class Progress:
         s = plan.settings
         c.print(f"  budget: {budget}, {concurrency} at a time · per trial: "
                 f"{_count(s.warmup_steps, 'warm-up step')}, {_count(s.windows, 'window')} of "
-                f"{s.window_s:g} s · run id {plan.run_id}")
+                f"{s.window_s:g} s" + (
+                    f" (searched configurations screened over "
+                    f"{_count(plan.screen_windows, 'window')}, the best then in full)"
+                    if getattr(plan, "screen_windows", 0) else "")
+                + f" · run id {plan.run_id}")
         if _followups_text(plan):
             c.print(f"  {_followups_text(plan)}")
         if plan.prior_rows:
@@ -166,6 +172,12 @@ class Progress:
         measured = f"{sps:10,.1f} samples/sec" if sps is not None else f"{'':>10} {'':11}"
         ref = f" [bold]({row['reference']})[/]" if row["reference"] else ""
         tail = f" — {row['error']}" if row.get("error") else ""
+        if phase_of(row) == Phase.CEILING and self.counter.label != "ceiling":
+            # the memory probe's machine-compute row, before the search: not a search trial
+            self.console.print(f"  \\[{row.get('ceiling') or 'ceiling'}] [{style}]{status:<6}[/] "
+                               f"{measured}  {knob_text(row)} (the memory probe's timed steps)",
+                               highlight=False, soft_wrap=True)
+            return
         self.counter.done += 1
         self.console.print(f"  \\[{self.counter.text()}] [{style}]{status:<6}[/] {measured}  "
                            f"{knob_text(row)}{ref}{tail}", highlight=False, soft_wrap=True)

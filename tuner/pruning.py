@@ -130,16 +130,22 @@ class EarlyStopping(FIFOScheduler):
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
         if phase_of(trial.config) != Phase.SEARCH:
             return TrialScheduler.CONTINUE  # a follow-up trial: measured whole, not judged
-        stop = self.decide(trial.trial_id, bool(trial.config.get("reference")), result)
+        # A screening trial plans fewer windows than the run's (its config's "tuner" settings)
+        planned = (trial.config.get("tuner") or {}).get("windows")
+        stop = self.decide(trial.trial_id, bool(trial.config.get("reference")), result,
+                           windows=planned)
         if stop:
             self.stopped.append(trial.trial_id)
             return TrialScheduler.STOP
         return TrialScheduler.CONTINUE
 
-    def decide(self, trial_id: str, is_reference: bool, result: dict) -> bool:
+    def decide(self, trial_id: str, is_reference: bool, result: dict,
+               windows: int | None = None) -> bool:
         """Record a window's report (``window``, ``window_samples_per_sec`` and the objective
         so far) and say whether the trial should stop now. Results that are not a window's
-        report (a trial's final result) are ignored."""
+        report (a trial's final result) are ignored. ``windows``: the trial's own windows
+        (a screening trial's; None: the run's); nothing is stopped after its last."""
+        last = (windows or self.windows) - 1
         window, value = result.get("window"), result.get(self._metric)
         rate = result.get("window_samples_per_sec")
         if result.get("status") != Status.RUNNING or window is None:
@@ -150,7 +156,7 @@ class EarlyStopping(FIFOScheduler):
         self._dropped[trial_id] = int(result.get("windows_dropped") or 0)
         (self._long.add if result.get("windows_long") else self._long.discard)(trial_id)
         if settling:  # a warm-up step, or windows that may hold a transient: never a best
-            if is_reference or self._best is None or window + 1 >= self.windows:
+            if is_reference or self._best is None or window >= last:
                 return False
             logs = self._logs.get(trial_id, [])
             if window >= 1 and self._metric == "samples_per_sec" and len(logs) >= 2:
@@ -162,7 +168,7 @@ class EarlyStopping(FIFOScheduler):
         better = (lambda a, b: a > b) if self._mode == "max" else (lambda a, b: a < b)
         if self._best is None or better(value, self._best):
             self._best = value
-        if is_reference or window + 1 >= self.windows:
+        if is_reference or window >= last:
             return False
         return self.gap(value) > self.margin()
 

@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from ray.tune import Callback
@@ -128,6 +129,13 @@ class LeaderboardWriter(Callback):
         self.rows.append(written)
         self.on_event("trial", {"row": self.rows[-1], "index": len(self.rows),
                                 "total": self.expected})
+
+    def record_result(self, trial_id: str, config: dict, result: dict) -> None:
+        """Write the row of a measurement made outside the run's Tune experiment (the memory
+        probe's at its largest batch: the 'machine-compute' ceiling); ``config`` as a trial's
+        (knobs, ``reference``, ``phase``), ``result`` as a trial's final result."""
+        self._done.add(trial_id)
+        self._write(self._row(SimpleNamespace(trial_id=trial_id, config=config), result))
 
     def recorded(self, trial_id: str) -> bool:
         """Whether the trial's row is written (or could not be: ``failed``)."""

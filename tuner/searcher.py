@@ -1,7 +1,15 @@
 """The constrained Optuna searcher Ray Tune drives.
 
 * The workload's reference configurations (baseline first) are evaluated before anything the
-  sampler proposes, so every run reports its speed-up over them.
+  sampler proposes, so every run reports its speed-up over them; then the machine's structured
+  points (``SearchSpec.anchors``: the knee of the compute curve, the doubling answer), each
+  enqueued in the study as a searched trial, so the sampler starts from where the machine's
+  limit is instead of from one random point.
+* Screening (``SearchSpec.screen_windows``): the sampler's own proposals are measured over a
+  few windows (one by default), the references and anchors over the full windows; the best few
+  then get the full measurement in the interleaved re-measurement
+  (``tuner.followups.remeasure_configs``): two rungs of successive halving, the second rung's
+  promotion interleaved with the references so that its figures compare.
 * The sampler (``--sampler``): Gaussian-process Bayesian optimisation (Optuna's ``GPSampler``)
   by default, TPE or random search on request. On the reduced spaces of
   ``bench/search_quality.py`` the GP found configurations within 0.95 of the grid's best in
@@ -99,6 +107,14 @@ class Timing(NamedTuple):
         once_s = (result.get("setup_s") or 0.0) + first_s - compile_s
         return cls(batch_size, step_s, max(0.0, once_s), per_step_warmup_s(result), mode,
                    compile_s)
+
+
+def screening_settings(windows: int) -> dict:
+    """Trial settings changes of a screening trial: ``windows`` windows, and no half-window
+    probes of the steady state before a single window (``TrialSettings.max_steady_probes``:
+    up to six of them, which would cost a screening trial what the windows it saves did).
+    Its rate is a first reading; the finalists' re-measurement judges the steady state."""
+    return {"windows": windows, "max_steady_probes": 0}
 
 
 def _params_key(params: Mapping[str, Any]) -> tuple:
@@ -253,6 +269,13 @@ class SearchSpec:
     window_s: float = 0.0
     """Seconds of one measurement window (``TrialSettings.window_s``), for costing a proposal
     against the deadline."""
+    anchors: tuple[tuple[str, dict, Knobs], ...] = ()
+    """The machine's structured points, measured after the references and before the
+    sampler's proposals: (name, parameters in ``space``, knobs as run); see
+    ``tuner.plan.anchor_points``."""
+    screen_windows: int = 0
+    """Windows of a screening trial (the sampler's proposals); 0: every trial measures the
+    run's full windows."""
 
     @property
     def worst(self) -> float:
@@ -280,6 +303,7 @@ class ConstrainedSearch(Searcher):
         self._fallback = optuna.samplers.RandomSampler(seed=spec.seed)
         self._define_by_run = spec.space.sampler()
         self._references = list(spec.references)
+        self._anchors = list(spec.anchors)
         self._live: dict[str, Any] = {}
         """Ray trial id -> its running Optuna trial."""
         self._params: dict[str, dict] = {}
@@ -336,12 +360,20 @@ class ConstrainedSearch(Searcher):
             self.study.enqueue_trial(params)
             trial = self.study.ask()
             config = {**self._config(trial), **knobs.to_dict(), "reference": name}
+        elif self._next_anchor() is not None:
+            name, params, knobs = self._anchors.pop(0)
+            self.study.enqueue_trial(params)
+            trial = self.study.ask()
+            config = {**self._config(trial), **knobs.to_dict(), "reference": None,
+                      "anchor": name}
         else:
             deadline = self.deadline_unix_s()
             if deadline is not None and time.time() >= deadline:
                 return Searcher.FINISHED  # the search's time is up: start nothing more
             trial, config = self._propose()
             config["reference"] = None
+            if self.spec.screen_windows:  # screened: the finalists are measured in full later
+                config["tuner"] = screening_settings(self.spec.screen_windows)
             if not self._first_window_fits(int(config["batch_size"]),
                                            config.get("compile") or "off", deadline):
                 from optuna.trial import TrialState
@@ -354,6 +386,13 @@ class ConstrainedSearch(Searcher):
         self._batch[trial_id] = int(config["batch_size"])
         self._params[trial_id] = dict(trial.params)
         return config
+
+    def _next_anchor(self) -> tuple[str, dict, Knobs] | None:
+        """The next anchor still to measure (one whose parameters the study has measured, or
+        knows not to fit, is dropped), or None."""
+        while self._anchors and self._known(self._anchors[0][1]) is not None:
+            self._anchors.pop(0)
+        return self._anchors[0] if self._anchors else None
 
     def _first_window_fits(self, batch_size: int, compile_mode: str = "off",
                            deadline_unix_s: float | None = None) -> bool:

@@ -186,6 +186,12 @@ class RunOptions:
     confirm: int = 3
     """Re-measure this many of the best configurations with twice the windows; the winner is
     chosen on the re-measurement (0 turns it off)."""
+    screen_windows: int = 1
+    """Windows of a searched configuration's screening trial (the references and the
+    machine's structured points get the full ``windows``): many configurations are screened
+    cheaply and the ``confirm`` best get the full measurement in the interleaved
+    re-measurement. 0, or ``confirm`` 0 (no finalists), screens nothing: every searched
+    trial measures the full windows."""
     resume: str | None = None
     """Continue a run: 'latest' (the newest run of this workload in --results) or a run id.
     Its leaderboard rows are the truth: the search state is rebuilt from them, references and
@@ -222,7 +228,8 @@ class RunOptions:
         for flag, value, low in (("--trials", self.trials, 1), ("--train-steps", self.train_steps, 1),
                                  ("--global-batch-size", self.global_batch_size, 1),
                                  ("--windows", self.windows, 1), ("--warmup-steps", self.warmup_steps, 1),
-                                 ("--confirm", self.confirm, 0), ("--world-size", self.world_size, 1)):
+                                 ("--confirm", self.confirm, 0), ("--world-size", self.world_size, 1),
+                                 ("screen_windows", self.screen_windows, 0)):
             if value is not None and value < low:
                 raise TunerError(f"{flag} {value}: must be >= {low}")
         for flag, value in (("--time-budget", self.time_budget_s), ("--window-s", self.window_s),

@@ -140,6 +140,23 @@ class Space:
         return Space(self.source, {**self.domains, "batch_size": dom}, self.constants,
                      self.overrides, self.global_batch)
 
+    def with_batch_low(self, low: int) -> "Space":
+        """The space with its ``batch_size`` range starting at ``low`` (at most its high; a
+        choice list keeps its values from ``low`` up, or its largest when none is): the low end
+        re-centred on the machine's knee (``tuner.probe.ComputeCurve``), where smaller batches
+        only repeat the per-step overhead. Unchanged when ``low`` is at or below the low end."""
+        dom = self.domains.get("batch_size")
+        if dom is None:
+            return self
+        if isinstance(dom, IntRange):
+            if low <= dom.low:
+                return self
+            dom = IntRange(min(low, dom.high), dom.high, dom.log, dom.step)
+        else:
+            dom = Choices(tuple(v for v in dom.values if v >= low) or (max(dom.values),))
+        return Space(self.source, {**self.domains, "batch_size": dom}, self.constants,
+                     self.overrides, self.global_batch)
+
     def without(self, name: str, value: Any) -> "Space":
         """The space with ``value`` no longer sampled for the choice knob ``name`` (held at the
         one value left, when one is); unchanged when ``name`` does not sample ``value``."""
@@ -251,6 +268,10 @@ class Space:
                 # than the dataset); the trial still runs it as written, the search records it
                 # at the cap.
                 value = dom.high
+            if name == "batch_size" and isinstance(dom, IntRange) and value < dom.low:
+                # A reference's batch below a range re-centred on the knee (with_batch_low):
+                # it runs as written, the search records it at the low end.
+                value = dom.low
             if not dom.contains(value):
                 raise SpaceError(
                     f"search space {self.source}: knob {name} {dom.describe()} excludes the "
