@@ -17,7 +17,7 @@ from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.budget import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
                           FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, PLAN_AGE_S)
-from tuner.plan import Resources, make_plan
+from tuner.plan import SCREENED_TRIALS_FACTOR, Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
 from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
 from tuner.settings import RunOptions, TrialSettings
@@ -453,18 +453,21 @@ def test_the_plan_carries_the_budget_and_a_default_on_cuda(regression_data, tmp_
     assert bare.search_time_s() == 100
     # CPU: the default run (no --trials) ends within 4 minutes; asked for N trials, it runs them
     default = make_plan(replace(options, time_budget_s=None))
-    assert default.time_budget_s == DEFAULT_CPU_TIME_BUDGET_S and default.trials == 12
+    assert default.time_budget_s == DEFAULT_CPU_TIME_BUDGET_S
+    assert default.trials == 12 * SCREENED_TRIALS_FACTOR   # screened trials: a third the cost
     assert DEFAULT_CPU_TIME_BUDGET_S + BUDGET_GRACE_S <= 235
     assert make_plan(replace(options, time_budget_s=None, trials=3)).time_budget_s is None
-    # With a trial count the follow-ups keep their trials' share: the default CPU run (12 trials;
-    # 5 configurations x 3 rounds, 4 ceilings) half, the default CUDA run (40 trials) less
-    assert default.followup_share() == MAX_FOLLOWUP_SHARE
+    # With a trial count the follow-ups keep their trials' share: the default CPU run (36
+    # screened trials of one window; 5 configurations x 3 rounds, 4 ceilings) 0.42, the
+    # default CUDA run (120 screened trials) less
+    assert default.followup_share() == pytest.approx(0.424)
     cuda_share = make_plan(replace(options, time_budget_s=None),
                            Resources("cuda", 1, 2)).followup_share()
-    assert FOLLOWUP_SHARE < cuda_share < MAX_FOLLOWUP_SHARE
+    assert FOLLOWUP_SHARE < cuda_share < default.followup_share() < MAX_FOLLOWUP_SHARE
     assert make_plan(replace(options, trials=12, confirm=0, ceiling=False)).followup_share() == 0
     cuda = make_plan(replace(options, time_budget_s=None), Resources("cuda", 1, 2))
-    assert cuda.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S and cuda.trials == 40
+    assert cuda.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S
+    assert cuda.trials == 40 * SCREENED_TRIALS_FACTOR
 
 
 def test_the_command_lines_budget_counts_from_the_launch(regression_data, tmp_path,

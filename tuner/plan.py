@@ -294,8 +294,9 @@ class Plan:
         search's trials, at most ``budget.max_followup_share`` of this run's budget; without
         one ``budget.FOLLOWUP_SHARE``."""
         confirm = self.options.confirm > 0
-        return budget.followup_share(
-            trials=self.trials, windows=self.settings.windows, round_windows=self.round_windows,
+        return budget.followup_share(  # a screened search trial measures its screening windows
+            trials=self.trials, windows=self.screen_windows or self.settings.windows,
+            round_windows=self.round_windows,
             remeasured=self.options.confirm + len(self.references) if confirm else 0,
             rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0,
             budget_s=self.time_budget_s)
