@@ -551,7 +551,7 @@ _MOVED = {
     "best": "tuner.winner.best(table), which returns a tuner.winner.Answer",
     "speedup_vs": "tuner.winner.best(rows).baseline.speedup (or .recommended.speedup)",
     "ceiling_far_below": "tuner.winner.best(rows).ceiling_far_below",
-    "CEILING_NOISE": "tuner.winner.CEILING_NOISE",
+    "CEILING_NOISE": "tuner.ceilings.CEILING_NOISE",
     "RATE_COLUMNS": "tuner.winner.RATE_COLUMNS",
 }
 """Deprecated name -> what replaces it."""
@@ -564,9 +564,12 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warnings.warn(f"tuner.leaderboard.{name} is deprecated and will be removed in the next "
                   f"release; use {_MOVED[name]}", DeprecationWarning, stacklevel=2)
-    if name in ("CEILING_NOISE", "RATE_COLUMNS"):
+    if name == "CEILING_NOISE":
+        import tuner.ceilings as ceilings
+        return ceilings.CEILING_NOISE
+    if name == "RATE_COLUMNS":
         import tuner.winner as winner
-        return getattr(winner, name)
+        return winner.RATE_COLUMNS
     import tuner._best_row as old
     return getattr(old, name)
 

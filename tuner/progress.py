@@ -12,7 +12,8 @@ from rich.table import Table
 
 import tuner.noise as noise
 import tuner.winner as winner
-from tuner.ceilings import attainable_text, lever_text
+from tuner.ceilings import (MachineCompute, Verdict, attainable_text, lever_text,
+                            machine_limit_hidden, machine_summary)
 from tuner.knobs import knob_text
 from tuner.status import STATUSES, Phase, Status, phase_of
 
@@ -216,17 +217,19 @@ class Progress:
                   "re-measured" if best.phase == Phase.REMEASURE else "measured")
         t.add_row(f"[bold]best[/] ({chosen})", f"{best.samples_per_sec:,.1f}", "", knob_text(row))
         _reference_rows(t, best, rows)
-        if ceilings.compute_disturbed:
+        compute = ceilings.compute_verdict(best.samples_per_sec)
+        if compute is not None:
             t.add_row("compute-only ceiling", f"{ceilings.compute_samples_per_sec:,.1f}",
-                      *_low_ceiling_cells(best))
-        elif ceilings.compute_samples_per_sec:
-            t.add_row("compute-only ceiling", f"{ceilings.compute_samples_per_sec:,.1f}",
-                      f"{100 * ceilings.pipeline_efficiency:.0f}% of it",
-                      "same knobs, batches on the device")
-        if ceilings.loader_samples_per_sec:
+                      *_compute_cells(best, compute))
+        if ceilings.machine_compute is not None:
+            t.add_row("machine's compute limit",
+                      f"{ceilings.machine_compute.samples_per_sec:,.1f}",
+                      *_machine_cells(ceilings.machine_compute,
+                                      ceilings.compute_samples_per_sec))
+        loader = ceilings.loader_verdict(best.samples_per_sec)
+        if loader is not None:
             t.add_row("loader-only ceiling", f"{ceilings.loader_samples_per_sec:,.1f}",
-                      *(_low_loader_cells(best) if ceilings.loader_disturbed
-                        else ("", _loader_detail(ceilings.data_path))))
+                      *_loader_cells(loader, ceilings.data_path))
         _attainable_row(t, best.attainable)
         self.console.print(t)
         for line in verdict_lines(best):
@@ -260,8 +263,10 @@ def verdict_lines(best: winner.Answer) -> list[str]:
     """The end-of-run lines under the table: each speed-up with its 95 % interval ('tie within
     the noise (speed-up X, 95 % CI [lo, hi])' where it contains 1, never 'X.XXx faster'), the
     faster configuration a tie set aside for a simpler one, the data path that lifted the input
-    pipeline's limit (``tuner.ceilings.lever_text``), and the measurements set aside as
-    impossible (``best``: ``tuner.winner.best``'s answer)."""
+    pipeline's limit (``tuner.ceilings.lever_text``), this machine's compute limit where it
+    lies above the best and its same-knobs ceiling (``tuner.ceilings.machine_limit_hidden``,
+    ``machine_summary``), and the
+    measurements set aside as impossible (``best``: ``tuner.winner.best``'s answer)."""
     lines = []
     for ref in (best.baseline, best.recommended):
         sp = ref.speedup
@@ -278,6 +283,8 @@ def verdict_lines(best: winner.Answer) -> list[str]:
     lever = lever_text(best.attainable)
     if lever:
         lines.append(lever)
+    if machine_limit_hidden(best):
+        lines.append(machine_summary(best))
     if best.disturbed:
         shown = "; ".join(f"trial {d.trial_id}: {d.reason}" for d in best.disturbed[:3])
         more = f" and {len(best.disturbed) - 3} more" if len(best.disturbed) > 3 else ""
@@ -423,33 +430,57 @@ def _loader_detail(data_path: str) -> str:
     return f"same knobs, its data path alone (data_path={data_path}), no model"
 
 
-def _low_ceiling_cells(best: winner.Answer) -> tuple[str, str]:
-    """The 'best is' and 'knobs' cells of a compute-only ceiling measured below the best: within
-    ``tuner.winner.CEILING_NOISE`` it is the pipeline's own rate ('at it': bound by compute),
-    further below a disturbed measurement. No efficiency either way (it would read over 100 %)."""
-    below = 1 - best.ceilings.compute_samples_per_sec / best.samples_per_sec
-    if below <= winner.CEILING_NOISE:
-        return "at it", (f"same knobs, batches on the device: {100 * below:.0f} % below the "
-                         "pipeline, within the noise: it runs at its compute-only rate, bound by "
-                         "compute")
+def _compute_cells(best: winner.Answer, judged: Verdict) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of the winner's compute-only ceiling by its verdict
+    (``tuner.ceilings.verdict``): its share where it bounds the best, 'at it' within the noise
+    below (bound by compute), else 'disturbed'. Never an efficiency over 100 %."""
+    if judged.judgement == "bound":
+        return f"{100 * judged.share:.0f}% of it", "same knobs, batches on the device"
+    if judged.judgement == "at it":
+        return "at it", (f"same knobs, batches on the device: {100 * judged.below:.0f} % below "
+                         "the pipeline, within the noise: it runs at its compute-only rate, "
+                         "bound by compute")
     how = ("twice" if best.ceilings.compute_measurements >= 2 else
            "once (the time budget left none to measure it again)")
     return "disturbed", (f"measured below the pipeline it bounds, {how}: no efficiency shown "
                          "(the machine was busy; run again on a quiet one)")
 
 
-def _low_loader_cells(best: winner.Answer) -> tuple[str, str]:
-    """The 'best is' and 'knobs' cells of a loader-only ceiling measured below the best, which
-    trains no faster than its DataLoader delivers alone: within ``tuner.winner.CEILING_NOISE``
-    the pipeline runs at its loader's rate ('at it': bound by the input pipeline), further
-    below a disturbed measurement, never a bound."""
-    below = 1 - best.ceilings.loader_samples_per_sec / best.samples_per_sec
-    if below <= winner.CEILING_NOISE:
-        return "at it", (f"same knobs, its DataLoader alone: {100 * below:.0f} % below the "
-                         "pipeline, within the noise: it runs at its loader's rate, bound by "
-                         "the input pipeline")
+def _loader_cells(judged: Verdict, data_path: str) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of the winner's loader-only ceiling by its verdict: the
+    winner trains no faster than its input pipeline delivers alone, so below it within the
+    noise it runs at its loader's rate ('at it'), further below it is a disturbed
+    measurement, never a bound."""
+    if judged.judgement == "bound":
+        return "", _loader_detail(data_path)
+    if judged.judgement == "at it":
+        return "at it", (f"same knobs, its DataLoader alone: {100 * judged.below:.0f} % below "
+                         "the pipeline, within the noise: it runs at its loader's rate, bound "
+                         "by the input pipeline")
     return "disturbed", ("measured below the pipeline it bounds: not a bound (the machine was "
                          "busy; run again on a quiet one)")
+
+
+def _machine_cells(limit: MachineCompute, same_knobs: float | None) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of this machine's compute limit (its largest batch in
+    the fastest precision): the best's share of it and how many times the best's rate it is
+    (saying so where it lies below the best's same-knobs compute-only ceiling
+    ``same_knobs``); where the best ran faster, within the noise 'at it', further 'not a
+    bound'."""
+    knobs = f"{limit.knobs_text}, {limit.data_path}"
+    judged = limit.verdict
+    if judged.judgement == "bound":
+        if same_knobs and limit.samples_per_sec < same_knobs:
+            return f"{100 * judged.share:.0f}% of it", (
+                f"{knobs}: {judged.headroom:.2f}x the best; the largest batch is slower here "
+                "than the best's own")
+        return f"{100 * judged.share:.0f}% of it", (
+            f"{knobs} (largest batch, fastest precision): {judged.headroom:.2f}x the best")
+    if judged.judgement == "at it":
+        return "at it", (f"{knobs}: {100 * judged.below:.0f} % below the best, within the "
+                         "noise: the best computes at this machine's limit")
+    return "not a bound", (f"{knobs}: the best ran faster, so this is no limit (a disturbed "
+                           "measurement, or a smaller batch computes faster here)")
 
 
 BUSY_STEAL_PCT = 5.0
