@@ -300,6 +300,17 @@ class DefineByRun:
         return out
 
 
+def candidates(space: Space) -> list[int]:
+    """Batch sizes ``space`` allows, ascending: its ``batch_size`` choices, every integer of
+    its range (every ``step``-th for a linear one), or its constant."""
+    dom = space.domains.get("batch_size")
+    if isinstance(dom, Choices):
+        return sorted(dom.values)
+    if isinstance(dom, IntRange):
+        return list(range(dom.low, dom.high + 1, 1 if dom.log else dom.step))
+    return [space.constants["batch_size"]]
+
+
 def _cap(dom: Domain, high: int) -> Domain:
     if isinstance(dom, IntRange):
         return dom if dom.high <= high else IntRange(dom.low, max(dom.low, high), dom.log, dom.step)
