@@ -6,7 +6,6 @@ logic: the harness applies batch size, DataLoader settings, AMP, channels_last, 
 Bring your own::
 
     # mypkg/mod.py
-    from tuner.harness import make_trainable
     from tuner.workload import Workload
     from tuner.knobs import Knobs
 
@@ -22,7 +21,6 @@ Bring your own::
         # optional: def prepare_default_data(self, cache_dir, scale): ...  (runs without --data)
 
     workload = MyWorkload()
-    trainable = make_trainable(workload)
 
     # python -m tuner run --workload mypkg.mod:workload
 
@@ -52,6 +50,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from tuner._deprecated import moved
 from tuner.errors import DataError, TunerError, one_line
 from tuner.knobs import Knobs
 from tuner.settings import SCALES, default_cache_dir  # noqa: F401  (public: workloads import them here)
@@ -463,8 +462,8 @@ def __getattr__(name: str) -> Any:
     * ``BUILTIN_PACKAGE``, ``BUILTIN_DIR``: the built-in workloads are the package
       ``tuner.workloads`` (their import paths: ``BUILTINS``).
 
-    ``tuner.harness`` is imported on first use only, by name: an import at module level would
-    make a cycle, and this shim is the one place the contract reaches up to the trial's floor.
+    ``tuner.harness`` is imported on first use only, by the deprecation helper
+    (``tuner._deprecated.moved``): this contract imports nothing of the trial itself.
 
     Warns:
         DeprecationWarning: naming what to use instead.
@@ -474,7 +473,9 @@ def __getattr__(name: str) -> Any:
     """
     if name == "make_trainable":
         _deprecated(name, "use `from tuner.harness import make_trainable`")
-        return importlib.import_module("tuner.harness").make_trainable
+        with warnings.catch_warnings():  # warned above, at the caller's line
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return _MOVED(name)
     if name == "BUILTIN_PACKAGE":
         _deprecated(name, "the built-in workloads are the package 'tuner.workloads' "
                           "(their import paths: `tuner.workload.BUILTINS`)")
@@ -484,6 +485,10 @@ def __getattr__(name: str) -> Any:
                           "`importlib.resources.files('tuner.workloads')`")
         return Path(__file__).resolve().parent / "workloads"
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_MOVED = moved(__name__, {"make_trainable": "tuner.harness"})
+"""Reads a moved name from its new module, importing it then."""
 
 
 def _deprecated(name: str, instead: str) -> None:

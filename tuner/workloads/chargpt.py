@@ -38,7 +38,6 @@ from torch.utils.data import Dataset
 
 from tuner.data import SamplePath
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
 from tuner.workloads._data import write_once
@@ -467,4 +466,3 @@ class CharGPT(Workload):
 
 
 workload = CharGPT()
-trainable = make_trainable(workload)

@@ -37,7 +37,6 @@ from torchvision.transforms import v2
 
 from tuner.data import SamplePath
 from tuner.errors import DataError, TunerError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, option_flag
 from tuner.workloads._data import check_image_folder, image_folder, write_image_folder, write_once
@@ -548,7 +547,5 @@ class NamedClassifier(_ImageFolderClassifier):
 
 
 workload = Classifier()
-trainable = make_trainable(workload)
 
 workload299 = Classifier299()
-trainable299 = make_trainable(workload299)

@@ -34,7 +34,6 @@ from torchvision.transforms import v2
 
 from tuner.data import SamplePath
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
 from tuner.workloads._data import check_image_folder, image_folder, write_image_folder, write_once
@@ -454,4 +453,3 @@ class DDPMWorkload(Workload):
 
 
 workload = DDPMWorkload()
-trainable = make_trainable(workload)

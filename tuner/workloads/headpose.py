@@ -74,7 +74,6 @@ from torchvision.transforms import v2
 
 from tuner.data import SamplePath
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload
 from tuner.workloads._data import read_image, write_once
@@ -524,4 +523,3 @@ class HeadPoseWorkload(Workload):
 
 
 workload = HeadPoseWorkload()
-trainable = make_trainable(workload)

@@ -53,7 +53,6 @@ from torch.utils.data import Dataset
 
 from tuner.data import SamplePath
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.workload import SCALES, Workload, default_cache_dir
 from tuner.workloads._data import write_once
@@ -542,4 +541,3 @@ class Segmentation3dWorkload(Workload):
 
 
 workload = Segmentation3dWorkload()
-trainable = make_trainable(workload)
