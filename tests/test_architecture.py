@@ -32,7 +32,7 @@ FLOORS = {
     4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.probe", "tuner.ray_runtime",
         "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.distributed"},
-    3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
+    3: {"tuner.progress", "tuner.summary", "tuner.machine_load", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
         "tuner.workloads", "tuner.workloads._data", "tuner.workloads.ddpm",
@@ -52,7 +52,7 @@ TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.s
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.windows", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
-              "tuner.scaling"}
+              "tuner.scaling", "tuner.summary", "tuner.machine_load"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 

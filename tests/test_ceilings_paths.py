@@ -260,10 +260,10 @@ def summary_of(rows: list[dict]) -> str:
 
     from rich.console import Console
 
-    from tuner.progress import Progress
+    from tuner.summary import print_best
     console = Console(record=True, width=400)
-    Progress(console)._print_best(rows, SimpleNamespace(workload="fake-regression", scale="tiny",
-                                                        results_dir="res"))
+    print_best(console, rows, SimpleNamespace(workload="fake-regression", scale="tiny",
+                                              results_dir="res"))
     return " ".join(console.export_text().replace("│", " ").split())
 
 
