@@ -73,7 +73,7 @@ from tuner.probe import candidates  # noqa: E402
 from tuner.settings import RunOptions  # noqa: E402
 from tuner.status import Status  # noqa: E402
 from tuner.validate import train_loop  # noqa: E402
-from tuner.workload import available  # noqa: E402
+from tuner.workload_loader import available  # noqa: E402
 
 COLUMNS = ("workload", "baseline", "recommended", "best", "best knobs", "best loader-path",
            "compute-only",
@@ -562,7 +562,7 @@ def capped_space(name: str, results: Path) -> str:
     written under ``results``; returns its path."""
     import yaml
     from tuner.space import builtin_path
-    from tuner.workload import resolve
+    from tuner.workload_loader import resolve
     source = ROOT / builtin_path(resolve(name).space_name)
     space = yaml.safe_load(source.read_text())
     dom = space["knobs"]["batch_size"]

@@ -53,7 +53,17 @@ def test_builtin_dir_is_the_tuner_workloads_package_with_a_warning():
 def test_builtin_package_is_tuner_workloads_with_a_warning():
     value, message = _deprecated("BUILTIN_PACKAGE")
     assert value == "tuner.workloads"
-    assert "tuner.workload.BUILTINS" in message and "'tuner.workloads'" in message
+    assert "tuner.workload_loader.BUILTINS" in message and "'tuner.workloads'" in message
+
+
+@pytest.mark.parametrize("name", ["ENTRY_POINT_GROUP", "BUILTINS", "available", "resolve",
+                                  "configured"])
+def test_the_finder_moved_to_tuner_workload_loader_and_still_reads_with_a_warning(name):
+    import tuner.workload_loader as loader
+    value, message = _deprecated(name)
+    assert value is getattr(loader, name)
+    assert f"tuner.workload.{name} is deprecated" in message
+    assert f"from tuner.workload_loader import {name}" in message
 
 
 def test_an_unknown_name_is_still_an_attribute_error():
@@ -69,7 +79,8 @@ def test_importing_tuner_workload_imports_neither_the_harness_nor_warns():
     code = ("import sys, warnings\n"
             "warnings.simplefilter('error')\n"
             "import tuner.workload\n"
-            "from tuner.workload import Workload, resolve, BUILTINS\n"
+            "from tuner.workload import Workload\n"
+            "from tuner.workload_loader import BUILTINS, resolve\n"
             "print('tuner.harness' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120)

@@ -27,7 +27,8 @@ from tests.test_readme_examples import DOCS, README, documented_examples
 from tuner.errors import DataError, SpaceError
 from tuner.knobs import Knobs
 from tuner.status import Phase
-from tuner.workload import Workload, resolve
+from tuner.workload import Workload
+from tuner.workload_loader import resolve
 
 NO_DATA_MODULE = '''
 import torch
@@ -199,7 +200,7 @@ the current directory first on ``sys.path`` as ``python -c`` puts it."""
 
 _USERS_OWN = _NO_EDITABLE_FINDER + '''
 import json, pickle
-from tuner.workload import available, resolve
+from tuner.workload_loader import available, resolve
 out = {"known": sorted(available())}
 ddpm = resolve("ddpm")
 chargpt = resolve("chargpt")

@@ -12,7 +12,7 @@ import pytest
 from tuner.errors import SpaceError
 from tuner.knobs import Knobs
 from tuner.space import Choices, IntRange, Space, load_space, parse_space
-from tuner.workload import available, resolve
+from tuner.workload_loader import available, resolve
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -22,8 +22,8 @@ import, even at run time, reaches a higher floor):
 * the trial, torch side (runs in a Ray worker): ``harness``, ``apply`` (knobs onto the
   model), ``steppers``, ``measure``, ``flops``, ``failures``, ``ranks``,
   ``hardware``, ``validate`` (the plain loop);
-* contracts: ``workload`` (what a workload is, and how one is found), ``space`` (search
-  spaces), ``data`` (data paths), ``cluster``;
+* contracts: ``workload`` (what a workload is), ``workload_loader`` (how one is found by
+  name or path), ``space`` (search spaces), ``data`` (data paths), ``cluster``;
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
   ``errors``, ``budget``, ``windows``, ``codegen``, ``_deprecated`` (moved names).
 """

@@ -199,7 +199,7 @@ _common_filters = applied(common_filter_options())
 def _workload_name(spec: str) -> str:
     """Leaderboard rows carry the workload's name; an import path is resolved to it."""
     if ":" in spec:
-        from tuner.workload import resolve
+        from tuner.workload_loader import resolve
         return resolve(spec).name
     return spec
 
@@ -549,7 +549,7 @@ def check_cluster(path: str) -> None:
         help="A table, or JSON with each workload's import path.")
 def workloads(fmt: str) -> None:
     """Known workloads with their source, parameter count (seed scale) and sample shape."""
-    from tuner.workload import available, resolve
+    from tuner.workload_loader import available, resolve
     entries = []
     for name, where in sorted(available().items()):
         w = resolve(name)

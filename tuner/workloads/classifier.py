@@ -186,7 +186,7 @@ class _ImageFolderClassifier(Workload):
 
     def configure(self, *, model: str | None = None, image_size: int | None = None) -> Workload:
         """``--model NAME [--image-size PX]``: a ``NamedClassifier`` on this workload's data
-        pipeline, search space and references (``tuner.workload.configured`` calls it).
+        pipeline, search space and references (``tuner.workload_loader.configured`` calls it).
 
         Raises:
             TunerError: ``image_size`` without ``model`` (the built-in models' inputs are
