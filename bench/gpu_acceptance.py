@@ -416,9 +416,9 @@ def validate_ratio(plan, row: dict) -> float | None:
 
 def _bound(rate: float | None, below_best: bool | None, best: float) -> float | str | None:
     """A ceiling's cell: its samples/sec, or, measured below the best it bounds, the figure
-    labelled as what it is (within ``tuner.winner.CEILING_NOISE``: the best runs at it; further
+    labelled as what it is (within ``tuner.ceilings.CEILING_NOISE``: the best runs at it; further
     below: a disturbed measurement), never a bare figure under the rate it bounds."""
-    from tuner.winner import CEILING_NOISE
+    from tuner.ceilings import CEILING_NOISE
     if rate is None or not below_best:
         return rate
     label = "at it" if rate >= (1 - CEILING_NOISE) * best else "disturbed: below the best"
