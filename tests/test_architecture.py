@@ -249,3 +249,16 @@ def test_the_distribution_installs_only_the_tuner_package_with_the_spaces_as_its
     spaces = ROOT / "tuner" / "workloads" / "spaces"
     assert {"ddpm.yaml", "chargpt.yaml", "README.md"} <= {p.name for p in spaces.iterdir()}
     assert not (ROOT / "workloads").exists() and not (ROOT / "search_spaces").exists()
+
+
+def test_the_contract_and_the_builtins_import_nothing_of_the_trial():
+    """The workload contract, its finder and the built-in workloads (with their datasets) sit
+    below the trial: none of them imports a module of the trial's floor, even at run time, or
+    one above it (the deprecated ``make_trainable`` alias aside, ``DEPRECATED_UP``)."""
+    mods = modules()
+    contract = [m for m in mods if m in ("tuner.workload", "tuner.workload_loader")
+                or m == "tuner.workloads" or m.startswith("tuner.workloads.")]
+    reach = {m: sorted(t for t in imports(mods[m], set(mods))
+                       if FLOOR.get(t, 0) >= 2 and t not in contract
+                       and (m, t) not in DEPRECATED_UP) for m in contract}
+    assert {m: r for m, r in reach.items() if r} == {}
