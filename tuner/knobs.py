@@ -156,7 +156,7 @@ class Knobs:
             if info.kind == "choice" and value not in info.choices:
                 raise ValueError(f"knob {name}={value!r}: accepted values are "
                                  f"{', '.join(info.choices)}")
-        if self.data_path == "device" and (self.num_workers or self.pin_memory):
+        if self.data_path == "device" and any(getattr(self, n) for n in _DEVICE_PATH_OFF):
             raise ValueError(
                 f"knob data_path=device takes no DataLoader (num_workers={self.num_workers}, "
                 f"pin_memory={_fmt(self.pin_memory)}): it needs num_workers=0 and "
@@ -216,7 +216,7 @@ class Knobs:
         merged = {**self.to_dict(), **changes}
         dropped = []
         if merged.get("data_path") == "device":  # no DataLoader: its knobs go back too
-            for name in ("num_workers", "pin_memory"):
+            for name in _DEVICE_PATH_OFF:
                 if name not in changes and merged[name]:
                     dropped.append(f"{name}={_fmt(merged[name])}")
                     merged[name] = 0 if name == "num_workers" else False
@@ -325,6 +325,10 @@ DDP_VALUES = {n: i.ddp_values for n, i in KNOB_INFO.items() if i.data_parallel}
 
 DEVICE_PATH_REFUSED = tuple(n for n, i in KNOB_INFO.items() if i.loader_only)
 """The DataLoader's knobs, which the 'device' data path does not use (``KnobInfo.loader_only``)."""
+
+_DEVICE_PATH_OFF = tuple(n for n in DEVICE_PATH_REFUSED if n not in WORKER_KNOBS)
+"""Of those, the ones a 'device' knob set must have off itself (num_workers 0, pin_memory
+false); the worker-only ones follow from num_workers 0."""
 """DistributedDataParallel's knobs: sampled only in trials of world size > 1."""
 CUDA_ONLY_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.cuda_only)
 """Knobs that do nothing off CUDA: not sampled on CPU (``Knobs.clamp`` turns them off)."""
