@@ -76,7 +76,7 @@ from tuner.plan import make_plan  # noqa: E402
 from tuner.probe import candidates  # noqa: E402
 from tuner.settings import SCALES, RunOptions, default_scale  # noqa: E402
 from tuner.status import Status  # noqa: E402
-from tuner.workload import available  # noqa: E402
+from tuner.workload_loader import available  # noqa: E402
 
 COLUMNS = ("workload", "baseline", "recommended", "references again (÷ the run's)", "best",
            "best knobs", "best loader-path", "compute-only",
@@ -635,9 +635,9 @@ def validate_interleaved(plan, row: dict, out: dict, stop_at: float) -> None:
 
 def _bound(rate: float | None, below_best: bool | None, best: float) -> float | str | None:
     """A ceiling's cell: its samples/sec, or, measured below the best it bounds, the figure
-    labelled as what it is (within ``tuner.winner.CEILING_NOISE``: the best runs at it; further
+    labelled as what it is (within ``tuner.ceilings.CEILING_NOISE``: the best runs at it; further
     below: a disturbed measurement), never a bare figure under the rate it bounds."""
-    from tuner.winner import CEILING_NOISE
+    from tuner.ceilings import CEILING_NOISE
     if rate is None or not below_best:
         return rate
     label = "at it" if rate >= (1 - CEILING_NOISE) * best else "disturbed: below the best"
@@ -807,7 +807,7 @@ def capped_space(name: str, results: Path) -> str:
     written under ``results``; returns its path."""
     import yaml
     from tuner.space import builtin_path
-    from tuner.workload import resolve
+    from tuner.workload_loader import resolve
     source = ROOT / builtin_path(resolve(name).space_name)
     space = yaml.safe_load(source.read_text())
     dom = space["knobs"]["batch_size"]

@@ -33,7 +33,8 @@ from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 from tuner.plan import local_cpus
 from tuner.settings import MEASUREMENT_DEFAULTS
-from tuner.workload import Workload, default_cache_dir, resolve
+from tuner.workload import Workload, default_cache_dir
+from tuner.workload_loader import resolve
 
 METRIC = "samples_per_sec"
 TUNER_THREADS = "the trial's CPUs less one per DataLoader worker (as the tuner)"

@@ -73,7 +73,8 @@ from repeatability import TUNER_THREADS, measure_once  # bench/, this script's d
 from tuner.settings import TrialSettings
 from tuner.knobs import WORKER_KNOBS, Knobs
 from tuner.space import Choices, IntRange, Space, load_space
-from tuner.workload import Workload, default_cache_dir, resolve
+from tuner.workload import Workload, default_cache_dir
+from tuner.workload_loader import resolve
 
 DEFAULT_SPACE = Path(__file__).with_name("ddpm-reduced.yaml")
 REACH = 0.95

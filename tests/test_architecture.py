@@ -1,7 +1,9 @@
 """The import graph keeps its floors: read with ``ast`` (every import, function-local ones
-included), it has no cycle, and no module imports one on a higher floor.
+included, and the imports made at run time: ``importlib.import_module("tuner.x")`` with a
+constant name, and the modules a ``tuner._deprecated.moved(...)`` map reads its names from), it
+has no cycle, and no module imports one on a higher floor.
 
-Floors, top to bottom (docs: README "Code map"):
+Floors, top to bottom (the code map: the docstring of ``tuner/__init__.py``):
 
 * the package ``tuner`` itself — a facade: ``tuner.tune`` is ``tuner.api.tune``, imported on
   first use (so nothing below may import from the package: ``import tuner.leaderboard as
@@ -10,7 +12,7 @@ Floors, top to bottom (docs: README "Code map"):
 * driver — what runs in the Ray driver: the run's phases, plan, searcher, probe, Ray runtime,
   the leaderboard recorder;
 * results and the built-in workloads (``tuner.workloads``) — reading and showing rows; the
-  workloads build on the trial's ``make_trainable``;
+  built-in workloads and their datasets;
 * trial — what runs in a Ray worker and uses torch: harness, knob application, measurement,
   failures, hardware, the plain-loop validation;
 * contract — the workload contract, search spaces, cluster configs;
@@ -30,7 +32,8 @@ FLOORS = {
     4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.probe", "tuner.ray_runtime",
         "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.distributed"},
-    3: {"tuner.progress", "tuner.report", "tuner.diagnose", "tuner.leaderboard", "tuner.export",
+    3: {"tuner.progress", "tuner.summary", "tuner.machine_load", "tuner.report", "tuner.diagnose",
+        "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
         "tuner.workloads", "tuner.workloads._data", "tuner.workloads.ddpm",
@@ -40,7 +43,7 @@ FLOORS = {
     2: {"tuner.harness", "tuner.apply", "tuner.measure", "tuner.failures", "tuner.hardware",
         "tuner.steppers", "tuner.ranks",
         "tuner.flops", "tuner.validate", "tuner.noise"},
-    1: {"tuner.workload", "tuner.space", "tuner.cluster", "tuner.data"},
+    1: {"tuner.workload", "tuner.workload_loader", "tuner.space", "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
         "tuner.budget", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
 }
@@ -50,7 +53,7 @@ TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.s
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.windows", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
-              "tuner.scaling"}
+              "tuner.scaling", "tuner.summary", "tuner.machine_load"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 
@@ -63,16 +66,65 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports(path: Path, known: set[str], *, top_level_only: bool = False) -> set[str]:
-    """Project modules ``path`` imports (``from tuner import x`` counts as ``tuner.x``)."""
+DEPRECATED_UP = {("tuner.workload", "tuner.harness"): "make_trainable, removed in 0.4"}
+"""The only arrows up allowed: a deprecated name kept for one release, read from its new, higher
+module by ``tuner._deprecated.moved`` when the old name is first used (never imported
+otherwise). Each must still be a ``moved`` map and nothing else (``test_the_deprecated_arrows_up
+_are_moved_maps_only``)."""
+
+
+def _constant_module(node: ast.AST) -> str | None:
+    """The module an ``importlib.import_module("tuner.x")`` / ``import_module("tuner.x")`` call
+    names with a constant string; else None."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    arg = node.args[0]
+    if name == "import_module" and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    return None
+
+
+def moved_targets(node: ast.AST) -> list[str]:
+    """The modules a ``moved(__name__, {...})`` call reads its names from: the constant values
+    of its dict (a literal or a comprehension); else []."""
+    if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "moved"
+            and len(node.args) == 2):
+        return []
+    out, todo = [], [node.args[1]]
+    while todo:  # a dict literal, a comprehension, and either unpacked in a literal (**{...})
+        names = todo.pop()
+        if isinstance(names, ast.Dict):
+            todo.extend(names.values)
+        elif isinstance(names, ast.DictComp):
+            todo.append(names.value)
+        elif isinstance(names, ast.Constant) and isinstance(names.value, str):
+            out.append(names.value)
+    return out
+
+
+def imports(path: Path, known: set[str], *, top_level_only: bool = False,
+            aliases: bool = True) -> set[str]:
+    """Project modules ``path`` imports (``from tuner import x`` counts as ``tuner.x``); unless
+    ``top_level_only``, the run-time ones too (``_constant_module``) and, with ``aliases``,
+    the modules its ``moved`` maps read from (``tuner._deprecated`` itself excepted: it imports
+    whatever it is given)."""
     tree = ast.parse(path.read_text())
     nodes = tree.body if top_level_only else ast.walk(tree)
+    deprecation_helper = path.name == "_deprecated.py" and path.parent.name == "tuner"
     out = set()
     for node in nodes:
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif top_level_only or deprecation_helper:
+            continue
+        elif (module := _constant_module(node)) is not None:
+            targets = [module]
+        elif aliases and (found := moved_targets(node)):
+            targets = found
         else:
             continue
         for target in targets:
@@ -83,9 +135,10 @@ def imports(path: Path, known: set[str], *, top_level_only: bool = False) -> set
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(*, aliases: bool = True) -> dict[str, set[str]]:
     mods = modules()
-    return {name: imports(path, set(mods)) - {name} for name, path in mods.items()}
+    return {name: imports(path, set(mods), aliases=aliases) - {name}
+            for name, path in mods.items()}
 
 
 def test_every_module_has_a_floor():
@@ -120,14 +173,31 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _allowed(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``edges`` without the deprecated arrows up (``DEPRECATED_UP``)."""
+    return {a: {b for b in targets if (a, b) not in DEPRECATED_UP} for a, targets in edges.items()}
+
+
 def test_no_module_imports_one_on_a_higher_floor():
-    assert upward_imports(graph(), FLOOR) == []
+    assert upward_imports(_allowed(graph()), FLOOR) == []
 
 
 def test_the_import_graph_has_no_cycle():
-    edges = {a: {b for b in targets if b in FLOOR} for a, targets in graph().items()}
+    """Imports, run-time ones included, make no cycle. A ``moved`` map does not count here: it
+    imports its module when an old name is first read, never while its own module loads (a
+    split module's old home points to the new one, which imports the old one's rest)."""
+    edges = {a: {b for b in targets if b in FLOOR} for a, targets in graph(aliases=False).items()}
     cycle = find_cycle(edges)
     assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_deprecated_arrows_up_are_moved_maps_only():
+    """Each allowed arrow up is still there, and only as a ``moved`` map: the module imports
+    nothing of the higher floor otherwise (not even at run time)."""
+    mods = modules()
+    for (low, high) in DEPRECATED_UP:
+        assert high in imports(mods[low], set(mods)), (low, high)
+        assert high not in imports(mods[low], set(mods), aliases=False), (low, high)
 
 
 def test_torch_free_modules_import_neither_torch_nor_ray_at_module_level():
@@ -147,6 +217,21 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
     fake.write_text("import tuner.knobs\n\ndef f():\n    from tuner.cli import main\n")
     seen = imports(fake, {"tuner.cli", "tuner.knobs"})
     assert seen == {"tuner.cli", "tuner.knobs"}                  # function-local imports count
+    run_time = tmp_path / "run_time.py"
+    run_time.write_text("import importlib\nfrom importlib import import_module\n"
+                        "from tuner._deprecated import moved\n\n"
+                        "def f():\n    return importlib.import_module('tuner.harness').x\n\n"
+                        "def g(name):\n"
+                        "    return import_module('tuner.cli'), import_module(name)\n\n"
+                        "__getattr__ = moved(__name__, {n: 'tuner.api' for n in ('a', 'b')})\n"
+                        "_OLD = moved(__name__, {'c': 'tuner.driver',\n"
+                        "                        **{n: 'tuner.plan' for n in 'd'}})\n")
+    known = {"tuner.harness", "tuner.cli", "tuner.api", "tuner.driver", "tuner.plan",
+             "tuner._deprecated"}
+    assert imports(run_time, known) == known                      # run-time imports count
+    assert imports(run_time, known, aliases=False) == known - {"tuner.api", "tuner.driver",
+                                                               "tuner.plan"}
+    assert imports(run_time, known, top_level_only=True) == {"tuner._deprecated"}
     assert upward_imports({"tuner.knobs": seen}, FLOOR) == [
         "tuner.knobs (floor 0) imports tuner.cli (floor 5)"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
@@ -164,3 +249,16 @@ def test_the_distribution_installs_only_the_tuner_package_with_the_spaces_as_its
     spaces = ROOT / "tuner" / "workloads" / "spaces"
     assert {"ddpm.yaml", "chargpt.yaml", "README.md"} <= {p.name for p in spaces.iterdir()}
     assert not (ROOT / "workloads").exists() and not (ROOT / "search_spaces").exists()
+
+
+def test_the_contract_and_the_builtins_import_nothing_of_the_trial():
+    """The workload contract, its finder and the built-in workloads (with their datasets) sit
+    below the trial: none of them imports a module of the trial's floor, even at run time, or
+    one above it (the deprecated ``make_trainable`` alias aside, ``DEPRECATED_UP``)."""
+    mods = modules()
+    contract = [m for m in mods if m in ("tuner.workload", "tuner.workload_loader")
+                or m == "tuner.workloads" or m.startswith("tuner.workloads.")]
+    reach = {m: sorted(t for t in imports(mods[m], set(mods))
+                       if FLOOR.get(t, 0) >= 2 and t not in contract
+                       and (m, t) not in DEPRECATED_UP) for m in contract}
+    assert {m: r for m, r in reach.items() if r} == {}

@@ -477,7 +477,8 @@ WORKLOAD_FILE = WORKLOAD_CLASS.format(cls="FileWorkload", name="from-a-file")
 def test_a_file_path_workload_is_imported_by_its_stem_from_its_directory(tmp_path, monkeypatch):
     """``path/to/mod.py:attr`` puts the directory on sys.path (which ray_init hands to the
     workers as PYTHONPATH) and imports ``mod``, so a pickled workload resolves in a worker."""
-    from tuner.workload import Workload, resolve
+    from tuner.workload import Workload
+    from tuner.workload_loader import resolve
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.delitem(sys.modules, "filewl_h5", raising=False)
     (tmp_path / "elsewhere").mkdir()

@@ -5,6 +5,7 @@ attainable rate, its lever text and its JSON; no Ray."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -256,11 +257,13 @@ def test_a_one_core_ceiling_trains_on_one_thread(regression_data):
 
 def summary_of(rows: list[dict]) -> str:
     from types import SimpleNamespace
+
     from rich.console import Console
-    from tuner.progress import Progress
+
+    from tuner.summary import print_best
     console = Console(record=True, width=400)
-    Progress(console)._print_best(rows, SimpleNamespace(workload="fake-regression", scale="tiny",
-                                                        results_dir="res"))
+    print_best(console, rows, SimpleNamespace(workload="fake-regression", scale="tiny",
+                                              results_dir="res"))
     return " ".join(console.export_text().replace("│", " ").split())
 
 
@@ -300,3 +303,68 @@ def test_the_html_report_gives_the_attainable_rate_and_the_lever():
 def test_a_trial_cannot_be_given_fewer_than_one_cpu():
     with pytest.raises(ValueError, match=r"cpus 0: must be >= 1"):
         TrialSettings(scale="tiny", device="cpu", data_dir=".", cpus=0)
+
+
+# ------------------------------------------------------------------ the machine's compute limit
+
+H200_WINNER = Knobs(batch_size=104, num_workers=8, prefetch_factor=2, data_path="cache",
+                    amp="bf16")
+
+
+def machine_run(machine_sps: float = 5304.0) -> list[dict]:
+    """Shaped like a 220-s ddpm run on one H200: the answer (bs=104, data=cache) at 2,208
+    samples/sec is 94 % of its same-knobs compute-only ceiling (2,357.6), while the machine's
+    compute limit (bs=652, bf16, batches on the device) reads ``machine_sps``."""
+    return [row(0, knobs=Knobs(batch_size=32, num_workers=4), sps=710.0, reference="baseline",
+                device="cuda"),
+            row(1, knobs=H200_WINNER, sps=2208.0, device="cuda"),
+            ceiling(2, "compute", H200_WINNER, 2357.6, device="cuda"),
+            ceiling(3, "machine-compute", H200_WINNER.replace(batch_size=652), machine_sps,
+                    device="cuda")]
+
+
+def test_the_summary_gives_the_machine_compute_limit_beside_the_same_knobs_ceiling():
+    """'94 % of it' of the same-knobs ceiling cannot hide the 2.4x left: the table has a row
+    for this machine's compute limit with the best's share and the batch and precision, and a
+    line under it says so."""
+    out = summary_of(machine_run())
+    assert "compute-only ceiling 2,357.6 94% of it same knobs, batches on the device" in out
+    assert ("machine's compute limit 5,304.0 42% of it bs=652 amp=bf16, batches on the device "
+            "(largest batch, fastest precision): 2.40x the best") in out
+    assert ("this machine's compute limit: 5,304.0 samples/sec at bs=652 amp=bf16 (batches on "
+            "the device), 42 % of it reached (2.40x the best); the same knobs' compute-only "
+            "ceiling 94 % reached") in out
+
+
+@pytest.mark.parametrize("machine_sps, cell, words", [
+    (2150.0, "at it", "3 % below the best, within the noise"),
+    (1500.0, "not a bound", "the best ran faster, so this is no limit"),
+])
+def test_a_machine_limit_the_best_beat_is_never_a_share_above_100(machine_sps, cell, words):
+    out = summary_of(machine_run(machine_sps))
+    assert f"machine's compute limit {machine_sps:,.1f} {cell} bs=652 amp=bf16" in out
+    assert words in out
+    assert "this machine's compute limit:" not in out        # no line: nothing left above it
+    assert not any(int(pct) > 100 for pct in re.findall(r"(\d+)% of it", out))
+
+
+def test_the_html_report_and_best_json_carry_the_machine_compute_limit(tmp_path):
+    from click.testing import CliRunner
+
+    import tuner.cli as cli
+    import tuner.leaderboard as leaderboard
+    from tuner.report import _best_section
+    page = _best_section(winner.best(machine_run()))
+    assert ("<p>this machine&#x27;s compute limit: 5,304.0 samples/sec at bs=652 amp=bf16 "
+            "(batches on the device), 42 % of it reached (2.40x the best)") in page
+    leaderboard.append(tmp_path, machine_run())
+    out = CliRunner().invoke(cli.main, ["best", "--workload", "fake-regression", "--results",
+                                        str(tmp_path), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    limit = doc["ceilings"]["machine_compute"]
+    assert (limit["samples_per_sec"], limit["batch_size"], limit["amp"], limit["data_path"]) == (
+        5304.0, 652, "bf16", "batches on the device")
+    assert limit["verdict"]["judgement"] == "bound"
+    assert limit["verdict"]["share"] == pytest.approx(2208.0 / 5304.0)
+    assert doc["ceilings"]["pipeline_efficiency"] == pytest.approx(2208.0 / 2357.6)

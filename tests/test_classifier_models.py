@@ -1,6 +1,6 @@
 """Any torchvision classifier by name: ``--model NAME [--image-size PX]`` on the classifier
 workloads (``tuner.workloads.classifier.NamedClassifier``), the generic option hook
-(``Workload.configure`` through ``tuner.workload.configured``), and the leaderboard name that
+(``Workload.configure`` through ``tuner.workload_loader.configured``), and the leaderboard name that
 keeps each model's rows apart. In-process, no Ray: one resnet50 trial on CPU at 32 px."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tuner.knobs import Knobs
 from tuner.plan import make_plan
 from tuner.progress import Progress
 from tuner.settings import RunOptions, TrialSettings
-from tuner.workload import configured, resolve
+from tuner.workload_loader import configured, resolve
 from tuner.workloads.classifier import LIST_TORCHVISION, NamedClassifier
 
 RESNET50_PARAMETERS = 25_557_032

@@ -34,7 +34,7 @@ PATHS = {
 
 @pytest.fixture(scope="module")
 def workload():
-    from tuner.workload import configured, resolve
+    from tuner.workload_loader import configured, resolve
     return configured(resolve("classifier"), OPTIONS)
 
 
@@ -80,7 +80,7 @@ def test_workload_lines_name_the_import_path():
     assert workload_lines("my_pkg.wl:mine") == [
         "from my_pkg.wl import mine as workload  # the tuned workload"]
     assert workload_lines("src/wl.py:mine") == [
-        "from tuner.workload import resolve",
+        "from tuner.workload_loader import resolve",
         "workload = resolve('src/wl.py:mine')  # the tuned workload"]
 
 

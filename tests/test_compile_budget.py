@@ -67,7 +67,7 @@ def test_the_loader_only_ceiling_of_a_compiled_configuration_is_not_held_back(re
 ])
 def test_a_compile_is_assumed_to_need_the_workloads_measured_time(workload, mode, device,
                                                                   needs_s):
-    from tuner.workload import resolve
+    from tuner.workload_loader import resolve
     assert compile_needs_s(mode, resolve(workload), device) == pytest.approx(needs_s)
 
 
@@ -75,7 +75,7 @@ def test_on_cuda_a_small_models_compile_starts_with_a_minute_left(regression_dat
     """chargpt's recommended reference compiles (14 s on an H100): with 60 s left it is
     started (the ddpm U-Net's ~90 s is not the measure of every compile); with 10 s it is not. (The
     check alone: nothing here needs a GPU.)"""
-    from tuner.workload import resolve
+    from tuner.workload_loader import resolve
     chargpt = resolve("chargpt")
     knobs = Knobs(batch_size=128, compile="default")
     cuda = settings(regression_data, device="cuda", deadline_unix_s=time.time() + 60)

@@ -83,8 +83,12 @@ def test_the_ddp_knobs_are_sampled_only_at_world_size_above_one(tmp_path, regres
 # ------------------------------------------------------------------ without Ray: the rules
 
 def test_world_sizes_parse_a_count_or_a_list_and_refuse_anything_else():
-    from tuner.cli import world_sizes
     from tuner.errors import TunerError
+    from tuner.scaling import world_sizes
+    assert world_sizes(2) == (2,) and world_sizes([1, 2, 1]) == (1, 2)  # as tune() takes them
+    for bad in ([1, True], [1.5], [], None):
+        with pytest.raises(TunerError, match="--world-size .*: accepted: a rank count >= 1"):
+            world_sizes(bad)
     assert world_sizes("2") == (2,)
     assert world_sizes("1,2,4") == (1, 2, 4)
     assert world_sizes("2,2,1") == (2, 1)  # each size once, in the order given
@@ -306,6 +310,53 @@ def test_a_world_size_list_runs_each_size_in_turn_and_prints_their_scaling(monke
     assert runs == [(1, 50.0, True), (2, 50.0, False)]
     assert "world size 2: 180.0 samples/sec (90.0 per rank), scaling efficiency 90 %, 11.1 per " \
            "million samples" in " ".join(out.output.split())
+
+
+def test_the_cli_world_size_parser_moved_to_the_library_and_still_reads_with_a_warning():
+    import tuner.cli as cli
+    import tuner.scaling as scaling
+    with pytest.warns(DeprecationWarning, match="tuner.cli.world_sizes moved to "
+                                                "tuner.scaling.world_sizes"):
+        assert cli.world_sizes is scaling.world_sizes
+
+
+def test_tune_with_a_world_size_list_runs_each_size_in_turn_and_returns_their_scaling(
+        monkeypatch, tmp_path, regression_data):
+    """``tuner.tune(..., world_size=[1, 2], time_budget_s=100)``: a plan and a run per size, in
+    order, 50 s each, and a ``ScalingResult`` with each size's run and the scaling efficiency
+    (the driver's run faked: each size's best at 100 and 180 samples/sec)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import tuner
+    import tuner.api as api
+    from tuner.driver import RunSummary
+    from tuner.errors import TunerError
+    planned_sizes = []
+
+    @contextlib.contextmanager
+    def planned(options):
+        planned_sizes.append((options.world_size, options.time_budget_s))
+        yield SimpleNamespace(options=options, notes=[])
+
+    def run(plan, on_event=None):
+        n = plan.options.world_size
+        return RunSummary(f"r{n}", "fake-regression", "cpu", "tiny",
+                          [_row(n, {1: 100.0, 2: 180.0}[n], f"t{n}")], 1.0, str(tmp_path))
+
+    monkeypatch.setattr(api, "planned", planned)
+    monkeypatch.setattr(api, "run", run)
+    found = tuner.tune(RANK_OOM, device="cpu", data=str(regression_data), results=str(tmp_path),
+                       time_budget_s=100, progress=False, world_size=[1, 2], gpu_hour_cost=3.6)
+    assert planned_sizes == [(1, 50.0), (2, 50.0)]
+    assert isinstance(found, api.ScalingResult) and list(found.runs) == [1, 2]
+    assert found.runs[2].run_id == "r2" and found.runs[1].rows[0]["samples_per_sec"] == 100.0
+    two = found.world_sizes[1]
+    assert (two.world_size, two.efficiency) == (2, pytest.approx(0.9))
+    assert found.lines()[1] == ("world size 2: 180.0 samples/sec (90.0 per rank), scaling "
+                                "efficiency 90 %, 11.1 per million samples")
+    with pytest.raises(TunerError, match=r"--world-size 0,2: accepted"):
+        tuner.tune(RANK_OOM, device="cpu", progress=False, world_size=[0, 2])
 
 
 def test_the_report_has_a_world_size_table_only_for_multi_rank_trials():

@@ -38,13 +38,13 @@ def test_make_trainable_from_tuner_workload_is_the_harness_one_with_a_warning():
     from tuner.harness import make_trainable
     value, message = _deprecated("make_trainable")
     assert value is make_trainable
-    assert "from tuner.harness import make_trainable" in message
-    assert "tuner.workload.make_trainable is deprecated" in message
+    assert "use tuner.harness.make_trainable" in message
+    assert "tuner.workload.make_trainable was deprecated in tuner 0.3.0" in message
 
 
 def test_from_import_make_trainable_warns_too():
     from tuner.harness import make_trainable
-    with pytest.warns(DeprecationWarning, match=r"from tuner\.harness import make_trainable"):
+    with pytest.warns(DeprecationWarning, match=r"use tuner\.harness\.make_trainable"):
         from tuner.workload import make_trainable as old
     assert old is make_trainable
 
@@ -60,7 +60,17 @@ def test_builtin_dir_is_the_tuner_workloads_package_with_a_warning():
 def test_builtin_package_is_tuner_workloads_with_a_warning():
     value, message = _deprecated("BUILTIN_PACKAGE")
     assert value == "tuner.workloads"
-    assert "tuner.workload.BUILTINS" in message and "'tuner.workloads'" in message
+    assert "tuner.workload_loader.BUILTINS" in message and "'tuner.workloads'" in message
+
+
+@pytest.mark.parametrize("name", ["ENTRY_POINT_GROUP", "BUILTINS", "available", "resolve",
+                                  "configured"])
+def test_the_finder_moved_to_tuner_workload_loader_and_still_reads_with_a_warning(name):
+    import tuner.workload_loader as loader
+    value, message = _deprecated(name)
+    assert value is getattr(loader, name)
+    assert f"tuner.workload.{name} was deprecated in tuner 0.3.0" in message
+    assert f"use tuner.workload_loader.{name}" in message
 
 
 def test_an_unknown_name_is_still_an_attribute_error():
@@ -76,7 +86,8 @@ def test_importing_tuner_workload_imports_neither_the_harness_nor_warns():
     code = ("import sys, warnings\n"
             "warnings.simplefilter('error')\n"
             "import tuner.workload\n"
-            "from tuner.workload import Workload, resolve, BUILTINS\n"
+            "from tuner.workload import Workload\n"
+            "from tuner.workload_loader import BUILTINS, resolve\n"
             "print('tuner.harness' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120)
@@ -132,6 +143,15 @@ MOVED = [  # old module, name, the module that now holds it
     ("tuner.noise", "MIN_NOISE_ROWS", "tuner.windows"),
     ("tuner.noise", "window_noise", "tuner.windows"),
     ("tuner.noise", "steady_tolerance", "tuner.windows"),
+    ("tuner.winner", "CEILING_NOISE", "tuner.ceilings"),
+    ("tuner.cli", "world_sizes", "tuner.scaling"),
+    ("tuner.workload", "make_trainable", "tuner.harness"),
+    *[("tuner.workload", name, "tuner.workload_loader")
+      for name in ("ENTRY_POINT_GROUP", "BUILTINS", "available", "resolve", "configured")],
+    *[("tuner.progress", name, "tuner.summary")
+      for name in ("verdict_lines", "paste_commands", "leaderboard_statuses")],
+    *[("tuner.progress", name, "tuner.machine_load")
+      for name in ("busy_note", "drift_note", "BUSY_STEAL_PCT", "BUSY_OTHER_CPU_PCT")],
 ]
 
 REPLACED = [  # old name, what the warning tells to use, the object it still returns
@@ -140,7 +160,7 @@ REPLACED = [  # old name, what the warning tells to use, the object it still ret
     ("speedup_vs", "tuner.winner.best(rows).baseline.speedup", ("tuner._best_row", "speedup_vs")),
     ("ceiling_far_below", "tuner.winner.best(rows).ceiling_far_below",
      ("tuner._best_row", "ceiling_far_below")),
-    ("CEILING_NOISE", "tuner.winner.CEILING_NOISE", ("tuner.winner", "CEILING_NOISE")),
+    ("CEILING_NOISE", "tuner.ceilings.CEILING_NOISE", ("tuner.ceilings", "CEILING_NOISE")),
     ("RATE_COLUMNS", "tuner.winner.RATE_COLUMNS", ("tuner.winner", "RATE_COLUMNS")),
 ]
 
@@ -181,6 +201,7 @@ def test_every_name_the_helper_serves_has_a_test_above():
         importlib.import_module(module)
     tested = {f"{old}.{name}" for old, name, _ in MOVED}
     tested |= {f"tuner.leaderboard.{name}" for name, _, _ in REPLACED}
+    tested |= {"tuner.workload.BUILTIN_DIR", "tuner.workload.BUILTIN_PACKAGE"}  # tests above
     assert set(deprecation.DEPRECATIONS) == tested
 
 
@@ -311,7 +332,8 @@ def test_one_scale_check_and_one_default_serve_everything():
 
 
 def test_a_built_in_workload_takes_the_old_scale_word_with_a_warning():
-    workload = tuner.workload.resolve("ddpm")
+    from tuner.workload_loader import resolve
+    workload = resolve("ddpm")
     with pytest.warns(TunerDeprecationWarning, match=_SEED) as caught:
         shape = workload.sample_shape("seed")
     assert shape == workload.sample_shape("full") and caught[0].filename == __file__

@@ -62,6 +62,7 @@ one short window each."""
 
 
 PUBLIC_MODULES = ("tuner.api", "tuner.settings", "tuner.errors", "tuner.workload",
+                  "tuner.workload_loader", "tuner.ceilings",
                   "tuner.integrations.lightning", "tuner.workloads.datasets", "tuner.data",
                   "tuner.knobs", "tuner.space", "tuner.status", "tuner.leaderboard",
                   "tuner.winner", "tuner.export")
@@ -374,7 +375,8 @@ def _one_step(workload, data_dir) -> float:
 
 
 def test_workload_example_trains(examples_dir, tmp_path, monkeypatch):
-    from tuner.workload import Workload, resolve
+    from tuner.workload import Workload
+    from tuner.workload_loader import resolve
     module = import_example("my_workload.py", examples_dir, monkeypatch)
     workload = module.workload
     assert isinstance(workload, Workload) and callable(module.trainable)
@@ -447,7 +449,7 @@ def test_space_examples_load_and_hold_the_references(examples_dir, monkeypatch):
 
 
 def test_entry_point_example_names_the_workload(examples_dir, monkeypatch):
-    from tuner.workload import resolve
+    from tuner.workload_loader import resolve
     tomls = [n for n, b in named_blocks().items() if b.language == "toml"]
     assert tomls
     for name in tomls:
@@ -595,5 +597,5 @@ def test_lightning_run_command_runs(docs_run, monkeypatch):
     rows = read(results).to_pylist()
     assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [
         (r["status"], r["error"]) for r in rows]
-    from tuner.workload import resolve
+    from tuner.workload_loader import resolve
     assert {r["workload"] for r in rows} == {resolve("lit_mlp:workload").name}

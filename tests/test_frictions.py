@@ -27,7 +27,8 @@ from tests.test_readme_examples import DOCS, README, documented_examples
 from tuner.errors import DataError, SpaceError
 from tuner.knobs import Knobs
 from tuner.status import Phase
-from tuner.workload import Workload, resolve
+from tuner.workload import Workload
+from tuner.workload_loader import resolve
 
 NO_DATA_MODULE = '''
 import torch
@@ -199,7 +200,7 @@ the current directory first on ``sys.path`` as ``python -c`` puts it."""
 
 _USERS_OWN = _NO_EDITABLE_FINDER + '''
 import json, pickle
-from tuner.workload import available, resolve
+from tuner.workload_loader import available, resolve
 out = {"known": sorted(available())}
 ddpm = resolve("ddpm")
 chargpt = resolve("chargpt")
@@ -258,7 +259,7 @@ def test_a_builtin_pickles_and_copies_with_its_attributes():
 
 
 def _paste(plan_options: dict, data_dir: Path | None = None):
-    from tuner.progress import paste_commands
+    from tuner.summary import paste_commands
     options = SimpleNamespace(**{"results": "tuner-results", "device": "auto", "scale": None,
                                  "data": None, "workload_options": {}, **plan_options})
     plan = SimpleNamespace(options=options, data_dir=data_dir, device="cpu", scale="tiny")
@@ -289,7 +290,7 @@ def test_pasted_commands_parse_and_find_the_workload(tmp_path, regression_data, 
 
 
 def test_readme_shows_the_paste_lines_the_code_prints():
-    from tuner.progress import paste_commands
+    from tuner.summary import paste_commands
     options = SimpleNamespace(workload="my_workload:workload", workload_options={},
                               results="tuner-results", data="/path/to/npy-dir", device="auto",
                               scale=None)
@@ -301,7 +302,7 @@ def test_readme_shows_the_paste_lines_the_code_prints():
 
 
 def test_paste_without_a_plan_or_with_an_object_gives_best_only():
-    from tuner.progress import paste_commands
+    from tuner.summary import paste_commands
     summary = SimpleNamespace(workload="ddpm", results_dir="my results")
     assert paste_commands(None, summary) == [
         "python -m tuner best --workload ddpm --results 'my results' --format python"]

@@ -192,3 +192,23 @@ def test_cpu_clamp_follows_the_knob_table():
     assert applied == Knobs(batch_size=8, num_workers=1, amp="off", compile="default")
     assert len(notes) == 6 and "amp: fp16 -> off (cpu)" in notes
     assert Knobs(batch_size=8, amp="bf16").clamp("cpu") == (Knobs(batch_size=8, amp="bf16"), [])
+
+
+def test_the_ddp_domains_and_the_device_paths_refused_knobs_are_knob_facts():
+    """What a data-parallel run samples and which knobs the 'device' data path does not use
+    are each knob's metadata; the search space derives its tables from them."""
+    import dataclasses
+
+    from tuner.knobs import DDP_KNOBS, DDP_VALUES, DEVICE_PATH_REFUSED, KNOB_INFO, KnobInfo
+    from tuner.space import DDP_DOMAINS, DEVICE_PATH_NO, Choices
+    assert DDP_VALUES == {"ddp_bucket_cap_mb": (25, 50, 100, 200),
+                          "gradient_as_bucket_view": (False, True),
+                          "static_graph": (False, True)}
+    assert set(DDP_VALUES) == set(DDP_KNOBS)
+    assert DDP_DOMAINS == {name: Choices(values) for name, values in DDP_VALUES.items()}
+    assert set(DEVICE_PATH_REFUSED) == {"num_workers", "pin_memory", "prefetch_factor",
+                                        "persistent_workers"} == set(DEVICE_PATH_NO)
+    with pytest.raises(ValueError, match="ddp_values"):
+        dataclasses.replace(KNOB_INFO["amp"], ddp_values=("bf16",))
+    with pytest.raises(ValueError, match="ddp_values"):
+        KnobInfo(short="x", kind="bool", memory="none", data_parallel=True)

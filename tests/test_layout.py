@@ -8,7 +8,7 @@ import pytest
 from tuner.flops import has_image_layout
 from tuner.plan import make_plan
 from tuner.settings import RunOptions
-from tuner.workload import resolve
+from tuner.workload_loader import resolve
 
 SPACE = ("knobs:\n  batch_size: {choices: [4, 16]}\n  num_workers: 0\n"
          "  channels_last: {choices: [false, true]}\n")
@@ -36,7 +36,7 @@ def test_builtin_spaces_offer_cuda_graphs_on_cuda_only():
     """Every built-in workload trains on static shapes (drop_last batches, fixed crops and
     contexts), so torch.compile's reduce-overhead mode (CUDA graphs) is searched on CUDA."""
     from tuner.space import load_space
-    from tuner.workload import BUILTINS
+    from tuner.workload_loader import BUILTINS
     for name in BUILTINS:
         space = load_space(resolve(name).space_name)
         assert "reduce-overhead" in space.for_device("cuda", max_workers=16).domains["compile"].values

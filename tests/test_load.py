@@ -12,7 +12,7 @@ import torch
 
 from tuner import noise
 from tuner.measure import HostMemorySampler, LoadMonitor
-from tuner.progress import busy_note, drift_note
+from tuner.machine_load import busy_note, drift_note
 
 
 def test_load_is_recorded_around_a_measurement():
@@ -240,3 +240,16 @@ def test_the_host_memory_sampler_spends_at_most_its_duty_of_one_core(monkeypatch
     calls, waits = samples_in_one_second(measuring=False)
     assert len(calls) == 1 + 16 + 1 and waits == pytest.approx([0.01] * 17)
     assert calls[:3] == pytest.approx([0.0, 0.06, 0.12])
+
+
+def test_the_machine_notes_moved_out_of_the_printer_and_still_read_with_a_warning():
+    import tuner.machine_load as machine_load
+    import tuner.progress as progress
+    import tuner.summary as summary
+    for name, home in (("busy_note", machine_load), ("drift_note", machine_load),
+                       ("BUSY_STEAL_PCT", machine_load), ("BUSY_OTHER_CPU_PCT", machine_load),
+                       ("verdict_lines", summary), ("paste_commands", summary),
+                       ("leaderboard_statuses", summary)):
+        with pytest.warns(DeprecationWarning, match=f"tuner.progress.{name} moved to "
+                                                    f"{home.__name__}.{name}"):
+            assert getattr(progress, name) is getattr(home, name)

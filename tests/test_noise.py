@@ -27,7 +27,8 @@ from tests.test_leaderboard import T0, row
 from tuner.knobs import Knobs
 from tuner.measure import Window, summarise
 from tuner.plan import Plan
-from tuner.progress import Progress, verdict_lines
+from tuner.progress import Progress
+from tuner.summary import print_best, verdict_lines
 
 BASE = Knobs(batch_size=8, num_workers=2, prefetch_factor=2)
 FAST = Knobs(batch_size=32, num_workers=2, prefetch_factor=2)
@@ -371,7 +372,7 @@ def test_summary_and_best_command_say_tie(tmp_path):
                    (BUSY, "recommended", [100.0, 102.0, 97.0])])
     console = Console(record=True, width=200)
     summary = SimpleNamespace(workload="fake-regression", scale="tiny", results_dir="res")
-    Progress(console)._print_best(rows, summary)
+    print_best(console, rows, summary)
     out = console.export_text()
     assert "the best itself" in out and "x faster" not in out
     assert "vs recommended: tie within the noise (speed-up" in out
@@ -397,7 +398,7 @@ def test_a_loader_ceiling_below_the_best_is_printed_as_disturbed_not_as_a_bound(
                  "started_at": T0 + dt.timedelta(minutes=5)})
     console = Console(record=True, width=250)
     summary = SimpleNamespace(workload="fake-regression", scale="tiny", results_dir="res")
-    Progress(console)._print_best(rows, summary)
+    print_best(console, rows, summary)
     line = next(ln for ln in console.export_text().splitlines() if "loader-only ceiling" in ln)
     assert "disturbed" in line and "not a bound" in line
 
@@ -717,7 +718,7 @@ def test_only_impossible_measurements_print_no_result_but_the_reason():
     assert winner.best(rows) is None
     console = Console(record=True, width=200)
     summary = SimpleNamespace(workload="fake-regression", scale="tiny", results_dir="res")
-    Progress(console)._print_best(rows, summary)
+    print_best(console, rows, summary)
     out = console.export_text()
     assert out.startswith("no result: every measurement had a figure that cannot be true")
     assert "MFU 250 %" in out and "non-positive step time (0 ms)" in out
@@ -733,8 +734,8 @@ def test_a_ratio_below_one_reads_slower_never_faster():
 
 def _best_table(rows: list[dict]) -> str:
     console = Console(record=True, width=300)
-    Progress(console)._print_best(rows, SimpleNamespace(workload="fake-regression", scale="tiny",
-                                                        results_dir="res"))
+    print_best(console, rows, SimpleNamespace(workload="fake-regression", scale="tiny",
+                                              results_dir="res"))
     return " ".join(console.export_text().replace("│", " ").split())
 
 

@@ -342,7 +342,8 @@ def test_workload_example_honours_the_contract(tmp_path, monkeypatch):
     from torch.utils.data import DataLoader
 
     from tuner.knobs import Knobs
-    from tuner.workload import Workload, resolve
+    from tuner.workload import Workload
+    from tuner.workload_loader import resolve
 
     write_examples(tmp_path)
     module = import_example(WORKLOAD_EXAMPLE, tmp_path, monkeypatch)

@@ -12,7 +12,7 @@ import pytest
 from tuner.errors import SpaceError
 from tuner.knobs import Knobs
 from tuner.space import Choices, IntRange, Space, load_space, parse_space
-from tuner.workload import available, resolve
+from tuner.workload_loader import available, resolve
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -313,3 +313,14 @@ def test_bounds_follow_the_machine_not_the_space_file():
     assert wider.bounds()["batch_size"] == "[4, 1024] log"
     picked = Space("s", {"batch_size": Choices((8, 32, 128))}, {}).with_batch_high(1024)
     assert picked.domains["batch_size"] == Choices((8, 32, 128))  # choices are only capped
+
+
+def test_the_batch_sizes_a_space_allows_are_the_spaces_question():
+    """``candidates`` lives with the space; the probe and the follow-ups read it there
+    (``tuner.probe.candidates`` is the same function)."""
+    import tuner.probe as probe
+    from tuner.space import Choices, IntRange, Space, candidates
+    assert candidates(Space("t", {"batch_size": Choices((64, 8, 32))}, {})) == [8, 32, 64]
+    assert candidates(Space("t", {"batch_size": IntRange(8, 32, step=8)}, {})) == [8, 16, 24, 32]
+    assert candidates(Space("t", {}, {"batch_size": 12})) == [12]
+    assert probe.candidates is candidates

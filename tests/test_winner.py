@@ -14,6 +14,7 @@ import yaml
 
 from tests.test_leaderboard import T0, row, table_of
 from tuner import leaderboard, winner
+from tuner.ceilings import MachineCompute, Verdict
 from tuner.errors import TunerDeprecationWarning
 from tuner.knobs import Knobs
 
@@ -186,7 +187,9 @@ def test_the_answer_holds_ceilings_attainable_rate_and_what_binds():
     assert top.row["trial_id"] == "run-a-1" and top.samples_per_sec == 100.0
     assert top.ceilings == winner.Ceilings(
         compute_samples_per_sec=160.0, compute_measurements=1, compute_disturbed=False,
-        pipeline_efficiency=0.625, loader_samples_per_sec=120.0, loader_disturbed=False)
+        pipeline_efficiency=0.625, loader_samples_per_sec=120.0, loader_disturbed=False,
+        machine_compute=MachineCompute(400.0, "run-a-5", 256, 1, "off",
+                                       "batches on the device", Verdict("bound", 0.25, None)))
     assert top.attainable == winner.Attainable(
         125.0, "input pipeline", 0.8, compute_samples_per_sec=400.0,
         input_by_path={"loader": 125.0}, data_path="loader", input_samples_per_sec=125.0,
@@ -195,6 +198,28 @@ def test_the_answer_holds_ceilings_attainable_rate_and_what_binds():
     assert top.disturbed == (winner.Disturbed("run-a-2",
                                               "MFU 180 % is above 100 % of the card's peak"),)
     assert top.baseline.ratio == pytest.approx(2.0) and top.recommended.ratio is None
+
+
+def test_the_machine_compute_limit_is_judged_against_the_winner_and_in_the_json():
+    """The run's machine-compute row is this machine's compute limit: the winner's share of it
+    (never above 100 %) and the times the winner's rate it is, beside the same-knobs
+    compute-only ceiling; a row the winner beat is 'at it' within the noise, else 'not a
+    bound'."""
+    top = winner.best(_bounded_run())
+    limit = top.ceilings.machine_compute
+    assert (limit.batch_size, limit.amp, limit.verdict.share, limit.verdict.headroom) == (
+        256, "off", 0.25, 4.0)
+    doc = json.loads(json.dumps(top.to_dict()))
+    assert doc["ceilings"]["machine_compute"]["samples_per_sec"] == 400.0
+    assert doc["ceilings"]["machine_compute"]["verdict"] == {
+        "judgement": "bound", "share": 0.25, "below": None}
+    assert doc["ceilings"]["compute_samples_per_sec"] == 160.0
+    for sps, judgement, below in ((97.0, "at it", 0.03), (80.0, "not a bound", 0.2)):
+        rows = [r if r.get("ceiling") != "machine-compute" else {**r, "samples_per_sec": sps}
+                for r in _bounded_run()]
+        judged = winner.best(rows).ceilings.machine_compute.verdict
+        assert (judged.judgement, judged.share) == (judgement, None)
+        assert judged.below == pytest.approx(below) and judged.headroom is None
 
 
 def test_the_answer_is_frozen_and_its_row_read_only():
@@ -331,7 +356,18 @@ def test_leaderboard_ceiling_far_below_still_reads_the_flat_dict_with_a_warning(
 
 
 def test_leaderboard_ceiling_noise_still_reads_with_a_warning():
-    assert _moved("CEILING_NOISE") == winner.CEILING_NOISE == 0.05
+    from tuner.ceilings import CEILING_NOISE
+    with pytest.warns(DeprecationWarning, match=r"tuner\.leaderboard\.CEILING_NOISE was "
+                                                r"deprecated.*use tuner\.ceilings\.") as caught:
+        assert leaderboard.CEILING_NOISE == CEILING_NOISE == 0.05
+    assert len(caught) == 1 and caught[0].filename == __file__
+
+
+def test_winner_ceiling_noise_moved_to_the_ceilings_and_still_reads_with_a_warning():
+    from tuner.ceilings import CEILING_NOISE
+    with pytest.warns(DeprecationWarning, match="tuner.winner.CEILING_NOISE was deprecated "
+                                                ".*use tuner.ceilings.CEILING_NOISE"):
+        assert winner.CEILING_NOISE == CEILING_NOISE
 
 
 def test_leaderboard_rate_columns_still_read_with_a_warning():

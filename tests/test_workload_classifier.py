@@ -12,7 +12,7 @@ import torch
 
 from tuner.errors import DataError
 from tuner.space import load_space
-from tuner.workload import resolve
+from tuner.workload_loader import resolve
 from tuner.workloads.classifier import Classifier, Classifier299, workload, workload299
 
 BOTH = [pytest.param(workload, id="classifier"), pytest.param(workload299, id="classifier299")]

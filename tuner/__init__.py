@@ -1,23 +1,44 @@
 """tuner: finds the fastest way to train a given PyTorch model on given hardware.
 
 Short, carefully measured training trials run under Ray Tune with an Optuna search; every
-trial lands in a Parquet leaderboard. README.md is the user's guide (its "Code map" says
-which module does what); docs/benchmarks.md holds the measured figures.
+trial lands in a Parquet leaderboard. README.md is the user's guide; docs/benchmarks.md holds
+the measured figures.
 
-The Python API: ``tuner.tune(...)`` returns a ``tuner.TuneResult`` (``tuner.api``). Importing
-``tuner`` stays light: the API, torch and Ray load on first use.
+The Python API: ``tuner.tune(...)`` returns a ``tuner.TuneResult`` (a ``tuner.ScalingResult``
+for several world sizes; ``tuner.api``). Importing ``tuner`` stays light: the API, torch and
+Ray load on first use.
+
+Code map, top to bottom (``tests/test_architecture.py`` keeps each module on its floor: no
+import, even at run time, reaches a higher floor):
+
+* entry points: ``cli`` (+ ``cli_options``), ``api`` — the command line and ``tune()``;
+* the run, in the Ray driver (torch-free until a trial): ``driver`` (the phases), ``plan``,
+  ``searcher`` (Optuna + Ray Tune), ``probe`` (memory), ``followups`` (re-measurement,
+  ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``, ``distributed``;
+* results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
+  (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
+  ``progress`` (the live printer and the closing table), ``report`` (HTML), ``export``,
+  ``diagnose``; the built-in workloads ``workloads/``;
+* the trial, torch side (runs in a Ray worker): ``harness``, ``apply`` (knobs onto the
+  model), ``steppers``, ``measure``, ``flops``, ``failures``, ``ranks``,
+  ``hardware``, ``validate`` (the plain loop);
+* contracts: ``workload`` (what a workload is), ``workload_loader`` (how one is found by
+  name or path), ``space`` (search spaces), ``data`` (data paths), ``cluster``;
+* base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
+  ``errors``, ``budget``, ``windows``, ``codegen``, ``_deprecated`` (moved names).
 """
 
 from typing import Any
 
 from tuner.settings import VERSION as __version__
 
-__all__ = ["tune", "TuneResult", "__version__"]
+__all__ = ["tune", "TuneResult", "ScalingResult", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    """``tuner.tune`` and ``tuner.TuneResult``, imported from ``tuner.api`` when first used."""
-    if name in ("tune", "TuneResult"):
+    """``tuner.tune``, ``tuner.TuneResult`` and ``tuner.ScalingResult``, imported from
+    ``tuner.api`` when first used."""
+    if name in ("tune", "TuneResult", "ScalingResult"):
         from tuner import api
         return getattr(api, name)
     raise AttributeError(f"module 'tuner' has no attribute {name!r}")

@@ -8,6 +8,7 @@ import pyarrow as pa
 
 import tuner.noise as noise
 import tuner.winner as winner
+from tuner.ceilings import verdict
 
 
 def best_row(rows: list[dict]) -> dict | None:
@@ -62,4 +63,4 @@ def ceiling_far_below(top: dict) -> bool:
     """The old ``ceiling_far_below`` of an old ``best_row``."""
     bound = top.get("ceiling_samples_per_sec")
     return (bool(top.get("ceiling_disturbed")) and bound is not None
-            and bound < (1 - winner.CEILING_NOISE) * top["samples_per_sec"])
+            and verdict(bound, top["samples_per_sec"]).judgement == "not a bound")

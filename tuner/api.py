@@ -6,19 +6,25 @@ answer as values, for notebooks and scripts (as ``study.optimize`` does for Optu
     result = tuner.tune("ddpm", trials=6, device="cpu")
     result.best.samples_per_sec, result.speedup["baseline"]
     print(result.to_python())
+
+With several world sizes (``world_size=[1, 2]``) each is a run of its own, one after another
+under an equal share of the time budget, and ``tune`` returns a ``ScalingResult`` with their
+scaling efficiency (``tuner.scaling``), as ``run --world-size 1,2`` prints it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import tuner._deprecated as deprecation
 import tuner.winner as winner
 from tuner.driver import RunSummary, planned, run
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
+from tuner.scaling import WorldSize, scaling, scaling_lines, size_runs, world_sizes
 from tuner.settings import RunOptions
 
 if TYPE_CHECKING:  # pandas and the workload contract load only when used
@@ -149,10 +155,29 @@ class TuneResult(RunSummary):
         return best_code(best.row["workload"], best.knobs, dict(best.row))
 
 
+@dataclass(frozen=True)
+class ScalingResult:
+    """What ``tune(..., world_size=[1, 2, ...])`` found: a run per world size, in the order
+    given, each a search of its own under an equal share of ``time_budget_s``, and what each
+    extra rank bought."""
+
+    runs: Mapping[int, TuneResult]
+    """World size -> its run's ``TuneResult``, in the order given."""
+    world_sizes: tuple[WorldSize, ...]
+    """The best of each world size with its scaling efficiency and, given ``gpu_hour_cost``,
+    its cost per million samples (``tuner.scaling.scaling``), smallest world size first; empty
+    when no trial succeeded."""
+
+    def lines(self) -> list[str]:
+        """The lines ``run --world-size 1,2`` prints at the end (``tuner.scaling``)."""
+        return scaling_lines(self.world_sizes)
+
+
 def tune(workload: "str | Workload", *, trials: int | None = None,
          time_budget_s: float | None = None, device: str = "auto", space: str | None = None,
          results: str = "tuner-results", data: str | None = None, progress: bool = True,
-         on_event: Callable[[str, dict], None] | None = None, **options: Any) -> TuneResult:
+         on_event: Callable[[str, dict], None] | None = None,
+         **options: Any) -> "TuneResult | ScalingResult":
     """Tune a workload's training throughput: memory probe (when asked for), search,
     re-measurement of the best, ceilings. The same run as ``python -m tuner run``; every trial
     is recorded in ``<results>/leaderboard`` as it finishes.
@@ -171,11 +196,15 @@ def tune(workload: "str | Workload", *, trials: int | None = None,
         on_event: instead of that, ``on_event(kind, data)`` receives the run's events
             ('start', 'probe', 'phase', 'trial', 'complete'; see ``tuner.progress``).
         **options: any other field of ``tuner.settings.RunOptions`` (``seed``, ``sampler``,
-            ``scale``, ``max_memory``, ``confirm``, ``resume``, ...), named as there.
+            ``scale``, ``max_memory``, ``confirm``, ``resume``, ...), named as there;
+            ``world_size`` may also be a list of rank counts (``[1, 2]``, or ``"1,2"``) to
+            compare (``tuner.scaling.size_runs``: a run per size, one after another, the time
+            budget shared equally).
 
     Returns:
         A ``TuneResult``; ``result.best`` is None when no trial succeeded (their errors are in
-        ``result.leaderboard``).
+        ``result.leaderboard``). With several world sizes, a ``ScalingResult`` holding one
+        per size and their scaling efficiency.
 
     Raises:
         TunerError: bad input, in one line naming the value and what is accepted, found
@@ -184,9 +213,30 @@ def tune(workload: "str | Workload", *, trials: int | None = None,
             leaderboard and ``tune(..., resume=exc.run_id)`` continues the run.
     """
     _check_option_names(options)
+    sizes = world_sizes(options.pop("world_size", 1))
     run_options = RunOptions(workload=workload, trials=trials, time_budget_s=time_budget_s,
                              device=device, space_file=space, results=results, data=data,
-                             **options)
+                             world_size=sizes[0], **options)
+    if len(sizes) == 1:
+        return _tune_one(run_options, progress, on_event)
+    from rich.console import Console
+    printed = on_event is None and progress
+    runs = {}
+    for index, one in enumerate(size_runs(run_options, sizes)):
+        if printed:
+            Console().print(f"[bold]world size {one.world_size}[/bold] ({index + 1} of "
+                            f"{len(sizes)})")
+        runs[one.world_size] = _tune_one(one, progress, on_event)
+    found = ScalingResult(MappingProxyType(runs), scaling(
+        [row for result in runs.values() for row in result.rows], run_options.gpu_hour_cost))
+    for line in found.lines() if printed else ():
+        Console().print(line, highlight=False)
+    return found
+
+
+def _tune_one(run_options: RunOptions, progress: bool,
+              on_event: Callable[[str, dict], None] | None) -> TuneResult:
+    """One run of ``run_options``, printed as ``tune`` says (``progress``, ``on_event``)."""
     printer = None
     if on_event is None and progress:
         from rich.console import Console

@@ -27,9 +27,9 @@ Torch-free; ``tuner.winner`` re-exports ``Ceilings`` and ``Attainable``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Literal, Mapping
 
-from tuner.knobs import Knobs
+from tuner.knobs import KNOB_INFO, Knobs, knob_text
 from tuner.status import Phase, Status, phase_of
 
 COMPUTE_LABELS = ("compute", "machine-compute", "core-compute")
@@ -44,9 +44,103 @@ CORE_LABELS = ("core-compute", "core-loader")
 WINNER_LABELS = ("compute", "loader", "core-compute")
 """Ceiling kinds measured with the winner's knobs unchanged: only rows with its knobs count."""
 
+CEILING_NOISE = 0.05
+"""A ceiling at most this share below the pipeline it bounds is read as the pipeline's own rate
+within the noise (a compute-bound or input-bound configuration: 'at it'), not as a busy
+machine, and not measured again. Either way no efficiency is shown. Source: the spread of the
+default CPU ddpm run's compute-only ceiling against its pipeline on a quiet machine (about
+2 %)."""
+
 LEVERS = {"loader": "the DataLoader", "cache": "the decoded cache",
           "device": "the dataset resident on the device"}
 """How the summary names each data path (``tuner.data``)."""
+
+
+Judgement = Literal["bound", "at it", "not a bound"]
+"""What a ceiling says of the best that ran under it (``verdict``): 'bound' (the ceiling is at
+or above the best: the best's share of it is shown), 'at it' (at most ``CEILING_NOISE`` below:
+the best runs at the ceiling's rate, bound by what it measures) or 'not a bound' (further
+below: a disturbed measurement, or a limit that does not hold for the best's knobs)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One ceiling against the best it bounds (``verdict``)."""
+
+    judgement: Judgement
+    share: float | None
+    """Best ÷ ceiling, 0 < share <= 1, where 'bound'; else None (a share is never shown above
+    100 %)."""
+    below: float | None
+    """How far the ceiling lies below the best, as a share of the best (0 < below < 1), where
+    not 'bound'; else None."""
+
+    @property
+    def headroom(self) -> float | None:
+        """Ceiling ÷ best (>= 1: what is left above the best) where 'bound'; else None."""
+        return None if self.share is None else 1 / self.share
+
+
+def verdict(ceiling_samples_per_sec: float, best_samples_per_sec: float) -> Verdict:
+    """The verdict of a ceiling measured at ``ceiling_samples_per_sec`` on the best that ran at
+    ``best_samples_per_sec`` (both > 0): 'bound' with the best's share where the ceiling is at
+    or above it, 'at it' within ``CEILING_NOISE`` below, else 'not a bound'."""
+    if ceiling_samples_per_sec >= best_samples_per_sec:
+        return Verdict("bound", best_samples_per_sec / ceiling_samples_per_sec, None)
+    below = 1 - ceiling_samples_per_sec / best_samples_per_sec
+    return Verdict("at it" if below <= CEILING_NOISE else "not a bound", None, below)
+
+
+MACHINE_BATCHES = "batches on the device"
+"""How a ``machine-compute`` measurement feeds the model: its batches are already on the device
+(compute only, no input pipeline), whatever its row's ``data_path`` knob."""
+
+
+@dataclass(frozen=True)
+class MachineCompute:
+    """This machine's compute limit for this model: the fastest successful ``machine-compute``
+    ceiling row of the winner's run (the largest batch the run allows, its global batch kept,
+    in the fastest precision, batches already on the device), against the winner."""
+
+    samples_per_sec: float
+    """Its measured rate, samples/sec."""
+    trial_id: str
+    """The ceiling row's trial id."""
+    batch_size: int
+    """Its micro-batch size."""
+    grad_accum: int
+    """Its micro-batches per optimizer step (global batch = batch_size x grad_accum)."""
+    amp: str
+    """Its precision: the ``amp`` knob ('off' is fp32)."""
+    data_path: str
+    """How its batches reach the model: always ``MACHINE_BATCHES`` (compute only)."""
+    verdict: Verdict
+    """The limit against the winner: 'bound' with the winner's share of it (and the
+    ``Verdict.headroom`` left above the winner), else 'at it' or 'not a bound' (the winner ran
+    faster: a disturbed measurement, or the largest batch is not the fastest here)."""
+
+    @property
+    def knobs_text(self) -> str:
+        """Its batch and precision as the trial lines name them: 'bs=652 amp=bf16'
+        (``tuner.knobs.knob_text``; the precision shown even when 'off')."""
+        return (knob_text({"batch_size": self.batch_size, "grad_accum": self.grad_accum})
+                + f" {KNOB_INFO['amp'].short}={self.amp}")
+
+
+def machine_compute(rows: list[dict], best_samples_per_sec: float) -> MachineCompute | None:
+    """The fastest successful ``machine-compute`` ceiling row among one run's ``rows``, judged
+    against the winner's ``best_samples_per_sec``; None without one."""
+    measured = [r for r in rows if phase_of(r) == Phase.CEILING and r["status"] == Status.OK
+                and (r.get("ceiling") or "").partition(" ")[0] == "machine-compute"
+                and r.get("samples_per_sec")]
+    if not measured:
+        return None
+    top = max(measured, key=lambda r: r["samples_per_sec"])
+    return MachineCompute(
+        samples_per_sec=top["samples_per_sec"], trial_id=top.get("trial_id") or "",
+        batch_size=top["batch_size"], grad_accum=top.get("grad_accum") or 1,
+        amp=top.get("amp") or "off", data_path=MACHINE_BATCHES,
+        verdict=verdict(top["samples_per_sec"], best_samples_per_sec))
 
 
 @dataclass(frozen=True)
@@ -61,7 +155,7 @@ class Ceilings:
     """How many compute-only measurements there are."""
     compute_disturbed: bool
     """The compute-only ceiling is below the winner: a disturbed measurement (or a
-    compute-bound pipeline within ``tuner.winner.CEILING_NOISE``), never a bound."""
+    compute-bound pipeline within ``CEILING_NOISE``), never a bound (``verdict``)."""
     pipeline_efficiency: float | None
     """Winner ÷ compute-only ceiling (<= 1); None without a ceiling or with a disturbed one."""
     loader_samples_per_sec: float | None
@@ -73,6 +167,19 @@ class Ceilings:
     data_path: str = "loader"
     """The winner's data path ('loader', 'cache' or 'device'), the one its loader-only
     ceiling measured."""
+    machine_compute: MachineCompute | None = None
+    """This machine's compute limit for this model (``MachineCompute``), beside the winner's
+    same-knobs compute-only ceiling; None without a ``machine-compute`` measurement."""
+
+    def compute_verdict(self, best_samples_per_sec: float) -> Verdict | None:
+        """The compute-only ceiling against the winner (``verdict``); None without one."""
+        bound = self.compute_samples_per_sec
+        return None if bound is None else verdict(bound, best_samples_per_sec)
+
+    def loader_verdict(self, best_samples_per_sec: float) -> Verdict | None:
+        """The loader-only ceiling against the winner (``verdict``); None without one."""
+        loader = self.loader_samples_per_sec
+        return None if loader is None else verdict(loader, best_samples_per_sec)
 
 
 @dataclass(frozen=True)
@@ -130,7 +237,7 @@ class Attainable:
 LEVER_MIN_RATIO = 1.10
 """The least lift of the input limit a data path must give over the 'loader' path's to be
 named as the lever: two loader-only measurements of one configuration differ by up to about
-5 % on a quiet CPU (``tuner.winner.CEILING_NOISE``); a lift within twice that is not claimed."""
+5 % on a quiet CPU (``CEILING_NOISE``); a lift within twice that is not claimed."""
 
 
 def lever_text(attainable: Attainable) -> str | None:
@@ -173,6 +280,43 @@ def attainable_summary(attainable: Attainable) -> str | None:
     return "; ".join(part for part in parts if part)
 
 
+def machine_summary(answer: Any) -> str | None:
+    """'this machine's compute limit: 5,304.0 samples/sec at bs=652 amp=bf16 (batches on the
+    device), 42 % of it reached (2.40x the best); the same knobs' compute-only ceiling 94 %
+    reached' for an answer (``tuner.winner.Answer``) whose run measured its machine-compute
+    ceiling (``MachineCompute``); where the best ran faster, that the row is no bound. None
+    without one."""
+    limit = answer.ceilings.machine_compute
+    if limit is None:
+        return None
+    judged = limit.verdict
+    head = (f"this machine's compute limit: {limit.samples_per_sec:,.1f} samples/sec at "
+            f"{limit.knobs_text} ({limit.data_path})")
+    if judged.judgement == "at it":
+        return (f"{head}, {100 * judged.below:.0f} % below the best, within the noise: the "
+                "best computes at this machine's limit")
+    if judged.judgement == "not a bound":
+        return (f"{head}: the best ran faster, so it is no limit (a disturbed measurement, or "
+                "a smaller batch computes faster here)")
+    same = answer.ceilings.compute_verdict(answer.samples_per_sec)
+    same_text = (f"; the same knobs' compute-only ceiling {100 * same.share:.0f} % reached"
+                 if same is not None and same.judgement == "bound" else "")
+    return (f"{head}, {100 * judged.share:.0f} % of it reached ({judged.headroom:.2f}x the "
+            f"best){same_text}")
+
+
+def machine_limit_hidden(answer: Any) -> bool:
+    """This machine's compute limit (``Ceilings.machine_compute``) lies more than the noise
+    (``CEILING_NOISE``) above both the best (``tuner.winner.Answer``) and its same-knobs
+    compute-only ceiling: that ceiling's share alone ('94 % of it') would hide the rate left in
+    the batch size and precision."""
+    limit = answer.ceilings.machine_compute
+    if limit is None or limit.verdict.judgement != "bound":
+        return False
+    below = max(answer.samples_per_sec, answer.ceilings.compute_samples_per_sec or 0.0)
+    return limit.samples_per_sec * (1 - CEILING_NOISE) > below
+
+
 def ceiling_rates(rows: list[dict], knobs: Mapping) -> dict[tuple[str, str], list[float]]:
     """The successful measurements (samples/sec) of each ceiling among one run's rows, by
     (kind, data path): the winner's own kinds (``WINNER_LABELS``) only from rows with its
@@ -206,7 +350,8 @@ def ceilings(top: Mapping, same_run: list[dict]) -> tuple[Ceilings, Attainable]:
         pipeline_efficiency=best_sps / bound if bound is not None and not disturbed else None,
         loader_samples_per_sec=loader,
         # The winner trains no faster than its input pipeline delivers alone.
-        loader_disturbed=loader is not None and loader < best_sps, data_path=path)
+        loader_disturbed=loader is not None and loader < best_sps, data_path=path,
+        machine_compute=machine_compute(same_run, best_sps))
     # The machine computes at least as fast as any compute-only rate measured on it; on CPU
     # the largest batch is not always the fastest, so the winner's own ceiling counts too.
     compute = max((r for (kind, _), r in highest.items() if kind == "machine-compute"),

@@ -23,6 +23,7 @@ from rich.table import Table
 from tuner.cli_options import (COMMAND_ORDER, EPILOG, SHORT_HELP, applied, common_filter_options,
                                export_options, model_options, option, profile_options,
                                run_options, validate_options)
+from tuner._deprecated import moved
 from tuner.errors import TunerError, one_line
 from tuner.knobs import Knobs, knob_text
 from tuner.status import MEASURED, Phase, Status, phase_of
@@ -109,46 +110,24 @@ def run(**kwargs: Any) -> None:
     `tuner.tune(...)` in Python runs the same. Defaults that depend on the device or the scale
     are shown as their rule. With `--world-size 1,2,...` each world size is a search of its
     own, one after another (a --time-budget shared equally), then their scaling efficiency."""
+    from tuner.scaling import scaling, scaling_lines, size_runs, world_sizes
     from tuner.settings import RunOptions
 
     kwargs["time_budget_s"] = kwargs.pop("time_budget")
     kwargs["workload_options"] = {"model": kwargs.pop("model"),
                                   "image_size": kwargs.pop("image_size")}
     sizes = world_sizes(kwargs.pop("world_size"))
-    budget_s = kwargs.pop("time_budget_s")
-    share_s = None if budget_s is None else budget_s / len(sizes)
+    runs = size_runs(RunOptions(**kwargs, world_size=sizes[0]), sizes)
     results = []
-    for index, size in enumerate(sizes):  # each world size its own search, one after another
-        if len(sizes) > 1:
-            console.print(f"[bold]world size {size}[/bold] ({index + 1} of {len(sizes)})")
-        results.append(_run_one(RunOptions(**kwargs, world_size=size, time_budget_s=share_s),
-                                launched=index == 0))
-    lines = _scaling_lines(results, kwargs["gpu_hour_cost"])
-    for line in lines:
-        console.print(line, highlight=False)
-
-
-def world_sizes(text: str) -> tuple[int, ...]:
-    """``--world-size``: 'N' or a comma-separated list 'N,M,...' of sizes >= 1, in order.
-
-    Raises:
-        TunerError: anything else, naming the value."""
-    try:
-        sizes = tuple(dict.fromkeys(int(part) for part in str(text).split(",")))
-    except ValueError:
-        sizes = ()
-    if not sizes or min(sizes) < 1:
-        raise TunerError(f"--world-size {text}: accepted: a rank count >= 1, or a list such as "
-                         "1,2,4")
-    return sizes
-
-
-def _scaling_lines(results: list, gpu_hour_cost: float | None) -> list[str]:
-    """The world sizes' figures of the runs just finished (``tuner.scaling``)."""
-    from tuner.scaling import scaling, scaling_lines
+    for index, options in enumerate(runs):  # each world size its own search, one after another
+        if len(runs) > 1:
+            console.print(f"[bold]world size {options.world_size}[/bold] ({index + 1} of "
+                          f"{len(runs)})")
+        results.append(_run_one(options, launched=index == 0))
     # no lines when every trial had one rank (scaling_lines)
-    return scaling_lines(scaling([row for result in results for row in result.rows],
-                                 gpu_hour_cost))
+    rows = [row for result in results for row in result.rows]
+    for line in scaling_lines(scaling(rows, kwargs["gpu_hour_cost"])):
+        console.print(line, highlight=False)
 
 
 def _run_one(options: Any, launched: bool) -> Any:
@@ -220,7 +199,7 @@ _common_filters = applied(common_filter_options())
 def _workload_name(spec: str) -> str:
     """Leaderboard rows carry the workload's name; an import path is resolved to it."""
     if ":" in spec:
-        from tuner.workload import resolve
+        from tuner.workload_loader import resolve
         return resolve(spec).name
     return spec
 
@@ -576,7 +555,7 @@ def workloads(fmt: str) -> None:
 
     ``--format json`` gives each its ``parameters_full``; ``parameters_seed``, the same count,
     stays until tuner 0.4.0."""
-    from tuner.workload import available, resolve
+    from tuner.workload_loader import available, resolve
     entries = []
     for name, where in sorted(available().items()):
         w = resolve(name)
@@ -599,3 +578,7 @@ def workloads(fmt: str) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__getattr__ = moved(__name__, {"world_sizes": "tuner.scaling"})
+"""Old import path of the ``--world-size`` parser, which the Python API shares now."""

@@ -96,12 +96,12 @@ def workload_lines(import_path: str, options: Mapping[str, Any] | None = None) -
 
     Args:
         import_path: where the tuned workload lives: 'package.module:attribute', or
-            'path/to/file.py:attribute' (imported with ``tuner.workload.resolve``).
+            'path/to/file.py:attribute' (imported with ``tuner.workload_loader.resolve``).
         options: ``Workload.configure`` keyword arguments (``--model``, ``--image-size``).
     """
     module, _, attr = import_path.rpartition(":")
     if module.endswith(".py") or "/" in module:
-        lines = ["from tuner.workload import resolve",
+        lines = ["from tuner.workload_loader import resolve",
                  f"workload = resolve({import_path!r})  # the tuned workload"]
     else:
         alias = "" if attr == "workload" else " as workload"

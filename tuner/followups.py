@@ -22,7 +22,7 @@ import tuner.budget as budget
 import tuner.noise as noise
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS
-from tuner.probe import candidates
+from tuner.space import candidates
 from tuner.status import Phase, Status, phase_of
 from tuner.winner import best as winning
 

@@ -52,10 +52,19 @@ class KnobInfo:
     data_parallel: bool = False
     """A ``DistributedDataParallel`` setting: only meaningful with world size > 1 (not sampled,
     and None/false, in a one-rank trial)."""
+    ddp_values: tuple = ()
+    """A ``data_parallel`` knob's values as a data-parallel run samples them (``DDP_VALUES``;
+    ``tuner.space.DDP_DOMAINS``)."""
+    loader_only: bool = False
+    """A setting of the DataLoader, which the 'device' data path does not use: not suggested
+    there, and off (num_workers 0, pin_memory false) (``DEVICE_PATH_REFUSED``)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("int", "bool", "choice") or self.memory not in MEMORY_KINDS:
             raise ValueError(f"KnobInfo kind={self.kind!r} memory={self.memory!r}")
+        if bool(self.ddp_values) != self.data_parallel:
+            raise ValueError(f"KnobInfo ddp_values={self.ddp_values!r} needs data_parallel "
+                             "(and a data-parallel knob its values)")
 
 
 def _knob(**info: Any) -> dict:
@@ -83,16 +92,17 @@ class Knobs:
     through the DataLoader), 'cache' (decoded samples held in host memory, the workers apply
     the random augmentation) or 'device' (decoded samples resident in device memory, augmented
     there per sample; no workers). 'cache' and 'device' need ``Workload.sample_path``."""
-    num_workers: int = field(default=0, metadata=_knob(short="nw", kind="int", memory="host"))
+    num_workers: int = field(default=0, metadata=_knob(short="nw", kind="int", memory="host",
+                                                       loader_only=True))
     """DataLoader worker processes, >= 0 (0 loads in the training process)."""
     prefetch_factor: int | None = field(default=None, metadata=_knob(
-        short="pf", kind="int", memory="host", needs_workers=True))
+        short="pf", kind="int", memory="host", needs_workers=True, loader_only=True))
     """Batches each worker loads ahead, 1..64; only with num_workers > 0 (None -> torch's 2)."""
     pin_memory: bool = field(default=False, metadata=_knob(
-        short="pin", kind="bool", memory="host", cuda_only=True))
+        short="pin", kind="bool", memory="host", cuda_only=True, loader_only=True))
     """DataLoader pins host batches in page-locked memory (CUDA only)."""
     persistent_workers: bool = field(default=False, metadata=_knob(
-        short="pw", kind="bool", memory="host", needs_workers=True))
+        short="pw", kind="bool", memory="host", needs_workers=True, loader_only=True))
     """Keep workers alive across epochs; only with num_workers > 0."""
     non_blocking: bool = field(default=False, metadata=_knob(
         short="nb", kind="bool", memory="host", cuda_only=True))
@@ -119,15 +129,19 @@ class Knobs:
         short="fused", kind="bool", memory="device"))
     """AdamW/Adam with ``fused=True``."""
     ddp_bucket_cap_mb: int | None = field(default=None, metadata=_knob(
-        short="bucket", kind="int", memory="device", data_parallel=True))
+        short="bucket", kind="int", memory="device", data_parallel=True,
+        ddp_values=(DDP_BUCKET_CAP_MB, 50, 100, 200)))
     """DistributedDataParallel's gradient bucket size, MiB, 1..1024 (None: DDP's default, 25);
-    world size > 1 only. Source: pytorch/pytorch#118421."""
+    world size > 1 only, sampled from DDP's default 25 MiB up. Source: pytorch/pytorch#118421
+    ("most users would have to increase it")."""
     gradient_as_bucket_view: bool = field(default=False, metadata=_knob(
-        short="gabv", kind="bool", memory="device", data_parallel=True))
+        short="gabv", kind="bool", memory="device", data_parallel=True,
+        ddp_values=(False, True)))
     """DDP's ``gradient_as_bucket_view``: gradients are views into the allreduce buckets (no
     copy); world size > 1 only. Source: pytorch/pytorch#41954."""
     static_graph: bool = field(default=False, metadata=_knob(
-        short="static", kind="bool", memory="none", data_parallel=True))
+        short="static", kind="bool", memory="none", data_parallel=True,
+        ddp_values=(False, True)))
     """DDP's ``static_graph``: the graph is the same every step, which DDP then optimises;
     world size > 1 only."""
 
@@ -142,7 +156,7 @@ class Knobs:
             if info.kind == "choice" and value not in info.choices:
                 raise ValueError(f"knob {name}={value!r}: accepted values are "
                                  f"{', '.join(info.choices)}")
-        if self.data_path == "device" and (self.num_workers or self.pin_memory):
+        if self.data_path == "device" and any(getattr(self, n) for n in _DEVICE_PATH_OFF):
             raise ValueError(
                 f"knob data_path=device takes no DataLoader (num_workers={self.num_workers}, "
                 f"pin_memory={_fmt(self.pin_memory)}): it needs num_workers=0 and "
@@ -202,7 +216,7 @@ class Knobs:
         merged = {**self.to_dict(), **changes}
         dropped = []
         if merged.get("data_path") == "device":  # no DataLoader: its knobs go back too
-            for name in ("num_workers", "pin_memory"):
+            for name in _DEVICE_PATH_OFF:
                 if name not in changes and merged[name]:
                     dropped.append(f"{name}={_fmt(merged[name])}")
                     merged[name] = 0 if name == "num_workers" else False
@@ -305,6 +319,16 @@ KNOB_INFO: dict[str, KnobInfo] = {f.name: f.metadata["knob"] for f in fields(Kno
 WORKER_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.needs_workers)
 """Knobs only meaningful with DataLoader workers."""
 DDP_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.data_parallel)
+
+DDP_VALUES = {n: i.ddp_values for n, i in KNOB_INFO.items() if i.data_parallel}
+"""Data-parallel knob -> the values a data-parallel run samples (``KnobInfo.ddp_values``)."""
+
+DEVICE_PATH_REFUSED = tuple(n for n, i in KNOB_INFO.items() if i.loader_only)
+"""The DataLoader's knobs, which the 'device' data path does not use (``KnobInfo.loader_only``)."""
+
+_DEVICE_PATH_OFF = tuple(n for n in DEVICE_PATH_REFUSED if n not in WORKER_KNOBS)
+"""Of those, the ones a 'device' knob set must have off itself (num_workers 0, pin_memory
+false); the worker-only ones follow from num_workers 0."""
 """DistributedDataParallel's knobs: sampled only in trials of world size > 1."""
 CUDA_ONLY_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.cuda_only)
 """Knobs that do nothing off CUDA: not sampled on CPU (``Knobs.clamp`` turns them off)."""

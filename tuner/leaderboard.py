@@ -522,7 +522,8 @@ def select(results: str | Path, workload: str, hardware: str | None = None, *,
                              f"in {results}; scales with rows: {', '.join(present)}")
     if table.num_rows == 0:
         present = sorted({w for w in read(results).column("workload").to_pylist() if w})
-        from tuner.workload import available  # here: the leaderboard stays torch-free to import
+        # here: the leaderboard stays torch-free to import
+        from tuner.workload_loader import available
         if workload not in present and workload not in available():
             raise TunerError(f"unknown workload {workload!r}: no rows for it in {results}/"
                              f"leaderboard; workloads with rows here: "
@@ -569,7 +570,7 @@ __getattr__ = moved(__name__, {
                               "(or .recommended.speedup)"),
     "ceiling_far_below": Replacement("tuner._best_row",
                                      "use tuner.winner.best(rows).ceiling_far_below"),
-    "CEILING_NOISE": Replacement("tuner.winner", "use tuner.winner.CEILING_NOISE"),
+    "CEILING_NOISE": Replacement("tuner.ceilings", "use tuner.ceilings.CEILING_NOISE"),
     "RATE_COLUMNS": Replacement("tuner.winner", "use tuner.winner.RATE_COLUMNS"),
 })
 

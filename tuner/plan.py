@@ -29,7 +29,8 @@ from tuner.probe import ComputeCurve
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.space import Choices, Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
-from tuner.workload import Workload, configured, resolve
+from tuner.workload import Workload
+from tuner.workload_loader import configured, resolve
 
 
 REMEASURE_ROUNDS = 3
@@ -646,7 +647,7 @@ def _is_earlier_row(row: dict, run_id: str, scale: str) -> bool:
 
 
 def resolve_workload(options: RunOptions) -> Workload:
-    """The run's workload: ``options.workload`` resolved (``tuner.workload.resolve``) and
+    """The run's workload: ``options.workload`` resolved (``tuner.workload_loader.resolve``) and
     configured with ``options.workload_options`` (--model, --image-size).
 
     Raises:

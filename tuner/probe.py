@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 from tuner.errors import ProbeOutOfTime
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
-from tuner.space import Choices, IntRange, Space
+from tuner.space import Choices, Space, candidates
 from tuner.status import TELLS_MEMORY, Status
 from tuner.workload import Workload
 
@@ -155,16 +155,6 @@ def probe_knobs(space: Space, base: Knobs) -> Knobs:
         amp = next((a for a in ("bf16", "fp16") if a in dom.values), amp)
     return base.replace(amp=amp, compile="off", num_workers=0, prefetch_factor=None,
                         persistent_workers=False, grad_accum=1)
-
-
-def candidates(space: Space) -> list[int]:
-    """Batch sizes the space allows, ascending."""
-    dom = space.domains.get("batch_size")
-    if isinstance(dom, Choices):
-        return sorted(dom.values)
-    if isinstance(dom, IntRange):
-        return list(range(dom.low, dom.high + 1, 1 if dom.log else dom.step))
-    return [space.constants["batch_size"]]
 
 
 def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,

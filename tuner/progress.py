@@ -1,20 +1,26 @@
-"""Live progress of a run and its closing summary (rich)."""
+"""Live progress of a run (rich): the plan, one line per finished trial with its phase's
+counter, a line per follow-up phase, and a bar; the closing summary is ``tuner.summary``'s.
+Torch-free."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.progress import Progress as RichProgress
-from rich.table import Table
 
 import tuner.noise as noise
-import tuner.winner as winner
-from tuner.ceilings import attainable_text, lever_text
+from tuner._deprecated import moved
 from tuner.knobs import knob_text
-from tuner.status import STATUSES, Phase, Status, answers, phase_of
+from tuner.status import Phase, Status, phase_of
+from tuner.summary import print_summary
 
 _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
                   "random": "random search"}
@@ -40,6 +46,7 @@ def _duration(seconds: float) -> str:
 def _clock_after(seconds: float) -> str:
     """The local time ``seconds`` (plus ``BUDGET_GRACE_S``) from now, HH:MM:SS."""
     import datetime as dt
+
     from tuner.budget import BUDGET_GRACE_S
     return (dt.datetime.now() + dt.timedelta(seconds=seconds + BUDGET_GRACE_S)).strftime("%H:%M:%S")
 
@@ -156,7 +163,8 @@ class Progress:
         c.print(f"  references first: {', '.join(todo) if todo else 'already measured'} · then "
                 f"{_SAMPLER_NAMES[plan.options.sampler]} (--sampler {plan.options.sampler})")
         self.bar.start()
-        self.task = self.bar.add_task("trials", total=plan.trials, completed=len(plan.prior_search_rows))
+        self.task = self.bar.add_task("trials", total=plan.trials,
+                                      completed=len(plan.prior_search_rows))
         self.plan = plan
         self.counter = _Counter("search", len(plan.prior_search_rows), plan.trials)
 
@@ -189,113 +197,8 @@ class Progress:
         self.bar.stop()
 
     def print_summary(self, summary) -> None:
-        rows = summary.rows
-        ok = [r for r in rows if answers(r)]  # a budget-stopped measurement may answer
-        counts = ", ".join(f"{n} {s}" for s in leaderboard_statuses(rows)
-                           for n in [sum(r["status"] == s for r in rows)])
-        phases = ", ".join(f"{n} {p.value}" for p in Phase
-                           for n in [sum(phase_of(r) == p for r in rows)] if n)
-        self.console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s ({phases}; {counts}); "
-                           f"leaderboard: {summary.results_dir}/leaderboard")
-        keys = sorted({r["hardware_key"] for r in ok})
-        for key in keys:
-            self._print_best([r for r in rows if r["hardware_key"] == key], summary)
-        if keys:
-            self.console.print("ready to paste:")
-        for key in keys:
-            for line in paste_commands(self.plan, summary, key if len(keys) > 1 else None):
-                self.console.print(f"  {line}", highlight=False, soft_wrap=True)
-        for note in (busy_note(rows), drift_note(rows)):
-            if note:
-                self.console.print(f"[yellow]warning:[/] {note}", highlight=False)
-
-    def _print_best(self, rows: list[dict], summary) -> None:
-        best = winner.best(rows)
-        if best is None:
-            disturbed = sorted({why for r in rows if r["status"] == Status.OK
-                                and (why := noise.impossible(r))})
-            if disturbed:
-                self.console.print(f"[yellow]no result:[/] every measurement had a figure that "
-                                   f"cannot be true ({'; '.join(disturbed)}): the machine was "
-                                   "disturbed; run again on a quiet one", highlight=False)
-            return
-        row, ceilings = best.row, best.ceilings
-        t = Table(title=f"{summary.workload} on {row['hardware_key']} ({summary.scale} scale)",
-                  title_justify="left")
-        for col in ("configuration", "samples/sec", "best is", "knobs"):
-            t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
-        chosen = (f"re-measured, mean of {best.rounds} rounds" if best.rounds > 1 else
-                  "re-measured" if best.phase == Phase.REMEASURE else "measured")
-        t.add_row(f"[bold]best[/] ({chosen})", f"{best.samples_per_sec:,.1f}", "", knob_text(row))
-        _reference_rows(t, best, rows)
-        if ceilings.compute_disturbed:
-            t.add_row("compute-only ceiling", f"{ceilings.compute_samples_per_sec:,.1f}",
-                      *_low_ceiling_cells(best))
-        elif ceilings.compute_samples_per_sec:
-            t.add_row("compute-only ceiling", f"{ceilings.compute_samples_per_sec:,.1f}",
-                      f"{100 * ceilings.pipeline_efficiency:.0f}% of it",
-                      "same knobs, batches on the device")
-        if ceilings.loader_samples_per_sec:
-            t.add_row("loader-only ceiling", f"{ceilings.loader_samples_per_sec:,.1f}",
-                      *(_low_loader_cells(best) if ceilings.loader_disturbed
-                        else ("", _loader_detail(ceilings.data_path))))
-        _attainable_row(t, best.attainable)
-        self.console.print(t)
-        for line in filter(None, [winner.budget_stopped_text(best), *verdict_lines(best)]):
-            self.console.print(line, highlight=False)
-        self.console.print(_compute_line(row), highlight=False)
-        if row.get("time_to_train_s") is not None:
-            self.console.print(f"predicted time for {row['train_steps']:,} steps: "
-                               f"{row['time_to_train_s']:,.1f} s (setup, warm-up and compile included)")
-
-
-def _reference_rows(t: Table, best: winner.Answer, rows: list[dict]) -> None:
-    """One table row per reference of the run: its rate and the best's speed-up over it ('the
-    best itself' when the winner is that reference; 'tie' inside the noise), or how its trials
-    failed ('retried' when it was measured twice)."""
-    for ref in (best.baseline, best.recommended):
-        matches = [r for r in rows if r["reference"] == ref.name]
-        if not matches:
-            continue
-        shown = next((r for r in matches if r["status"] == Status.OK), matches[-1])
-        sps = ref.samples_per_sec
-        if ref.is_best:
-            t.add_row(ref.name, f"{sps:,.1f}", "the best itself", knob_text(shown))
-        elif sps:
-            t.add_row(ref.name, f"{sps:,.1f}", ref.speedup.short(), knob_text(shown))
-        else:
-            tried = " (retried)" if sum(phase_of(r) == Phase.SEARCH for r in matches) > 1 else ""
-            t.add_row(ref.name, f"{shown['status']}{tried}", "", knob_text(shown))
-
-
-def verdict_lines(best: winner.Answer) -> list[str]:
-    """The end-of-run lines under the table: each speed-up with its 95 % interval ('tie within
-    the noise (speed-up X, 95 % CI [lo, hi])' where it contains 1, never 'X.XXx faster'), the
-    faster configuration a tie set aside for a simpler one, the data path that lifted the input
-    pipeline's limit (``tuner.ceilings.lever_text``), and the measurements set aside as
-    impossible (``best``: ``tuner.winner.best``'s answer)."""
-    lines = []
-    for ref in (best.baseline, best.recommended):
-        sp = ref.speedup
-        if sp is None:  # failed, not run, or the best itself
-            continue
-        paired = f"; {sp.pairs} interleaved rounds" if sp.pairs > 1 else ""
-        lines.append(f"vs {ref.name}: {sp.text()}{paired}")
-    if best.tied_faster:
-        row, sp = best.tied_faster.row, best.tied_faster.speedup
-        lines.append(f"fastest measured, {knob_text(row)} at {row['samples_per_sec']:,.1f} "
-                     f"samples/sec, against the best shown: {sp.text()}; the simpler "
-                     "configuration is chosen (no compile, then fewer workers, then closer to "
-                     "the baseline)")
-    lever = lever_text(best.attainable)
-    if lever:
-        lines.append(lever)
-    if best.disturbed:
-        shown = "; ".join(f"trial {d.trial_id}: {d.reason}" for d in best.disturbed[:3])
-        more = f" and {len(best.disturbed) - 3} more" if len(best.disturbed) > 3 else ""
-        lines.append(f"set aside as disturbed (figures that cannot be true, never a result): "
-                     f"{shown}{more}")
-    return lines
+        """The closing summary of the run (``tuner.summary.print_summary``)."""
+        print_summary(self.console, self.plan, summary)
 
 
 @dataclass
@@ -367,160 +270,9 @@ def _phase_text(data: dict) -> str:
             + (" again: it came out below the winner" if data.get("again") else ""))
 
 
-def paste_commands(plan, summary, hardware_key: str | None = None) -> list[str]:
-    """The commands that read a finished run, to paste as printed from the same directory:
-    ``best`` (the winner as code; it reads the rows by the workload's leaderboard name),
-    ``profile`` and ``validate`` (they import the workload: ``--workload`` is what the run was
-    given, a built-in name, an import path or a file, with the workload's options such as
-    ``--model``). ``--data`` is added when the run had it, ``--device``/``--scale`` for
-    ``profile`` when the run named them, ``--hardware`` when given (a run over several
-    accelerator types). Without a plan, or for a Workload object (the Python API), only
-    ``best``."""
-    from shlex import quote
-    where = [f"--results {quote(str(summary.results_dir))}"]
-    where += [f"--hardware {quote(hardware_key)}"] if hardware_key else []
-    lines = [" ".join(["python -m tuner best", f"--workload {quote(summary.workload)}", *where,
-                       "--format python"])]
-    spec = getattr(getattr(plan, "options", None), "workload", None)
-    if not isinstance(spec, str):
-        return lines
-    options = plan.options
-    workload = [f"--workload {quote(spec)}"] + [
-        f"--{name.replace('_', '-')} {quote(str(value))}"
-        for name, value in (getattr(options, "workload_options", None) or {}).items()
-        if value is not None]
-    data = [f"--data {quote(str(plan.data_dir))}"] if options.data is not None else []
-    measure = [f"--device {plan.device}"] if options.device != "auto" else []
-    measure += [f"--scale {plan.scale}"] if options.scale else []
-    return lines + [" ".join(["python -m tuner profile", *workload, *where, *measure, *data]),
-                    " ".join(["python -m tuner validate", *workload, *where, *data])]
-
-
-def leaderboard_statuses(rows: list[dict]) -> list[str]:
-    """The final statuses that occur in ``rows``, in ``tuner.status.STATUSES`` order."""
-    return [s for s in STATUSES if any(r["status"] == s for r in rows)]
-
-
-def _compute_line(best: Mapping) -> str:
-    """How far the winner (its row) is from the card's peak: FLOP per sample, achieved
-    TFLOP/s, MFU."""
-    flops = best.get("model_flops_per_sample")
-    if flops is None:
-        return "compute: the model's FLOPs could not be counted"
-    text = (f"compute: {flops / 1e9:,.2f} GFLOP/sample (forward + backward) · "
-            f"{best['achieved_tflops']:,.2f} TFLOP/s achieved")
-    if best.get("mfu_impossible"):
-        return text + (f" · MFU {best['mfu_pct']:.0f}% is impossible: the measurement was "
-                       "disturbed or the card's peak is wrong (--peak-tflops)")
-    if best.get("mfu_pct") is None:
-        return text + " · MFU: no peak known for this device (CPU, or --peak-tflops)"
-    return text + f" · MFU {best['mfu_pct']:.1f}% of the card's dense peak"
-
-
-def _attainable_row(t: Table, attainable: winner.Attainable) -> None:
-    """The machine's attainable rate, the winner's share of it and which limit binds."""
-    if attainable.samples_per_sec is None:
-        return
-    share = attainable.share
-    t.add_row("attainable here", f"{attainable.samples_per_sec:,.1f}",
-              f"{100 * share:.0f}% of it" if share is not None else "not a bound",
-              attainable_text(attainable) if share is not None else
-              "the best ran faster than this machine's measured limit: a disturbed measurement")
-
-
-def _loader_detail(data_path: str) -> str:
-    """The 'knobs' cell of the winner's loader-only ceiling on its ``data_path``."""
-    if data_path == "loader":
-        return "same knobs, its DataLoader alone, no model"
-    return f"same knobs, its data path alone (data_path={data_path}), no model"
-
-
-def _low_ceiling_cells(best: winner.Answer) -> tuple[str, str]:
-    """The 'best is' and 'knobs' cells of a compute-only ceiling measured below the best: within
-    ``tuner.winner.CEILING_NOISE`` it is the pipeline's own rate ('at it': bound by compute),
-    further below a disturbed measurement. No efficiency either way (it would read over 100 %)."""
-    below = 1 - best.ceilings.compute_samples_per_sec / best.samples_per_sec
-    if below <= winner.CEILING_NOISE:
-        return "at it", (f"same knobs, batches on the device: {100 * below:.0f} % below the "
-                         "pipeline, within the noise: it runs at its compute-only rate, bound by "
-                         "compute")
-    how = ("twice" if best.ceilings.compute_measurements >= 2 else
-           "once (the time budget left none to measure it again)")
-    return "disturbed", (f"measured below the pipeline it bounds, {how}: no efficiency shown "
-                         "(the machine was busy; run again on a quiet one)")
-
-
-def _low_loader_cells(best: winner.Answer) -> tuple[str, str]:
-    """The 'best is' and 'knobs' cells of a loader-only ceiling measured below the best, which
-    trains no faster than its DataLoader delivers alone: within ``tuner.winner.CEILING_NOISE``
-    the pipeline runs at its loader's rate ('at it': bound by the input pipeline), further
-    below a disturbed measurement, never a bound."""
-    below = 1 - best.ceilings.loader_samples_per_sec / best.samples_per_sec
-    if below <= winner.CEILING_NOISE:
-        return "at it", (f"same knobs, its DataLoader alone: {100 * below:.0f} % below the "
-                         "pipeline, within the noise: it runs at its loader's rate, bound by "
-                         "the input pipeline")
-    return "disturbed", ("measured below the pipeline it bounds: not a bound (the machine was "
-                         "busy; run again on a quiet one)")
-
-
-BUSY_STEAL_PCT = 5.0
-"""CPU steal above this share of a trial's time means a busy host (a shared VM)."""
-
-BUSY_OTHER_CPU_PCT = 15.0
-"""Processes other than the trial's own using more than this share of the machine's CPU time
-while it measured mean a busy machine (on 2 cores: 0.3 of a core; this run's Ray processes
-and driver use a few %)."""
-
-
-def _busy_cpu(r: dict) -> bool:
-    """Other processes took the trial's CPUs: ``other_cpu_pct`` over ``BUSY_OTHER_CPU_PCT``; for
-    rows without it (schema < 6), a 1-minute load average above the CPU count (which a trial's
-    own DataLoader workers can reach by themselves)."""
-    if r.get("other_cpu_pct") is not None:
-        return r["other_cpu_pct"] > BUSY_OTHER_CPU_PCT
-    return bool(r.get("cpu_count")) and r["load_avg_1m"] > r["cpu_count"]
-
-
-def busy_note(rows: list[dict]) -> str | None:
-    """One line when trials were measured on a busy machine, or None: other processes used
-    the CPUs (``_busy_cpu``), CPU steal over ``BUSY_STEAL_PCT``, other processes on the GPU, or
-    another tuner run active on the machine (``other_runs``)."""
-    measured = [r for r in rows if r.get("load_avg_1m") is not None]
-    busy = [r for r in measured if _busy_cpu(r)
-            or (r.get("cpu_steal_pct") or 0) > BUSY_STEAL_PCT or (r.get("gpu_other_processes") or 0)
-            or (r.get("other_runs") or 0)]
-    if not busy:
-        return None
-    worst = max(busy, key=lambda r: r["load_avg_1m"])
-    parts = [f"load average up to {worst['load_avg_1m']:.1f} on {worst.get('cpu_count')} CPUs"]
-    other = max((r.get("other_cpu_pct") or 0) for r in busy)
-    if other > BUSY_OTHER_CPU_PCT:
-        parts.append(f"other processes used up to {other:.0f} % of its CPU time")
-    steal = max((r.get("cpu_steal_pct") or 0) for r in busy)
-    if steal > BUSY_STEAL_PCT:
-        parts.append(f"CPU steal up to {steal:.0f} %")
-    others = max((r.get("gpu_other_processes") or 0) for r in busy)
-    if others:
-        parts.append(f"{others} other process(es) on the GPU")
-    runs = max((r.get("other_runs") or 0) for r in busy)
-    if runs:
-        parts.append(f"{runs} other tuner run(s) on this machine")
-    return (f"the machine was busy during {len(busy)} of {len(measured)} measured trials "
-            f"({'; '.join(parts)}): their figures, and speed-ups read from them, may be disturbed")
-
-
-def drift_note(rows: list[dict]) -> str | None:
-    """One line when the re-measured rounds spread more than ``noise.DRIFT_NOTE_CV``
-    (``noise.round_drift``): the machine's own speed moved between them, which its load figures
-    may not show (a shared VM's host), and the speed-ups' intervals are that wide; else None."""
-    drift = noise.round_drift(rows)
-    if drift is None or drift.between_cv <= noise.DRIFT_NOTE_CV:
-        return None
-    windows = ("" if drift.within_cv is None else
-               f" while each trial's windows agreed within {100 * drift.within_cv:.0f} %")
-    return (f"the machine's speed drifted between the re-measured rounds: the same "
-            f"configuration moved {100 * drift.between_cv:.0f} % (CV, median of "
-            f"{_count(drift.configurations, 'configuration')}) from round to round{windows}; "
-            "the speed-ups' intervals widen with it and most differences read as ties; a "
-            "quieter machine narrows them")
+__getattr__ = moved(__name__, {
+    **{name: "tuner.summary" for name in ("verdict_lines", "paste_commands",
+                                          "leaderboard_statuses")},
+    **{name: "tuner.machine_load" for name in ("busy_note", "drift_note", "BUSY_STEAL_PCT",
+                                               "BUSY_OTHER_CPU_PCT")}})
+"""Old import paths of the summary's and the machine notes' public names."""

@@ -38,7 +38,7 @@ from matplotlib.figure import Figure
 import tuner.leaderboard as leaderboard
 import tuner.noise as noise
 import tuner.winner as winner
-from tuner.ceilings import attainable_summary
+from tuner.ceilings import attainable_summary, machine_summary
 from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
 from tuner.scaling import scaling, scaling_table
@@ -521,6 +521,8 @@ def _best_section(top: winner.Answer | None) -> str:
     lines.append(_table(["reference", "samples/sec", "best against it"], speed_rows))
     if (bound := attainable_summary(top.attainable)) is not None:
         lines.append(f"<p>{e(bound)}.</p>")
+    if (limit := machine_summary(top)) is not None:
+        lines.append(f"<p>{e(limit)}.</p>")
     if top.tied_faster:
         faster, sp = top.tied_faster.row, top.tied_faster.speedup
         lines.append(f"<p>Fastest measured, <code>{e(knob_text(faster))}</code> at "

@@ -1,4 +1,7 @@
-"""What each extra rank buys: throughput, scaling efficiency and cost per world size.
+"""What each extra rank buys: throughput, scaling efficiency and cost per world size, and the
+rule of a run over several world sizes (``world_sizes``, ``size_runs``), which both
+``python -m tuner run --world-size 1,2`` and ``tuner.tune(world_size=[1, 2])`` follow: each
+world size a search of its own, one after another, the time budget shared equally.
 
 Scaling efficiency of a world size N: its best global samples/sec over N times the best
 single-rank samples/sec, both measured on the same node type (hardware key) at the same scale.
@@ -8,10 +11,14 @@ below says the ranks wait on each other (all-reduce, a straggler's input pipelin
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
+from tuner.errors import TunerError
 from tuner.status import Phase, Status, phase_of
+
+_Options = TypeVar("_Options")
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -34,6 +41,46 @@ class WorldSize:
     cost_per_million_samples: float | None
     """``gpu_hour_cost`` x world size / samples per hour x 10^6 (one GPU, or one CPU rank, per
     rank); None without a price."""
+
+
+def world_sizes(value: int | str | Iterable[int]) -> tuple[int, ...]:
+    """The world sizes to compare: a rank count (``2``), a comma-separated list (``'1,2,4'``,
+    as ``--world-size`` gives it) or a sequence of counts (``[1, 2]``), each >= 1; each size
+    once, in the order given.
+
+    Raises:
+        TunerError: anything else, naming the value."""
+    if isinstance(value, str):
+        parts, text = value.split(","), value
+    elif isinstance(value, Iterable):
+        parts = list(value)
+        text = ",".join(str(part) for part in parts)
+    else:
+        parts, text = [value], str(value)
+    try:
+        sizes = tuple(dict.fromkeys(_rank_count(part) for part in parts))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise TunerError(f"--world-size {text}: accepted: a rank count >= 1, or a list such as "
+                         "1,2,4")
+    return sizes
+
+
+def _rank_count(part: Any) -> int:
+    """One world size of a list: an int (not a bool) or its digits. Raises ValueError."""
+    if isinstance(part, bool) or not isinstance(part, (int, str)):
+        raise ValueError(part)
+    return int(part)
+
+
+def size_runs(options: _Options, sizes: Sequence[int]) -> list[_Options]:
+    """One run's options per world size of ``sizes``, in order: ``options`` (a
+    ``tuner.settings.RunOptions``) with ``world_size`` set and ``time_budget_s`` (None: no
+    budget) shared equally among them. Each is a search of its own, run one after another."""
+    budget_s = getattr(options, "time_budget_s")
+    share_s = None if budget_s is None else budget_s / len(sizes)
+    return [dataclasses.replace(options, world_size=n, time_budget_s=share_s) for n in sizes]
 
 
 def world_size_of(row: Mapping[str, Any]) -> int:

@@ -17,7 +17,7 @@ import yaml
 
 from tuner.errors import SpaceError
 from tuner.knobs import (CHOICE_KNOBS, CUDA_ONLY_KNOBS, CUDA_ONLY_VALUES, DDP_BUCKET_CAP_MB,
-                         KNOB_INFO, WORKER_KNOBS, Knobs)
+                         DDP_VALUES, DEVICE_PATH_REFUSED, KNOB_INFO, WORKER_KNOBS, Knobs)
 from tuner.settings import DEVICE_TYPES
 _TOP_KEYS = {"knobs", "description", *DEVICE_TYPES}
 
@@ -321,6 +321,17 @@ class DefineByRun:
         return out
 
 
+def candidates(space: Space) -> list[int]:
+    """Batch sizes ``space`` allows, ascending: its ``batch_size`` choices, every integer of
+    its range (every ``step``-th for a linear one), or its constant."""
+    dom = space.domains.get("batch_size")
+    if isinstance(dom, Choices):
+        return sorted(dom.values)
+    if isinstance(dom, IntRange):
+        return list(range(dom.low, dom.high + 1, 1 if dom.log else dom.step))
+    return [space.constants["batch_size"]]
+
+
 def _cap(dom: Domain, high: int) -> Domain:
     if isinstance(dom, IntRange):
         return dom if dom.high <= high else IntRange(dom.low, max(dom.low, high), dom.log, dom.step)
@@ -328,17 +339,13 @@ def _cap(dom: Domain, high: int) -> Domain:
     return Choices(kept or (min(dom.values),))
 
 
-DDP_DOMAINS: dict[str, Domain] = {
-    "ddp_bucket_cap_mb": Choices((DDP_BUCKET_CAP_MB, 50, 100, 200)),
-    "gradient_as_bucket_view": Choices((False, True)),
-    "static_graph": Choices((False, True)),
-}
-"""DistributedDataParallel's knobs as a data-parallel run samples them: bucket sizes from DDP's
-default 25 MiB up (pytorch/pytorch#118421: "most users would have to increase it")."""
+DDP_DOMAINS: dict[str, Domain] = {name: Choices(values) for name, values in DDP_VALUES.items()}
+"""DistributedDataParallel's knobs as a data-parallel run samples them (``KnobInfo.ddp_values``
+in ``tuner.knobs``)."""
 
-DEVICE_PATH_NO = ("num_workers", "pin_memory", *WORKER_KNOBS)
+DEVICE_PATH_NO = DEVICE_PATH_REFUSED
 """Knobs of the DataLoader, which the ``device`` data path does not use: not suggested there
-(num_workers 0, pin_memory false)."""
+(num_workers 0, pin_memory false) (``KnobInfo.loader_only`` in ``tuner.knobs``)."""
 
 
 def _data_path(chosen: Mapping[str, Any], constants: Mapping[str, Any]) -> str:

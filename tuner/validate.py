@@ -376,7 +376,7 @@ def workload_source(spec: str) -> tuple[Workload | None, list[str] | None]:
     point), or a configured classifier's leaderboard name ('classifier-resnet50-224px':
     the base workload with ``configure(model=..., image_size=...)``). (None, None) for a
     name not found from here or a workload that fails to import."""
-    from tuner.workload import available, configured, resolve
+    from tuner.workload_loader import available, configured, resolve
     known = available()
     try:
         if ":" in spec or spec in known:

@@ -20,8 +20,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import tuner.noise as noise
-# Ceilings and Attainable are part of this module's public answer (tuner.winner.Ceilings).
-from tuner.ceilings import Attainable, Ceilings, ceilings as _ceilings, lever_text
+from tuner._deprecated import moved
+from tuner.ceilings import Attainable, Ceilings, lever_text  # public here: tuner.winner.Ceilings
+from tuner.ceilings import ceilings as _ceilings
 from tuner.knobs import Knobs
 from tuner.status import Phase, answers, budget_stopped, phase_of
 
@@ -33,13 +34,6 @@ REFERENCES = ("baseline", "recommended")
 
 RATE_COLUMNS = ("tokens_per_sec", "achieved_tflops", "mfu_pct")
 """Columns proportional to samples/sec in one row (the same work per sample)."""
-
-CEILING_NOISE = 0.05
-"""A compute-only ceiling at most this share below the pipeline it bounds is read as the
-pipeline's own rate within the noise (a compute-bound configuration), not as a busy machine,
-and not measured again. Either way no efficiency is shown. Source: the spread of the default
-CPU ddpm run's compute-only ceiling against its pipeline on a quiet machine (about 2 %)."""
-
 
 @dataclass(frozen=True)
 class Reference:
@@ -133,11 +127,11 @@ class Answer:
 
     @property
     def ceiling_far_below(self) -> bool:
-        """The compute-only ceiling lies more than ``CEILING_NOISE`` below the winner: a
-        disturbed measurement, which a run measures again."""
-        bound = self.ceilings.compute_samples_per_sec
-        return (self.ceilings.compute_disturbed and bound is not None
-                and bound < (1 - CEILING_NOISE) * self.samples_per_sec)
+        """The compute-only ceiling lies more than ``tuner.ceilings.CEILING_NOISE`` below the
+        winner ('not a bound', ``tuner.ceilings.verdict``): a disturbed measurement, which a
+        run measures again."""
+        judged = self.ceilings.compute_verdict(self.samples_per_sec)
+        return judged is not None and judged.judgement == "not a bound"
 
     @property
     def knobs(self) -> Knobs:
@@ -413,3 +407,7 @@ def _vs_reference(key: tuple, top: dict, groups: dict[tuple, list[dict]],
     if sp is None:
         return Reference(ref, None, False, None)
     return Reference(ref, _mean_row(groups[keys[0]], sps)[sps], False, sp)
+
+
+__getattr__ = moved(__name__, {"CEILING_NOISE": "tuner.ceilings"})
+"""Old import path of the ceiling noise threshold, which lives with the ceilings."""

@@ -83,7 +83,7 @@ def test_the_memory_probe_under_a_limit_on_a_real_card(settings):
 
 @pytest.mark.parametrize("amp", ["fp16", "bf16"])
 def test_amp_and_channels_last_train_on_the_card(regression_data, amp):
-    from tuner.workload import resolve
+    from tuner.workload_loader import resolve
     classifier = resolve("classifier")
     data = classifier.prepare_default_data(regression_data.parent / "classifier", "tiny")
     settings = TrialSettings(scale="tiny", device="cuda", data_dir=str(data), windows=2,

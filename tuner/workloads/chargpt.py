@@ -38,7 +38,6 @@ from torch.utils.data import Dataset
 
 from tuner.data import SamplePath
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.settings import check_scale
 from tuner.workload import Workload
@@ -467,4 +466,3 @@ class CharGPT(Workload):
 
 
 workload = CharGPT()
-trainable = make_trainable(workload)

@@ -37,7 +37,6 @@ from torchvision.transforms import v2
 
 from tuner.data import SamplePath
 from tuner.errors import DataError, TunerError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.settings import SCALES, check_scale
 from tuner.workload import Workload, option_flag
@@ -188,7 +187,7 @@ class _ImageFolderClassifier(Workload):
 
     def configure(self, *, model: str | None = None, image_size: int | None = None) -> Workload:
         """``--model NAME [--image-size PX]``: a ``NamedClassifier`` on this workload's data
-        pipeline, search space and references (``tuner.workload.configured`` calls it).
+        pipeline, search space and references (``tuner.workload_loader.configured`` calls it).
 
         Raises:
             TunerError: ``image_size`` without ``model`` (the built-in models' inputs are
@@ -546,7 +545,5 @@ class NamedClassifier(_ImageFolderClassifier):
 
 
 workload = Classifier()
-trainable = make_trainable(workload)
 
 workload299 = Classifier299()
-trainable299 = make_trainable(workload299)

@@ -34,7 +34,6 @@ from torchvision.transforms import v2
 
 from tuner.data import SamplePath
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.settings import check_scale
 from tuner.workload import Workload
@@ -450,4 +449,3 @@ class DDPMWorkload(Workload):
 
 
 workload = DDPMWorkload()
-trainable = make_trainable(workload)

@@ -74,7 +74,6 @@ from torchvision.transforms import v2
 
 from tuner.data import SamplePath
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.settings import check_scale
 from tuner.workload import Workload
@@ -521,4 +520,3 @@ class HeadPoseWorkload(Workload):
 
 
 workload = HeadPoseWorkload()
-trainable = make_trainable(workload)

@@ -53,7 +53,6 @@ from torch.utils.data import Dataset
 
 from tuner.data import SamplePath
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
 from tuner.settings import check_scale
 from tuner.workload import Workload, default_cache_dir
@@ -543,4 +542,3 @@ class Segmentation3dWorkload(Workload):
 
 
 workload = Segmentation3dWorkload()
-trainable = make_trainable(workload)

@@ -1,0 +1,271 @@
+"""The closing summary of a run (rich): the table of the best with its references, ceilings
+and this machine's limits, the lines under it and the commands to paste. The verdicts come
+from the library (``tuner.winner``, ``tuner.ceilings``, ``tuner.machine_load``); this module
+words them. Torch-free."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+import tuner.noise as noise
+import tuner.winner as winner
+from tuner.ceilings import (
+    MachineCompute,
+    Verdict,
+    attainable_text,
+    lever_text,
+    machine_limit_hidden,
+    machine_summary,
+)
+from tuner.knobs import knob_text
+from tuner.machine_load import busy_note, drift_note
+from tuner.status import STATUSES, Phase, Status, answers, phase_of
+
+
+def print_summary(console: Console, plan, summary) -> None:
+    """The closing summary of a run (``summary``: a ``tuner.driver.RunSummary``; ``plan``: its
+    plan, for the commands to paste, or None): the trials by phase and status, the best of each
+    hardware key with its table (``print_best``), the commands to paste and the machine notes
+    (``tuner.machine_load``)."""
+    rows = summary.rows
+    ok = [r for r in rows if answers(r)]  # a budget-stopped measurement may answer
+    counts = ", ".join(f"{n} {s}" for s in leaderboard_statuses(rows)
+                       for n in [sum(r["status"] == s for r in rows)])
+    phases = ", ".join(f"{n} {p.value}" for p in Phase
+                       for n in [sum(phase_of(r) == p for r in rows)] if n)
+    console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s ({phases}; {counts}); "
+                       f"leaderboard: {summary.results_dir}/leaderboard")
+    keys = sorted({r["hardware_key"] for r in ok})
+    for key in keys:
+        print_best(console, [r for r in rows if r["hardware_key"] == key], summary)
+    if keys:
+        console.print("ready to paste:")
+    for key in keys:
+        for line in paste_commands(plan, summary, key if len(keys) > 1 else None):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
+    for note in (busy_note(rows), drift_note(rows)):
+        if note:
+            console.print(f"[yellow]warning:[/] {note}", highlight=False)
+
+def print_best(console: Console, rows: list[dict], summary) -> None:
+    """The best of ``rows`` (one hardware key) as the summary table: the best, the references,
+    the ceilings with their verdicts (``tuner.ceilings``), this machine's compute limit and the
+    attainable rate, then the verdict lines; or why there is no result."""
+    best = winner.best(rows)
+    if best is None:
+        disturbed = sorted({why for r in rows if r["status"] == Status.OK
+                            and (why := noise.impossible(r))})
+        if disturbed:
+            console.print(f"[yellow]no result:[/] every measurement had a figure that "
+                               f"cannot be true ({'; '.join(disturbed)}): the machine was "
+                               "disturbed; run again on a quiet one", highlight=False)
+        return
+    row, ceilings = best.row, best.ceilings
+    t = Table(title=f"{summary.workload} on {row['hardware_key']} ({summary.scale} scale)",
+              title_justify="left")
+    for col in ("configuration", "samples/sec", "best is", "knobs"):
+        t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
+    chosen = (f"re-measured, mean of {best.rounds} rounds" if best.rounds > 1 else
+              "re-measured" if best.phase == Phase.REMEASURE else "measured")
+    t.add_row(f"[bold]best[/] ({chosen})", f"{best.samples_per_sec:,.1f}", "", knob_text(row))
+    _reference_rows(t, best, rows)
+    compute = ceilings.compute_verdict(best.samples_per_sec)
+    if compute is not None:
+        t.add_row("compute-only ceiling", f"{ceilings.compute_samples_per_sec:,.1f}",
+                  *_compute_cells(best, compute))
+    if ceilings.machine_compute is not None:
+        t.add_row("machine's compute limit",
+                  f"{ceilings.machine_compute.samples_per_sec:,.1f}",
+                  *_machine_cells(ceilings.machine_compute,
+                                  ceilings.compute_samples_per_sec))
+    loader = ceilings.loader_verdict(best.samples_per_sec)
+    if loader is not None:
+        t.add_row("loader-only ceiling", f"{ceilings.loader_samples_per_sec:,.1f}",
+                  *_loader_cells(loader, ceilings.data_path))
+    _attainable_row(t, best.attainable)
+    console.print(t)
+    for line in filter(None, [winner.budget_stopped_text(best), *verdict_lines(best)]):
+        console.print(line, highlight=False)
+    console.print(_compute_line(row), highlight=False)
+    if row.get("time_to_train_s") is not None:
+        console.print(f"predicted time for {row['train_steps']:,} steps: "
+                           f"{row['time_to_train_s']:,.1f} s (setup, warm-up and compile included)")
+
+
+def _reference_rows(t: Table, best: winner.Answer, rows: list[dict]) -> None:
+    """One table row per reference of the run: its rate and the best's speed-up over it ('the
+    best itself' when the winner is that reference; 'tie' inside the noise), or how its trials
+    failed ('retried' when it was measured twice)."""
+    for ref in (best.baseline, best.recommended):
+        matches = [r for r in rows if r["reference"] == ref.name]
+        if not matches:
+            continue
+        shown = next((r for r in matches if r["status"] == Status.OK), matches[-1])
+        sps = ref.samples_per_sec
+        if ref.is_best:
+            t.add_row(ref.name, f"{sps:,.1f}", "the best itself", knob_text(shown))
+        elif sps:
+            t.add_row(ref.name, f"{sps:,.1f}", ref.speedup.short(), knob_text(shown))
+        else:
+            tried = " (retried)" if sum(phase_of(r) == Phase.SEARCH for r in matches) > 1 else ""
+            t.add_row(ref.name, f"{shown['status']}{tried}", "", knob_text(shown))
+
+
+def verdict_lines(best: winner.Answer) -> list[str]:
+    """The end-of-run lines under the table: each speed-up with its 95 % interval ('tie within
+    the noise (speed-up X, 95 % CI [lo, hi])' where it contains 1, never 'X.XXx faster'), the
+    faster configuration a tie set aside for a simpler one, the data path that lifted the input
+    pipeline's limit (``tuner.ceilings.lever_text``), this machine's compute limit where it
+    lies above the best and its same-knobs ceiling (``tuner.ceilings.machine_limit_hidden``,
+    ``machine_summary``), and the
+    measurements set aside as impossible (``best``: ``tuner.winner.best``'s answer)."""
+    lines = []
+    for ref in (best.baseline, best.recommended):
+        sp = ref.speedup
+        if sp is None:  # failed, not run, or the best itself
+            continue
+        paired = f"; {sp.pairs} interleaved rounds" if sp.pairs > 1 else ""
+        lines.append(f"vs {ref.name}: {sp.text()}{paired}")
+    if best.tied_faster:
+        row, sp = best.tied_faster.row, best.tied_faster.speedup
+        lines.append(f"fastest measured, {knob_text(row)} at {row['samples_per_sec']:,.1f} "
+                     f"samples/sec, against the best shown: {sp.text()}; the simpler "
+                     "configuration is chosen (no compile, then fewer workers, then closer to "
+                     "the baseline)")
+    lever = lever_text(best.attainable)
+    if lever:
+        lines.append(lever)
+    if machine_limit_hidden(best):
+        lines.append(machine_summary(best))
+    if best.disturbed:
+        shown = "; ".join(f"trial {d.trial_id}: {d.reason}" for d in best.disturbed[:3])
+        more = f" and {len(best.disturbed) - 3} more" if len(best.disturbed) > 3 else ""
+        lines.append(f"set aside as disturbed (figures that cannot be true, never a result): "
+                     f"{shown}{more}")
+    return lines
+
+
+
+
+def paste_commands(plan, summary, hardware_key: str | None = None) -> list[str]:
+    """The commands that read a finished run, to paste as printed from the same directory:
+    ``best`` (the winner as code; it reads the rows by the workload's leaderboard name),
+    ``profile`` and ``validate`` (they import the workload: ``--workload`` is what the run was
+    given, a built-in name, an import path or a file, with the workload's options such as
+    ``--model``). ``--data`` is added when the run had it, ``--device``/``--scale`` for
+    ``profile`` when the run named them, ``--hardware`` when given (a run over several
+    accelerator types). Without a plan, or for a Workload object (the Python API), only
+    ``best``."""
+    from shlex import quote
+    where = [f"--results {quote(str(summary.results_dir))}"]
+    where += [f"--hardware {quote(hardware_key)}"] if hardware_key else []
+    lines = [" ".join(["python -m tuner best", f"--workload {quote(summary.workload)}", *where,
+                       "--format python"])]
+    spec = getattr(getattr(plan, "options", None), "workload", None)
+    if not isinstance(spec, str):
+        return lines
+    options = plan.options
+    workload = [f"--workload {quote(spec)}"] + [
+        f"--{name.replace('_', '-')} {quote(str(value))}"
+        for name, value in (getattr(options, "workload_options", None) or {}).items()
+        if value is not None]
+    data = [f"--data {quote(str(plan.data_dir))}"] if options.data is not None else []
+    measure = [f"--device {plan.device}"] if options.device != "auto" else []
+    measure += [f"--scale {plan.scale}"] if options.scale else []
+    return lines + [" ".join(["python -m tuner profile", *workload, *where, *measure, *data]),
+                    " ".join(["python -m tuner validate", *workload, *where, *data])]
+
+
+def leaderboard_statuses(rows: list[dict]) -> list[str]:
+    """The final statuses that occur in ``rows``, in ``tuner.status.STATUSES`` order."""
+    return [s for s in STATUSES if any(r["status"] == s for r in rows)]
+
+
+def _compute_line(best: Mapping) -> str:
+    """How far the winner (its row) is from the card's peak: FLOP per sample, achieved
+    TFLOP/s, MFU."""
+    flops = best.get("model_flops_per_sample")
+    if flops is None:
+        return "compute: the model's FLOPs could not be counted"
+    text = (f"compute: {flops / 1e9:,.2f} GFLOP/sample (forward + backward) · "
+            f"{best['achieved_tflops']:,.2f} TFLOP/s achieved")
+    if best.get("mfu_impossible"):
+        return text + (f" · MFU {best['mfu_pct']:.0f}% is impossible: the measurement was "
+                       "disturbed or the card's peak is wrong (--peak-tflops)")
+    if best.get("mfu_pct") is None:
+        return text + " · MFU: no peak known for this device (CPU, or --peak-tflops)"
+    return text + f" · MFU {best['mfu_pct']:.1f}% of the card's dense peak"
+
+
+def _attainable_row(t: Table, attainable: winner.Attainable) -> None:
+    """The machine's attainable rate, the winner's share of it and which limit binds."""
+    if attainable.samples_per_sec is None:
+        return
+    share = attainable.share
+    t.add_row("attainable here", f"{attainable.samples_per_sec:,.1f}",
+              f"{100 * share:.0f}% of it" if share is not None else "not a bound",
+              attainable_text(attainable) if share is not None else
+              "the best ran faster than this machine's measured limit: a disturbed measurement")
+
+
+def _loader_detail(data_path: str) -> str:
+    """The 'knobs' cell of the winner's loader-only ceiling on its ``data_path``."""
+    if data_path == "loader":
+        return "same knobs, its DataLoader alone, no model"
+    return f"same knobs, its data path alone (data_path={data_path}), no model"
+
+
+def _compute_cells(best: winner.Answer, judged: Verdict) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of the winner's compute-only ceiling by its verdict
+    (``tuner.ceilings.verdict``): its share where it bounds the best, 'at it' within the noise
+    below (bound by compute), else 'disturbed'. Never an efficiency over 100 %."""
+    if judged.judgement == "bound":
+        return f"{100 * judged.share:.0f}% of it", "same knobs, batches on the device"
+    if judged.judgement == "at it":
+        return "at it", (f"same knobs, batches on the device: {100 * judged.below:.0f} % below "
+                         "the pipeline, within the noise: it runs at its compute-only rate, "
+                         "bound by compute")
+    how = ("twice" if best.ceilings.compute_measurements >= 2 else
+           "once (the time budget left none to measure it again)")
+    return "disturbed", (f"measured below the pipeline it bounds, {how}: no efficiency shown "
+                         "(the machine was busy; run again on a quiet one)")
+
+
+def _loader_cells(judged: Verdict, data_path: str) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of the winner's loader-only ceiling by its verdict: the
+    winner trains no faster than its input pipeline delivers alone, so below it within the
+    noise it runs at its loader's rate ('at it'), further below it is a disturbed
+    measurement, never a bound."""
+    if judged.judgement == "bound":
+        return "", _loader_detail(data_path)
+    if judged.judgement == "at it":
+        return "at it", (f"same knobs, its DataLoader alone: {100 * judged.below:.0f} % below "
+                         "the pipeline, within the noise: it runs at its loader's rate, bound "
+                         "by the input pipeline")
+    return "disturbed", ("measured below the pipeline it bounds: not a bound (the machine was "
+                         "busy; run again on a quiet one)")
+
+
+def _machine_cells(limit: MachineCompute, same_knobs: float | None) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of this machine's compute limit (its largest batch in
+    the fastest precision): the best's share of it and how many times the best's rate it is
+    (saying so where it lies below the best's same-knobs compute-only ceiling
+    ``same_knobs``); where the best ran faster, within the noise 'at it', further 'not a
+    bound'."""
+    knobs = f"{limit.knobs_text}, {limit.data_path}"
+    judged = limit.verdict
+    if judged.judgement == "bound":
+        if same_knobs and limit.samples_per_sec < same_knobs:
+            return f"{100 * judged.share:.0f}% of it", (
+                f"{knobs}: {judged.headroom:.2f}x the best; the largest batch is slower here "
+                "than the best's own")
+        return f"{100 * judged.share:.0f}% of it", (
+            f"{knobs} (largest batch, fastest precision): {judged.headroom:.2f}x the best")
+    if judged.judgement == "at it":
+        return "at it", (f"{knobs}: {100 * judged.below:.0f} % below the best, within the "
+                         "noise: the best computes at this machine's limit")
+    return "not a bound", (f"{knobs}: the best ran faster, so this is no limit (a disturbed "
+                           "measurement, or a smaller batch computes faster here)")
