@@ -183,7 +183,7 @@ def test_a_check_the_steps_time_cannot_hold_is_skipped_with_a_note(bench):
 
 
 def test_every_built_in_has_a_quick_budget_that_holds_its_start_up_and_references(bench):
-    from tuner.workload import available
+    from tuner.workload_loader import available
     args = bench.argparse.Namespace(device="cuda", quick=True, time_budget=None, trials=None)
     for name in available():
         budget = bench.budget_of(name, args)
