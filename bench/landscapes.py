@@ -147,27 +147,33 @@ def main(argv: list[str] | None = None) -> None:
               f"{' '.join(args.run_arg)}".rstrip() + f"; logs in {logs}")
     print(header, flush=True)
     runs: dict[str, list[dict]] = {name: [] for name in args.landscapes}
-    for name in args.landscapes:
-        for seed in args.seeds:
+    # Seed by seed, every landscape in each: a bench stopped early has figures for all.
+    for seed in args.seeds:
+        for name in args.landscapes:
             r = run_once(name, seed, args, logs)
             runs[name].append(r)
             answer = "none" if r["answer"] is None else f"{r['answer']:,.1f}"
-            print(f"  {name} seed {seed}: answer {answer} samples/s of {r['optimum']:,.1f}, "
-                  f"{r['measured']} measured, {r['trials']} trials, {r['wall_s']:.0f} s",
-                  flush=True)
-    if args.out:
-        import contextlib
-        import io
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            print(header)
-            for name in args.landscapes:
-                print_table(name, runs[name])
-        Path(args.out).write_text(buffer.getvalue())
-        print(buffer.getvalue())
-    else:
-        for name in args.landscapes:
-            print_table(name, runs[name])
+            ratio = "" if r["answer"] is None else f" ({r['answer'] / r['optimum']:.3f})"
+            print(f"  {name} seed {seed}: answer {answer}{ratio} samples/s of optimum "
+                  f"{r['optimum']:,.1f}, {r['measured']} measured, {r['trials']} trials, "
+                  f"{r['wall_s']:.0f} s, load {r['load'][0]:.1f}-{r['load'][1]:.1f}, exit "
+                  f"{r['exit']}: {r['knobs']}", flush=True)
+            if args.out:  # the tables so far, after every run
+                Path(args.out).write_text(tables(header, runs))
+    print(tables(header, runs))
+
+
+def tables(header: str, runs: dict[str, list[dict]]) -> str:
+    """The header and ``print_table`` of every landscape with runs, as printed."""
+    import contextlib
+    import io
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        print(header)
+        for name, done in runs.items():
+            if done:
+                print_table(name, done)
+    return buffer.getvalue()
 
 
 if __name__ == "__main__":

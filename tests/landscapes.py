@@ -33,8 +33,12 @@ The model of one configuration (``Landscape.samples_per_sec``), all times in sec
 
 How the sleeps realise the model: the training step sleeps until ``T(b)`` plus the host work
 done in the training process (decoding with ``num_workers=0``, device augmentation) has passed
-since the end of the previous training step, so the real cost of a step (backward, optimizer,
-collate) is absorbed while it stays under ``T(b)``; DataLoader workers sleep in parallel to it.
+since the previous training step's modelled end, so the real cost of a step (backward,
+optimizer, collate: ~2 ms of CPU, tens of ms of wall time on a machine loaded 10x its cores)
+and a late wake-up are absorbed while they stay under ``T(b)``; DataLoader workers sleep in
+parallel to it. Steps are long for that (90-300 ms, the H200's shape at a quarter of its
+rates). The harness's pause between two windows overlaps a step, as a device's queue would: a
+window can read faster than the model by that pause (~1 % of a 2-s window on a loaded machine).
 """
 
 from __future__ import annotations
