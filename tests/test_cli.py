@@ -24,7 +24,8 @@ import yaml
 from PIL import Image
 
 from tests.conftest import REPO_ROOT, tuner_in_process
-from tuner import leaderboard, workload as workload_mod
+from tuner import leaderboard
+from tuner import workload_loader as workload_mod
 from tuner.knobs import Knobs
 
 pytestmark = pytest.mark.slow
