@@ -336,6 +336,24 @@ def test_the_summary_gives_the_machine_compute_limit_beside_the_same_knobs_ceili
             "ceiling 94 % reached") in out
 
 
+@pytest.mark.parametrize("compute_sps, slower", [(6408.1, False), (7200.0, True)])
+def test_a_machine_limit_below_the_same_knobs_ceiling_says_so_only_beyond_the_noise(
+        compute_sps, slower):
+    """One H200, a 200-s ddpm run: the best (bs=652, batches on the device) 6,277.5, its
+    same-knobs compute-only ceiling 6,408.1 and the probe's limit at the same batch 6,353.0
+    are one limit read three times: 1 % apart is no 'largest batch is slower here'."""
+    best = Knobs(batch_size=652, num_workers=0, data_path="device", amp="bf16")
+    rows = [row(0, knobs=Knobs(batch_size=8, num_workers=4), sps=149.0, reference="baseline",
+                device="cuda"),
+            row(1, knobs=best, sps=6277.5, device="cuda"),
+            ceiling(2, "compute", best, compute_sps, device="cuda"),
+            ceiling(3, "machine-compute", best, 6353.0, device="cuda")]
+    out = summary_of(rows)
+    assert "machine's compute limit 6,353.0 99% of it bs=652 amp=bf16" in out
+    assert ("the largest batch is slower here than the best's own" in out) is slower
+    assert ("(largest batch, fastest precision): 1.01x the best" in out) is not slower
+
+
 @pytest.mark.parametrize("machine_sps, cell, words", [
     (2150.0, "at it", "3 % below the best, within the noise"),
     (1500.0, "not a bound", "the best ran faster, so this is no limit"),

@@ -13,6 +13,7 @@ from rich.table import Table
 import tuner.noise as noise
 import tuner.winner as winner
 from tuner.ceilings import (
+    CEILING_NOISE,
     MachineCompute,
     Verdict,
     attainable_text,
@@ -253,12 +254,12 @@ def _machine_cells(limit: MachineCompute, same_knobs: float | None) -> tuple[str
     """The 'best is' and 'knobs' cells of this machine's compute limit (its largest batch in
     the fastest precision): the best's share of it and how many times the best's rate it is
     (saying so where it lies below the best's same-knobs compute-only ceiling
-    ``same_knobs``); where the best ran faster, within the noise 'at it', further 'not a
-    bound'."""
+    ``same_knobs`` by more than ``CEILING_NOISE``: within it the two read the same limit);
+    where the best ran faster, within the noise 'at it', further 'not a bound'."""
     knobs = f"{limit.knobs_text}, {limit.data_path}"
     judged = limit.verdict
     if judged.judgement == "bound":
-        if same_knobs and limit.samples_per_sec < same_knobs:
+        if same_knobs and limit.samples_per_sec < same_knobs * (1 - CEILING_NOISE):
             return f"{100 * judged.share:.0f}% of it", (
                 f"{knobs}: {judged.headroom:.2f}x the best; the largest batch is slower here "
                 "than the best's own")
