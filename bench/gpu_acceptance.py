@@ -806,6 +806,7 @@ def capped_space(name: str, results: Path) -> str:
     """The workload's built-in search space with ``batch_size`` at most ``CPU_MAX_BATCH``,
     written under ``results``; returns its path."""
     import yaml
+
     from tuner.space import builtin_path
     from tuner.workload_loader import resolve
     source = ROOT / builtin_path(resolve(name).space_name)

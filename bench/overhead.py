@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
 from host_noise import host_noise, summary
+
 from tuner.knobs import knob_text
 from tuner.winner import best
 

@@ -29,10 +29,9 @@ import time
 from pathlib import Path
 
 from tuner.harness import run_trial
-from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 from tuner.plan import local_cpus
-from tuner.settings import MEASUREMENT_DEFAULTS
+from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings
 from tuner.workload import Workload, default_cache_dir
 from tuner.workload_loader import resolve
 

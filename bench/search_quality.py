@@ -70,8 +70,9 @@ import time
 from pathlib import Path
 
 from repeatability import TUNER_THREADS, measure_once  # bench/, this script's directory
-from tuner.settings import TrialSettings
+
 from tuner.knobs import WORKER_KNOBS, Knobs
+from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space, load_space
 from tuner.workload import Workload, default_cache_dir
 from tuner.workload_loader import resolve

@@ -344,6 +344,7 @@ def _invoke_row(row_id: str, tmp: Path, results: Path, cache: Path) -> dict:
     raise at import) are forgotten afterwards, so every row imports them afresh, and sys.path
     is restored (a file path workload puts its directory on it)."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     argv = [_fill(a, tmp, results) for a in BY_ID[row_id][1]]
     before = _snapshot(results)
@@ -529,6 +530,7 @@ def test_a_read_command_names_an_unknown_workload_not_no_rows(tmp_path):
     """`leaderboard --workload nosuch` said "no rows"; a workload with neither rows nor a
     definition is unknown, and the line lists what there is."""
     import pytest as _pytest
+
     from tests.test_leaderboard import row
     from tuner import leaderboard
     from tuner.errors import TunerError

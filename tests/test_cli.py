@@ -230,6 +230,7 @@ def test_bad_input_in_process(case, bad_cases, env, results):
     """Every bad input through the click entry point in this process (no interpreter start per
     case): exit code 2, one line naming the bad value, results untouched."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     args, expected = bad_cases[case]
     before = _snapshot(results)

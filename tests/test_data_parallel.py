@@ -142,6 +142,7 @@ def test_the_printed_ddp_code_trains_in_a_process_group():
     import torch
     import torch.distributed as dist
     from torch.utils.data import TensorDataset
+
     from tuner.codegen import python_text
     from tuner.knobs import Knobs
     knobs = Knobs(batch_size=4, ddp_bucket_cap_mb=50, gradient_as_bucket_view=True)
@@ -172,6 +173,7 @@ def test_a_run_of_two_rank_trials_interrupted_then_resumed_records_each_trial_on
     """Ctrl-C once a 2-rank trial is recorded (exit 130), then --resume: the run's trials are
     recorded exactly once each, all of world size 2."""
     import signal
+
     from tests.test_faults import SLOW, _stop, finish, rows_of, start, stop_setup
     space, env = stop_setup(tmp_path, step_sleep_s=0.02)
     results = tmp_path / "results"
@@ -199,6 +201,7 @@ def test_a_world_size_list_records_both_sizes_and_their_scaling_efficiency(tmp_p
     """``run --world-size 1,2``: a search at each size, rows of both sizes in the leaderboard,
     and at the end the two-rank line with its scaling efficiency and cost."""
     import re
+
     from tests.test_faults import SLOW, finish, rows_of, start, stop_setup
     space, env = stop_setup(tmp_path, step_sleep_s=0.0)
     results = tmp_path / "results"
@@ -225,6 +228,7 @@ def test_a_world_size_list_records_both_sizes_and_their_scaling_efficiency(tmp_p
 
 def _two_rank_row(tmp_path) -> None:
     import datetime as dt
+
     import tuner.leaderboard as leaderboard
     from tuner.knobs import Knobs
     from tuner.settings import VERSION
@@ -294,7 +298,9 @@ def test_a_world_size_list_runs_each_size_in_turn_and_prints_their_scaling(monke
     """`run --world-size 1,2 --time-budget 100`: a run per size, in order, 50 s each, then a
     line per world size with its efficiency and cost."""
     from types import SimpleNamespace
+
     from click.testing import CliRunner
+
     import tuner.cli as cli
     runs = []
 

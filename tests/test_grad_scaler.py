@@ -12,10 +12,11 @@ import torch
 from tests.fake_workloads import Regression, StepClock
 from tuner.apply import build_training, repeat
 from tuner.harness import TrialFailure, _windows
-from tuner.steppers import Stepper, on_device as _on_device
 from tuner.knobs import Knobs
 from tuner.measure import HostMemorySampler, counted_window, summarise
 from tuner.settings import TrialSettings
+from tuner.steppers import Stepper
+from tuner.steppers import on_device as _on_device
 
 
 def test_each_halving_of_the_scale_is_one_skipped_step_taken_out_of_the_window():

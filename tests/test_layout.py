@@ -70,6 +70,7 @@ ARM = "processor\t: {n}\nBogoMIPS\t: 243.75\nCPU implementer\t: 0x41\nCPU part\t
 ])
 def test_the_hardware_key_tells_cpu_generations_apart(tmp_path, text, key):
     import platform
+
     from tuner.hardware import cpu_key
     info = tmp_path / "cpuinfo"
     info.write_text(text)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tuner import noise
-from tuner.measure import HostMemorySampler, LoadMonitor
 from tuner.machine_load import busy_note, drift_note
+from tuner.measure import HostMemorySampler, LoadMonitor
 
 
 def test_load_is_recorded_around_a_measurement():

@@ -102,6 +102,7 @@ def test_another_ranks_oom_outranks_rank_0s_collateral_reset(nodes):
     all-reduce failed with gloo's reset (sent as its result, or raised too): the trial is
     rank 1's OOM either way. Rank 0's own failure, with no other rank's, stands."""
     import torch
+
     from tuner.distributed import _failed, _result
 
     class Results:

@@ -10,11 +10,18 @@ import pytest
 
 from tests.fake_workloads import FakeOOM, NpyFiles
 from tuner.knobs import Knobs
-from tuner.probe import (KNEE_TOLERANCE, PROBE_WINDOW_S, ProbeResult, compute_curve,
-                         fit_step_time, knee_batch, probe_batch_limit, probe_in_process)
+from tuner.probe import (
+    KNEE_TOLERANCE,
+    PROBE_WINDOW_S,
+    ProbeResult,
+    compute_curve,
+    fit_step_time,
+    knee_batch,
+    probe_batch_limit,
+    probe_in_process,
+)
 from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space
-
 
 SETTINGS = TrialSettings(scale="tiny", device="cpu", data_dir="unused")
 
@@ -140,6 +147,7 @@ def test_a_probe_stopped_by_the_time_budget_keeps_what_fit_by_then():
 
 def test_a_run_whose_budget_ends_in_the_probe_before_any_batch_says_so(monkeypatch):
     from types import SimpleNamespace
+
     import tuner.driver as driver
     from tuner.errors import TunerError
     from tuner.probe import ProbeResult

@@ -241,6 +241,7 @@ def _run(argv: list[str], root: Path, pythonpath: list[Path]) -> dict:
 def _cli(args: list[str], env: dict, cwd: Path, monkeypatch):
     """``python -m tuner ARGS`` through its click entry point in this process."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     monkeypatch.chdir(cwd)
     result = CliRunner(env={"TUNER_CACHE": env["TUNER_CACHE"], "COLUMNS": "200"}).invoke(main, args)

@@ -20,13 +20,24 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tuner.cli_options import (COMMAND_ORDER, EPILOG, SHORT_HELP, applied, common_filter_options,
-                               export_options, model_options, option, profile_options,
-                               run_options, validate_options)
 from tuner._deprecated import moved
+from tuner.cli_options import (
+    COMMAND_ORDER,
+    EPILOG,
+    SHORT_HELP,
+    applied,
+    common_filter_options,
+    export_options,
+    model_options,
+    option,
+    profile_options,
+    run_options,
+    validate_options,
+)
 from tuner.errors import TunerError, one_line
 from tuner.knobs import Knobs, knob_text
 from tuner.status import MEASURED, Phase, Status, phase_of
+
 
 def _console(stderr: bool = False) -> Console:
     """A console as wide as the terminal; piped or logged output (no terminal, no COLUMNS)
@@ -134,6 +145,7 @@ def _run_one(options: Any, launched: bool) -> Any:
     """One run's plan, trials and summary (``options``: a ``RunOptions``). Raises TunerError
     when no trial succeeded; exits 130 on Ctrl-C."""
     import contextlib
+
     from tuner.api import tune_plan
     from tuner.driver import RunInterrupted, planned
     from tuner.progress import Progress
@@ -215,6 +227,7 @@ def _load(results: str, workload: str, hardware: str | None, scale: str | None =
 
 def _this_machine_key(keys: list[str]) -> str | None:
     import torch
+
     from tuner.hardware import fingerprint
     for device in (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]:
         key = fingerprint(torch.device(device))["hardware_key"]
@@ -300,6 +313,7 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
     # The whole answer (tuner.winner.Answer.to_dict), named as the command was given.
     doc = {**answer.to_dict(), "workload": workload, "hardware_key": hardware}
     from dataclasses import asdict
+
     from tuner.scaling import scaling, scaling_lines
     sizes = scaling(table.to_pylist(), gpu_hour_cost)
     doc["world_sizes"] = [asdict(size) for size in sizes]
@@ -351,6 +365,7 @@ def export_cmd(workload: str, results: str, hardware: str | None, scale: str | N
                overwrite: bool) -> None:
     """The leaderboard as an Optuna study: one trial per row, for optuna-dashboard."""
     from collections import Counter
+
     from tuner.export import default_study_name, shown_url, write_study
     table, hardware = _load(results, workload, hardware, scale)
     name = _workload_name(workload)
@@ -430,6 +445,7 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     data path (a DataLoader, the decoded cache, or the dataset resident on the device). A
     multi-rank trial is checked by a plain DDP loop of as many local processes."""
     import torch
+
     from tuner.validate import check_data_path, loop_for_row, ranks_for
     w = _configured(workload, model, image_size)
     table, hardware = _load(results, w.name, hardware, scale)

@@ -16,9 +16,19 @@ from typing import Any, Mapping
 import yaml
 
 from tuner.errors import SpaceError
-from tuner.knobs import (CHOICE_KNOBS, CUDA_ONLY_KNOBS, CUDA_ONLY_VALUES, DDP_BUCKET_CAP_MB,
-                         DDP_VALUES, DEVICE_PATH_REFUSED, KNOB_INFO, WORKER_KNOBS, Knobs)
+from tuner.knobs import (
+    CHOICE_KNOBS,
+    CUDA_ONLY_KNOBS,
+    CUDA_ONLY_VALUES,
+    DDP_BUCKET_CAP_MB,
+    DDP_VALUES,
+    DEVICE_PATH_REFUSED,
+    KNOB_INFO,
+    WORKER_KNOBS,
+    Knobs,
+)
 from tuner.settings import DEVICE_TYPES
+
 _TOP_KEYS = {"knobs", "description", *DEVICE_TYPES}
 
 

@@ -153,6 +153,7 @@ def train_loop_ranks(workload: Workload, knobs: Knobs, *, world_size: int, devic
         TunerError: a rank failed (its error), or none reported within ``RANKS_TIMEOUT_S``.
     """
     import socket
+
     import torch.multiprocessing as mp
     # spawn, never fork: a fork of a process whose torch thread pools have run can crash in
     # the child (both ranks ended with SIGSEGV on a loaded 2-core machine)

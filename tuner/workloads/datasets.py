@@ -42,8 +42,13 @@ Default data: ``write_once(target, writer)`` creates a directory atomically (wha
 
 from __future__ import annotations
 
-from tuner.workloads._data import (IMAGE_EXTENSIONS, check_image_folder, image_folder, read_image,
-                             write_once)
+from tuner.workloads._data import (
+    IMAGE_EXTENSIONS,
+    check_image_folder,
+    image_folder,
+    read_image,
+    write_once,
+)
 from tuner.workloads.chargpt import CharWindows, check_text_file
 from tuner.workloads.segmentation3d import VolumePatchDataset, build_pairs
 
