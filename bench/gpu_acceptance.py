@@ -242,7 +242,9 @@ def pytest_counts(text: str) -> dict:
             out["failures"].append(line.split()[1])
         elif line.startswith("SKIPPED ") and out["skip_reason"] is None:
             out["skip_reason"] = line.split(": ", 1)[-1]
-    summary = [ln for ln in lines if re.search(r"\d+ (passed|failed|skipped|errors?)\b.* in [\d.]+s", ln)]
+    summary = [
+        ln for ln in lines if re.search(r"\d+ (passed|failed|skipped|errors?)\b.* in [\d.]+s", ln)
+    ]
     if summary:
         for count, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summary[-1]):
             out["error" if kind.startswith("error") else kind] += int(count)

@@ -256,7 +256,8 @@ FILES: dict[str, bytes | str] = {
     "badmods/dep.py": "x = 1\nimport nosuchdep_h5\n",
     "badmods/deep.py": "def helper():\n    return {}['k']\n\n\nhelper()\n",
     "badmods/script.py": ("import argparse\nparser = argparse.ArgumentParser()\n"
-                          "parser.add_argument('--lr', required=True)\nargs = parser.parse_args()\n"),
+                          "parser.add_argument('--lr', required=True)\n"
+                          "args = parser.parse_args()\n"),
     "badmods/ok.py": "value = 1\n",
     "badpkg/__init__.py": "raise RuntimeError('broken package')\n",
     "badpkg/mod.py": "workload = None\n",
@@ -274,7 +275,8 @@ FILES: dict[str, bytes | str] = {
     "emptydir/": "",
     "cluster-malformed.yaml": "cluster_name: x\nmax_workers: 2\nprovider: {type: aws, region: "
                               "us-west-2\n",
-    "cluster-typo.yaml": "cluster_name: x\nmax_worker: 2\nprovider: {type: aws, region: us-west-2}\n",
+    "cluster-typo.yaml": "cluster_name: x\nmax_worker: 2\nprovider: {type: aws, region: "
+                         "us-west-2}\n",
 }
 
 

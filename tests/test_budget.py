@@ -241,7 +241,7 @@ def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settin
     assert len(early) == 1 and reports[0] is early[0]              # first, before the windows
     assert early[0]["status"] == "running" and early[0]["window_samples_per_sec"] is None
     assert early[0]["samples_per_sec"] == pytest.approx(20 / paced.STEP_S)
-    quick = []                                                      # steps shorter than half a window
+    quick = []  # steps shorter than half a window
     run_trial(ClockedPaced(clock), Knobs(batch_size=20), replace(settings, window_s=1.0),
               report=quick.append)
     assert not [r for r in quick if r.get("window") == -1]
@@ -557,7 +557,14 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
     assert last["status"] == "timeout" and "time budget" in last["error"]
     assert all(r["status"] in ("ok", "timeout") for r in budget.rows)
 
-    pruning = run(RunOptions(workload="tests.fake_workloads:steep_paced", trials=3, results=str(tmp_path / "prune"), **common))
+    pruning = run(
+        RunOptions(
+            workload="tests.fake_workloads:steep_paced",
+            trials=3,
+            results=str(tmp_path / "prune"),
+            **common,
+        )
+    )
     rows = {r["batch_size"]: r for r in pruning.rows}
     assert rows[20]["status"] == "ok" and rows[20]["reference"] == "baseline"
     slow_ref = rows[4]

@@ -119,8 +119,9 @@ def test_scaling_efficiency_and_cost_per_world_size():
                         "90 %, 11.1 per million samples")
 
 
-@pytest.mark.parametrize("cost, text", [(0.2761918, "0.276"), (0.28, "0.280"), (0.0041234, "0.00412"),
-                                        (27.61, "27.6"), (99.96, "100"), (1234.5, "1,234")])
+@pytest.mark.parametrize("cost, text", [(0.2761918, "0.276"), (0.28, "0.280"),
+                                        (0.0041234, "0.00412"), (27.61, "27.6"), (99.96, "100"),
+                                        (1234.5, "1,234")])
 def test_a_cost_is_printed_to_three_significant_figures(cost, text):
     from tuner.scaling import cost_text
     assert cost_text(cost) == text

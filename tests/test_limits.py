@@ -307,12 +307,16 @@ def test_remeasure_and_ceiling_phases(followup_run):
                 and r["samples_per_sec"] >= CAN_WIN_FRACTION * best_sps):
             top2.append(Knobs.from_dict(r, strict=False))
     top2 = top2[:2]
-    references = {r["reference"]: Knobs.from_dict(r, strict=False) for r in search if r["reference"]}
+    references = {
+        r["reference"]: Knobs.from_dict(r, strict=False) for r in search if r["reference"]
+    }
     assert sorted(references) == ["baseline", "recommended"]
     expected = list(dict.fromkeys([*top2, *references.values()]))
     assert len(expected) >= 2
     assert len(remeasured) == REMEASURE_ROUNDS * len(expected)
-    order = [Knobs.from_dict(r, strict=False) for r in sorted(remeasured, key=lambda r: r["started_at"])]
+    order = [
+        Knobs.from_dict(r, strict=False) for r in sorted(remeasured, key=lambda r: r["started_at"])
+    ]
     assert order == order[:len(expected)] * REMEASURE_ROUNDS      # the same order each round
     assert set(order) == set(expected)
     assert all(r["windows"] * REMEASURE_ROUNDS >= 2 * SHORT["windows"] for r in remeasured)

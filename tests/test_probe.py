@@ -59,7 +59,8 @@ def test_every_probe_is_short_low_memory_and_on_one_resident_batch():
     probe_batch_limit(amp_space, Knobs(batch_size=4, num_workers=4, compile="default"),
                       replace(SETTINGS, windows=5, breakdown_steps=3), fake_run(8, calls))
     for knobs, settings in calls:
-        assert (knobs.num_workers, knobs.compile, knobs.amp, knobs.grad_accum) == (0, "off", "bf16", 1)
+        assert ((knobs.num_workers, knobs.compile, knobs.amp, knobs.grad_accum)
+                == (0, "off", "bf16", 1))
         assert settings.compute_only and settings.resident_batches == 1
         assert (settings.warmup_steps, settings.windows, settings.breakdown_steps) == (1, 3, 0)
         assert settings.window_s == PROBE_WINDOW_S and settings.max_steady_probes == 0

@@ -1,4 +1,5 @@
-"""Command line: ``python -m tuner run|best|leaderboard|report|validate|profile|export|workloads|check-cluster``.
+"""Command line: ``python -m tuner COMMAND``, where COMMAND is run, best, leaderboard, report,
+validate, profile, export, workloads or check-cluster.
 
 The options, their help and the order of the commands are declared in ``tuner.cli_options``.
 
@@ -465,7 +466,9 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
         # Train with the threads the trial's training process had.
         threads = row.get("torch_threads") or training_threads(knobs.num_workers,
                                                                int(row["trial_cpus"]))
-    where = f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
+    where = (
+        f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
+    )
     what = f"{ranks} ranks, each on {where}" if ranks > 1 else where
     with console.status(f"training {what}…"):
         v = loop_for_row(w, knobs, row, data_dir=data_dir, steps=steps, threads=threads,
@@ -481,9 +484,11 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     t.add_row("[bold]measured ÷ predicted[/]", f"[bold]{v.samples_per_sec / predicted:.2f}[/]")
     console.print(t)
     console.print(f"whole loop, warm-up included: {v.total_s:.1f} s")
-    console.print(f"threads: torch {v.torch_threads}, OMP_NUM_THREADS "
-                  f"{v.omp_num_threads or 'unset'} (the trial's: {row.get('torch_threads') or '?'}, "
-                  f"{row.get('omp_num_threads') or 'unset'})")
+    console.print(
+        f"threads: torch {v.torch_threads}, OMP_NUM_THREADS "
+        f"{v.omp_num_threads or 'unset'} (the trial's: {row.get('torch_threads') or '?'}, "
+        f"{row.get('omp_num_threads') or 'unset'})"
+    )
     if knobs.data_path != "loader":  # the fill: one decoding pass, before the loop
         trial_fill = row.get("cache_fill_s")
         console.print(f"cache fill ({knobs.data_path} path): {v.batches_s:.1f} s" + (
@@ -492,9 +497,19 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
 
 @main.command(short_help=SHORT_HELP["profile"])
 @applied(profile_options())
-def profile(workload: str, model: str | None, image_size: int | None,
-            knobs_json: str | None, trial_id: str | None, results: str,
-            hardware: str | None, device: str, scale: str | None, data: str | None, steps: int) -> None:
+def profile(
+    workload: str,
+    model: str | None,
+    image_size: int | None,
+    knobs_json: str | None,
+    trial_id: str | None,
+    results: str,
+    hardware: str | None,
+    device: str,
+    scale: str | None,
+    data: str | None,
+    steps: int,
+) -> None:
     """Per-phase breakdown of one configuration, and its bottleneck in one sentence.
 
     Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
@@ -518,8 +533,15 @@ def profile(workload: str, model: str | None, image_size: int | None,
         row = _pick_row(table, trial_id)
         knobs, source = Knobs.from_dict(row, strict=False), f"trial {row['trial_id']}"
     warmup, _, window_s = MEASUREMENT_DEFAULTS[scale]
-    settings = TrialSettings(scale=scale, device=device, data_dir=str(_data_for(w, data, scale)),
-                             warmup_steps=warmup, windows=2, window_s=window_s, breakdown_steps=steps)
+    settings = TrialSettings(
+        scale=scale,
+        device=device,
+        data_dir=str(_data_for(w, data, scale)),
+        warmup_steps=warmup,
+        windows=2,
+        window_s=window_s,
+        breakdown_steps=steps,
+    )
     console.print(f"profiling {w.name} ({scale} scale on {device}) with {source}: "
                   f"{knob_text(knobs.to_dict())}")
     with console.status("measuring…"):
@@ -530,7 +552,9 @@ def profile(workload: str, model: str | None, image_size: int | None,
                   f"{row['step_time_ms_p50']:.1f} ms (unsynchronised windows)")
     console.print(breakdown_table(row))
     if row.get("gpu_util_pct") is not None:
-        console.print(f"GPU utilisation {row['gpu_util_pct']:.0f}%, power {row['gpu_power_w']:.0f} W")
+        console.print(
+            f"GPU utilisation {row['gpu_util_pct']:.0f}%, power {row['gpu_power_w']:.0f} W"
+        )
     console.print(bottleneck(row))
 
 
@@ -586,7 +610,9 @@ def workloads(fmt: str) -> None:
     for col in ("name", "parameters (full)", "sample shape (full)", "description"):
         t.add_column(col, overflow="fold", justify="right" if col.startswith("param") else "left")
     for e in entries:
-        shape = ", ".join(f"{k} {'x'.join(map(str, v)) or 'scalar'}" for k, v in e["sample_shape"].items())
+        shape = ", ".join(
+            f"{k} {'x'.join(map(str, v)) or 'scalar'}" for k, v in e["sample_shape"].items()
+        )
         t.add_row(e["name"], f"{e['parameters_full']:,}", shape, e["description"])
     console.print(t)
     console.print("sources: `python -m tuner workloads --format json`")

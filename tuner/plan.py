@@ -209,7 +209,8 @@ class Plan:
         return SearchSpec(
             space=self.device_space, metric=self.metric, mode=self.mode,
             sampler=self.options.sampler,
-            seed=self.options.seed + len(self.prior_rows),  # a resumed run must not replay proposals
+            # a resumed run must not replay proposals
+            seed=self.options.seed + len(self.prior_rows),
             trials=self.trials, references=tuple(self.reference_params),
             reference_count=len(self.references),
             limits=MemoryLimits(self.options.max_memory, self.max_host_memory_mb),

@@ -352,7 +352,9 @@ def ray_init(address: str | None) -> bool:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                      runtime_env=runtime_env)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise TunerError(f"--address {address}: cannot connect to a Ray cluster ({exc})") from None
+            raise TunerError(
+                f"--address {address}: cannot connect to a Ray cluster ({exc})"
+            ) from None
     logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
     logging.getLogger("ray.train").setLevel(logging.CRITICAL)
     return True

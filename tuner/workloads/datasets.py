@@ -1,8 +1,8 @@
 """Datasets and data helpers of the built-in workloads, public for your own workloads.
 
 Import them in a workload module (``from tuner.workloads.datasets import CharWindows``); the
-built-in workloads use these very objects, so they are as tested as the built-ins are. Every one reads
-real files in ``__getitem__`` (the CPU work DataLoader workers parallelise) and raises
+built-in workloads use these very objects, so they are as tested as the built-ins are. Every one
+reads real files in ``__getitem__`` (the CPU work DataLoader workers parallelise) and raises
 ``tuner.errors.DataError`` naming the file that cannot be used, which tuner reports in one line.
 
 Image folders (``ddpm``, ``classifier``, ``classifier299``)::
