@@ -242,7 +242,9 @@ def pytest_counts(text: str) -> dict:
             out["failures"].append(line.split()[1])
         elif line.startswith("SKIPPED ") and out["skip_reason"] is None:
             out["skip_reason"] = line.split(": ", 1)[-1]
-    summary = [ln for ln in lines if re.search(r"\d+ (passed|failed|skipped|errors?)\b.* in [\d.]+s", ln)]
+    summary = [
+        ln for ln in lines if re.search(r"\d+ (passed|failed|skipped|errors?)\b.* in [\d.]+s", ln)
+    ]
     if summary:
         for count, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summary[-1]):
             out["error" if kind.startswith("error") else kind] += int(count)
@@ -806,6 +808,7 @@ def capped_space(name: str, results: Path) -> str:
     """The workload's built-in search space with ``batch_size`` at most ``CPU_MAX_BATCH``,
     written under ``results``; returns its path."""
     import yaml
+
     from tuner.space import builtin_path
     from tuner.workload_loader import resolve
     source = ROOT / builtin_path(resolve(name).space_name)

@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
 from host_noise import host_noise, summary
+
 from tuner.knobs import knob_text
 from tuner.winner import best
 
@@ -102,7 +102,8 @@ def print_trials(rows: list[dict], first_start: dt.datetime) -> float:
         gaps.append(gap)
         others.append(other)
         knobs = f"bs={r['batch_size']} nw={r['num_workers']} amp={r['amp']} compile={r['compile']}"
-        print(f"{i:>5} {r['status']:>7} {gap:7.1f} {measured:10.1f} {warmup:9.1f} {other:8.1f}  {knobs}")
+        print(f"{i:>5} {r['status']:>7} {gap:7.1f} {measured:10.1f} {warmup:9.1f} "
+              f"{other:8.1f}  {knobs}")
     print(f"\nper-trial overhead beyond measured windows and warm-up: median "
           f"{statistics.median(others):.1f} s (min {min(others):.1f}, max {max(others):.1f})")
     print(f"per-trial wall time: median {statistics.median(gaps):.1f} s")

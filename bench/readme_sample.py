@@ -187,10 +187,11 @@ def record(sample_dir: Path = SAMPLE_DIR) -> None:
     check that ``replay`` prints what the run printed."""
     import platform
 
+    from rich.console import Console
+
     import tuner
     import tuner.leaderboard as leaderboard
     from tuner.progress import Progress
-    from rich.console import Console
 
     shown, live, events, plan = Progress(Console()), Progress(_console()), [], {}
 

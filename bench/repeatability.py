@@ -29,10 +29,9 @@ import time
 from pathlib import Path
 
 from tuner.harness import run_trial
-from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
 from tuner.plan import local_cpus
-from tuner.settings import MEASUREMENT_DEFAULTS
+from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings
 from tuner.workload import Workload, default_cache_dir
 from tuner.workload_loader import resolve
 
@@ -110,10 +109,12 @@ def print_config(name: str, knobs: Knobs, results: list[dict]) -> None:
               + "".join(f"; {r['error']}" for r in results if r["status"] != "ok"))
         return
     mean = statistics.fmean(values)
-    print(f"median {statistics.median(values):.2f} samples/s, mean {mean:.2f}; CV across "
-          f"repeats {statistics.stdev(values) / mean:.3f} (sample stdev / mean); max/min "
-          f"{max(values) / min(values):.3f}; within-trial cv median "
-          f"{statistics.median(r['samples_per_sec_cv'] for r in results if r['status'] == 'ok'):.3f}")
+    print(
+        f"median {statistics.median(values):.2f} samples/s, mean {mean:.2f}; CV across "
+        f"repeats {statistics.stdev(values) / mean:.3f} (sample stdev / mean); max/min "
+        f"{max(values) / min(values):.3f}; within-trial cv median "
+        f"{statistics.median(r['samples_per_sec_cv'] for r in results if r['status'] == 'ok'):.3f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -137,7 +138,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--repeats {args.repeats}: needs >= 2 for a spread")
 
     workload = resolve(args.workload)
-    names = args.config if args.config is not None else ([] if args.knobs else list(workload.references))
+    names = (
+        args.config
+        if args.config is not None
+        else ([] if args.knobs else list(workload.references))
+    )
     configs = configurations(workload, names, args.knobs, args.device)
     settings = settings_for(workload, args)
     workload.check_data(Path(settings.data_dir), args.scale)

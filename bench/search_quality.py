@@ -70,8 +70,9 @@ import time
 from pathlib import Path
 
 from repeatability import TUNER_THREADS, measure_once  # bench/, this script's directory
-from tuner.settings import TrialSettings
+
 from tuner.knobs import WORKER_KNOBS, Knobs
+from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space, load_space
 from tuner.workload import Workload, default_cache_dir
 from tuner.workload_loader import resolve
@@ -361,10 +362,12 @@ def print_references(table: Table, grid: dict[str, dict], refs: list) -> None:
         as_run = table.data["references"].get(name)
         cell = grid[cell_key(params)][METRIC]
         run_value = as_run[METRIC] if as_run else None
-        print(f"  {name:<12} as run (bs={knobs.batch_size} nw={knobs.num_workers} amp={knobs.amp}"
-              f" pw={_fmt(knobs.persistent_workers)}): "
-              f"{f'{run_value:.2f}' if run_value is not None else (as_run or {}).get('status', '-')}"
-              f" samples/s; cell {short(params)}: {cell if cell is None else f'{cell:.2f}'}")
+        print(
+            f"  {name:<12} as run (bs={knobs.batch_size} nw={knobs.num_workers} amp={knobs.amp}"
+            f" pw={_fmt(knobs.persistent_workers)}): "
+            f"{f'{run_value:.2f}' if run_value is not None else (as_run or {}).get('status', '-')}"
+            f" samples/s; cell {short(params)}: {cell if cell is None else f'{cell:.2f}'}"
+        )
 
 
 def median_or_none(values: list[float | None]) -> float | None:

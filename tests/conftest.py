@@ -38,6 +38,7 @@ def tuner_in_process(*args: str, env: dict | None = None) -> subprocess.Complete
     columns; ``env["TUNER_CACHE"]`` when given), as a completed process: exit code, stdout,
     stderr. Asserts that nothing but click's exit left the command (no traceback)."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     extra = {"TUNER_CACHE": env["TUNER_CACHE"]} if env else {}
     result = CliRunner(env={**extra, "COLUMNS": "200"}).invoke(main, list(args))

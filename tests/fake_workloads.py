@@ -141,6 +141,7 @@ class SplitRegression(Regression):
 
     def sample_path(self, data_dir: Path, scale: str):
         import os
+
         from tuner.data import SamplePath
         decoded = _SlowSamples(data_dir, float(os.environ.get("TUNER_TEST_FILL_DELAY_S", 0)),
                                os.environ.get("TUNER_TEST_FILL_MARKER"), self.fail_at)

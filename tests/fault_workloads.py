@@ -17,8 +17,8 @@ environment variables, read at each step (local Ray workers inherit the driver's
 
 from __future__ import annotations
 
-import os
 import itertools
+import os
 import time
 import weakref
 from pathlib import Path

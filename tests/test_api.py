@@ -28,12 +28,21 @@ def test_import_tuner_is_light_and_tune_loads_on_first_use():
         tuner.nosuch  # noqa: B018
 
 
-@pytest.mark.parametrize("call, fragment", [
-    (lambda: tuner.tune("ddpm", trails=3), "unknown option trails (did you mean trials?); accepted: trials,"),
-    (lambda: tuner.tune(42, device="cpu"), "give a name, an import path"),
-    (lambda: tuner.tune("ddpm", device="tpu"), "--device 'tpu': accepted values are auto, cpu, cuda"),
-    (lambda: tuner.tune("nosuch", device="cpu"), "unknown workload 'nosuch'"),
-])
+@pytest.mark.parametrize(
+    "call, fragment",
+    [
+        (
+            lambda: tuner.tune("ddpm", trails=3),
+            "unknown option trails (did you mean trials?); accepted: trials,",
+        ),
+        (lambda: tuner.tune(42, device="cpu"), "give a name, an import path"),
+        (
+            lambda: tuner.tune("ddpm", device="tpu"),
+            "--device 'tpu': accepted values are auto, cpu, cuda",
+        ),
+        (lambda: tuner.tune("nosuch", device="cpu"), "unknown workload 'nosuch'"),
+    ],
+)
 def test_bad_input_raises_one_line_before_any_trial(call, fragment, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(TunerError) as info:

@@ -256,7 +256,8 @@ FILES: dict[str, bytes | str] = {
     "badmods/dep.py": "x = 1\nimport nosuchdep_h5\n",
     "badmods/deep.py": "def helper():\n    return {}['k']\n\n\nhelper()\n",
     "badmods/script.py": ("import argparse\nparser = argparse.ArgumentParser()\n"
-                          "parser.add_argument('--lr', required=True)\nargs = parser.parse_args()\n"),
+                          "parser.add_argument('--lr', required=True)\n"
+                          "args = parser.parse_args()\n"),
     "badmods/ok.py": "value = 1\n",
     "badpkg/__init__.py": "raise RuntimeError('broken package')\n",
     "badpkg/mod.py": "workload = None\n",
@@ -274,7 +275,8 @@ FILES: dict[str, bytes | str] = {
     "emptydir/": "",
     "cluster-malformed.yaml": "cluster_name: x\nmax_workers: 2\nprovider: {type: aws, region: "
                               "us-west-2\n",
-    "cluster-typo.yaml": "cluster_name: x\nmax_worker: 2\nprovider: {type: aws, region: us-west-2}\n",
+    "cluster-typo.yaml": "cluster_name: x\nmax_worker: 2\nprovider: {type: aws, region: "
+                         "us-west-2}\n",
 }
 
 
@@ -344,6 +346,7 @@ def _invoke_row(row_id: str, tmp: Path, results: Path, cache: Path) -> dict:
     raise at import) are forgotten afterwards, so every row imports them afresh, and sys.path
     is restored (a file path workload puts its directory on it)."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     argv = [_fill(a, tmp, results) for a in BY_ID[row_id][1]]
     before = _snapshot(results)
@@ -529,6 +532,7 @@ def test_a_read_command_names_an_unknown_workload_not_no_rows(tmp_path):
     """`leaderboard --workload nosuch` said "no rows"; a workload with neither rows nor a
     definition is unknown, and the line lists what there is."""
     import pytest as _pytest
+
     from tests.test_leaderboard import row
     from tuner import leaderboard
     from tuner.errors import TunerError

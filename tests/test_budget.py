@@ -13,16 +13,22 @@ import optuna
 import pytest
 
 from tests.fake_workloads import ClockedPaced, StepClock, paced
+from tuner.budget import (
+    BUDGET_GRACE_S,
+    DEFAULT_CPU_TIME_BUDGET_S,
+    DEFAULT_CUDA_TIME_BUDGET_S,
+    FOLLOWUP_SHARE,
+    MAX_FOLLOWUP_SHARE,
+    PLAN_AGE_S,
+)
 from tuner.harness import run_trial
 from tuner.knobs import Knobs
-from tuner.budget import (BUDGET_GRACE_S, DEFAULT_CPU_TIME_BUDGET_S, DEFAULT_CUDA_TIME_BUDGET_S,
-                          FOLLOWUP_SHARE, MAX_FOLLOWUP_SHARE, PLAN_AGE_S)
 from tuner.plan import SCREENED_TRIALS_FACTOR, Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
 from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
 from tuner.settings import RunOptions, TrialSettings
-from tuner.status import budget_stopped
 from tuner.space import load_space
+from tuner.status import budget_stopped
 
 PACED = "tests.fake_workloads:paced"
 
@@ -123,6 +129,7 @@ def test_a_follow_up_trial_of_the_runs_one_experiment_is_never_judged():
     re-measurement or a ceiling is measured whole, and adds nothing to the best or the noise
     (a compute-only ceiling is no configuration's rate)."""
     from types import SimpleNamespace
+
     from ray.tune.schedulers import TrialScheduler
     rule = EarlyStopping("samples_per_sec", "max", windows=3)
     search = SimpleNamespace(trial_id="s", config={"phase": "search", "reference": None})
@@ -234,7 +241,7 @@ def test_a_trial_of_long_steps_reports_its_warm_up_step_before_any_window(settin
     assert len(early) == 1 and reports[0] is early[0]              # first, before the windows
     assert early[0]["status"] == "running" and early[0]["window_samples_per_sec"] is None
     assert early[0]["samples_per_sec"] == pytest.approx(20 / paced.STEP_S)
-    quick = []                                                      # steps shorter than half a window
+    quick = []  # steps shorter than half a window
     run_trial(ClockedPaced(clock), Knobs(batch_size=20), replace(settings, window_s=1.0),
               report=quick.append)
     assert not [r for r in quick if r.get("window") == -1]
@@ -475,6 +482,7 @@ def test_the_command_lines_budget_counts_from_the_launch(regression_data, tmp_pa
     """``run --time-budget S`` bounds what a user times: the process's imports before planning
     (4-10 s on a busy 2-core machine) are inside it."""
     import psutil
+
     import tuner.cli as cli
     created = psutil.Process().create_time()
     # A process started for the command: its creation, on the monotonic clock.
@@ -549,7 +557,14 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
     assert last["status"] == "timeout" and "time budget" in last["error"]
     assert all(r["status"] in ("ok", "timeout") for r in budget.rows)
 
-    pruning = run(RunOptions(workload="tests.fake_workloads:steep_paced", trials=3, results=str(tmp_path / "prune"), **common))
+    pruning = run(
+        RunOptions(
+            workload="tests.fake_workloads:steep_paced",
+            trials=3,
+            results=str(tmp_path / "prune"),
+            **common,
+        )
+    )
     rows = {r["batch_size"]: r for r in pruning.rows}
     assert rows[20]["status"] == "ok" and rows[20]["reference"] == "baseline"
     slow_ref = rows[4]
@@ -624,6 +639,7 @@ def test_a_trial_past_the_searchs_deadline_gets_a_step_to_stop_itself_before_it_
     one (5.7 s on the 2-core CPU); a trial past the run's own deadline is killed at
     ``OVERDUE_S``."""
     import ray
+
     from tuner.recorder import LeaderboardWriter
     plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
                                 data=str(regression_data), time_budget_s=100)

@@ -85,7 +85,9 @@ def test_a_trial_costs_its_search_trials_set_up_plus_the_new_windows():
     knobs = Knobs(batch_size=16)
     rows = [search_row(knobs, 6.0, measured_s=2.0, step_time_ms_p50=100.0)]
     # 6 s of wall time less 2 s measured, 3 windows of 1 s, the overhead
-    assert budget.trial_cost_s(rows, knobs, 3, 1.0) == pytest.approx(4 + 3 + budget.TRIAL_OVERHEAD_S)
+    assert budget.trial_cost_s(rows, knobs, 3, 1.0) == pytest.approx(
+        4 + 3 + budget.TRIAL_OVERHEAD_S
+    )
     # a batch four times larger: step and warm-up steps scaled up, windows of at least one step
     big = Knobs(batch_size=64)
     rows[0]["warmup_s"] = 1.0

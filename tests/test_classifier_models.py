@@ -57,7 +57,9 @@ def _cli(*args: str):
 
 def test_model_by_name_is_the_published_architecture_at_the_asked_size(resnet50):
     assert isinstance(resnet50, NamedClassifier) and resnet50.name == NAME
-    assert resnet50.parameter_count("tiny") == resnet50.parameter_count("full") == RESNET50_PARAMETERS
+    assert (
+        resnet50.parameter_count("tiny") == resnet50.parameter_count("full") == RESNET50_PARAMETERS
+    )
     assert sum(p.numel() for p in resnet50.build_model("tiny").parameters()) == RESNET50_PARAMETERS
     assert resnet50.sample_shape("tiny") == {"image": [3, 32, 32], "label": []}
     assert resnet50.references is resolve("classifier").references
@@ -124,7 +126,10 @@ def test_unknown_model_is_one_line_that_says_how_to_list_the_names():
     code, _, err = _cli("run", "--workload", "classifier", "--model", "resnet5O",
                         "--device", "cpu", "--results", "unused")
     assert code == 2 and len(err) == 1, err
-    assert "--model 'resnet5O': not a torchvision classification model (did you mean resnet50" in err[0]
+    assert (
+        "--model 'resnet5O': not a torchvision classification model (did you mean resnet50"
+        in err[0]
+    )
     assert LIST_TORCHVISION in err[0] and "Traceback" not in err[0]
     # The listing command in the message runs and lists what --model accepts.
     source = re.fullmatch(r'python -c "(.*)"', LIST_TORCHVISION).group(1)

@@ -200,7 +200,8 @@ def _bad_inputs(root: Path) -> dict[str, tuple[list[str], list[str]]]:
                         ["bad.png"]),
         "trials-0": ([*reg, "--trials", "0"], ["--trials", "0"]),
         "device-tpu": (["--workload", REGRESSION, "--device", "tpu"], ["--device", "tpu"]),
-        "unreachable-cluster": ([*reg, "--address", "127.0.0.1:1"], ["127.0.0.1:1", "cannot reach"]),
+        "unreachable-cluster": ([*reg, "--address", "127.0.0.1:1"],
+                                ["127.0.0.1:1", "cannot reach"]),
     }
 
 
@@ -230,6 +231,7 @@ def test_bad_input_in_process(case, bad_cases, env, results):
     """Every bad input through the click entry point in this process (no interpreter start per
     case): exit code 2, one line naming the bad value, results untouched."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     args, expected = bad_cases[case]
     before = _snapshot(results)
@@ -282,13 +284,14 @@ def test_bad_input_leaves_existing_results_byte_identical(bad_runs):
 # ------------------------------------------------------------------------------ flags
 
 CLI_FLAGS = {
-    "run": ["--workload", "-w", "--model", "--image-size", "--space", "--trials", "--time-budget", "--device", "--scale",
-            "--data", "--results", "--seed", "--sampler", "--address", "--windows", "--window-s",
-            "--warmup-steps", "--objective", "--train-steps", "--max-memory", "--max-host-memory",
-            "--global-batch-size", "--probe", "--confirm", "--resume", "--warm-start",
-            "--remeasure", "--ceiling", "--no-ceiling", "--early-stop", "--no-early-stop",
-            "--peak-tflops", "--world-size", "--gpu-hour-cost"],
-    "leaderboard": ["--workload", "-w", "--results", "--hardware", "--scale", "--format", "--limit"],
+    "run": ["--workload", "-w", "--model", "--image-size", "--space", "--trials", "--time-budget",
+            "--device", "--scale", "--data", "--results", "--seed", "--sampler", "--address",
+            "--windows", "--window-s", "--warmup-steps", "--objective", "--train-steps",
+            "--max-memory", "--max-host-memory", "--global-batch-size", "--probe", "--confirm",
+            "--resume", "--warm-start", "--remeasure", "--ceiling", "--no-ceiling", "--early-stop",
+            "--no-early-stop", "--peak-tflops", "--world-size", "--gpu-hour-cost"],
+    "leaderboard": ["--workload", "-w", "--results", "--hardware", "--scale", "--format",
+                    "--limit"],
     "best": ["--workload", "-w", "--results", "--hardware", "--scale", "--format",
              "--gpu-hour-cost"],
     "workloads": ["--format"],

@@ -94,7 +94,9 @@ def test_workload_source_finds_names_import_paths_and_configured_names(workload)
         "workload = workload.configure(model='mobilenet_v3_small', image_size=32)")
     found, lines = workload_source(REGRESSION)
     assert found.name == "fake-regression"
-    assert lines == ["from tests.fake_workloads import regression as workload  # the tuned workload"]
+    assert lines == [
+        "from tests.fake_workloads import regression as workload  # the tuned workload"
+    ]
     assert workload_source("fake-regression") == (None, None)  # a name, not found from here
     assert workload_source("classifier-nosuchmodel-32px") == (None, None)
 
@@ -178,7 +180,9 @@ def test_validate_trains_with_the_printed_lines_and_reads_the_trials_rate(
     assert best.returncode == 0, best.stderr
     ran = []
     real = validate.train_loop
-    monkeypatch.setattr(validate, "train_loop", lambda *a, **k: ran.append(real(*a, **k)) or ran[-1])
+    monkeypatch.setattr(
+        validate, "train_loop", lambda *a, **k: ran.append(real(*a, **k)) or ran[-1]
+    )
     proc = tuner_in_process("validate", *VALIDATE, "--results", str(tmp_path),
                             "--data", str(data_dir))
     assert proc.returncode == 0, proc.stderr

@@ -11,8 +11,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from tests.fake_workloads import N_FILES, NpyFiles, SplitRegression, _Noisy
-from tuner.data import (CachedDataset, DecodedCache, DeviceBatches, SamplePath, cache_bytes,
-                        sample_bytes)
+from tuner.data import (
+    CachedDataset,
+    DecodedCache,
+    DeviceBatches,
+    SamplePath,
+    cache_bytes,
+    sample_bytes,
+)
 from tuner.errors import DataError
 from tuner.harness import run_trial
 from tuner.knobs import Knobs

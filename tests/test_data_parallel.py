@@ -119,8 +119,9 @@ def test_scaling_efficiency_and_cost_per_world_size():
                         "90 %, 11.1 per million samples")
 
 
-@pytest.mark.parametrize("cost, text", [(0.2761918, "0.276"), (0.28, "0.280"), (0.0041234, "0.00412"),
-                                        (27.61, "27.6"), (99.96, "100"), (1234.5, "1,234")])
+@pytest.mark.parametrize("cost, text", [(0.2761918, "0.276"), (0.28, "0.280"),
+                                        (0.0041234, "0.00412"), (27.61, "27.6"), (99.96, "100"),
+                                        (1234.5, "1,234")])
 def test_a_cost_is_printed_to_three_significant_figures(cost, text):
     from tuner.scaling import cost_text
     assert cost_text(cost) == text
@@ -142,6 +143,7 @@ def test_the_printed_ddp_code_trains_in_a_process_group():
     import torch
     import torch.distributed as dist
     from torch.utils.data import TensorDataset
+
     from tuner.codegen import python_text
     from tuner.knobs import Knobs
     knobs = Knobs(batch_size=4, ddp_bucket_cap_mb=50, gradient_as_bucket_view=True)
@@ -172,6 +174,7 @@ def test_a_run_of_two_rank_trials_interrupted_then_resumed_records_each_trial_on
     """Ctrl-C once a 2-rank trial is recorded (exit 130), then --resume: the run's trials are
     recorded exactly once each, all of world size 2."""
     import signal
+
     from tests.test_faults import SLOW, _stop, finish, rows_of, start, stop_setup
     space, env = stop_setup(tmp_path, step_sleep_s=0.02)
     results = tmp_path / "results"
@@ -199,6 +202,7 @@ def test_a_world_size_list_records_both_sizes_and_their_scaling_efficiency(tmp_p
     """``run --world-size 1,2``: a search at each size, rows of both sizes in the leaderboard,
     and at the end the two-rank line with its scaling efficiency and cost."""
     import re
+
     from tests.test_faults import SLOW, finish, rows_of, start, stop_setup
     space, env = stop_setup(tmp_path, step_sleep_s=0.0)
     results = tmp_path / "results"
@@ -225,6 +229,7 @@ def test_a_world_size_list_records_both_sizes_and_their_scaling_efficiency(tmp_p
 
 def _two_rank_row(tmp_path) -> None:
     import datetime as dt
+
     import tuner.leaderboard as leaderboard
     from tuner.knobs import Knobs
     from tuner.settings import VERSION
@@ -294,7 +299,9 @@ def test_a_world_size_list_runs_each_size_in_turn_and_prints_their_scaling(monke
     """`run --world-size 1,2 --time-budget 100`: a run per size, in order, 50 s each, then a
     line per world size with its efficiency and cost."""
     from types import SimpleNamespace
+
     from click.testing import CliRunner
+
     import tuner.cli as cli
     runs = []
 

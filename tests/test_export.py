@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
+import tuner.leaderboard as leaderboard
 from tests.test_leaderboard import T0, row
 from tests.test_readme_examples import documented_examples, documented_text
-import tuner.leaderboard as leaderboard
 from tuner.cli import main
 from tuner.errors import TunerError
 from tuner.export import USER_ATTRS, knob_distributions, to_trial, write_study

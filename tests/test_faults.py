@@ -1,6 +1,6 @@
 """The run survives faults: a second run into the same results directory (refused), a trial
-process killed while it measures, the driver interrupted (SIGINT) or killed (SIGKILL) and resumed, and
-a Ray cluster of two local nodes, one of which goes away mid-run.
+process killed while it measures, the driver interrupted (SIGINT) or killed (SIGKILL) and
+resumed, and a Ray cluster of two local nodes, one of which goes away mid-run.
 
 Trial processes are found through tests/fault_workloads.py, which writes each trial's PID and
 Ray node to a directory the test names; a process is signalled only after checking that it

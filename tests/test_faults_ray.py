@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -121,7 +120,9 @@ def test_a_failed_row_write_is_kept_for_the_step_end_and_nothing_after_it_is_wri
         writer.on_step_end(2, [])
     message = str(info.value)
     assert "\n" not in message and isinstance(info.value, TunerError)
-    assert f"cannot write to {plan.options.results}/leaderboard (No space left on device)" in message
+    assert (
+        f"cannot write to {plan.options.results}/leaderboard (No space left on device)" in message
+    )
     assert f"1 trials of run {plan.run_id} are in {plan.options.results}/leaderboard" in message
     assert "the row of trial t1 is lost" in message
     assert message.endswith(f"--resume {plan.run_id}")

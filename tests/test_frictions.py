@@ -171,6 +171,7 @@ def test_datasets_are_public_documented_and_the_builtins_own(tmp_path, monkeypat
 
 def test_volume_patches_take_the_users_number_of_classes(tmp_path, monkeypatch):
     import nibabel
+
     from tuner.workloads.datasets import VolumePatchDataset, build_pairs
     monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
     for sub in ("images", "labels"):
@@ -251,7 +252,7 @@ def test_a_builtin_pickles_and_copies_with_its_attributes():
     again = pickle.loads(pickle.dumps(ddpm))
     assert type(again) is type(ddpm) and again.__dict__ == ddpm.__dict__
     assert copy.copy(ddpm).__dict__ == ddpm.__dict__
-    from tests.fake_workloads import regression   # not a built-in: pickled by reference
+    from tests.fake_workloads import regression  # not a built-in: pickled by reference
     assert pickle.loads(pickle.dumps(regression)).name == regression.name
 
 

@@ -12,10 +12,11 @@ import torch
 from tests.fake_workloads import Regression, StepClock
 from tuner.apply import build_training, repeat
 from tuner.harness import TrialFailure, _windows
-from tuner.steppers import Stepper, on_device as _on_device
 from tuner.knobs import Knobs
 from tuner.measure import HostMemorySampler, counted_window, summarise
 from tuner.settings import TrialSettings
+from tuner.steppers import Stepper
+from tuner.steppers import on_device as _on_device
 
 
 def test_each_halving_of_the_scale_is_one_skipped_step_taken_out_of_the_window():
@@ -28,7 +29,7 @@ def test_each_halving_of_the_scale_is_one_skipped_step_taken_out_of_the_window()
 
 def test_no_scaler_or_a_growing_scale_skips_nothing():
     assert counted_window(10, 80, 2.0, None, None).skipped == 0
-    assert counted_window(10, 80, 2.0, 1024.0, 2048.0).steps == 10   # growth after 2,000 clean steps
+    assert counted_window(10, 80, 2.0, 1024.0, 2048.0).steps == 10  # growth after 2,000 clean steps
 
 
 def test_a_window_whose_every_step_was_skipped_is_an_error():

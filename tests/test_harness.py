@@ -4,8 +4,8 @@ caught with its status (the run goes on)."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 import traceback
+from dataclasses import replace
 
 import psutil
 import pytest
@@ -15,8 +15,8 @@ from tests.fake_workloads import N_FILES, Regression, StepClock, broken, oom, re
 from tuner.apply import keep_cpu_trial_off_the_gpus
 from tuner.failures import free_device_memory, is_oom, oom_memory
 from tuner.harness import WINDOW_REPORT_KEYS, run_trial
-from tuner.settings import TrialSettings
 from tuner.knobs import Knobs
+from tuner.settings import TrialSettings
 
 
 @pytest.fixture
@@ -245,6 +245,7 @@ def test_on_cpu_the_breakdown_is_timed_inside_the_windows_not_in_extra_steps(set
     such: at least that long, and the longest phase (a loaded machine stretches every phase's
     CPU work, so its share of the step is no fixed figure)."""
     from dataclasses import replace
+
     import tuner.harness as harness
     from tests.fault_workloads import slow
     real = harness._breakdown
@@ -530,6 +531,7 @@ def test_no_window_begins_past_the_deadline(regression_data):
     """The deadline passes while a window is reported: the next window runs no step (it ran
     one, as long as a step is, for a window that is dropped anyway)."""
     import time
+
     from tests.fake_workloads import Regression
     steps_at: list[float] = []
 

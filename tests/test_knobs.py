@@ -161,9 +161,12 @@ def test_to_python_compiles_and_carries_the_dataloader_kwargs(knobs, device):
 
 
 def test_every_knob_carries_its_facts_and_every_table_is_derived_from_them():
-    import pyarrow as pa
     from dataclasses import fields
-    from tuner import knobs as k, leaderboard
+
+    import pyarrow as pa
+
+    from tuner import knobs as k
+    from tuner import leaderboard
     arrow = {"int": pa.int32(), "bool": pa.bool_(), "choice": pa.string()}
     for f in fields(Knobs):
         info = f.metadata.get("knob")

@@ -39,7 +39,9 @@ def test_builtin_spaces_offer_cuda_graphs_on_cuda_only():
     from tuner.workload_loader import BUILTINS
     for name in BUILTINS:
         space = load_space(resolve(name).space_name)
-        assert "reduce-overhead" in space.for_device("cuda", max_workers=16).domains["compile"].values
+        assert (
+            "reduce-overhead" in space.for_device("cuda", max_workers=16).domains["compile"].values
+        )
         assert space.for_device("cpu", max_workers=2).constants["compile"] == "off"
 
 
@@ -57,7 +59,8 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, line, native):
     assert cpu_has_native_bf16(str(tmp_path / "missing")) is True   # cannot tell: keep it
 
 
-X86 = "processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: AMD EPYC\n"
+X86 = ("processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\n"
+       "model name\t: AMD EPYC\n")
 ARM = "processor\t: {n}\nBogoMIPS\t: 243.75\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n"
 
 
@@ -70,6 +73,7 @@ ARM = "processor\t: {n}\nBogoMIPS\t: 243.75\nCPU implementer\t: 0x41\nCPU part\t
 ])
 def test_the_hardware_key_tells_cpu_generations_apart(tmp_path, text, key):
     import platform
+
     from tuner.hardware import cpu_key
     info = tmp_path / "cpuinfo"
     info.write_text(text)

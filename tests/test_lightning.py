@@ -229,8 +229,11 @@ def test_what_is_not_supported_is_one_tuner_error(module, data, message):
 
 def test_data_is_the_datamodules_so_a_data_flag_is_refused(tmp_path, tuner_cache):
     (tmp_path / "file.txt").write_text("x")
-    with pytest.raises(TunerError, match=r"--data .*: workload litregressor takes its data from "
-                                         r"its datamodule's train_dataloader\(\); leave out --data"):
+    with pytest.raises(
+        TunerError,
+        match=r"--data .*: workload litregressor takes its data from "
+        r"its datamodule's train_dataloader\(\); leave out --data",
+    ):
         make_plan(RunOptions(workload="tests.test_lightning:workload", device="cpu",
                              data=str(tmp_path), results=str(tmp_path / "results")))
 

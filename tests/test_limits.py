@@ -14,18 +14,15 @@ import pytest
 
 from tests.conftest import tuner_in_process
 from tuner import leaderboard
-from tuner.winner import best as answer_of
-from tuner.errors import TunerError
-from tuner.harness import PHASES, run_trial
-from tuner.settings import TrialSettings
-from tuner.knobs import Knobs
-from tuner.settings import parse_memory
 from tuner.driver import run
+from tuner.errors import TunerError
 from tuner.followups import CAN_WIN_FRACTION
-from tuner.plan import REMEASURE_ROUNDS
-from tuner.plan import make_plan
+from tuner.harness import PHASES, run_trial
+from tuner.knobs import Knobs
+from tuner.plan import REMEASURE_ROUNDS, make_plan
 from tuner.searcher import make_searcher
-from tuner.settings import RunOptions
+from tuner.settings import RunOptions, TrialSettings, parse_memory
+from tuner.winner import best as answer_of
 
 OOM = "tests.fake_workloads:oom"
 REGRESSION = "tests.fake_workloads:regression"
@@ -310,12 +307,16 @@ def test_remeasure_and_ceiling_phases(followup_run):
                 and r["samples_per_sec"] >= CAN_WIN_FRACTION * best_sps):
             top2.append(Knobs.from_dict(r, strict=False))
     top2 = top2[:2]
-    references = {r["reference"]: Knobs.from_dict(r, strict=False) for r in search if r["reference"]}
+    references = {
+        r["reference"]: Knobs.from_dict(r, strict=False) for r in search if r["reference"]
+    }
     assert sorted(references) == ["baseline", "recommended"]
     expected = list(dict.fromkeys([*top2, *references.values()]))
     assert len(expected) >= 2
     assert len(remeasured) == REMEASURE_ROUNDS * len(expected)
-    order = [Knobs.from_dict(r, strict=False) for r in sorted(remeasured, key=lambda r: r["started_at"])]
+    order = [
+        Knobs.from_dict(r, strict=False) for r in sorted(remeasured, key=lambda r: r["started_at"])
+    ]
     assert order == order[:len(expected)] * REMEASURE_ROUNDS      # the same order each round
     assert set(order) == set(expected)
     assert all(r["windows"] * REMEASURE_ROUNDS >= 2 * SHORT["windows"] for r in remeasured)
@@ -541,6 +542,7 @@ def test_profile_validate_report_and_a_bad_limit_on_the_command_line(followup_ru
     """The three commands through ``tuner.cli.main`` in this process (CliRunner): this process
     has imported torch and the workload already, where a ``python -m tuner`` each would again."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     results = followup_run.results_dir
     out = tmp_path / "report"

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tuner import noise
-from tuner.measure import HostMemorySampler, LoadMonitor
 from tuner.machine_load import busy_note, drift_note
+from tuner.measure import HostMemorySampler, LoadMonitor
 
 
 def test_load_is_recorded_around_a_measurement():
@@ -104,7 +104,8 @@ def test_the_trials_own_cpu_time_counts_its_descendants_and_no_other_process(tmp
 
 
 def test_a_busy_machine_is_said_in_one_line_and_a_quiet_one_not_at_all():
-    quiet = [{"load_avg_1m": 1.2, "cpu_count": 2, "cpu_steal_pct": 0.0, "gpu_other_processes": None}]
+    quiet = [{"load_avg_1m": 1.2, "cpu_count": 2, "cpu_steal_pct": 0.0,
+              "gpu_other_processes": None}]
     assert busy_note(quiet) is None
     # its own workers raise the load average over the CPU count; other processes used 3 %
     own_load = [{"load_avg_1m": 2.4, "cpu_count": 2, "cpu_steal_pct": 0.0, "other_cpu_pct": 3.0}]
@@ -174,8 +175,9 @@ def test_compile_time_is_the_first_step_beyond_a_steady_one():
     from tuner.knobs import Knobs
     measured = {"first_step_s": 41.5, "step_time_ms_p50": 500.0}
     assert compile_s(Knobs(batch_size=8, compile="max-autotune"), measured) == 41.0
-    assert compile_s(Knobs(batch_size=8, compile="off"), measured) is None           # no compile: no figure
-    assert compile_s(Knobs(batch_size=8, compile="default"), {"first_step_s": 0.2, "step_time_ms_p50": 300.0}) == 0.0
+    assert compile_s(Knobs(batch_size=8, compile="off"), measured) is None  # no compile: no figure
+    assert compile_s(Knobs(batch_size=8, compile="default"),
+                     {"first_step_s": 0.2, "step_time_ms_p50": 300.0}) == 0.0
     assert compile_s(Knobs(batch_size=8, compile="default"), {"first_step_s": 3.0}) is None
 
 

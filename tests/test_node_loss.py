@@ -57,7 +57,9 @@ def test_the_rank_lost_with_its_node_names_the_trial_not_the_rank_left_waiting(n
     failure = WorkerGroupError({0: RuntimeError(RESET), 1: RuntimeError(DEATH)})
     out = _failed(failure, settings())
     assert out["status"] == Status.NODE_LOST
-    assert out["error"] == f"rank 1: lost with Ray node {LOST} (10.0.0.2), which went away mid-trial"
+    assert (
+        out["error"] == f"rank 1: lost with Ray node {LOST} (10.0.0.2), which went away mid-trial"
+    )
     assert out["world_size"] == 2 and out["backend"] == "gloo"
     assert nodes["calls"] > 3                                   # it waited for Ray's verdict
 
@@ -102,6 +104,7 @@ def test_another_ranks_oom_outranks_rank_0s_collateral_reset(nodes):
     all-reduce failed with gloo's reset (sent as its result, or raised too): the trial is
     rank 1's OOM either way. Rank 0's own failure, with no other rank's, stands."""
     import torch
+
     from tuner.distributed import _failed, _result
 
     class Results:

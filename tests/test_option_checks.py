@@ -118,6 +118,7 @@ def test_validate_names_the_file_a_dataloader_worker_could_not_decode(tmp_path):
     """``fake-broken`` passes ``check_data`` (sample 0 reads) and fails on sample 3 inside a
     DataLoader worker; torch raises it again with the worker's traceback in its message."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     leaderboard.append(tmp_path, [leaderboard_row(0, workload="fake-broken",
                                                   knobs=Knobs(batch_size=4, num_workers=2))])
@@ -135,6 +136,7 @@ def test_validate_refuses_a_dataset_smaller_than_one_batch(tmp_path):
     """An empty epoch (drop_last, fewer samples than the batch) made the plain loop spin
     forever; it is a DataError naming the counts."""
     import numpy as np
+
     from tests.fake_workloads import regression
     from tuner.errors import DataError
     from tuner.validate import train_loop
@@ -151,6 +153,7 @@ def test_validate_names_the_file_that_fails_to_decode_during_a_cache_fill(tmp_pa
     """The cache path decodes every sample once before the first step (``tuner.data``): a file
     that fails there is named in one line, exit 2, as on the loader path."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     leaderboard.append(tmp_path, [leaderboard_row(
         0, workload="fake-broken-split", knobs=Knobs(batch_size=4, data_path="cache"),

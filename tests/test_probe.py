@@ -10,11 +10,18 @@ import pytest
 
 from tests.fake_workloads import FakeOOM, NpyFiles
 from tuner.knobs import Knobs
-from tuner.probe import (KNEE_TOLERANCE, PROBE_WINDOW_S, ProbeResult, compute_curve,
-                         fit_step_time, knee_batch, probe_batch_limit, probe_in_process)
+from tuner.probe import (
+    KNEE_TOLERANCE,
+    PROBE_WINDOW_S,
+    ProbeResult,
+    compute_curve,
+    fit_step_time,
+    knee_batch,
+    probe_batch_limit,
+    probe_in_process,
+)
 from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space
-
 
 SETTINGS = TrialSettings(scale="tiny", device="cpu", data_dir="unused")
 
@@ -52,7 +59,8 @@ def test_every_probe_is_short_low_memory_and_on_one_resident_batch():
     probe_batch_limit(amp_space, Knobs(batch_size=4, num_workers=4, compile="default"),
                       replace(SETTINGS, windows=5, breakdown_steps=3), fake_run(8, calls))
     for knobs, settings in calls:
-        assert (knobs.num_workers, knobs.compile, knobs.amp, knobs.grad_accum) == (0, "off", "bf16", 1)
+        assert ((knobs.num_workers, knobs.compile, knobs.amp, knobs.grad_accum)
+                == (0, "off", "bf16", 1))
         assert settings.compute_only and settings.resident_batches == 1
         assert (settings.warmup_steps, settings.windows, settings.breakdown_steps) == (1, 3, 0)
         assert settings.window_s == PROBE_WINDOW_S and settings.max_steady_probes == 0
@@ -140,6 +148,7 @@ def test_a_probe_stopped_by_the_time_budget_keeps_what_fit_by_then():
 
 def test_a_run_whose_budget_ends_in_the_probe_before_any_batch_says_so(monkeypatch):
     from types import SimpleNamespace
+
     import tuner.driver as driver
     from tuner.errors import TunerError
     from tuner.probe import ProbeResult

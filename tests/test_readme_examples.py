@@ -44,7 +44,8 @@ LEADERBOARD_EXAMPLE = "read_leaderboard.py"
 EXAMPLE_TESTS = {
     WORKLOAD_EXAMPLE: "tests/test_readme_examples.py::test_workload_example_honours_the_contract",
     SPACE_EXAMPLE: "tests/test_readme_examples.py::test_space_example_contains_the_references",
-    LEADERBOARD_EXAMPLE: "tests/test_readme_examples.py::test_readme_leaderboard_snippet_reads_the_run",
+    LEADERBOARD_EXAMPLE:
+        "tests/test_readme_examples.py::test_readme_leaderboard_snippet_reads_the_run",
     "tune_example.py": "tests/test_docs.py::test_tune_example_returns_values_and_prints_them",
 }
 """The README's examples and the test that runs each."""
@@ -126,7 +127,9 @@ def parse_examples(text: str, source: str = "README.md") -> dict[str, Example]:
             if lines[k].strip() == fence:
                 break
         else:
-            pytest.fail(f"{source} line {j + 1}: the code block of 'example: {name}' is never closed")
+            pytest.fail(
+                f"{source} line {j + 1}: the code block of 'example: {name}' is never closed"
+            )
         if name in examples:
             pytest.fail(f"{source} line {i + 1}: example name {name!r} already used on line "
                         f"{examples[name].line}")
@@ -241,6 +244,7 @@ def _run(argv: list[str], root: Path, pythonpath: list[Path]) -> dict:
 def _cli(args: list[str], env: dict, cwd: Path, monkeypatch):
     """``python -m tuner ARGS`` through its click entry point in this process."""
     from click.testing import CliRunner
+
     from tuner.cli import main
     monkeypatch.chdir(cwd)
     result = CliRunner(env={"TUNER_CACHE": env["TUNER_CACHE"], "COLUMNS": "200"}).invoke(main, args)

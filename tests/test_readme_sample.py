@@ -85,7 +85,9 @@ def test_a_changed_output_format_is_caught(sample, rendered, monkeypatch):
 
     import tuner.knobs
     info = tuner.knobs.KNOB_INFO["batch_size"]
-    monkeypatch.setitem(tuner.knobs.KNOB_INFO, "batch_size", dataclasses.replace(info, short="batch"))
+    monkeypatch.setitem(
+        tuner.knobs.KNOB_INFO, "batch_size", dataclasses.replace(info, short="batch")
+    )
     changed = sample.block()
     assert changed != rendered and "batch=" in changed and " bs=" not in changed
 

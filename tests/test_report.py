@@ -9,11 +9,18 @@ from html.parser import HTMLParser
 import pytest
 
 from tuner import leaderboard, winner
-from tuner.noise import Speedup
 from tuner.errors import TunerError
-from tuner.report import (FIGURES, knob_importances, memory_column, plot_best_vs_references,
-                          plot_throughput_vs_batch, plot_throughput_vs_memory, training_trials,
-                          write_report)
+from tuner.noise import Speedup
+from tuner.report import (
+    FIGURES,
+    knob_importances,
+    memory_column,
+    plot_best_vs_references,
+    plot_throughput_vs_batch,
+    plot_throughput_vs_memory,
+    training_trials,
+    write_report,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WORKLOAD = "fake-regression"

@@ -8,11 +8,11 @@ import os
 import pytest
 
 from tuner import leaderboard
-from tuner.winner import best as answer_of
 from tuner.driver import run
 from tuner.plan import make_plan
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions
+from tuner.winner import best as answer_of
 
 pytestmark = pytest.mark.slow
 

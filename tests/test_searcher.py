@@ -12,13 +12,11 @@ import pytest
 from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
-from tuner.settings import SAMPLERS
 from tuner.plan import make_plan
-from tuner.ray_runtime import hardware_key_task as _hardware_key_task
-from tuner.searcher import make_searcher
-from tuner.settings import RunOptions
-from tuner.searcher import OOM_VIOLATION, KnownInfeasible, MemoryLimits, make_sampler
 from tuner.probe import ComputeCurve
+from tuner.ray_runtime import hardware_key_task as _hardware_key_task
+from tuner.searcher import OOM_VIOLATION, KnownInfeasible, MemoryLimits, make_sampler, make_searcher
+from tuner.settings import SAMPLERS, RunOptions
 
 REGRESSION = "tests.fake_workloads:regression"
 GB = 1000**3 / 2**20  # MB in a GB, as parse_memory reads "12GB"
@@ -212,6 +210,7 @@ class _Search:
 
 def test_staged_runs_the_search_then_each_batch_once_the_trials_before_it_are_recorded():
     from ray.tune.search import Searcher
+
     from tuner.searcher import Staged
     recorded: set[str] = set()
     planned = []
@@ -249,7 +248,9 @@ def test_staged_runs_the_search_then_each_batch_once_the_trials_before_it_are_re
 def test_staged_without_a_search_and_a_failing_plan_ends_the_experiment_keeping_the_error(
         tmp_path):
     import pickle
+
     from ray.tune.search import Searcher
+
     from tuner.searcher import Staged
 
     def broken():
@@ -296,6 +297,7 @@ def test_staged_starts_no_follow_up_past_the_runs_deadline(monkeypatch):
     from types import SimpleNamespace
 
     from ray.tune.search import Searcher
+
     from tuner import searcher
     from tuner.searcher import Staged
     time = SimpleNamespace(time=lambda: 1.8e9)

@@ -49,7 +49,7 @@ def test_warm_start_seeds_the_study_with_this_hardware_s_usable_rows(earlier_run
     # ok, ok and oom rows of this machine; the error row and the other machine's rows are not.
     assert sorted(t.params["batch_size"] for t in trials) == [8, 32, 64]
     oom = next(t for t in trials if t.params["batch_size"] == 64)
-    assert oom.constraints == {"memory": 1.0}                             # infeasible for the sampler
+    assert oom.constraints == {"memory": 1.0}  # infeasible for the sampler
     assert {t.value for t in trials if t.params["batch_size"] != 64} == {100.0, 300.0}
 
 

@@ -272,7 +272,9 @@ def test_a_tie_set_aside_is_in_the_document_with_its_interval():
     top = winner.best(rows)
     assert top.baseline.is_best and top.tied_faster is not None
     faster = top.to_dict()["chosen_over_faster"]
-    assert faster["knobs"]["num_workers"] == 2 and faster["speedup"] == top.tied_faster.speedup.ratio
+    assert (
+        faster["knobs"]["num_workers"] == 2 and faster["speedup"] == top.tied_faster.speedup.ratio
+    )
     assert faster["speedup_ci"] == [top.tied_faster.speedup.low, top.tied_faster.speedup.high]
     assert top.to_dict()["speedup_vs_baseline"] == 1.0
 

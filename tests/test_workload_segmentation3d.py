@@ -65,7 +65,8 @@ def test_default_data_is_volume_pairs_written_once_and_deterministic(data_dir, t
     images = sorted(p.name for p in (data_dir / "images").iterdir())
     assert images == ["case_000.npy", "case_001.npy", "case_002.npy"]
     assert sorted(p.name for p in (data_dir / "labels").iterdir()) == images
-    image, label = np.load(data_dir / "images" / images[0]), np.load(data_dir / "labels" / images[0])
+    image = np.load(data_dir / "images" / images[0])
+    label = np.load(data_dir / "labels" / images[0])
     assert image.shape == label.shape == (32, 64, 64)
     assert image.dtype == np.int16 and label.dtype == np.uint8
     assert set(np.unique(label)) == {0, 1, 2}
@@ -246,6 +247,7 @@ def test_references_follow_the_report():
     baseline, recommended = workload.references["baseline"], workload.references["recommended"]
     assert (baseline.batch_size, baseline.num_workers, baseline.prefetch_factor) == (1, 1, 1)
     assert baseline.persistent_workers is False
-    assert (recommended.batch_size, recommended.num_workers, recommended.prefetch_factor) == (4, 6, 2)
+    assert ((recommended.batch_size, recommended.num_workers, recommended.prefetch_factor)
+            == (4, 6, 2))
     assert recommended.persistent_workers is True
     assert baseline.amp == recommended.amp == "off" and not recommended.pin_memory

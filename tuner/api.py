@@ -130,6 +130,7 @@ class TuneResult(RunSummary):
         """This run's rows as a pandas DataFrame, ranked as ``python -m tuner leaderboard``
         ranks them (the fastest first, failed trials last)."""
         import pandas as pd
+
         import tuner.leaderboard as leaderboard
         return pd.DataFrame(leaderboard.ranked(self.table), columns=leaderboard.SCHEMA.names)
 
@@ -137,6 +138,7 @@ class TuneResult(RunSummary):
     def table(self) -> "pa.Table":
         """This run's rows as an Arrow table with the leaderboard's schema."""
         import pyarrow as pa
+
         import tuner.leaderboard as leaderboard
         return pa.Table.from_pylist([leaderboard.normalise_row(r) for r in self.rows],
                                     schema=leaderboard.SCHEMA)
@@ -240,6 +242,7 @@ def _tune_one(run_options: RunOptions, progress: bool,
     printer = None
     if on_event is None and progress:
         from rich.console import Console
+
         from tuner.progress import Progress
         printer = Progress(Console())
         on_event = printer.on_event

@@ -55,8 +55,9 @@ def keep_cpu_trial_off_the_gpus(device_type: str) -> bool:
 
     Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` as it is for a task given no GPU
     (ray-project/ray#54868), and torch 2.14's optimizers initialise CUDA at their first step on
-    a machine with a GPU, CPU parameters or not (``Optimizer._accelerator_graph_capture_health_check``
-    asks ``torch.accelerator.current_stream()`` whether it is capturing; torch 2.11 asked
+    a machine with a GPU, CPU parameters or not
+    (``Optimizer._accelerator_graph_capture_health_check`` asks
+    ``torch.accelerator.current_stream()`` whether it is capturing; torch 2.11 asked
     ``torch.cuda.is_current_stream_capturing()``, which does not). A ``--device cpu`` trial on a GPU
     machine would then hold a CUDA context: start-up time, memory on the card, and a process
     on it that the CUDA trials of another run count as load."""
@@ -135,8 +136,15 @@ def build_training(workload: Workload, knobs: Knobs, scale: str, device: torch.d
     step_model = wrapped if knobs.compile == "off" else torch.compile(
         wrapped, mode=None if knobs.compile == "default" else knobs.compile)
     scaler = torch.amp.GradScaler(device.type) if knobs.amp == "fp16" else None
-    autocast = (contextlib.nullcontext if knobs.amp == "off" else partial(
-        torch.autocast, device.type, dtype=torch.float16 if knobs.amp == "fp16" else torch.bfloat16))
+    autocast = (
+        contextlib.nullcontext
+        if knobs.amp == "off"
+        else partial(
+            torch.autocast,
+            device.type,
+            dtype=torch.float16 if knobs.amp == "fp16" else torch.bfloat16,
+        )
+    )
     model.train()
     return Training(workload, knobs, model, step_model, optimizer, scaler, autocast, ddp)
 
@@ -195,9 +203,9 @@ class PrecisionFlags:
     setters update both; the ``fp32_precision`` setters only the new one, after which torch
     raises on a legacy read ("you have used mix of the legacy and new APIs") where the two
     disagree: a script that follows the TF32 notes of torch 2.9's documentation
-    (``torch.backends.cudnn.conv.fp32_precision = "ieee"``) makes ``torch.backends.cudnn.allow_tf32``
-    raise. The legacy readings are therefore None where torch refuses them; the new ones are
-    always readable."""
+    (``torch.backends.cudnn.conv.fp32_precision = "ieee"``) makes
+    ``torch.backends.cudnn.allow_tf32`` raise. The legacy readings are therefore None where
+    torch refuses them; the new ones are always readable."""
     cudnn_benchmark: bool
     matmul_precision: str | None
     """``torch.get_float32_matmul_precision()``: "highest", "high" or "medium"."""

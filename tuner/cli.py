@@ -1,4 +1,5 @@
-"""Command line: ``python -m tuner run|best|leaderboard|report|validate|profile|export|workloads|check-cluster``.
+"""Command line: ``python -m tuner COMMAND``, where COMMAND is run, best, leaderboard, report,
+validate, profile, export, workloads or check-cluster.
 
 The options, their help and the order of the commands are declared in ``tuner.cli_options``.
 
@@ -20,13 +21,24 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tuner.cli_options import (COMMAND_ORDER, EPILOG, SHORT_HELP, applied, common_filter_options,
-                               export_options, model_options, option, profile_options,
-                               run_options, validate_options)
 from tuner._deprecated import moved
+from tuner.cli_options import (
+    COMMAND_ORDER,
+    EPILOG,
+    SHORT_HELP,
+    applied,
+    common_filter_options,
+    export_options,
+    model_options,
+    option,
+    profile_options,
+    run_options,
+    validate_options,
+)
 from tuner.errors import TunerError, one_line
 from tuner.knobs import Knobs, knob_text
 from tuner.status import MEASURED, Phase, Status, phase_of
+
 
 def _console(stderr: bool = False) -> Console:
     """A console as wide as the terminal; piped or logged output (no terminal, no COLUMNS)
@@ -134,6 +146,7 @@ def _run_one(options: Any, launched: bool) -> Any:
     """One run's plan, trials and summary (``options``: a ``RunOptions``). Raises TunerError
     when no trial succeeded; exits 130 on Ctrl-C."""
     import contextlib
+
     from tuner.api import tune_plan
     from tuner.driver import RunInterrupted, planned
     from tuner.progress import Progress
@@ -215,6 +228,7 @@ def _load(results: str, workload: str, hardware: str | None, scale: str | None =
 
 def _this_machine_key(keys: list[str]) -> str | None:
     import torch
+
     from tuner.hardware import fingerprint
     for device in (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]:
         key = fingerprint(torch.device(device))["hardware_key"]
@@ -300,6 +314,7 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
     # The whole answer (tuner.winner.Answer.to_dict), named as the command was given.
     doc = {**answer.to_dict(), "workload": workload, "hardware_key": hardware}
     from dataclasses import asdict
+
     from tuner.scaling import scaling, scaling_lines
     sizes = scaling(table.to_pylist(), gpu_hour_cost)
     doc["world_sizes"] = [asdict(size) for size in sizes]
@@ -351,6 +366,7 @@ def export_cmd(workload: str, results: str, hardware: str | None, scale: str | N
                overwrite: bool) -> None:
     """The leaderboard as an Optuna study: one trial per row, for optuna-dashboard."""
     from collections import Counter
+
     from tuner.export import default_study_name, shown_url, write_study
     table, hardware = _load(results, workload, hardware, scale)
     name = _workload_name(workload)
@@ -430,6 +446,7 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     data path (a DataLoader, the decoded cache, or the dataset resident on the device). A
     multi-rank trial is checked by a plain DDP loop of as many local processes."""
     import torch
+
     from tuner.validate import check_data_path, loop_for_row, ranks_for
     w = _configured(workload, model, image_size)
     table, hardware = _load(results, w.name, hardware, scale)
@@ -449,7 +466,9 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
         # Train with the threads the trial's training process had.
         threads = row.get("torch_threads") or training_threads(knobs.num_workers,
                                                                int(row["trial_cpus"]))
-    where = f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
+    where = (
+        f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
+    )
     what = f"{ranks} ranks, each on {where}" if ranks > 1 else where
     with console.status(f"training {what}…"):
         v = loop_for_row(w, knobs, row, data_dir=data_dir, steps=steps, threads=threads,
@@ -465,9 +484,11 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     t.add_row("[bold]measured ÷ predicted[/]", f"[bold]{v.samples_per_sec / predicted:.2f}[/]")
     console.print(t)
     console.print(f"whole loop, warm-up included: {v.total_s:.1f} s")
-    console.print(f"threads: torch {v.torch_threads}, OMP_NUM_THREADS "
-                  f"{v.omp_num_threads or 'unset'} (the trial's: {row.get('torch_threads') or '?'}, "
-                  f"{row.get('omp_num_threads') or 'unset'})")
+    console.print(
+        f"threads: torch {v.torch_threads}, OMP_NUM_THREADS "
+        f"{v.omp_num_threads or 'unset'} (the trial's: {row.get('torch_threads') or '?'}, "
+        f"{row.get('omp_num_threads') or 'unset'})"
+    )
     if knobs.data_path != "loader":  # the fill: one decoding pass, before the loop
         trial_fill = row.get("cache_fill_s")
         console.print(f"cache fill ({knobs.data_path} path): {v.batches_s:.1f} s" + (
@@ -476,9 +497,19 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
 
 @main.command(short_help=SHORT_HELP["profile"])
 @applied(profile_options())
-def profile(workload: str, model: str | None, image_size: int | None,
-            knobs_json: str | None, trial_id: str | None, results: str,
-            hardware: str | None, device: str, scale: str | None, data: str | None, steps: int) -> None:
+def profile(
+    workload: str,
+    model: str | None,
+    image_size: int | None,
+    knobs_json: str | None,
+    trial_id: str | None,
+    results: str,
+    hardware: str | None,
+    device: str,
+    scale: str | None,
+    data: str | None,
+    steps: int,
+) -> None:
     """Per-phase breakdown of one configuration, and its bottleneck in one sentence.
 
     Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
@@ -502,8 +533,15 @@ def profile(workload: str, model: str | None, image_size: int | None,
         row = _pick_row(table, trial_id)
         knobs, source = Knobs.from_dict(row, strict=False), f"trial {row['trial_id']}"
     warmup, _, window_s = MEASUREMENT_DEFAULTS[scale]
-    settings = TrialSettings(scale=scale, device=device, data_dir=str(_data_for(w, data, scale)),
-                             warmup_steps=warmup, windows=2, window_s=window_s, breakdown_steps=steps)
+    settings = TrialSettings(
+        scale=scale,
+        device=device,
+        data_dir=str(_data_for(w, data, scale)),
+        warmup_steps=warmup,
+        windows=2,
+        window_s=window_s,
+        breakdown_steps=steps,
+    )
     console.print(f"profiling {w.name} ({scale} scale on {device}) with {source}: "
                   f"{knob_text(knobs.to_dict())}")
     with console.status("measuring…"):
@@ -514,7 +552,9 @@ def profile(workload: str, model: str | None, image_size: int | None,
                   f"{row['step_time_ms_p50']:.1f} ms (unsynchronised windows)")
     console.print(breakdown_table(row))
     if row.get("gpu_util_pct") is not None:
-        console.print(f"GPU utilisation {row['gpu_util_pct']:.0f}%, power {row['gpu_power_w']:.0f} W")
+        console.print(
+            f"GPU utilisation {row['gpu_util_pct']:.0f}%, power {row['gpu_power_w']:.0f} W"
+        )
     console.print(bottleneck(row))
 
 
@@ -570,7 +610,9 @@ def workloads(fmt: str) -> None:
     for col in ("name", "parameters (full)", "sample shape (full)", "description"):
         t.add_column(col, overflow="fold", justify="right" if col.startswith("param") else "left")
     for e in entries:
-        shape = ", ".join(f"{k} {'x'.join(map(str, v)) or 'scalar'}" for k, v in e["sample_shape"].items())
+        shape = ", ".join(
+            f"{k} {'x'.join(map(str, v)) or 'scalar'}" for k, v in e["sample_shape"].items()
+        )
         t.add_row(e["name"], f"{e['parameters_full']:,}", shape, e["description"])
     console.print(t)
     console.print("sources: `python -m tuner workloads --format json`")

@@ -152,9 +152,11 @@ def python_text(knobs: Any, device: str = "cuda", *, scale: str | None = None,
                        collate=collate, world_size=world_size).splitlines()
     if device == "cuda":
         precision = "high" if knobs.tf32 else "highest"
-        lines += [f"torch.backends.cudnn.benchmark = {knobs.cudnn_benchmark}",
-                  f"torch.set_float32_matmul_precision({precision!r})  # TF32 matmuls: {knobs.tf32}",
-                  "torch.backends.cudnn.allow_tf32 = True  # torch's default"]
+        lines += [
+            f"torch.backends.cudnn.benchmark = {knobs.cudnn_benchmark}",
+            f"torch.set_float32_matmul_precision({precision!r})  # TF32 matmuls: {knobs.tf32}",
+            "torch.backends.cudnn.allow_tf32 = True  # torch's default",
+        ]
     lines += _model_lines(knobs, device, world_size)
     lines += _loop_lines(knobs, device, on_device)
     return "\n".join(lines) + "\n"

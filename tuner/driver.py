@@ -25,17 +25,23 @@ import tuner.budget as budget
 import tuner.leaderboard as leaderboard
 import tuner.windows as windows
 from tuner._deprecated import moved
+from tuner.distributed import make_data_parallel_trainable
 from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
 from tuner.followups import Batch, followups
-from tuner.distributed import make_data_parallel_trainable
 from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import Plan, Resources, make_plan, resolve_workload
-from tuner.probe import (ProbeResult, candidates, compute_curve, probe_batch_limit,
-                         probe_in_process)
-from tuner.ray_runtime import (TrialResources, accelerator_types, cluster_resources, dead_nodes,
-                               hardware_key, ray_messages_to, ray_session)
+from tuner.probe import ProbeResult, candidates, compute_curve, probe_batch_limit, probe_in_process
 from tuner.pruning import EarlyStopping
+from tuner.ray_runtime import (
+    TrialResources,
+    accelerator_types,
+    cluster_resources,
+    dead_nodes,
+    hardware_key,
+    ray_messages_to,
+    ray_session,
+)
 from tuner.recorder import LeaderboardWriter, ignore_event
 from tuner.runlock import registered
 from tuner.searcher import Staged, make_searcher

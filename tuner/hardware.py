@@ -13,7 +13,6 @@ import re
 import psutil
 import torch
 
-
 CPUINFO = "/proc/cpuinfo"
 
 

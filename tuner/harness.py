@@ -26,18 +26,34 @@ import tuner.windows as rule
 from tuner._deprecated import moved
 from tuner.apply import build_training, cycle, keep_cpu_trial_off_the_gpus, move_batch, trial_state
 from tuner.errors import DeadlineReached, TrialFailure  # noqa: F401  (re-exported)
-from tuner.flops import precision_of, utilisation
 from tuner.failures import classify
+from tuner.flops import precision_of, utilisation
 from tuner.hardware import fingerprint, node_id, node_ip
 from tuner.knobs import Knobs
+from tuner.measure import (
+    GpuTelemetry,
+    HostMemorySampler,
+    LimitExceeded,
+    LoadMonitor,
+    Stopwatch,
+    Window,
+    counted_window,
+    peak_device_memory_mb,
+    summarise,
+    synchronize,
+)
 from tuner.ranks import Rank, RankFigures, follow
-from tuner.measure import (GpuTelemetry, HostMemorySampler, LimitExceeded, LoadMonitor,
-                           Stopwatch, Window, counted_window, peak_device_memory_mb, summarise,
-                           synchronize)
 from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir
 from tuner.status import Status
-from tuner.steppers import (LoaderStepper, Stepper, batch_source, on_device, phase_columns,
-                            phase_timer, resident)
+from tuner.steppers import (
+    LoaderStepper,
+    Stepper,
+    batch_source,
+    on_device,
+    phase_columns,
+    phase_timer,
+    resident,
+)
 from tuner.steppers import breakdown as _breakdown
 from tuner.workload import Workload
 

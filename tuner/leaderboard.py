@@ -45,15 +45,16 @@ files of earlier versions) and ``windows_planned`` (the windows a trial was to m
 ``timeout`` row with fewer ``windows`` is a measurement the time budget cut short; null in
 earlier files). 7: ``world_size``, ``backend``, ``rank_samples_per_sec``, ``slowest_rank``,
 ``slowest_rank_data_wait_s`` (data-parallel trials; files of earlier versions read with world
-size null, meaning 1) and the DDP knobs. 2: ``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
-(torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
+size null, meaning 1) and the DDP knobs. 2: ``memory_exceeded`` (which memory an oom /
+over_limit trial ran out of). 4: ``compile_s`` (torch.compile's time, kept out of throughput)
+and ``other_runs`` (other tuner runs active on
 the machine when the trial was recorded). 5: ``skipped_steps`` (optimizer steps the fp16
 GradScaler skipped inside the windows, not counted as measured). 6: ``other_cpu_pct`` (the
 share of the machine's CPU time processes other than the trial's own used while it measured). 3:
 ``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``, and
 ``ceiling`` (which ceiling a ceiling-phase row measured), ``load_avg_1m``, ``cpu_steal_pct``,
-``gpu_other_processes`` (the machine's load while a trial measured). Files of earlier versions read with
-the newer columns null (their ceiling rows are compute-only ceilings)."""
+``gpu_other_processes`` (the machine's load while a trial measured). Files of earlier versions
+read with the newer columns null (their ceiling rows are compute-only ceilings)."""
 
 OLDER_FILES_READ_AS = (("phase", Phase.SEARCH.value), ("data_path", "loader"),
                        ("world_size", 1), ("gradient_as_bucket_view", False),
@@ -109,14 +110,15 @@ SCHEMA = pa.schema(
     + [
         ("model_flops_per_sample", pa.float64()),  # FLOP, forward + backward (tuner.flops)
         ("achieved_tflops", pa.float64()),  # model_flops_per_sample x samples_per_sec / 1e12
-        # achieved / the card's dense peak (tuner.flops.blended_peak_tflops; null: CPU, unknown card)
+        # achieved / the card's dense peak (tuner.flops.blended_peak_tflops;
+        # null: CPU, unknown card)
         ("mfu_pct", pa.float64()),
         ("mfu_impossible", pa.bool_()),     # mfu_pct > 100: a disturbed measurement or a wrong peak
         ("load_avg_1m", pa.float64()),      # the machine's 1-min load average while measuring
         ("cpu_steal_pct", pa.float64()),    # CPU time the hypervisor stole while measuring, %
         ("other_cpu_pct", pa.float64()),    # machine CPU time used by other processes, %
         ("gpu_other_processes", pa.int32()),  # other processes on the trial's GPU (NVML)
-        ("other_runs", pa.int32()),         # other tuner runs active on this machine (tuner.runlock)
+        ("other_runs", pa.int32()),         # other tuner runs active on the machine (tuner.runlock)
         ("compile_s", pa.float64()),        # s: the first step beyond a steady one, with compile on
         ("gpu_util_pct", pa.float64()),
         ("gpu_power_w", pa.float64()),
@@ -260,7 +262,8 @@ def _local_results_problem(results: Path) -> str | None:
         try:
             fd, probe = tempfile.mkstemp(prefix=_PROBE_PREFIX, dir=directory)
         except OSError as exc:
-            return f"{exc.strerror or type(exc).__name__}: cannot create a file in {_show(directory)}"
+            return (f"{exc.strerror or type(exc).__name__}: cannot create a file in "
+                    f"{_show(directory)}")
         os.close(fd)
         os.unlink(probe)
     return None
@@ -499,9 +502,9 @@ def select(results: str | Path, workload: str, hardware: str | None = None, *,
            scale: str | None = None,
            this_machine: Callable[[list[str]], str | None] | None = None) -> tuple[pa.Table, str]:
     """The rows every read command shows: one workload's, on one hardware key, of one model
-    scale when ``scale`` is given (else all: ``tuner.winner.best`` answers from the latest run's). The
-    key is ``hardware``, else the only one with rows, else the one ``this_machine(keys)``
-    picks.
+    scale when ``scale`` is given (else all: ``tuner.winner.best`` answers from the latest
+    run's). The key is ``hardware``, else the only one with rows, else the one
+    ``this_machine(keys)`` picks.
 
     Returns:
         (rows of that workload and key, the key).

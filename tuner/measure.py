@@ -70,7 +70,8 @@ def summarise(windows: list[Window]) -> dict[str, float]:
     return {
         "samples_per_sec": median,
         "samples_per_sec_iqr": quantile(sps, 0.75) - quantile(sps, 0.25),
-        "samples_per_sec_cv": (statistics.pstdev(sps) / statistics.fmean(sps)) if len(sps) > 1 else 0.0,
+        "samples_per_sec_cv": ((statistics.pstdev(sps) / statistics.fmean(sps))
+                               if len(sps) > 1 else 0.0),
         "step_time_ms_p50": quantile(steps_ms, 0.5),
         "step_time_ms_p95": quantile(steps_ms, 0.95),
         "windows": float(len(windows)),
@@ -382,7 +383,8 @@ class GpuTelemetry:
         try:
             import pynvml
             pynvml.nvmlInit()
-            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            index = (self.device.index if self.device.index is not None
+                     else torch.cuda.current_device())
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(index))
         except Exception:  # no NVML: telemetry columns stay null
             self._handle = None

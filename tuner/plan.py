@@ -15,23 +15,30 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import tuner.budget as budget
 import tuner.leaderboard as leaderboard
+from tuner._deprecated import moved
+from tuner.budget import default_time_budget_s
 from tuner.errors import DataError, TunerError
 from tuner.flops import conv_flops_share, has_image_layout, model_flops_per_sample
 from tuner.hardware import cpu_has_native_bf16
 from tuner.knobs import Knobs
-import tuner.budget as budget
-from tuner._deprecated import moved
-from tuner.budget import default_time_budget_s
-from tuner.settings import (DEVICES, MEASUREMENT_DEFAULTS, MemoryLimit, RunOptions, TrialSettings,
-                            default_cache_dir, default_scale, device_limit_mb)
 from tuner.probe import ComputeCurve
 from tuner.searcher import MemoryLimits, SearchSpec
+from tuner.settings import (
+    DEVICES,
+    MEASUREMENT_DEFAULTS,
+    MemoryLimit,
+    RunOptions,
+    TrialSettings,
+    default_cache_dir,
+    default_scale,
+    device_limit_mb,
+)
 from tuner.space import Choices, Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
 from tuner.workload import Workload
 from tuner.workload_loader import configured, resolve
-
 
 REMEASURE_ROUNDS = 3
 """Interleaved re-measurement rounds (A B C, A B C, A B C). Each round gives one paired ratio
@@ -202,7 +209,8 @@ class Plan:
         return SearchSpec(
             space=self.device_space, metric=self.metric, mode=self.mode,
             sampler=self.options.sampler,
-            seed=self.options.seed + len(self.prior_rows),  # a resumed run must not replay proposals
+            # a resumed run must not replay proposals
+            seed=self.options.seed + len(self.prior_rows),
             trials=self.trials, references=tuple(self.reference_params),
             reference_count=len(self.references),
             limits=MemoryLimits(self.options.max_memory, self.max_host_memory_mb),
@@ -626,6 +634,7 @@ def _shown(limit: MemoryLimit) -> str:
 
 def _local_hardware_key(device: str) -> str:
     import torch
+
     from tuner.hardware import fingerprint
     return fingerprint(torch.device(device))["hardware_key"]
 

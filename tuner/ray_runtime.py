@@ -161,6 +161,7 @@ def accelerator_types() -> list[str]:
 
 def hardware_key_task(device: str) -> str:
     import torch
+
     from tuner.hardware import fingerprint
     return fingerprint(torch.device(device))["hardware_key"]
 
@@ -285,6 +286,7 @@ def _check_ray_answers(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> No
     Raises:
         TunerError: nothing answered as a Ray cluster within ``timeout_s`` seconds."""
     import select
+
     from ray._private.services import canonicalize_bootstrap_address
     if address == "auto" or address.startswith("ray://"):
         return  # Ray finds 'auto' itself, and fails fast; ray:// needs the Ray Client
@@ -350,7 +352,9 @@ def ray_init(address: str | None) -> bool:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                      runtime_env=runtime_env)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise TunerError(f"--address {address}: cannot connect to a Ray cluster ({exc})") from None
+            raise TunerError(
+                f"--address {address}: cannot connect to a Ray cluster ({exc})"
+            ) from None
     logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
     logging.getLogger("ray.train").setLevel(logging.CRITICAL)
     return True

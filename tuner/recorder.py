@@ -147,7 +147,10 @@ class LeaderboardWriter(Callback):
         self._done.add(trial.trial_id)
         result = dict(trial.last_result or {})
         if not result:
-            result = {"status": Status.ERROR.value, "error": "the trial ended without reporting a result"}
+            result = {
+                "status": Status.ERROR.value,
+                "error": "the trial ended without reporting a result",
+            }
         elif result.get("status") == Status.RUNNING:
             result["status"] = Status.PRUNED.value  # stopped by the scheduler between windows
         _stamp(trial, result)
@@ -221,8 +224,11 @@ class LeaderboardWriter(Callback):
         text = str(error) if error else _error_file_text(trial)
         result = {k: v for k, v in (trial.last_result or {}).items()
                   if k not in leaderboard.MEASURED_COLUMNS}
-        result.update(status=Status.ERROR.value, error=one_line(text) if text else "the trial process failed",
-                      traceback=text)
+        result.update(
+            status=Status.ERROR.value,
+            error=one_line(text) if text else "the trial process failed",
+            traceback=text,
+        )
         lost = node_lost_error(text, (trial.last_result or {}).get("node_id"),
                                known_dead=self.known_dead, wait_s=NODE_DEATH_WAIT_S)
         if lost is not None:

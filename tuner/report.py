@@ -429,9 +429,17 @@ _CAPTIONS = {
 }
 
 
-def render_html(*, workload: str, hardware: str | None, rows: list[dict], trials: list[dict],
-                top: winner.Answer | None, pngs: dict[str, bytes], importances: dict[str, float] | None,
-                importance_note: str) -> str:
+def render_html(
+    *,
+    workload: str,
+    hardware: str | None,
+    rows: list[dict],
+    trials: list[dict],
+    top: winner.Answer | None,
+    pngs: dict[str, bytes],
+    importances: dict[str, float] | None,
+    importance_note: str,
+) -> str:
     """The report page: every figure inlined as a data URI, no external files, scripts or
     styles. ``rows`` are ranked (``report_order``; the top-10 table), ``trials`` the training
     trials among them (``training_trials``; the counts, where a disturbed row counts as

@@ -225,11 +225,16 @@ class RunOptions:
         _check_choice("--sampler", self.sampler, SAMPLERS)
         _check_choice("--objective", self.objective, tuple(OBJECTIVES))
         _check_choice("--probe", self.probe, PROBE_MODES)
-        for flag, value, low in (("--trials", self.trials, 1), ("--train-steps", self.train_steps, 1),
-                                 ("--global-batch-size", self.global_batch_size, 1),
-                                 ("--windows", self.windows, 1), ("--warmup-steps", self.warmup_steps, 1),
-                                 ("--confirm", self.confirm, 0), ("--world-size", self.world_size, 1),
-                                 ("screen_windows", self.screen_windows, 0)):
+        for flag, value, low in (
+            ("--trials", self.trials, 1),
+            ("--train-steps", self.train_steps, 1),
+            ("--global-batch-size", self.global_batch_size, 1),
+            ("--windows", self.windows, 1),
+            ("--warmup-steps", self.warmup_steps, 1),
+            ("--confirm", self.confirm, 0),
+            ("--world-size", self.world_size, 1),
+            ("screen_windows", self.screen_windows, 0),
+        ):
             if value is not None and value < low:
                 raise TunerError(f"{flag} {value}: must be >= {low}")
         for flag, value in (("--time-budget", self.time_budget_s), ("--window-s", self.window_s),
@@ -241,7 +246,10 @@ class RunOptions:
         if self.objective == "time-to-train" and not self.train_steps:
             raise TunerError("--objective time-to-train needs --train-steps N (the length of "
                              "your real training job, in optimizer steps)")
-        for flag, name in (("--max-memory", "max_memory"), ("--max-host-memory", "max_host_memory")):
+        for flag, name in (
+            ("--max-memory", "max_memory"),
+            ("--max-host-memory", "max_host_memory"),
+        ):
             try:
                 object.__setattr__(self, name, MemoryLimit.coerce(getattr(self, name)))
             except (ValueError, TypeError) as exc:
@@ -368,7 +376,8 @@ class TrialSettings:
     """The convolutions' share (0-1) of ``model_flops_per_sample`` (``tuner.flops``): the MFU
     of a CUDA trial in FP32 judges it against the TF32 peak (cuDNN's default)."""
     peak_tflops: float | None = None
-    """Dense peak TFLOP/s to compute MFU against instead of ``tuner.flops``' table (--peak-tflops)."""
+    """Dense peak TFLOP/s to compute MFU against instead of ``tuner.flops``' table
+    (--peak-tflops)."""
     default_data: bool = False
     """``data_dir`` is the workload's embedded default: a node that lacks it (a cluster worker)
     writes it to its own cache first (deterministic, so every node trains on the same data)."""
@@ -385,7 +394,9 @@ class TrialSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_scale(self.scale))
         if self.device not in DEVICE_TYPES:
-            raise ValueError(f"device {self.device!r}: accepted values are {', '.join(DEVICE_TYPES)}")
+            raise ValueError(
+                f"device {self.device!r}: accepted values are {', '.join(DEVICE_TYPES)}"
+            )
         if self.warmup_steps < 1 or self.windows < 1 or self.window_s <= 0:
             raise ValueError("warmup_steps and windows must be >= 1 and window_s > 0, got "
                              f"{self.warmup_steps}, {self.windows}, {self.window_s}")

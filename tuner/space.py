@@ -16,9 +16,19 @@ from typing import Any, Mapping
 import yaml
 
 from tuner.errors import SpaceError
-from tuner.knobs import (CHOICE_KNOBS, CUDA_ONLY_KNOBS, CUDA_ONLY_VALUES, DDP_BUCKET_CAP_MB,
-                         DDP_VALUES, DEVICE_PATH_REFUSED, KNOB_INFO, WORKER_KNOBS, Knobs)
+from tuner.knobs import (
+    CHOICE_KNOBS,
+    CUDA_ONLY_KNOBS,
+    CUDA_ONLY_VALUES,
+    DDP_BUCKET_CAP_MB,
+    DDP_VALUES,
+    DEVICE_PATH_REFUSED,
+    KNOB_INFO,
+    WORKER_KNOBS,
+    Knobs,
+)
 from tuner.settings import DEVICE_TYPES
+
 _TOP_KEYS = {"knobs", "description", *DEVICE_TYPES}
 
 
@@ -214,7 +224,9 @@ class Space:
                              f"batch_size domain {dom.describe()} of {self.source}")
         domains = dict(self.domains)
         domains["batch_size"] = Choices(divisors)
-        constants = {k: v for k, v in self.constants.items() if k not in ("batch_size", "grad_accum")}
+        constants = {
+            k: v for k, v in self.constants.items() if k not in ("batch_size", "grad_accum")
+        }
         domains.pop("grad_accum", None)
         return Space(self.source, domains, constants, {}, global_batch)
 
@@ -263,7 +275,11 @@ class Space:
             value = values[name]
             if name == "ddp_bucket_cap_mb" and value is None:
                 value = DDP_BUCKET_CAP_MB  # what None means
-            if name in ("num_workers", "batch_size") and isinstance(dom, IntRange) and value > dom.high:
+            if (
+                name in ("num_workers", "batch_size")
+                and isinstance(dom, IntRange)
+                and value > dom.high
+            ):
                 # A reference may use more workers than this node has CPUs (or a batch larger
                 # than the dataset); the trial still runs it as written, the search records it
                 # at the cap.
@@ -388,7 +404,9 @@ def load_space(name_or_path: str | Path, *, is_file: bool = False) -> Space:
             file = resources.files(SPACES_PACKAGE) / SPACES_DIR / f"{name_or_path}.yaml"
             text = file.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise SpaceError(f"no built-in search space {source}; pass one with --space FILE") from None
+            raise SpaceError(
+                f"no built-in search space {source}; pass one with --space FILE"
+            ) from None
     return parse_space(text, source)
 
 
@@ -452,7 +470,9 @@ def parse_space(text: str, source: str) -> Space:
                              f"{_did_you_mean(unknown[0], _TOP_KEYS)}"
                              f"accepted: {', '.join(sorted(_TOP_KEYS))}")
     if not isinstance(doc, dict) or not isinstance(doc.get("knobs"), dict) or not doc["knobs"]:
-        raise SpaceError(f"search space {source}: expected a mapping with a non-empty 'knobs:' mapping")
+        raise SpaceError(
+            f"search space {source}: expected a mapping with a non-empty 'knobs:' mapping"
+        )
     domains, constants = _parse_knobs(doc["knobs"], source, "knobs")
     overrides = {}
     for device_type in DEVICE_TYPES:
@@ -462,11 +482,15 @@ def parse_space(text: str, source: str) -> Space:
                                  "ranges or values (overrides for that device)")
             overrides[device_type] = _parse_knobs(doc[device_type], source, device_type)
     if "batch_size" not in domains and "batch_size" not in constants:
-        raise SpaceError(f"search space {source}: knob batch_size must be given (a range or a value)")
+        raise SpaceError(
+            f"search space {source}: knob batch_size must be given (a range or a value)"
+        )
     return Space(source, domains, constants, overrides)
 
 
-def _parse_knobs(section: dict, source: str, label: str) -> tuple[dict[str, Domain], dict[str, Any]]:
+def _parse_knobs(
+    section: dict, source: str, label: str
+) -> tuple[dict[str, Domain], dict[str, Any]]:
     domains: dict[str, Domain] = {}
     constants: dict[str, Any] = {}
     for name, spec in section.items():

@@ -1,6 +1,7 @@
 """What one optimizer step of a trial is: the training step over a batch source
 (``Stepper``), or the loader-only ceiling's batches alone (``LoaderStepper``), with optional
-per-phase timing (``phase_timer``, ``phase_columns``). ``tuner.harness`` warms them up and times them in windows.
+per-phase timing (``phase_timer``, ``phase_columns``). ``tuner.harness`` warms them up and
+times them in windows.
 """
 
 from __future__ import annotations

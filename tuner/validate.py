@@ -153,6 +153,7 @@ def train_loop_ranks(workload: Workload, knobs: Knobs, *, world_size: int, devic
         TunerError: a rank failed (its error), or none reported within ``RANKS_TIMEOUT_S``.
     """
     import socket
+
     import torch.multiprocessing as mp
     # spawn, never fork: a fork of a process whose torch thread pools have run can crash in
     # the child (both ranks ended with SIGSEGV on a loaded 2-core machine)
@@ -161,8 +162,12 @@ def train_loop_ranks(workload: Workload, knobs: Knobs, *, world_size: int, devic
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     results = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_rank_loop, args=(rank, world_size, port, results, workload,
-                                                  knobs, device, loop)) for rank in range(world_size)]
+    procs = [
+        ctx.Process(
+            target=_rank_loop, args=(rank, world_size, port, results, workload, knobs, device, loop)
+        )
+        for rank in range(world_size)
+    ]
     for proc in procs:
         proc.start()
     deadline = time.monotonic() + RANKS_TIMEOUT_S

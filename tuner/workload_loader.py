@@ -122,7 +122,9 @@ def _attribute(spec: str, module: Any, module_name: str, attr: str) -> Any:
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise TunerError(f"workload {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+        raise TunerError(
+            f"workload {spec!r}: module {module_name!r} has no attribute {attr!r}"
+        ) from None
 
 
 def _describe(exc: BaseException, module_name: str) -> str:
@@ -224,8 +226,10 @@ def resolve(spec: "str | Workload") -> Workload:
     if isinstance(spec, Workload):
         return _checked(spec, spec.name)
     if not isinstance(spec, str):
-        raise TunerError(f"workload {spec!r}: give a name, an import path 'package.module:attribute' "
-                         f"or a tuner.workload.Workload instance, not a {type(spec).__name__}")
+        raise TunerError(
+            f"workload {spec!r}: give a name, an import path 'package.module:attribute' "
+            f"or a tuner.workload.Workload instance, not a {type(spec).__name__}"
+        )
     known = available()
     if spec in known:
         obj = (_load_import_path(known[spec]) if spec in BUILTINS
@@ -251,7 +255,9 @@ def resolve(spec: "str | Workload") -> Workload:
 def _checked(obj: Any, spec: str) -> Workload:
     """``obj`` if it is a Workload with a baseline reference. Raises TunerError."""
     if not isinstance(obj, Workload):
-        raise TunerError(f"workload {spec!r} is a {type(obj).__name__}, not a tuner.workload.Workload")
+        raise TunerError(
+            f"workload {spec!r} is a {type(obj).__name__}, not a tuner.workload.Workload"
+        )
     if "baseline" not in obj.references:
         raise TunerError(f"workload {spec!r} has no 'baseline' reference configuration")
     return obj

@@ -1,8 +1,8 @@
 """GPU checks on a real card: ``pytest -m gpu`` (needs CUDA; skipped with the reason without).
 
-Each test is a CUDA path the CPU tests can only fake: the memory limit through the allocator's per-process fraction, real
-``OutOfMemoryError`` followed by a fitting trial in the same process, AMP fp16/bf16,
-channels_last, compile, flags restored, NVML telemetry.
+Each test is a CUDA path the CPU tests can only fake: the memory limit through the allocator's
+per-process fraction, real ``OutOfMemoryError`` followed by a fitting trial in the same process,
+AMP fp16/bf16, channels_last, compile, flags restored, NVML telemetry.
 """
 
 from __future__ import annotations
@@ -137,8 +137,9 @@ print(torch.cuda.is_initialized())
 def _optimizer_step_initialises_cuda() -> bool:
     """Whether this torch's optimizers initialise CUDA at their first step on a machine with a
     GPU: torch 2.14 asks ``torch.accelerator.current_stream()`` whether it is capturing, which
-    initialises CUDA; torch 2.11 (the GPU machine's) asks ``torch.cuda.is_current_stream_capturing()``,
-    which does not ("returns False without initializing the context")."""
+    initialises CUDA; torch 2.11 (the GPU machine's) asks
+    ``torch.cuda.is_current_stream_capturing()``, which does not ("returns False without
+    initializing the context")."""
     import inspect
     check = torch.optim.Optimizer._accelerator_graph_capture_health_check
     return "accelerator.current_stream()" in inspect.getsource(check)
@@ -148,8 +149,8 @@ def _optimizer_step_initialises_cuda() -> bool:
 def test_a_cpu_trial_process_holds_no_cuda_context(mode):
     """A CPU training step on a machine with a GPU initialises CUDA in torch itself (its
     optimizers' graph-capture check, in the torch versions ``_optimizer_step_initialises_cuda``
-    names), a context per trial process; a CPU trial's process prevents it: ``hide`` never holds a context; ``leave`` shows what this torch does without the
-    hiding."""
+    names), a context per trial process; a CPU trial's process prevents it: ``hide`` never
+    holds a context; ``leave`` shows what this torch does without the hiding."""
     import subprocess
     import sys
     initialised = "False" if mode == "hide" else str(_optimizer_step_initialises_cuda())

@@ -58,7 +58,9 @@ _RESERVED_GROUP_KEYS = ("params", "fused", "foreach")
 ``fused``/``foreach`` follow the ``fused_optimizer`` knob."""
 
 
-def from_lightning(module_or_class: Any, datamodule: Any, *, name: str | None = None) -> "LightningWorkload":
+def from_lightning(
+    module_or_class: Any, datamodule: Any, *, name: str | None = None
+) -> "LightningWorkload":
     """A workload training ``module_or_class`` on ``datamodule``'s ``train_dataloader()``.
 
     Args:

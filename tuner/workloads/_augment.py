@@ -34,7 +34,9 @@ def random_resized_crop_boxes(hw: torch.Tensor, scale: tuple[float, float],
     device = hw.device
     h_img, w_img = hw[:, 0:1].double(), hw[:, 1:2].double()          # (B, 1)
     b = hw.shape[0]
-    area = h_img * w_img * torch.empty(b, tries, device=device, dtype=torch.float64).uniform_(*scale)
+    area = (
+        h_img * w_img * torch.empty(b, tries, device=device, dtype=torch.float64).uniform_(*scale)
+    )
     log_r = torch.empty(b, tries, device=device, dtype=torch.float64).uniform_(
         math.log(ratio[0]), math.log(ratio[1]))
     aspect = torch.exp(log_r)
@@ -201,7 +203,9 @@ def adjust_hue_per_sample(images: torch.Tensor, shift: torch.Tensor) -> torch.Te
     return maxc - (maxc - minc) * torch.minimum(k, 4 - k).clamp(0, 1)
 
 
-def normalize(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+def normalize(
+    images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]
+) -> torch.Tensor:
     """(x - mean) / std per channel."""
     m = torch.tensor(mean, device=images.device, dtype=images.dtype).view(1, -1, 1, 1)
     s = torch.tensor(std, device=images.device, dtype=images.dtype).view(1, -1, 1, 1)

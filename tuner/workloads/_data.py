@@ -8,13 +8,16 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-from PIL import Image
 import torch
+from PIL import Image
 
 from tuner.errors import DataError
+
+if TYPE_CHECKING:  # annotations only: torchvision loads where it is used
+    import torchvision
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 

@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
+import torchvision.models
 from torch import nn
 from torch.utils.data import Dataset
-import torchvision.models
 from torchvision.models import inception_v3, resnet18
 from torchvision.models.resnet import BasicBlock, ResNet
 from torchvision.transforms import v2

@@ -1,8 +1,8 @@
 """Datasets and data helpers of the built-in workloads, public for your own workloads.
 
 Import them in a workload module (``from tuner.workloads.datasets import CharWindows``); the
-built-in workloads use these very objects, so they are as tested as the built-ins are. Every one reads
-real files in ``__getitem__`` (the CPU work DataLoader workers parallelise) and raises
+built-in workloads use these very objects, so they are as tested as the built-ins are. Every one
+reads real files in ``__getitem__`` (the CPU work DataLoader workers parallelise) and raises
 ``tuner.errors.DataError`` naming the file that cannot be used, which tuner reports in one line.
 
 Image folders (``ddpm``, ``classifier``, ``classifier299``)::
@@ -42,8 +42,13 @@ Default data: ``write_once(target, writer)`` creates a directory atomically (wha
 
 from __future__ import annotations
 
-from tuner.workloads._data import (IMAGE_EXTENSIONS, check_image_folder, image_folder, read_image,
-                             write_once)
+from tuner.workloads._data import (
+    IMAGE_EXTENSIONS,
+    check_image_folder,
+    image_folder,
+    read_image,
+    write_once,
+)
 from tuner.workloads.chargpt import CharWindows, check_text_file
 from tuner.workloads.segmentation3d import VolumePatchDataset, build_pairs
 

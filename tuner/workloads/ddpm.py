@@ -1,10 +1,10 @@
 """DDPM: a class-conditional denoising diffusion model on 40x40 RGB images.
 
-Source: a user's "Performance Analysis Report for DDPM Training" (2025-11-24) (RTX 5070 12 GB, i7-8700K). The report gives
-the U-Net's shape (base 64 channels, multipliers (1, 2, 4), attention (False, False, True),
-1000 timesteps), its size (12,817,859 parameters), the augmentation, the dataset (652 images of
-40x40, 546 "Normal" and 106 "Abnormal") and the before/after settings. Noise schedule and loss
-follow Ho et al. 2020 (linear betas 1e-4..0.02, epsilon-prediction MSE).
+Source: a user's "Performance Analysis Report for DDPM Training" (2025-11-24) (RTX 5070 12 GB,
+i7-8700K). The report gives the U-Net's shape (base 64 channels, multipliers (1, 2, 4), attention
+(False, False, True), 1000 timesteps), its size (12,817,859 parameters), the augmentation, the
+dataset (652 images of 40x40, 546 "Normal" and 106 "Abnormal") and the before/after settings.
+Noise schedule and loss follow Ho et al. 2020 (linear betas 1e-4..0.02, epsilon-prediction MSE).
 
 The report's parameter count is matched exactly by a U-Net conditioned on the two image classes
 (an embedding of 2 classes + 1 "no class" token, one class projection per residual block, labels

@@ -1,8 +1,8 @@
 """3D U-Net segmentation trained on random patches cropped from large on-disk volumes.
 
-Source: a user's "Training Performance Analysis & Optimization Plan" (A100 80 GB, 12 vCPUs, 170 GB RAM): a 3D
-segmentation job trained on 72x136x136 patches at batch size 1 with one DataLoader worker,
-~18 s per step, the GPU idle while the single worker loads the next patch.
+Source: a user's "Training Performance Analysis & Optimization Plan" (A100 80 GB, 12 vCPUs,
+170 GB RAM): a 3D segmentation job trained on 72x136x136 patches at batch size 1 with one
+DataLoader worker, ~18 s per step, the GPU idle while the single worker loads the next patch.
 
 Model: a 4-level 3D U-Net (3 down-samplings), each level a double conv block
 (Conv3d 3x3x3 -> InstanceNorm3d -> ReLU) x 2, max-pool down, transposed-conv up, skip connections
@@ -461,7 +461,8 @@ class Segmentation3dWorkload(Workload):
     name = "segmentation3d"
     description = ("3D U-Net (4 levels, InstanceNorm) on random 72x136x136 patches of large "
                    "memory-mapped image/label volumes; Dice + cross-entropy")
-    source = "a user's Training Performance Analysis & Optimization Plan (A100 80 GB, 12 vCPUs, 170 GB RAM)"
+    source = ("a user's Training Performance Analysis & Optimization Plan (A100 80 GB, 12 vCPUs, "
+              "170 GB RAM)")
     learning_rate = 3e-4
     references = {
         # "Current Configuration": batch_size 1, workers 1, prefetch_factor 1,
