@@ -134,6 +134,8 @@ def training_threads(num_workers: int, cpus: int) -> int:
     return max(1, cpus - num_workers)
 
 
+# One trial top to bottom (build, warm up, windows, breakdown, result): kept whole so that its
+# order, which the measurement depends on, reads in one place.
 def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
               report: Report | None = None, cpus: int | None = None,
               rank: Rank | None = None) -> dict:
