@@ -322,8 +322,8 @@ def test_a_world_size_list_runs_each_size_in_turn_and_prints_their_scaling(monke
 def test_the_cli_world_size_parser_moved_to_the_library_and_still_reads_with_a_warning():
     import tuner.cli as cli
     import tuner.scaling as scaling
-    with pytest.warns(DeprecationWarning, match="tuner.cli.world_sizes moved to "
-                                                "tuner.scaling.world_sizes"):
+    with pytest.warns(DeprecationWarning, match="tuner.cli.world_sizes was deprecated .*"
+                                                "use tuner.scaling.world_sizes"):
         assert cli.world_sizes is scaling.world_sizes
 
 

@@ -252,6 +252,6 @@ def test_the_machine_notes_moved_out_of_the_printer_and_still_read_with_a_warnin
                        ("BUSY_STEAL_PCT", machine_load), ("BUSY_OTHER_CPU_PCT", machine_load),
                        ("verdict_lines", summary), ("paste_commands", summary),
                        ("leaderboard_statuses", summary)):
-        with pytest.warns(DeprecationWarning, match=f"tuner.progress.{name} moved to "
-                                                    f"{home.__name__}.{name}"):
+        with pytest.warns(DeprecationWarning, match=f"tuner.progress.{name} was deprecated .*"
+                                                    f"use {home.__name__}.{name}"):
             assert getattr(progress, name) is getattr(home, name)
