@@ -70,12 +70,12 @@ sys.path.insert(0, str(ROOT))
 
 import tuner  # noqa: E402
 from tuner.driver import RunInterrupted  # noqa: E402
-from tuner.harness import run_trial  # noqa: E402
 from tuner.knobs import knob_text  # noqa: E402
 from tuner.plan import make_plan  # noqa: E402
 from tuner.probe import candidates  # noqa: E402
 from tuner.settings import SCALES, RunOptions, default_scale  # noqa: E402
 from tuner.status import Status  # noqa: E402
+from tuner.trial.harness import run_trial  # noqa: E402
 from tuner.workload_loader import available  # noqa: E402
 
 COLUMNS = ("workload", "baseline", "recommended", "references again (÷ the run's)", "best",
@@ -572,7 +572,7 @@ def references_again(plan, rows: list[dict], out: dict) -> None:
     one line each to the notes (the same knobs read 710 and 932 samples/sec in two runs on
     one H200: the spread between processes is what a single reference trial cannot show)."""
     from tuner.knobs import Knobs
-    from tuner.validate import same_threads
+    from tuner.trial.validate import same_threads
     again: dict[str, list] = {}
     for ref in ("baseline", "recommended"):
         first = [r for r in rows if r.get("reference") == ref and r.get("phase") != "ceiling"
@@ -598,14 +598,14 @@ def references_again(plan, rows: list[dict], out: dict) -> None:
 
 def validate_interleaved(plan, row: dict, out: dict, stop_at: float) -> None:
     """validate, measured against the harness under the same conditions: the best's knobs
-    as a plain training loop (``tuner.validate.train_loop``) and as the harness measures a
+    as a plain training loop (``tuner.trial.validate.train_loop``) and as the harness measures a
     trial (``run_trial``, ``VALIDATE_WINDOWS`` windows), alternating in this process for
     ``VALIDATE_ROUNDS`` rounds (fewer when a round would end past ``stop_at``), both with the
     trial row's torch threads and ``OMP_NUM_THREADS``. Writes the median of the rounds' plain
     loop ÷ harness ratios to ``out['validate ratio']``; the notes give each round, the
     threads, and the harness here ÷ the trial's figure (the run's process vs this one)."""
     from tuner.knobs import Knobs
-    from tuner.validate import interleaved
+    from tuner.trial.validate import interleaved
     name = plan.workload.name
     settings = replace(plan.settings, windows=VALIDATE_WINDOWS)
     print(f"{name}: validate, interleaved with the harness ({VALIDATE_ROUNDS} rounds)",

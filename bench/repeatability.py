@@ -1,12 +1,12 @@
 """Benchmark: the same configuration measured several times; how much the figure moves.
 
-For each configuration (default: the workload's references, clamped to the device as a run
-clamps them, e.g. ddpm's 'baseline' and 'recommended'), ``tuner.harness.run_trial`` measures it
-``--repeats`` times in this process, with the measurement settings a real run uses at that
-scale (``tuner.plan.MEASUREMENT_DEFAULTS``, overridable) and the torch threads the tuner gives
-the trial (a local run's trial has the machine's CPUs; less one per DataLoader worker:
-``tuner.harness.training_threads``; ``--threads N`` fixes them). Repeats are interleaved (A, B, A,
-B, ...) so that load drift on a shared machine spreads over every configuration alike.
+For each configuration (default: the workload's references, clamped to the device as a run clamps
+them, e.g. ddpm's 'baseline' and 'recommended'), ``tuner.trial.harness.run_trial`` measures it
+``--repeats`` times in this process, with the measurement settings a real run uses at that scale
+(``tuner.plan.MEASUREMENT_DEFAULTS``, overridable) and the torch threads the tuner gives the trial
+(a local run's trial has the machine's CPUs; less one per DataLoader worker:
+``tuner.trial.harness.training_threads``; ``--threads N`` fixes them). Repeats are interleaved (A,
+B, A, B, ...) so that load drift on a shared machine spreads over every configuration alike.
 
 Prints (figures, no pass/fail), per configuration: each repeat's samples/sec, its within-trial
 ``samples_per_sec_cv`` (spread over the trial's windows), wall time and load average; then the
@@ -28,10 +28,10 @@ import statistics
 import time
 from pathlib import Path
 
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.plan import local_cpus
 from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings
+from tuner.trial.harness import run_trial
 from tuner.workload import Workload, default_cache_dir
 from tuner.workload_loader import resolve
 

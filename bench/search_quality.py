@@ -8,7 +8,7 @@ needed to reach 95% of the grid best. Target: >= 0.95 of the grid best, median o
 Design:
   1. Ground truth. Every configuration of a reduced space (default ``bench/ddpm-reduced.yaml``:
      ddpm at tiny scale on CPU, 36 configurations) is measured once with
-     ``tuner.harness.run_trial`` in this process, in a shuffled order so that load drift on a
+     ``tuner.trial.harness.run_trial`` in this process, in a shuffled order so that load drift on a
      shared machine does not line up with any knob. That table is the truth of this run.
      ``--passes N`` measures the grid N times (each pass in its own order) and takes each
      cell's median; the pass-to-pass spread is printed.

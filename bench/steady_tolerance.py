@@ -2,7 +2,7 @@
 
 The harness drops a trial's first window as a warm-up transient while it differs from the
 median of the others by more than ``steady_tolerance``, and measures one more
-(``tuner.harness._windows``). A run gives each trial the larger of the fixed 10 % and
+(``tuner.trial.harness._windows``). A run gives each trial the larger of the fixed 10 % and
 ``tuner.windows.steady_tolerance`` of its rows so far; this benchmark runs the same search
 (workload, space, sampler, seed, trial count; no early stopping, re-measurement or ceilings,
 which would only dilute the figure) both ways, alternating (``--repeats`` pairs, the first of

@@ -24,7 +24,7 @@ def pytest_configure(config) -> None:
     memory probe. GPU checks run with ``pytest -m gpu`` (tests/gpu/), which keeps CUDA visible.
 
     A ``--device cpu`` trial on a GPU machine leaves CUDA uninitialised in its process
-    (``tuner.failures.free_device_memory``, ``tuner.apply.keep_cpu_trial_off_the_gpus``;
+    (``tuner.trial.failures.free_device_memory``, ``tuner.trial.apply.keep_cpu_trial_off_the_gpus``;
     tests/test_harness.py, tests/gpu/test_real_card.py): a CUDA context costs seconds per
     process and memory on the card, and its mappings are copied into every DataLoader worker
     forked after it. torch 2.14's optimizers initialise CUDA at their first step when it is
@@ -139,11 +139,12 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture
 def step_clock(monkeypatch):
-    """A ``tests.fake_workloads.StepClock`` in place of ``time`` in tuner.harness, tuner.measure
-    and tuner.steppers: a trial's windows, deadlines and phase times move only with its steps
-    (``ClockedPaced``, ``_ClockedTransient``), so they are exact however busy the machine is."""
+    """A ``tests.fake_workloads.StepClock`` in place of ``time`` in tuner.trial.harness,
+    tuner.trial.measure and tuner.trial.steppers: a trial's windows, deadlines and phase times
+    move only with its steps (``ClockedPaced``, ``_ClockedTransient``), so they are exact
+    however busy the machine is."""
     from tests.fake_workloads import StepClock
-    from tuner import harness, measure, steppers
+    from tuner.trial import harness, measure, steppers
     clock = StepClock()
     for module in (harness, measure, steppers):
         monkeypatch.setattr(module, "time", clock)

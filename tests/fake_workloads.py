@@ -14,8 +14,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from tuner.errors import DataError
-from tuner.harness import make_trainable
 from tuner.knobs import Knobs
+from tuner.trial.harness import make_trainable
 from tuner.workload import Workload
 from tuner.workloads._data import write_once
 
@@ -24,7 +24,7 @@ FEATURES = 16
 
 
 class StepClock:
-    """A stand-in for the ``time`` module of tuner.harness (monkeypatched in its place):
+    """A stand-in for the ``time`` module of tuner.trial.harness (monkeypatched in its place):
     ``perf_counter`` and ``time`` move only when a test's steps move ``now``, so windows hold
     an exact number of steps however busy the machine is."""
 
@@ -218,7 +218,7 @@ class Paced(Regression):
 
     def training_step(self, model, batch):
         import time
-        if batch[0].device.type == "meta":  # the run's FLOP count (tuner.flops): no time
+        if batch[0].device.type == "meta":  # the run's FLOP count (tuner.trial.flops): no time
             return super().training_step(model, batch)
         if not getattr(model, "paced_first_step_done", False):  # a new model per trial
             model.paced_first_step_done = True

@@ -83,7 +83,7 @@ class SlowRegression(Regression):
     name = "fault-slow"
 
     def training_step(self, model: nn.Module, batch) -> torch.Tensor:
-        if batch[0].device.type == "meta":  # the run's FLOP count (tuner.flops), not a trial
+        if batch[0].device.type == "meta":  # the run's FLOP count (tuner.trial.flops), not a trial
             return super().training_step(model, batch)
         announce(model)
         time.sleep(float(os.environ.get(STEP_SLEEP_ENV, "0.05")))

@@ -235,7 +235,7 @@ class Landscape(Workload):
         global _host_s
         image, target = batch
         loss = nn.functional.mse_loss(model(image.float() / 255).mean(dim=(1, 2, 3)), target)
-        if image.device.type == "meta":  # the run's FLOP count (tuner.flops): no time
+        if image.device.type == "meta":  # the run's FLOP count (tuner.trial.flops): no time
             return loss
         weight = model.weight
         fused = getattr(weight, "landscape_fused", False)

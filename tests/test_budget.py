@@ -21,7 +21,6 @@ from tuner.budget import (
     MAX_FOLLOWUP_SHARE,
     PLAN_AGE_S,
 )
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.plan import SCREENED_TRIALS_FACTOR, Resources, make_plan
 from tuner.pruning import MIN_MARGIN, EarlyStopping
@@ -29,6 +28,7 @@ from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
 from tuner.settings import RunOptions, TrialSettings
 from tuner.space import load_space
 from tuner.status import budget_stopped
+from tuner.trial.harness import run_trial
 
 PACED = "tests.fake_workloads:paced"
 

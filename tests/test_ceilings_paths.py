@@ -14,10 +14,10 @@ from tests.test_followups import BASE, fake_plan, make_row
 from tests.test_leaderboard import row
 from tuner import winner
 from tuner.ceilings import Attainable, attainable, attainable_summary, lever_text
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 from tuner.space import Choices, Space
+from tuner.trial.harness import run_trial
 
 LOADER = Knobs(batch_size=32, num_workers=2, prefetch_factor=2)
 CACHE = Knobs(batch_size=32, num_workers=1, prefetch_factor=2, data_path="cache")

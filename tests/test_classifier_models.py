@@ -20,12 +20,12 @@ from tests.test_leaderboard import row as leaderboard_row
 from tuner import leaderboard
 from tuner.cli import main
 from tuner.errors import TunerError
-from tuner.flops import model_flops_per_sample
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.plan import make_plan
 from tuner.progress import Progress
 from tuner.settings import RunOptions, TrialSettings
+from tuner.trial.flops import model_flops_per_sample
+from tuner.trial.harness import run_trial
 from tuner.workload_loader import configured, resolve
 from tuner.workloads.classifier import LIST_TORCHVISION, NamedClassifier
 

@@ -85,7 +85,7 @@ def test_workload_lines_name_the_import_path():
 
 
 def test_workload_source_finds_names_import_paths_and_configured_names(workload):
-    from tuner.validate import workload_source
+    from tuner.trial.validate import workload_source
     found, lines = workload_source("classifier")
     assert found.name == "classifier"
     assert lines == ["from tuner.workloads.classifier import workload  # the tuned workload"]
@@ -164,9 +164,9 @@ def test_validate_trains_with_the_printed_lines_and_reads_the_trials_rate(
     How closely the two agree is a benchmark's question (docs/benchmarks.md): two measurements
     minutes apart on 2 busy cores differ by 2x and more. A unit slip (per step, per rank) would
     be off by the batch size, 16x: the ratio stays within 8x."""
-    import tuner.validate as validate
-    from tuner.harness import run_trial
+    import tuner.trial.validate as validate
     from tuner.settings import TrialSettings
+    from tuner.trial.harness import run_trial
     knobs = PATHS[path]
     result = run_trial(workload, knobs, TrialSettings(
         scale="tiny", device="cpu", data_dir=str(data_dir), warmup_steps=1, windows=3,

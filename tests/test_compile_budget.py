@@ -10,9 +10,9 @@ import pytest
 
 from tests.fake_workloads import ClockedPaced, StepClock, regression
 from tuner.budget import COMPILE_MARGIN, COMPILE_NEEDS_S, compile_needs_s
-from tuner.harness import DeadlineReached, _check_compile_fits, run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
+from tuner.trial.harness import DeadlineReached, _check_compile_fits, run_trial
 
 
 def settings(data, **changes) -> TrialSettings:

@@ -20,10 +20,10 @@ from tuner.data import (
     sample_bytes,
 )
 from tuner.errors import DataError
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.plan import make_plan
 from tuner.settings import RunOptions, TrialSettings
+from tuner.trial.harness import run_trial
 
 SPLIT = "tests.fake_workloads:split"
 

@@ -285,9 +285,9 @@ def test_a_multi_rank_run_measures_no_ceiling_and_says_so(tmp_path, regression_d
 def test_each_rank_asks_for_its_share_of_the_node(tmp_path, regression_data):
     """The ranks of a node share its CPUs: on a 16-CPU node with 8 GPUs, 2 ranks ask for 8
     CPUs each (their workers and training threads), not 1."""
-    from tuner.distributed import _rank_cpus
     from tuner.plan import Resources, make_plan
     from tuner.settings import RunOptions
+    from tuner.trial.distributed import _rank_cpus
     resources = Resources(device="cuda", gpus=8, node_cpus=16)
     plan = make_plan(RunOptions(workload=RANK_OOM, device="cpu", data=str(regression_data),
                                 results=str(tmp_path / "r"), world_size=2),

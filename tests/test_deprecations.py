@@ -35,16 +35,16 @@ def _deprecated(name: str):
 
 
 def test_make_trainable_from_tuner_workload_is_the_harness_one_with_a_warning():
-    from tuner.harness import make_trainable
+    from tuner.trial.harness import make_trainable
     value, message = _deprecated("make_trainable")
     assert value is make_trainable
-    assert "use tuner.harness.make_trainable" in message
+    assert "use tuner.trial.harness.make_trainable" in message
     assert "tuner.workload.make_trainable was deprecated in tuner 0.3.0" in message
 
 
 def test_from_import_make_trainable_warns_too():
-    from tuner.harness import make_trainable
-    with pytest.warns(DeprecationWarning, match=r"use tuner\.harness\.make_trainable"):
+    from tuner.trial.harness import make_trainable
+    with pytest.warns(DeprecationWarning, match=r"use tuner\.trial\.harness\.make_trainable"):
         from tuner.workload import make_trainable as old
     assert old is make_trainable
 
@@ -88,7 +88,7 @@ def test_importing_tuner_workload_imports_neither_the_harness_nor_warns():
             "import tuner.workload\n"
             "from tuner.workload import Workload\n"
             "from tuner.workload_loader import BUILTINS, resolve\n"
-            "print('tuner.harness' in sys.modules)\n")
+            "print('tuner.trial.harness' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -130,6 +130,8 @@ MOVED = [  # old module, name, the module that now holds it
     ("tuner.harness", "COMPILE_NEEDS_S", "tuner.budget"),
     ("tuner.harness", "COMPILE_MARGIN", "tuner.budget"),
     ("tuner.harness", "compile_needs_s", "tuner.budget"),
+    *[("tuner.harness", name, "tuner.trial.harness")
+      for name in ("make_trainable", "run_trial", "training_threads")],
     ("tuner.recorder", "OVERDUE_S", "tuner.budget"),
     ("tuner.recorder", "STEP_GRACE", "tuner.budget"),
     ("tuner.recorder", "STEP_GRACE_MAX_S", "tuner.budget"),
@@ -145,7 +147,7 @@ MOVED = [  # old module, name, the module that now holds it
     ("tuner.noise", "steady_tolerance", "tuner.windows"),
     ("tuner.winner", "CEILING_NOISE", "tuner.ceilings"),
     ("tuner.cli", "world_sizes", "tuner.scaling"),
-    ("tuner.workload", "make_trainable", "tuner.harness"),
+    ("tuner.workload", "make_trainable", "tuner.trial.harness"),
     *[("tuner.workload", name, "tuner.workload_loader")
       for name in ("ENTRY_POINT_GROUP", "BUILTINS", "available", "resolve", "configured")],
     *[("tuner.progress", name, "tuner.summary")

@@ -53,9 +53,9 @@ def test_the_scan_finds_an_exception_class(tmp_path):
 
 @pytest.mark.parametrize("module, name", [
     ("tuner.driver", "RunInterrupted"),
-    ("tuner.harness", "TrialFailure"),
-    ("tuner.harness", "DeadlineReached"),
-    ("tuner.measure", "LimitExceeded"),
+    ("tuner.trial.harness", "TrialFailure"),
+    ("tuner.trial.harness", "DeadlineReached"),
+    ("tuner.trial.measure", "LimitExceeded"),
     ("tuner.recorder", "RecordFailed"),
     ("tuner.leaderboard", "DamagedLeaderboardWarning"),
     ("tuner.runlock", "ConcurrentRunWarning"),

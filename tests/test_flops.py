@@ -1,4 +1,4 @@
-"""tuner.flops: FLOPs per sample of known layers and of a built-in, the peak table, MFU."""
+"""tuner.trial.flops: FLOPs per sample of known layers and of a built-in, the peak table, MFU."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from tuner import flops
 from tuner.errors import DataError
 from tuner.knobs import Knobs
+from tuner.trial import flops
 from tuner.workload import Workload
 
 IN_FEATURES, OUT_FEATURES = 32, 16

@@ -208,7 +208,7 @@ def test_the_checks_measure_the_references_again_and_validate_interleaved(bench,
                                                                          capsys):
     """The step's checks end to end on CPU, as on a GPU: each reference measured once more in
     this process beside the run's figure, and validate's rounds with their median."""
-    from tuner.harness import run_trial
+    from tuner.trial.harness import run_trial
     plan = short_plan
     rows = []
     for name, knobs in plan.references:

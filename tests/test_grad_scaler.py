@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from tests.fake_workloads import Regression, StepClock
-from tuner.apply import build_training, repeat
-from tuner.harness import TrialFailure, _windows
 from tuner.knobs import Knobs
-from tuner.measure import HostMemorySampler, counted_window, summarise
 from tuner.settings import TrialSettings
-from tuner.steppers import Stepper
-from tuner.steppers import on_device as _on_device
+from tuner.trial.apply import build_training, repeat
+from tuner.trial.harness import TrialFailure, _windows
+from tuner.trial.measure import HostMemorySampler, counted_window, summarise
+from tuner.trial.steppers import Stepper
+from tuner.trial.steppers import on_device as _on_device
 
 
 def test_each_halving_of_the_scale_is_one_skipped_step_taken_out_of_the_window():
@@ -61,7 +61,7 @@ def test_steps_the_grad_scaler_skips_are_not_counted_as_measured(regression_data
     but torch runs) skipping every third step: a third of the steps leave the count. The
     harness runs on a clock that only the steps move, so each window holds exactly six steps
     (two of them skipped) however busy the machine is."""
-    from tuner import harness
+    from tuner.trial import harness
     clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     workload = OverflowsEveryThirdStep(clock)

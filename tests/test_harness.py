@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tests.fake_workloads import N_FILES, Regression, StepClock, broken, oom, regression
-from tuner.apply import keep_cpu_trial_off_the_gpus
-from tuner.failures import free_device_memory, is_oom, oom_memory
-from tuner.harness import WINDOW_REPORT_KEYS, run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
+from tuner.trial.apply import keep_cpu_trial_off_the_gpus
+from tuner.trial.failures import free_device_memory, is_oom, oom_memory
+from tuner.trial.harness import WINDOW_REPORT_KEYS, run_trial
 
 
 @pytest.fixture
@@ -246,7 +246,7 @@ def test_on_cpu_the_breakdown_is_timed_inside_the_windows_not_in_extra_steps(set
     CPU work, so its share of the step is no fixed figure)."""
     from dataclasses import replace
 
-    import tuner.harness as harness
+    import tuner.trial.harness as harness
     from tests.fault_workloads import slow
     real = harness._breakdown
 
@@ -400,7 +400,7 @@ def test_windows_dropped_as_warm_up_lie_on_one_side_of_the_steady_ones(
     dropped before it is noise, not the transient going on: the windows are kept from there
     (on a noisy 2-core VM the rule without it dropped 15 windows from 15 sequences of 8
     where this one dropped 11)."""
-    from tuner import harness
+    from tuner.trial import harness
     clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
@@ -416,8 +416,8 @@ def test_no_breakdown_step_is_started_that_would_end_past_the_deadline(regressio
                                                                         monkeypatch):
     """On CUDA the breakdown times synchronised steps after the windows: three steps of the
     windows' slowest (here 10 ms) must end before the run's deadline, or none is run."""
-    from tuner import harness
-    from tuner.measure import Window
+    from tuner.trial import harness
+    from tuner.trial.measure import Window
     clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     windows = [Window(steps=10, samples=100, seconds=0.1)] * 3
@@ -441,7 +441,7 @@ def test_a_trial_stopped_in_the_window_after_a_drop_is_recorded_without_the_drop
     row holds the two windows kept (not the transient, nor 'after 3 of 3 windows'), the
     dropped window's time in ``warmup_s``. On the step clock: the first window holds the
     transient's slow steps whatever the machine's load, so it is the one dropped."""
-    from tuner import harness
+    from tuner.trial import harness
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
                              windows=3, window_s=0.2, warmup_steps=1, breakdown_steps=0,
                              steady_tolerance=0.0, max_steady_probes=1, max_warmup_s=5.0)

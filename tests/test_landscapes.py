@@ -19,11 +19,11 @@ import tests.landscapes as landscapes
 from tests.conftest import REPO_ROOT
 from tests.landscapes import LANDSCAPES, Landscape
 from tuner import leaderboard, winner
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, load_space
 from tuner.status import Phase, Status, phase_of
+from tuner.trial.harness import run_trial
 
 NAMES = list(LANDSCAPES)
 
@@ -157,7 +157,7 @@ def test_a_run_answers_within_what_the_landscape_allows(tmp_path):
 
 
 def test_the_oom_is_torch_s(data_dirs):
-    """The memory limit raises what a CUDA allocator raises (``tuner.failures.is_oom``)."""
+    """The memory limit raises what a CUDA allocator raises (``tuner.trial.failures.is_oom``)."""
     with pytest.raises(torch.OutOfMemoryError):
         landscapes.memory_capped.check_memory(landscapes.memory_capped.max_batch() + 1)
     landscapes.memory_capped.check_memory(landscapes.memory_capped.max_batch())

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.flops import has_image_layout
 from tuner.plan import make_plan
 from tuner.settings import RunOptions
+from tuner.trial.flops import has_image_layout
 from tuner.workload_loader import resolve
 
 SPACE = ("knobs:\n  batch_size: {choices: [4, 16]}\n  num_workers: 0\n"

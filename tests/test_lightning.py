@@ -259,8 +259,8 @@ def test_the_readme_example_trains_one_trial(tmp_path, tuner_cache):
     import runpy
 
     from tests.test_readme_examples import documented_examples
-    from tuner.harness import run_trial
     from tuner.settings import TrialSettings
+    from tuner.trial.harness import run_trial
 
     example = documented_examples()["lit_mlp.py"]
     (tmp_path / "lit_mlp.py").write_text(example.code, encoding="utf-8")

@@ -17,11 +17,11 @@ from tuner import leaderboard
 from tuner.driver import run
 from tuner.errors import TunerError
 from tuner.followups import CAN_WIN_FRACTION
-from tuner.harness import PHASES, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS, make_plan
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions, TrialSettings, parse_memory
+from tuner.trial.harness import PHASES, run_trial
 from tuner.winner import best as answer_of
 
 OOM = "tests.fake_workloads:oom"
@@ -403,7 +403,7 @@ def test_breakdown_phases_add_up_and_match_the_step_time(regression_data, monkey
     add up to the step, the forward pass holds all of it, and the breakdown's step equals the
     windows' step exactly, however busy the machine is."""
     from tests.fake_workloads import ClockedPaced, StepClock
-    from tuner import harness, measure, steppers
+    from tuner.trial import harness, measure, steppers
     clock = StepClock()
     monkeypatch.setattr(harness, "time", clock)
     monkeypatch.setattr(measure, "time", clock)

@@ -12,7 +12,7 @@ import torch
 
 from tuner import noise
 from tuner.machine_load import busy_note, drift_note
-from tuner.measure import HostMemorySampler, LoadMonitor
+from tuner.trial.measure import HostMemorySampler, LoadMonitor
 
 
 def test_load_is_recorded_around_a_measurement():
@@ -32,7 +32,7 @@ def test_other_processes_cpu_time_is_told_apart_from_the_trials_own(monkeypatch)
     busy. Fed fixed ``/proc/stat`` and own-CPU readings, so the shares are exact."""
     from collections import namedtuple
 
-    from tuner import measure
+    from tuner.trial import measure
     Times = namedtuple("Times", "user nice system idle iowait steal")
     readings = iter([Times(100.0, 0.0, 20.0, 500.0, 1.0, 2.0),      # on entry
                      Times(101.2, 0.0, 20.2, 500.4, 1.0, 2.2)])     # 2 s of 2 CPUs later
@@ -70,7 +70,7 @@ def test_the_trials_own_cpu_time_counts_its_descendants_and_no_other_process(tmp
     import subprocess
     import sys
 
-    from tuner.measure import own_cpu_s
+    from tuner.trial.measure import own_cpu_s
     spin = ("import sys, time\nwhile time.process_time() < 0.5: pass\n"
             "open(sys.argv[1], 'w').close()\nsys.stdin.read()\n")
     script = tmp_path / "spin.py"
@@ -171,8 +171,8 @@ def test_one_configuration_on_two_cards_is_two_configurations_not_drift():
 
 
 def test_compile_time_is_the_first_step_beyond_a_steady_one():
-    from tuner.harness import compile_s
     from tuner.knobs import Knobs
+    from tuner.trial.harness import compile_s
     measured = {"first_step_s": 41.5, "step_time_ms_p50": 500.0}
     assert compile_s(Knobs(batch_size=8, compile="max-autotune"), measured) == 41.0
     assert compile_s(Knobs(batch_size=8, compile="off"), measured) is None  # no compile: no figure
@@ -194,7 +194,7 @@ def test_the_host_memory_sampler_spends_at_most_its_duty_of_one_core(monkeypatch
         assert sampler.wait_after_s(0.0001) == 0.1
     assert sampler.wait_after_s(0.025) == 0.1
 
-    from tuner import measure
+    from tuner.trial import measure
 
     class Clock:
         now = 0.0

@@ -1,6 +1,6 @@
 """How a lost Ray node is read, without a cluster: which rank of a data-parallel trial was lost
-(``tuner.distributed``), how long a rank's death waits for Ray's verdict on its node, and where
-Ray's messages about the node go (``tuner.ray_runtime``). The runs that lose a real local node
+(``tuner.trial.distributed``), how long a rank's death waits for Ray's verdict on its node, and
+where Ray's messages about the node go (``tuner.ray_runtime``). The runs that lose a real local node
 are in tests/test_faults.py."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def nodes(monkeypatch):
 
 
 class WorkerGroupError(Exception):
-    """Ray Train's error of a worker group, as ``tuner.distributed`` reads it."""
+    """Ray Train's error of a worker group, as ``tuner.trial.distributed`` reads it."""
 
     def __init__(self, worker_failures: dict):
         super().__init__("Training failed due to worker errors")
@@ -52,7 +52,7 @@ def settings() -> TrialSettings:
 def test_the_rank_lost_with_its_node_names_the_trial_not_the_rank_left_waiting(nodes):
     """Rank 0 fails with gloo's connection reset (collateral); rank 1's process died and Ray
     marks its node dead a few polls later: the trial is node_lost, rank 1, that node."""
-    from tuner.distributed import _failed
+    from tuner.trial.distributed import _failed
     nodes["dead_after"] = 3
     failure = WorkerGroupError({0: RuntimeError(RESET), 1: RuntimeError(DEATH)})
     out = _failed(failure, settings())
@@ -66,7 +66,7 @@ def test_the_rank_lost_with_its_node_names_the_trial_not_the_rank_left_waiting(n
 
 def test_a_rank_that_crashed_on_a_live_node_is_an_error_after_the_wait(nodes, monkeypatch):
     from tuner import ray_runtime
-    from tuner.distributed import _failed
+    from tuner.trial.distributed import _failed
     nodes["dead_after"] = 10 ** 9                               # the node stays alive
     clock = iter(range(0, 10 ** 6, 5))
     monkeypatch.setattr(ray_runtime.time, "monotonic", lambda: float(next(clock)))
@@ -80,7 +80,7 @@ def test_a_rank_that_crashed_on_a_live_node_is_an_error_after_the_wait(nodes, mo
 def test_rank_0s_measured_result_stands_when_a_node_goes_after_it(nodes):
     """Rank 0 sent its measured result, then a node went while Ray Train shut the ranks down:
     the result stands. Rank 0's own failure gives way to the lost node."""
-    from tuner.distributed import _result
+    from tuner.trial.distributed import _result
 
     class Results:
         def __init__(self, item):
@@ -105,7 +105,7 @@ def test_another_ranks_oom_outranks_rank_0s_collateral_reset(nodes):
     rank 1's OOM either way. Rank 0's own failure, with no other rank's, stands."""
     import torch
 
-    from tuner.distributed import _failed, _result
+    from tuner.trial.distributed import _failed, _result
 
     class Results:
         def get(self, timeout):
@@ -134,7 +134,7 @@ def test_a_node_dead_before_the_run_loses_none_of_its_trials(nodes):
 
 
 def test_a_worker_group_that_found_no_room_is_one_line(nodes):
-    from tuner.distributed import _failed
+    from tuner.trial.distributed import _failed
 
     class WorkerGroupStartupTimeoutError(Exception):
         pass

@@ -25,10 +25,10 @@ import tuner.windows as windows
 import tuner.winner as winner
 from tests.test_leaderboard import T0, row
 from tuner.knobs import Knobs
-from tuner.measure import Window, summarise
 from tuner.plan import Plan
 from tuner.progress import Progress
 from tuner.summary import print_best, verdict_lines
+from tuner.trial.measure import Window, summarise
 
 BASE = Knobs(batch_size=8, num_workers=2, prefetch_factor=2)
 FAST = Knobs(batch_size=32, num_workers=2, prefetch_factor=2)

@@ -139,7 +139,7 @@ def test_validate_refuses_a_dataset_smaller_than_one_batch(tmp_path):
 
     from tests.fake_workloads import regression
     from tuner.errors import DataError
-    from tuner.validate import train_loop
+    from tuner.trial.validate import train_loop
     for i in range(3):
         np.save(tmp_path / f"{i}.npy", np.zeros(17, dtype=np.float32))
     with pytest.raises(DataError, match=rf"data {tmp_path}: its 3 samples make no batch of "

@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import default_collate
 
 from tuner.data import DecodedCache
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings, default_cache_dir
+from tuner.trial.harness import run_trial
 from tuner.workloads import _augment as aug
 from tuner.workloads import classifier, ddpm, headpose
 

@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader
 
 from tuner.data import CachedDataset, DecodedCache, DeviceBatches, cache_bytes
 from tuner.errors import DataError
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
+from tuner.trial.harness import run_trial
 from tuner.workload import default_cache_dir
 from tuner.workloads import chargpt, segmentation3d
 from tuner.workloads._patches import draw_patches, gather_patches

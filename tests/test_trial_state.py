@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from tests.fake_workloads import Regression, oom
-from tuner import apply
-from tuner.apply import trial_state
-from tuner.failures import classify
 from tuner.knobs import Knobs
-from tuner.measure import LimitExceeded
 from tuner.status import Status
-from tuner.validate import train_loop
+from tuner.trial import apply
+from tuner.trial.apply import trial_state
+from tuner.trial.failures import classify
+from tuner.trial.measure import LimitExceeded
+from tuner.trial.validate import train_loop
 
 
 @pytest.fixture

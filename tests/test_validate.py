@@ -1,4 +1,4 @@
-"""``tuner.validate``: the plain loop warms up and measures as long as the trial it checks did
+"""``tuner.trial.validate``: the plain loop warms up and measures as long as the trial it checks did
 (a 20-step loop reads 1.17x the trial's ddpm figure on an H100: it measures the batches the
 workers prefetched during the warm-up), runs on the trial's threads, and alternates with the
 harness's measurement in one process."""
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from tests.fake_workloads import Regression
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
-from tuner.validate import MIN_MEASURED_STEPS, interleaved, loop_for_row, train_loop
+from tuner.trial.harness import run_trial
+from tuner.trial.validate import MIN_MEASURED_STEPS, interleaved, loop_for_row, train_loop
 
 BATCH = 8
 
@@ -93,8 +93,8 @@ def test_the_loop_for_a_row_takes_the_rows_threads(regression_data, omp_unset):
 
 def test_interleaved_alternates_loop_and_harness_on_the_trials_threads(regression_data,
                                                                       monkeypatch, omp_unset):
-    import tuner.harness as harness
-    import tuner.validate as validate
+    import tuner.trial.harness as harness
+    import tuner.trial.validate as validate
     seen = []
     real_loop, real_trial = validate.train_loop, harness.run_trial
 

@@ -14,14 +14,17 @@ import, even at run time, reaches a higher floor):
 * entry points: ``cli`` (+ ``cli_options``), ``api`` — the command line and ``tune()``;
 * the run, in the Ray driver (torch-free until a trial): ``driver`` (the phases), ``plan``,
   ``searcher`` (Optuna + Ray Tune), ``probe`` (memory), ``followups`` (re-measurement,
-  ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``, ``distributed``;
+  ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``;
 * results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
-  ``progress`` (the live printer and the closing table), ``report`` (HTML), ``export``,
+  ``progress`` (the live printer), ``summary`` (the closing table), ``machine_load`` (busy
+  and drift notes), ``report`` (HTML), ``export``,
   ``diagnose``; the built-in workloads ``workloads/``;
-* the trial, torch side (runs in a Ray worker): ``harness``, ``apply`` (knobs onto the
-  model), ``steppers``, ``measure``, ``flops``, ``failures``, ``ranks``,
-  ``hardware``, ``validate`` (the plain loop);
+* the trial, torch side (runs in a Ray worker), the package ``trial/``: ``harness``,
+  ``apply`` (knobs onto the model), ``steppers``, ``measure``, ``flops``, ``failures``,
+  ``ranks`` and ``distributed`` (data-parallel trials), ``validate`` (the plain loop); beside
+  it ``hardware`` (the device's key and peak); ``harness`` at the top is the old path of
+  ``trial/harness``, kept for one release;
 * contracts: ``workload`` (what a workload is), ``workload_loader`` (how one is found by
   name or path), ``space`` (search spaces), ``data`` (data paths), ``cluster``;
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,

@@ -153,7 +153,7 @@ class TuneResult(RunSummary):
         best = self.best
         if best is None:
             raise TunerError(f"no trial of run {self.run_id} succeeded: nothing to paste")
-        from tuner.validate import best_code  # what `tuner best --format python` prints
+        from tuner.trial.validate import best_code  # what `tuner best --format python` prints
         return best_code(best.row["workload"], best.knobs, dict(best.row))
 
 

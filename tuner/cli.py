@@ -331,7 +331,7 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
             speed += ", a tie with the baseline within the noise"
         elif answer.baseline.ratio:
             speed += f", {answer.baseline.ratio:.2f}x the baseline"
-        from tuner.validate import best_code
+        from tuner.trial.validate import best_code
         code = best_code(workload, answer.knobs, answer.row)  # what `validate` runs
         click.echo(f"# tuner best for {workload} on {hardware}: {speed} "
                    f"(run {answer.row['run_id']})")
@@ -447,7 +447,7 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     multi-rank trial is checked by a plain DDP loop of as many local processes."""
     import torch
 
-    from tuner.validate import check_data_path, loop_for_row, ranks_for
+    from tuner.trial.validate import check_data_path, loop_for_row, ranks_for
     w = _configured(workload, model, image_size)
     table, hardware = _load(results, w.name, hardware, scale)
     row = _pick_row(table, trial_id)
@@ -460,7 +460,7 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
     data_dir = _data_for(w, data, row["scale"])
     console.print(f"validating trial {row['trial_id']} ({row['phase']}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
-    from tuner.harness import training_threads
+    from tuner.trial.harness import training_threads
     threads = None
     if row["device"] == "cpu" and row.get("trial_cpus"):
         # Train with the threads the trial's training process had.
@@ -514,9 +514,9 @@ def profile(
 
     Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
     from tuner.diagnose import bottleneck, breakdown_table
-    from tuner.harness import run_trial
     from tuner.plan import local_cpus, resolve_device
     from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings, default_scale
+    from tuner.trial.harness import run_trial
     w = _configured(workload, model, image_size)
     device = resolve_device(device)
     scale = scale or default_scale(device)

@@ -6,7 +6,7 @@ model, the optimizer and the training loop, to paste into a training script.
 ``data_code`` is the part that makes the batches (``loader``): a DataLoader over the user's
 dataset (``loader``), a DataLoader over a ``tuner.data.CachedDataset`` (``cache``), or
 ``tuner.data.DeviceBatches`` (``device``). ``python_text`` prints it verbatim and
-``tuner.validate.train_loop`` executes that very text to make its batches, so the plain loop
+``tuner.trial.validate.train_loop`` executes that very text to make its batches, so the plain loop
 that checks a trial's figure trains on what the printed lines build.
 
 This module imports nothing of tuner's: ``Knobs.to_python`` delegates to it.
@@ -22,7 +22,7 @@ LOADER_ARGS = "shuffle=True, drop_last=True"
 
 def fill_workers(trial_cpus: float | None) -> int:
     """DataLoader workers for ``DecodedCache.fill``: the CPUs the trial had (a trial fills its
-    cache with them, ``tuner.steppers.batch_source``), 0 (decode in the process) with one
+    cache with them, ``tuner.trial.steppers.batch_source``), 0 (decode in the process) with one
     CPU; None (unknown): 0."""
     cpus = int(trial_cpus or 0)
     return cpus if cpus > 1 else 0

@@ -116,7 +116,7 @@ class DecodedCache:
     its leading dimension (N x the sample's shape), filled once.
 
     On the CPU the tensors are in shared memory: DataLoader workers (forked or spawned) read
-    them without a copy, and ``tuner.measure``'s host-memory figure (proportional set size)
+    them without a copy, and ``tuner.trial.measure``'s host-memory figure (proportional set size)
     counts them once.
     """
 

@@ -25,10 +25,8 @@ import tuner.budget as budget
 import tuner.leaderboard as leaderboard
 import tuner.windows as windows
 from tuner._deprecated import moved
-from tuner.distributed import make_data_parallel_trainable
 from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
 from tuner.followups import Batch, followups
-from tuner.harness import make_trainable, run_trial
 from tuner.knobs import Knobs
 from tuner.plan import Plan, Resources, make_plan, resolve_workload
 from tuner.probe import ProbeResult, candidates, compute_curve, probe_batch_limit, probe_in_process
@@ -47,6 +45,8 @@ from tuner.runlock import registered
 from tuner.searcher import Staged, make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
 from tuner.status import Phase, Status
+from tuner.trial.distributed import make_data_parallel_trainable
+from tuner.trial.harness import make_trainable, run_trial
 from tuner.workload import Workload
 
 

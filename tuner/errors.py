@@ -11,7 +11,7 @@ error message shown or stored in one line.
   one line); ``TunerDeprecationWarning`` for a deprecated name or value.
 
 The modules that raise them re-export them under their earlier names
-(``tuner.driver.RunInterrupted``, ``tuner.harness.TrialFailure``, ...): the same objects.
+(``tuner.driver.RunInterrupted``, ``tuner.trial.harness.TrialFailure``, ...): the same objects.
 Torch-free and Ray-free, like the rest of the base floor.
 """
 

@@ -43,7 +43,7 @@ machine can halve a rate between search and re-measurement, so a configuration b
 best cannot overtake it (docs/defaults.md)."""
 
 TRANSIENT_ERRORS = ("DataLoader worker failure", "died", "killed")
-"""Error texts of a failure that may not recur: a DataLoader worker died (``tuner.failures``'s
+"""Error texts of a failure that may not recur: a DataLoader worker died (``tuner.trial.failures``'s
 prefix), Ray lost the trial's process or node ('The actor died ...'), a process was killed.
 Out-of-memory is a status of its own (``oom``), never transient."""
 

@@ -2,7 +2,7 @@
 
 A knob changes how fast a training job runs, never what it learns (with the exception of
 ``batch_size`` without ``grad_accum``, which the user opts into). Knobs are applied by
-``tuner.apply``, never by a workload. Every fact about a knob is the ``KnobInfo`` metadata of
+``tuner.trial.apply``, never by a workload. Every fact about a knob is the ``KnobInfo`` metadata of
 its ``Knobs`` field; the tables other modules use are derived from it at the end of this file.
 
 Sources for the knob list: the five users' tuning reports behind the built-in workloads
@@ -31,7 +31,7 @@ DDP_BUCKET_CAP_MB = 25
 class KnobInfo:
     """Everything the rest of tuner needs to know about one knob, kept as the metadata of its
     ``Knobs`` field: the search space, the searcher, the leaderboard and ``knob_text`` derive
-    their tables from it, so adding a knob is a change here and in ``tuner.apply``."""
+    their tables from it, so adding a knob is a change here and in ``tuner.trial.apply``."""
 
     short: str
     """Abbreviation in ``knob_text`` ('bs=32 nw=2 pw')."""

@@ -108,9 +108,9 @@ SCHEMA = pa.schema(
     + [(f"{phase}_{unit}", pa.float64()) for phase in
        ("data_wait", "h2d", "forward", "backward", "optimizer") for unit in ("ms", "pct")]
     + [
-        ("model_flops_per_sample", pa.float64()),  # FLOP, forward + backward (tuner.flops)
+        ("model_flops_per_sample", pa.float64()),  # FLOP, forward + backward (tuner.trial.flops)
         ("achieved_tflops", pa.float64()),  # model_flops_per_sample x samples_per_sec / 1e12
-        # achieved / the card's dense peak (tuner.flops.blended_peak_tflops;
+        # achieved / the card's dense peak (tuner.trial.flops.blended_peak_tflops;
         # null: CPU, unknown card)
         ("mfu_pct", pa.float64()),
         ("mfu_impossible", pa.bool_()),     # mfu_pct > 100: a disturbed measurement or a wrong peak

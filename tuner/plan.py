@@ -20,7 +20,6 @@ import tuner.leaderboard as leaderboard
 from tuner._deprecated import moved
 from tuner.budget import default_time_budget_s
 from tuner.errors import DataError, TunerError
-from tuner.flops import conv_flops_share, has_image_layout, model_flops_per_sample
 from tuner.hardware import cpu_has_native_bf16
 from tuner.knobs import Knobs
 from tuner.probe import ComputeCurve
@@ -37,6 +36,7 @@ from tuner.settings import (
 )
 from tuner.space import Choices, Space, load_space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
+from tuner.trial.flops import conv_flops_share, has_image_layout, model_flops_per_sample
 from tuner.workload import Workload
 from tuner.workload_loader import configured, resolve
 

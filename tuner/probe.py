@@ -165,7 +165,8 @@ def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,
         space: the device space (its batch_size domain is searched).
         base: a reference configuration; see ``probe_knobs``.
         settings: the run's trial settings (memory limits included).
-        run: runs one trial and returns its result (``tuner.harness.run_trial`` in a Ray task).
+        run: runs one trial and returns its result (``tuner.trial.harness.run_trial`` in a
+            Ray task).
     """
     sizes = candidates(space)
     knobs = probe_knobs(space, base)
@@ -233,9 +234,9 @@ def _search(sizes: list[int], fits: Callable[[int], bool], bounds: list) -> None
 def probe_in_process(workload: Workload, space: Space, base: Knobs,
                      settings: TrialSettings) -> ProbeResult:
     """``probe_batch_limit`` with every short trial run here, one after another
-    (``tuner.harness.run_trial``: each trial resets the device's peak memory statistics when it
-    starts and frees the allocator's cache when it ends, an out-of-memory one included).
+    (``tuner.trial.harness.run_trial``: each trial resets the device's peak memory statistics
+    when it starts and frees the allocator's cache when it ends, an out-of-memory one included).
     Measures device memory only: with a host memory limit, use a fresh process per probe."""
-    from tuner.harness import run_trial
+    from tuner.trial.harness import run_trial
     return probe_batch_limit(space, base, settings,
                              lambda knobs, short: run_trial(workload, knobs, short))

@@ -82,7 +82,7 @@ MIN_MARGIN = 0.10
 
 WARM_UP_FACTOR = 2.0
 """A trial whose steps take half a window or more reports its last warm-up step before any
-window (``tuner.harness``: on the 2-core CPU, ddpm at batch 256 in bf16 took 33-67 s a step,
+window (``tuner.trial.harness``: on the 2-core CPU, ddpm at batch 256 in bf16 took 33-67 s a step,
 198 s a trial); judged on that one step, it stops when it is behind the best by more than this
 many margins (one step is noisier than a window's median)."""
 

@@ -37,7 +37,7 @@ class TrialResources:
     same resources, so Ray Tune reuses one trial process for all of them; a request that
     followed ``num_workers`` would start a new process at each change of shape (5.7-6.1 s on a
     2-core machine). Such a trial has the node to itself: its training
-    process runs on every CPU its DataLoader workers leave (``tuner.harness.run_tune_trial``,
+    process runs on every CPU its DataLoader workers leave (``tuner.trial.harness.run_tune_trial``,
     ``training_threads``)."""
 
     def __init__(self, gpus_per_trial: int, max_cpus: int, accelerator_type: str | None = None,

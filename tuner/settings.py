@@ -207,11 +207,11 @@ class RunOptions:
     """Stop a search trial after a window when it is clearly slower than the best so far
     (``tuner.pruning.EarlyStopping``); its row is ``pruned`` with the windows it measured."""
     peak_tflops: float | None = None
-    """The card's dense peak TFLOP/s for MFU, for a card ``tuner.flops`` does not know (or to
+    """The card's dense peak TFLOP/s for MFU, for a card ``tuner.trial.flops`` does not know (or to
     override its table)."""
     world_size: int = 1
     """Ranks of each trial's data-parallel training (one GPU each on CUDA, one process each on
-    CPU; ``tuner.distributed``). 1: single-process trials."""
+    CPU; ``tuner.trial.distributed``). 1: single-process trials."""
     gpu_hour_cost: float | None = None
     """Price of one GPU-hour (any currency): ``best`` and the summary turn throughput into the
     cost of a million samples at each world size."""
@@ -348,10 +348,10 @@ class TrialSettings:
     (on one core, ``cpus`` 1); ``tuner.ceilings`` reads them. None: a training configuration."""
     cpus: int | None = None
     """CPUs the trial uses in place of those it was given (its training process then runs
-    ``tuner.harness.training_threads`` of them): 1 for the one-core ceilings. None: all it
+    ``tuner.trial.harness.training_threads`` of them): 1 for the one-core ceilings. None: all it
     was given."""
     world_size: int = 1
-    """Ranks of the trial's data-parallel training (``tuner.distributed``): one process each,
+    """Ranks of the trial's data-parallel training (``tuner.trial.distributed``): one process each,
     with one GPU each on CUDA; every rank runs the micro-batch. 1: one process, no DDP."""
     rank_cpus: int | None = None
     """CPUs each rank of a data-parallel trial asks Ray for (its DataLoader workers and its
@@ -370,13 +370,13 @@ class TrialSettings:
     """Ray accelerator type the trial is pinned to on a heterogeneous cluster; appended to the
     hardware key ("...@A10G") so each type has its own leaderboard and best."""
     model_flops_per_sample: float | None = None
-    """Forward + backward FLOP of one training sample (``tuner.flops``), counted once per run;
+    """Forward + backward FLOP of one training sample (``tuner.trial.flops``), counted once per run;
     None where it could not be counted."""
     conv_flops_share: float | None = None
-    """The convolutions' share (0-1) of ``model_flops_per_sample`` (``tuner.flops``): the MFU
+    """The convolutions' share (0-1) of ``model_flops_per_sample`` (``tuner.trial.flops``): the MFU
     of a CUDA trial in FP32 judges it against the TF32 peak (cuDNN's default)."""
     peak_tflops: float | None = None
-    """Dense peak TFLOP/s to compute MFU against instead of ``tuner.flops``' table
+    """Dense peak TFLOP/s to compute MFU against instead of ``tuner.trial.flops``' table
     (--peak-tflops)."""
     default_data: bool = False
     """``data_dir`` is the workload's embedded default: a node that lacks it (a cluster worker)
@@ -410,7 +410,7 @@ def trial_cpus(num_workers: int, available: float) -> int:
     """The CPUs a trial asks Ray for when trials share a node: one for the training process
     and one per DataLoader worker, at most ``available`` (the node's). A trial alone on its
     node asks for all of them (``tuner.ray_runtime.TrialResources.whole_node``). Its training
-    process runs ``tuner.harness.training_threads`` of what it was given."""
+    process runs ``tuner.trial.harness.training_threads`` of what it was given."""
     return int(min(num_workers + 1, available))
 
 

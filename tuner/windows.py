@@ -1,7 +1,7 @@
 """The steady-state window rule, in one place: whether a trial's timed windows stand or its first
 one is a warm-up transient to drop, and how wide the tolerance is on this machine.
 
-A trial measures ``windows`` timed windows (``tuner.harness``). While the first window kept
+A trial measures ``windows`` timed windows (``tuner.trial.harness``). While the first window kept
 differs from the median of the others by more than the tolerance, on the side of them where
 the windows already dropped lay, it is taken for a transient (workers starting, a prefetched
 queue draining, the allocator growing), dropped, and one more window measured, within a cap of

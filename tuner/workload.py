@@ -135,7 +135,7 @@ class Workload(abc.ABC):
         """Forward pass and loss for one micro-batch on the device. Returns a scalar tensor.
 
         Also called once per run in the driver on ``meta`` tensors (shapes without data) to
-        count the model's FLOPs (``tuner.flops``); code that needs real values (``.item()``)
+        count the model's FLOPs (``tuner.trial.flops``); code that needs real values (``.item()``)
         makes that count fall back to the CPU, or to none."""
 
     @abc.abstractmethod
@@ -220,9 +220,9 @@ _builtin_dir = Path(__file__).resolve().parent / "workloads"
 
 # Deprecated names (tuner._deprecated's one policy): ``make_trainable`` lives with the harness
 # (which builds on this contract, not the other way round), the finder in
-# ``tuner.workload_loader``; ``tuner.harness`` is imported on first use only, by ``moved``.
+# ``tuner.workload_loader``; ``tuner.trial.harness`` is imported on first use only, by ``moved``.
 __getattr__ = moved(__name__, {
-    "make_trainable": "tuner.harness",
+    "make_trainable": "tuner.trial.harness",
     **{name: "tuner.workload_loader" for name in LOADER_NAMES},
     "BUILTIN_PACKAGE": Replacement(
         "tuner.workload:_BUILTINS_PACKAGE", "the built-in workloads are the package "

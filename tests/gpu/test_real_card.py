@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from tests.fake_workloads import Regression
-from tuner.harness import run_trial
 from tuner.knobs import Knobs
 from tuner.probe import probe_batch_limit
 from tuner.settings import MemoryLimit, TrialSettings
 from tuner.space import IntRange, Space
+from tuner.trial.harness import run_trial
 
 NO_CUDA = ("needs a CUDA device (tests/conftest.py hides the GPUs unless the -m expression "
            "names gpu or TUNER_TEST_KEEP_CUDA=1)")
@@ -123,7 +123,7 @@ def test_nvml_telemetry_and_context_memory_are_read_from_the_card(settings):
 CPU_TRIAL_SCRIPT = """
 import sys
 import torch
-from tuner.apply import keep_cpu_trial_off_the_gpus
+from tuner.trial.apply import keep_cpu_trial_off_the_gpus
 if sys.argv[1] == "hide":
     assert keep_cpu_trial_off_the_gpus("cpu")
 model = torch.nn.Linear(16, 1)

@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from tuner.apply import build_training, move_batch, omp_num_threads, trial_state
 from tuner.codegen import data_code, fill_workers, python_text, workload_lines
 from tuner.errors import DataError, TunerError
 from tuner.knobs import Knobs
-from tuner.measure import synchronize
+from tuner.trial.apply import build_training, move_batch, omp_num_threads, trial_state
+from tuner.trial.measure import synchronize
 from tuner.workload import Workload
 
 MIN_MEASURED_STEPS = 20
@@ -287,12 +287,13 @@ class Interleaved:
 
 def interleaved(workload: Workload, knobs: Knobs, row: dict, settings: Any, *, rounds: int = 2,
                 stop_at: float | None = None) -> Interleaved:
-    """The plain loop (``train_loop``) and the harness's measurement (``tuner.harness.run_trial``
-    with ``settings``, a ``TrialSettings``) of the same ``knobs``, alternating in this process
-    (A B A B ...), ``rounds`` rounds or fewer where a round would start after ``stop_at``
-    (``time.time()``; one round always runs). Both run with the trial's thread settings (the
-    ``row``'s ``torch_threads`` and ``omp_num_threads``, ``same_threads``) and, on CPU, its CPUs
-    (``trial_cpus``); the loop warms up for ``settings.warmup_steps`` steps and as long as the
+    """The plain loop (``train_loop``) and the harness's measurement
+    (``tuner.trial.harness.run_trial`` with ``settings``, a ``TrialSettings``) of the same
+    ``knobs``, alternating in this process (A B A B ...), ``rounds`` rounds or fewer where a
+    round would start after ``stop_at`` (``time.time()``; one round always runs).
+    Both run with the trial's thread settings (the ``row``'s ``torch_threads`` and
+    ``omp_num_threads``, ``same_threads``) and, on CPU, its CPUs (``trial_cpus``); the loop
+    warms up for ``settings.warmup_steps`` steps and as long as the
     trial's warm-up beyond its first step, then measures as long as ``settings``' windows. So
     both sides see the same host, threads and process: the ratio says what the plain loop
     and the harness measure differently, not how the host or the process differ.
@@ -300,8 +301,8 @@ def interleaved(workload: Workload, knobs: Knobs, row: dict, settings: Any, *, r
     Raises:
         Whatever ``train_loop`` raises; a harness trial that fails is a round without a ratio.
     """
-    from tuner.harness import run_trial
     from tuner.status import Status
+    from tuner.trial.harness import run_trial
     warmup_s = max(0.0, (row.get("warmup_s") or 0.0) - (row.get("first_step_s") or 0.0))
     measured_s = settings.windows * settings.window_s
     cpus = int(row["trial_cpus"]) if row.get("trial_cpus") else None

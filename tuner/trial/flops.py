@@ -317,7 +317,7 @@ def blended_peak_tflops(gpu_name: str | None, precision: str,
     """The peak TFLOP/s a step's FLOP mix could run at, every op at its own peak.
 
     At 'fp32' (no AMP, no tf32 knob) a CUDA trial's convolutions still run in TF32: cuDNN's
-    default, which every trial keeps (``tuner.apply.CUDNN_ALLOW_TF32_DEFAULT``), while its
+    default, which every trial keeps (``tuner.trial.apply.CUDNN_ALLOW_TF32_DEFAULT``), while its
     matmuls run in FP32. A conv net judged against the FP32 peak alone would read an MFU up to
     7x too high on an H100 (494.7 against 66.9 TFLOP/s), above 100 % for a fast one. With a
     share s of the FLOPs in convolutions the peak is 1 / ((1 - s) / P_fp32 + s / P_tf32): the

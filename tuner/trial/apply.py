@@ -2,7 +2,7 @@
 
 ``Knobs.to_python`` (``tuner.knobs``) is the textual twin of this module: the same knobs as
 code a user pastes into a training script. A knob added to ``Knobs`` is applied here.
-Used by the trial harness and by ``tuner.validate`` alike, so both train the same way.
+Used by the trial harness and by ``tuner.trial.validate`` alike, so both train the same way.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from tuner.failures import free_device_memory
 from tuner.knobs import Knobs
-from tuner.measure import release_host_memory
 from tuner.settings import MemoryLimit, device_limit_mb
+from tuner.trial.failures import free_device_memory
+from tuner.trial.measure import release_host_memory
 from tuner.workload import Workload
 
 
@@ -77,7 +77,7 @@ def _cuda_index(device: torch.device) -> int:
 @dataclass
 class Training:
     """Model, optimizer and precision of one configuration, ready to train: the knobs applied
-    exactly once, for the harness and for ``tuner.validate`` alike."""
+    exactly once, for the harness and for ``tuner.trial.validate`` alike."""
     workload: Workload
     knobs: Knobs
     model: torch.nn.Module

@@ -1,6 +1,6 @@
 """What one optimizer step of a trial is: the training step over a batch source
 (``Stepper``), or the loader-only ceiling's batches alone (``LoaderStepper``), with optional
-per-phase timing (``phase_timer``, ``phase_columns``). ``tuner.harness`` warms them up and
+per-phase timing (``phase_timer``, ``phase_columns``). ``tuner.trial.harness`` warms them up and
 times them in windows.
 """
 
@@ -14,12 +14,12 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from tuner.apply import Training, cycle, move_batch, repeat
 from tuner.data import CachedDataset, DecodedCache, DeviceBatches
 from tuner.errors import TrialFailure
 from tuner.knobs import Knobs
-from tuner.measure import HostMemorySampler, LimitExceeded, synchronize
 from tuner.settings import PHASES
+from tuner.trial.apply import Training, cycle, move_batch, repeat
+from tuner.trial.measure import HostMemorySampler, LimitExceeded, synchronize
 from tuner.workload import Workload
 
 
@@ -46,7 +46,7 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
     if path is None:
         raise TrialFailure(f"data_path={knobs.data_path}: workload {workload.name!r} does not "
                            "split its sample path (Workload.sample_path)")
-    cpus = torch.get_num_threads() + knobs.num_workers  # the trial's (tuner.harness)
+    cpus = torch.get_num_threads() + knobs.num_workers  # the trial's (tuner.trial.harness)
     cache = DecodedCache.fill(path.decoded, workers=cpus if cpus > 1 else 0, deadline=check)
     if knobs.data_path == "cache":
         return _loader(workload, knobs, CachedDataset(cache, path.augment), shard), cache.fill_s

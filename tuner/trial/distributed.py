@@ -3,13 +3,13 @@
 
 A Ray Tune function trainable (``make_data_parallel_trainable``) starts a ``TorchTrainer`` with
 ``ScalingConfig(num_workers=world_size)``: one process per rank, one GPU each on CUDA (nccl),
-the node's CPUs shared among its ranks on CPU (gloo). Rank 0 runs the harness's measured loop
-and the other ranks step with it (``tuner.ranks``); at the end rank 0 gathers every rank's
-figures and hands the trial's result (global samples/sec, ``tuner.ranks.merge``) back through a
-Ray queue, and the trainable reports it to Ray Tune. A rank that fails (an OOM, a crash) ends
-every rank: Ray Train stops the worker group when one of its workers raises, so the trial ends
-``oom`` / ``error`` within Ray Train's polling time, never waiting on a collective; a rank
-lost with its node ends it ``node_lost``. Ray Train retries nothing: a retry would wait for
+the node's CPUs shared among its ranks on CPU (gloo). Rank 0 runs the harness's measured loop and
+the other ranks step with it (``tuner.trial.ranks``); at the end rank 0 gathers every rank's figures
+and hands the trial's result (global samples/sec, ``tuner.trial.ranks.merge``) back through a Ray
+queue, and the trainable reports it to Ray Tune. A rank that fails (an OOM, a crash) ends every
+rank: Ray Train stops the worker group when one of its workers raises, so the trial ends ``oom`` /
+``error`` within Ray Train's polling time, never waiting on a collective; a rank lost with its
+node ends it ``node_lost``. Ray Train retries nothing: a retry would wait for
 ranks that may no longer fit the cluster. A multi-rank trial reports once, at its end: early
 stopping does not judge it.
 """
@@ -22,12 +22,12 @@ from functools import partial
 from typing import Any, Callable
 
 from tuner.errors import TrialFailure
-from tuner.failures import classify
-from tuner.harness import follow_trial, named_trainable, run_trial
-from tuner.ranks import STOP, Rank, RankFigures, merge
 from tuner.ray_runtime import NODE_DEATH_WAIT_S, dead_nodes, node_lost_error
 from tuner.settings import TrialSettings
 from tuner.status import Status
+from tuner.trial.failures import classify
+from tuner.trial.harness import follow_trial, named_trainable, run_trial
+from tuner.trial.ranks import STOP, Rank, RankFigures, merge
 from tuner.workload import Workload
 
 RESULT_WAIT_S = 30.0
@@ -52,7 +52,7 @@ def backend(device: str) -> str:
 def make_data_parallel_trainable(workload: Workload) -> Callable[[dict], None]:
     """A Ray Tune function trainable whose trials are data-parallel training runs of
     ``config["tuner"]["world_size"]`` ranks (``TrialSettings.world_size``); the config as
-    ``tuner.harness.make_trainable``'s. Ask Ray Tune for almost nothing for it (the ranks
+    ``tuner.trial.harness.make_trainable``'s. Ask Ray Tune for almost nothing for it (the ranks
     hold the trial's CPUs and GPUs: ``tuner.ray_runtime.TrialResources``)."""
     return named_trainable(workload, run_data_parallel_trial, "ddp_trainable")
 
@@ -120,7 +120,7 @@ def _trainer(workload: Workload, config: dict, settings: TrialSettings, results:
 def _result(results: Any, failure: Exception | None, settings: TrialSettings,
             known_dead: frozenset[str] = frozenset()) -> dict:
     """The trial's result: rank 0's when it sent one (an ok or timed-out trial, or rank 0's
-    own failure), else the failed rank's exception classified (``tuner.failures``). A rank
+    own failure), else the failed rank's exception classified (``tuner.trial.failures``). A rank
     lost with its node, or another rank's failure when rank 0's reads as collateral
     (``COLLATERAL_TEXTS``: gloo's connection reset by the rank that went away), outranks
     rank 0's failure; a node lost after rank 0's result (while Ray Train shut the ranks
