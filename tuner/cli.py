@@ -302,7 +302,7 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
          fmt: str, gpu_hour_cost: float | None) -> None:
     """The best configuration and its speed-up over the references of its run, with a 95 %
     interval; where the fastest ties with a simpler configuration within the noise, the
-    simpler one (no compile, fewer workers, closer to the baseline: README "Ties and noise").
+    simpler one (no compile, fewer workers, closer to the baseline: docs/concepts.md, "Tie").
 
     `--format python` prints the lines to paste for its data path (`tuner.data`), the lines
     `validate` trains with."""
