@@ -180,8 +180,10 @@ def _run_one(options: Any, launched: bool) -> Any:
     progress.print_summary(result)
     if result.best is None:
         if result.rows and all(r["status"] == Status.TIMEOUT for r in result.rows):
-            raise TunerError(f"--time-budget {options.time_budget_s:g}: the budget stopped every "
-                             f"trial before it finished measuring (start-up and set-up took "
+            budget = ("the default time budget" if options.time_budget_s is None
+                      else f"--time-budget {options.time_budget_s:g}")
+            raise TunerError(f"{budget}: the budget stopped every trial before it measured "
+                             f"one window (start-up and set-up took "
                              f"most of it; see `python -m tuner leaderboard --workload "
                              f"{result.workload}`); give a longer budget")
         raise TunerError(f"no trial of run {result.run_id} succeeded; see the error column in "
