@@ -30,6 +30,9 @@ from tuner.status import Phase
 from tuner.workload import Workload
 from tuner.workload_loader import resolve
 
+TESTS_SPACE = REPO_ROOT / "tests" / "tests-space.yaml"
+"""The engine tests' search space (``tests.fake_workloads``)."""
+
 NO_DATA_MODULE = '''
 import torch
 from torch import nn
@@ -389,13 +392,14 @@ def test_leaderboard_table_has_a_phase_column():
 
 def test_global_batch_error_names_the_multiple_that_fits_every_reference(tmp_path):
     from tuner.space import load_space
-    space = load_space("tests-space").for_device("cpu", max_workers=2).with_global_batch(20)
+    space = load_space(TESTS_SPACE, is_file=True).for_device("cpu", max_workers=2)
+    space = space.with_global_batch(20)
     refs = {"baseline": Knobs(batch_size=8), "recommended": Knobs(batch_size=12)}
     with pytest.raises(SpaceError) as caught:
         space.fit_references(refs)
     message = str(caught.value)
     assert "baseline (8), recommended (12)" in message
     assert "a multiple of 24" in message and "e.g. 24 or 48" in message
-    fitted = dict(load_space("tests-space").for_device("cpu", max_workers=2)
+    fitted = dict(load_space(TESTS_SPACE, is_file=True).for_device("cpu", max_workers=2)
                   .with_global_batch(48).fit_references(refs))
     assert fitted["baseline"].grad_accum == 6 and fitted["recommended"].grad_accum == 4

@@ -384,12 +384,13 @@ def builtin_path(name: str) -> str:
 
 
 def load_space(name_or_path: str | Path, *, is_file: bool = False) -> Space:
-    """Load a space by workload name (package data) or from a file (``is_file``).
+    """Load a space by workload name (package data) or from a file (``is_file``, or a name
+    ending in ``.yaml``: a workload's own space file, ``tuner.workload.Workload.space``).
 
     Raises:
         SpaceError: unreadable file, malformed YAML, unknown keys or knobs, impossible ranges.
     """
-    if is_file:
+    if is_file or str(name_or_path).endswith(".yaml"):
         path = Path(name_or_path)
         source = str(path)
         try:

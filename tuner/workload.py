@@ -68,7 +68,7 @@ class Workload(abc.ABC):
     starting point, required) and optionally 'recommended' (what the guide said to do)."""
     space: ClassVar[str | None] = None
     """Name of the built-in search space, ``tuner/workloads/spaces/<space>.yaml`` (default:
-    ``name``)."""
+    ``name``), or the path of a space file of the workload's own (ending in ``.yaml``)."""
     learning_rate: ClassVar[float] = 1e-4
     """Learning rate of the default optimizer (AdamW)."""
     compile_s_hint: ClassVar[float | None] = None
