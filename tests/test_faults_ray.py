@@ -43,6 +43,15 @@ def http_port():
         server.server_close()
 
 
+def test_an_unreachable_address_is_refused_where_ray_already_runs_in_the_process(ray_session):
+    """With Ray running in this process (a notebook, a test module before), ``--address``
+    named a cluster nobody could reach and the run went on with the local Ray."""
+    from tuner.errors import TunerError
+    from tuner.ray_runtime import ray_init
+    with pytest.raises(TunerError, match=r"--address 127\.0\.0\.1:1: cannot reach"):
+        ray_init("127.0.0.1:1")
+
+
 @pytest.mark.slow
 def test_an_address_where_another_service_listens_stops_in_seconds(tmp_path, http_port):
     """Ray itself retried such a port for over ten minutes, printing C++ warnings."""

@@ -327,6 +327,9 @@ def ray_session(address: str | None) -> Iterator[None]:
 def ray_init(address: str | None) -> bool:
     """Start (or connect to) Ray. Returns True when this call started it (and must stop it)."""
     import ray
+    if address is not None:  # a cluster asked for is checked even where Ray already runs here
+        _check_reachable(address)
+        _check_ray_answers(address)
     if ray.is_initialized():
         return False
     for key, value in _RAY_ENV.items():
@@ -346,8 +349,6 @@ def ray_init(address: str | None) -> bool:
                  runtime_env=runtime_env)
         _start_reaper()
     else:
-        _check_reachable(address)
-        _check_ray_answers(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                      runtime_env=runtime_env)
