@@ -55,6 +55,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, get_worker_info
 
+from tests.fake_workloads import _Augmented  # the loader path: decode, then augment per item
 from tuner.data import SamplePath
 from tuner.errors import DataError
 from tuner.knobs import Knobs
@@ -169,19 +170,6 @@ class _Augment:
     def __call__(self, sample):
         _slept(self.augment_s)
         return sample
-
-
-class _Augmented(Dataset):
-    """The loader path: decode and augment per item."""
-
-    def __init__(self, decoded: _Decoded, augment: _Augment):
-        self.decoded, self.augment = decoded, augment
-
-    def __len__(self) -> int:
-        return len(self.decoded)
-
-    def __getitem__(self, i: int):
-        return self.augment(self.decoded[i])
 
 
 class Landscape(Workload):
