@@ -120,6 +120,7 @@ def test_the_derived_keys_of_tune_results_best_row_still_read_with_a_warning():
 # ------------------------------------------------------------------ names moved by ``moved``
 
 MOVED = [  # old module, name, the module that now holds it
+    ("tuner.searcher", "Staged", "tuner.staging"),
     ("tuner.settings", "DEFAULT_CUDA_TIME_BUDGET_S", "tuner.budget"),
     ("tuner.settings", "DEFAULT_CPU_TIME_BUDGET_S", "tuner.budget"),
     ("tuner.settings", "BUDGET_GRACE_S", "tuner.budget"),

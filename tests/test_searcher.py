@@ -211,7 +211,7 @@ class _Search:
 def test_staged_runs_the_search_then_each_batch_once_the_trials_before_it_are_recorded():
     from ray.tune.search import Searcher
 
-    from tuner.searcher import Staged
+    from tuner.staging import Staged
     recorded: set[str] = set()
     planned = []
 
@@ -251,7 +251,7 @@ def test_staged_without_a_search_and_a_failing_plan_ends_the_experiment_keeping_
 
     from ray.tune.search import Searcher
 
-    from tuner.searcher import Staged
+    from tuner.staging import Staged
 
     def broken():
         raise ValueError("planning failed")
@@ -272,7 +272,7 @@ def test_staged_gives_each_trial_the_settings_read_when_it_is_suggested():
     """Every configuration, searched or follow-up, carries the trial settings changes the
     driver reads from the rows recorded at the moment it is suggested (the steady-state
     tolerance of the machine's noise so far), merged into its own ``tuner`` entries."""
-    from tuner.searcher import Staged
+    from tuner.staging import Staged
     tolerance = [0.10]
     search = _Search([{"batch_size": 8}, {"batch_size": 16}])
     staged = Staged(lambda: [{"batch_size": 1, "phase": "remeasure",
@@ -293,15 +293,15 @@ def test_staged_starts_no_follow_up_past_the_runs_deadline(monkeypatch):
     """Follow-ups are queued as a batch sized to the time left when it was planned; trials
     that ran long leave the rest of the batch past the deadline: none of it is started (each
     would measure nothing before it is stopped, and cost its start and stop). The searcher's
-    clock stands still (a fixed ``time`` in tuner.searcher), so in time and past it are exact."""
+    clock stands still (a fixed ``time`` in tuner.staging), so in time and past it are exact."""
     from types import SimpleNamespace
 
     from ray.tune.search import Searcher
 
-    from tuner import searcher
-    from tuner.searcher import Staged
+    from tuner import staging
+    from tuner.staging import Staged
     time = SimpleNamespace(time=lambda: 1.8e9)
-    monkeypatch.setattr(searcher, "time", time)
+    monkeypatch.setattr(staging, "time", time)
     deadline = [time.time() + 60]
     batch = [{"batch_size": 1, "phase": "remeasure"}, {"batch_size": 2, "phase": "remeasure"}]
     staged = Staged(lambda: list(batch), lambda trial_id: True, deadline_unix_s=deadline[0])

@@ -13,7 +13,8 @@ import, even at run time, reaches a higher floor):
 
 * entry points: ``cli`` (+ ``cli_options``), ``api`` — the command line and ``tune()``;
 * the run, in the Ray driver (torch-free until a trial): ``driver`` (the phases), ``plan``,
-  ``searcher`` (Optuna + Ray Tune), ``probe`` (memory), ``followups`` (re-measurement,
+  ``searcher`` (the Optuna search), ``staging`` (the run's phases as one Ray Tune
+  experiment), ``probe`` (memory), ``followups`` (re-measurement,
   ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``;
 * results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,

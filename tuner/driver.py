@@ -42,8 +42,9 @@ from tuner.ray_runtime import (
 )
 from tuner.recorder import LeaderboardWriter, ignore_event
 from tuner.runlock import registered
-from tuner.searcher import Staged, make_searcher
+from tuner.searcher import make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
+from tuner.staging import Staged
 from tuner.status import Phase, Status
 from tuner.trial.distributed import make_data_parallel_trainable
 from tuner.trial.harness import make_trainable, run_trial
