@@ -379,6 +379,29 @@ def test_the_header_says_what_the_budget_covers(tmp_path, regression_data):
     assert "after the search" not in console.export_text()
 
 
+def test_without_trials_the_count_is_a_cap_and_the_counter_has_no_denominator(
+        tmp_path, regression_data):
+    """On CPU without --trials the time budget ends the run: the trial count it plans (three
+    times 12 with screening) is a cap, printed as one, and the trial lines count up without it
+    ('search 2', not 'search 2/36', which would promise 36 trials)."""
+    from tuner.plan import make_plan
+    from tuner.progress import Progress
+    from tuner.settings import RunOptions
+    plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
+                                data=str(regression_data), probe="off",
+                                results=str(tmp_path / "results")))
+    assert plan.trials == 36 and plan.time_budget_s == 210
+    console = Console(record=True, width=300)
+    progress = Progress(console)
+    progress.on_event("start", {"plan": plan, "concurrency": 1})
+    for i in range(2):
+        progress.on_event("trial", {"row": _row(), "index": i + 1, "total": None})
+    progress.close()
+    text = console.export_text()
+    assert "budget: up to 36 search trials (references included), time budget 3 min 30 s" in text
+    assert re.findall(r"^\s+\[([^\]]+)\] ok", text, flags=re.M) == ["search 1", "search 2"]
+
+
 def test_leaderboard_table_has_a_phase_column():
     from tuner.cli import _rank_table
     rows = [_row(batch_size=16), _row("remeasure", batch_size=16), _row("ceiling", ceiling=None),

@@ -136,8 +136,10 @@ class Progress:
         if shown:
             c.print(f"  searched: {shown} (workers up to this node's {plan.node_cpus} CPUs; batch "
                     "up to the dataset's size or the memory probe's bound)")
-        budget = (f"{plan.trials} search trials (references included)" if plan.trials
-                  else "no trial limit")
+        # without --trials, the trial count is a cap the time budget normally ends the run before
+        budget = ("no trial limit" if not plan.trials else
+                  f"{plan.trials} search trials (references included)" if plan.options.trials
+                  else f"up to {plan.trials} search trials (references included)")
         if plan.time_budget_s:
             where = "CUDA" if plan.device == "cuda" else "CPU without --trials"
             default = ("" if plan.options.time_budget_s else
@@ -163,10 +165,12 @@ class Progress:
         c.print(f"  references first: {', '.join(todo) if todo else 'already measured'} · then "
                 f"{_SAMPLER_NAMES[plan.options.sampler]} (--sampler {plan.options.sampler})")
         self.bar.start()
-        self.task = self.bar.add_task("trials", total=plan.trials,
+        # a trial count the user did not give is a cap, not the number of trials that will run
+        total = plan.trials if plan.options.trials or not plan.time_budget_s else None
+        self.task = self.bar.add_task("trials", total=total,
                                       completed=len(plan.prior_search_rows))
         self.plan = plan
-        self.counter = _Counter("search", len(plan.prior_search_rows), plan.trials)
+        self.counter = _Counter("search", len(plan.prior_search_rows), total)
 
     def _trial(self, row: dict, index: int, total: int | None) -> None:
         status = row["status"]

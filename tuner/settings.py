@@ -151,7 +151,8 @@ class RunOptions:
     Whether the workload takes them is checked where it is resolved (``tuner.plan``)."""
     space_file: str | None = None
     trials: int | None = None
-    """Trials in all, references included; None: 12 on CPU, 40 on CUDA (or until time budget)."""
+    """Trials in all, references included; None: 12 on CPU, 40 on CUDA, three times that when
+    searched trials are screened (``screen_windows``), or until the time budget."""
     time_budget_s: float | None = None
     """Seconds the whole run may take (probe, search, re-measurement and ceilings; it ends
     within ``tuner.budget.BUDGET_GRACE_S`` more); None: ``tuner.budget.default_time_budget_s``
