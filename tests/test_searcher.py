@@ -5,6 +5,7 @@ and warm start under another memory limit."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import optuna
 import pytest
@@ -343,6 +344,22 @@ def test_the_machine_s_points_follow_the_references_and_proposals_are_screened(t
     assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0}
                and c.get("anchor") is None for c in configs[4:])
     assert all(12 <= c["batch_size"] <= 64 for c in configs[4:])
+
+
+def test_a_run_with_a_time_budget_still_screens_its_proposals(tmp_path, tuner_cache):
+    """Under a time budget every trial carries its deadline in its settings, and a proposal
+    keeps its screening settings beside it (one window, no steady-state probes): the deadline
+    must not replace them, or every searched trial measures the full windows."""
+    plan = make_plan(RunOptions(workload=REGRESSION, device="cpu", probe="off",
+                                time_budget_s=600, results=str(tmp_path / "results")))
+    plan = plan.with_compute_curve(CURVE, Knobs(batch_size=4)).with_deadline(
+        time.monotonic() + 600)
+    searcher = make_searcher(plan.search_spec())
+    configs = [searcher.suggest(f"t{i}") for i in range(6)]
+    deadline = plan.settings.deadline_unix_s
+    assert all(c["tuner"] == {"deadline_unix_s": deadline} for c in configs[:4])
+    assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0,
+                              "deadline_unix_s": deadline} for c in configs[4:])
 
 
 def test_without_finalists_or_a_curve_nothing_is_screened_or_anchored(tmp_path, tuner_cache):

@@ -383,7 +383,7 @@ class ConstrainedSearch(Searcher):
                 self._out_of_time = True
                 return Searcher.FINISHED  # it would end before its first window: measure nothing
         if deadline is not None:  # Ray Tune merges it into the trial's settings
-            config["tuner"] = {"deadline_unix_s": deadline}
+            config["tuner"] = {**config.get("tuner", {}), "deadline_unix_s": deadline}
         self._live[trial_id] = trial
         self._batch[trial_id] = int(config["batch_size"])
         self._params[trial_id] = dict(trial.params)
