@@ -13,6 +13,10 @@ Each landscape searches ddpm's built-in space (``space = "ddpm"``: on CPU the ba
 computed, a landscape holds its shape on a loaded 2-core machine, and its optimum follows from
 its ``Shape`` (``Landscape.optimum``).
 
+A landscape stands in for a GPU: its memory limit is a device's (``Workload.device_memory_bound``),
+so a run probes it under ``--probe auto`` as a CUDA run probes the card (the probe's timed steps
+give the compute curve, the search starts from the machine's structured points).
+
 The model of one configuration (``Landscape.samples_per_sec``), all times in seconds:
 
 * step time ``T(b) = max(overhead_s x f, per_sample_s x b x c)``: a per-step overhead (kernel
@@ -180,6 +184,7 @@ class Landscape(Workload):
     source = "tests: the H200 ddpm measurements of 2026-11-27"
     space = "ddpm"
     learning_rate = 1e-3
+    device_memory_bound = True  # the fake device's memory: a run probes it as on CUDA
     references = {
         "baseline": Knobs(batch_size=8, num_workers=4, amp="fp16"),
         "recommended": Knobs(batch_size=32, num_workers=6, amp="fp16", pin_memory=True,

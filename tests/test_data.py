@@ -180,6 +180,39 @@ def test_the_time_to_train_objective_counts_the_fill(regression_data, monkeypatc
     assert row["time_to_train_s"] == pytest.approx(expected, rel=1e-9)
 
 
+def test_a_reused_trial_process_keeps_its_cache_and_a_fresh_job_still_pays_the_fill(
+        regression_data, monkeypatch):
+    """With ``keep_cache`` (a run whose trial processes are reused), the cache one trial filled
+    serves the next trial of the same workload and data in the process: its set-up has no
+    decoding pass (64 samples at 20 ms), its ``cache_fill_s`` is the fill's, and its time to
+    train still counts the fill, as a fresh job pays it. A loader trial between them drops the
+    cache (it would count in that trial's memory), and without ``keep_cache`` every trial
+    fills its own."""
+    import tuner.trial.steppers as steppers
+    monkeypatch.setattr(steppers, "_KEPT", {})
+    monkeypatch.setenv("TUNER_TEST_FILL_DELAY_S", "0.02")
+    fill_min_s = 64 * 0.02 / max(2, torch.get_num_threads())
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=1, window_s=0.1, warmup_steps=1, breakdown_steps=0,
+                             train_steps=100, max_steady_probes=0, keep_cache=True)
+
+    def trial(path: str, keep: bool = True) -> dict:
+        row = run_trial(SplitRegression(), Knobs(batch_size=8, data_path=path),
+                        TrialSettings(**{**settings.__dict__, "keep_cache": keep}))
+        assert row["status"] == "ok", row["error"]
+        return row
+    first, second = trial("cache"), trial("device")
+    assert first["setup_s"] >= first["cache_fill_s"] >= fill_min_s
+    assert second["cache_fill_s"] == first["cache_fill_s"]
+    assert second["setup_s"] < fill_min_s                     # no decoding pass
+    assert second["time_to_train_s"] == pytest.approx(
+        second["setup_s"] + second["cache_fill_s"] + second["warmup_s"]
+        + 99 * second["step_time_ms_p50"] / 1000, rel=1e-9)
+    trial("loader")
+    assert trial("cache")["setup_s"] >= fill_min_s             # dropped by the loader trial
+    assert trial("cache", keep=False)["setup_s"] >= fill_min_s
+
+
 def test_a_workload_without_a_split_fails_a_cache_trial_in_one_line(regression_data):
     from tests.fake_workloads import Regression
     settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),

@@ -161,3 +161,19 @@ def test_the_oom_is_torch_s(data_dirs):
     with pytest.raises(torch.OutOfMemoryError):
         landscapes.memory_capped.check_memory(landscapes.memory_capped.max_batch() + 1)
     landscapes.memory_capped.check_memory(landscapes.memory_capped.max_batch())
+
+
+def test_a_landscape_is_probed_as_a_gpu_is(tmp_path, tuner_cache):
+    """A landscape declares a device memory of its own (``Workload.device_memory_bound``), so a
+    CPU run probes it under ``--probe auto`` as a CUDA run probes the card; a workload without
+    one is not probed on the CPU device, and ``--probe off`` wins over the declaration."""
+    from tuner.plan import make_plan
+    from tuner.settings import RunOptions
+    results = str(tmp_path / "results")
+
+    def plan(workload: str, probe: str = "auto"):
+        return make_plan(RunOptions(workload=workload, device="cpu", trials=4, probe=probe,
+                                    results=results))
+    assert plan("tests.landscapes:memory_capped").should_probe
+    assert not plan("tests.landscapes:memory_capped", probe="off").should_probe
+    assert not plan("tests.fake_workloads:regression").should_probe

@@ -13,12 +13,14 @@ from tuner.knobs import Knobs
 from tuner.probe import (
     KNEE_TOLERANCE,
     PROBE_WINDOW_S,
+    TIMED_STEPS,
     ProbeResult,
     compute_curve,
     fit_step_time,
     knee_batch,
     probe_batch_limit,
     probe_in_process,
+    probe_knobs,
 )
 from tuner.settings import TrialSettings
 from tuner.space import Choices, IntRange, Space
@@ -64,6 +66,43 @@ def test_every_probe_is_short_low_memory_and_on_one_resident_batch():
         assert settings.compute_only and settings.resident_batches == 1
         assert (settings.warmup_steps, settings.windows, settings.breakdown_steps) == (1, 3, 0)
         assert settings.window_s == PROBE_WINDOW_S and settings.max_steady_probes == 0
+
+
+def test_the_probe_reads_its_batches_through_the_device_path_where_the_space_has_it():
+    """The probe's resident batch comes from the decoded samples (the device path) where the
+    space searches that path, from the loader where it does not."""
+    paths = Space("probe-test", {"batch_size": IntRange(1, 8, log=True),
+                                 "data_path": Choices(["loader", "cache", "device"])},
+                  {"num_workers": 0})
+    knobs = probe_knobs(paths, Knobs(batch_size=4, num_workers=4, pin_memory=True))
+    assert (knobs.data_path, knobs.num_workers, knobs.pin_memory) == ("device", 0, False)
+    loader = Space("probe-test", {"batch_size": IntRange(1, 8, log=True)}, {"num_workers": 0})
+    assert probe_knobs(loader, Knobs(batch_size=4)).data_path == "loader"
+
+
+def test_probes_of_one_process_decode_each_sample_once(regression_data, monkeypatch):
+    """Compute-only trials on the device path (the probe's) read their one resident batch from
+    the decoded samples: a probe at batch 8 after one at batch 4 decodes only samples 4..7, and
+    every probe measures its step."""
+    import tuner.trial.steppers as steppers
+    from tests.fake_workloads import SplitRegression
+    from tuner.trial.harness import run_trial
+    monkeypatch.setattr(steppers, "_PREFIX", {})
+    monkeypatch.setattr(steppers, "_KEPT", {})
+    read = []
+    workload = SplitRegression()
+    path = workload.sample_path(regression_data, "tiny")
+    original = type(path.decoded).__getitem__
+    monkeypatch.setattr(type(path.decoded), "__getitem__",
+                        lambda self, i: read.append(i) or original(self, i))
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             warmup_steps=1, windows=TIMED_STEPS, window_s=PROBE_WINDOW_S,
+                             breakdown_steps=0, max_steady_probes=0, compute_only=True,
+                             resident_batches=1)
+    for bs in (4, 8):
+        result = run_trial(workload, Knobs(batch_size=bs, data_path="device"), settings)
+        assert result["status"] == "ok" and result["step_time_ms_p50"] > 0, result["error"]
+    assert sorted(read) == list(range(8))
 
 
 def timed_run(alpha_ms: float, beta_ms: float, limit: int):

@@ -100,9 +100,9 @@ def test_oom_trials_are_recorded_and_the_run_goes_on(tmp_path, tuner_cache, ray_
 
 def test_the_machine_first_then_screening_then_finalists(tmp_path, tuner_cache, ray_session):
     """With the probe on: the probe's timed steps give the compute curve and the run's
-    machine-compute ceiling row before any search trial; the references and the machine's
-    structured points are measured in full, the sampler's proposals screened over one window,
-    and the best are re-measured in full windows in the rounds."""
+    machine-compute ceiling row before any search trial; the references are measured in full,
+    the machine's structured points and the sampler's proposals screened over one window, and
+    the best are re-measured in full windows in the rounds."""
     events = []
     opts = RunOptions(workload="tests.fake_workloads:regression", trials=6, device="cpu",
                       results=str(tmp_path / "results"), windows=2, window_s=0.1,
@@ -122,8 +122,8 @@ def test_the_machine_first_then_screening_then_finalists(tmp_path, tuner_cache, 
     anchors = len(machine["anchors"])
     assert [r["batch_size"] for r in search[2:2 + anchors]] == [
         k.batch_size for _, k in machine["anchors"]]
-    assert all(r["windows"] == 2 for r in search[:2 + anchors])      # measured in full
-    assert all(r["windows"] == 1 for r in search[2 + anchors:])      # screened
+    assert all(r["windows"] == 2 for r in search[:2])                # the references in full
+    assert all(r["windows"] == 1 for r in search[2:])                # the rest screened
     rounds = [r for r in rows if r["phase"] == "remeasure"]
     assert rounds and all(r["windows"] == 2 for r in rounds)         # finalists in full
 

@@ -5,6 +5,7 @@ and warm start under another memory limit."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import optuna
 import pytest
@@ -324,9 +325,10 @@ def test_the_machine_s_points_follow_the_references_and_proposals_are_screened(t
                                                                                  tuner_cache):
     """With a compute curve, the plan re-centres the batch range (its low end at a quarter of
     the knee), and the search measures the references, then the structured point at the knee
-    and the doubling answer (the recommended's batch 16 doubled while within the probe's 64),
-    each in full; then every proposal is a one-window screening trial drawn from the new
-    range. A reference below it runs as written and is recorded at the low end."""
+    and the doubling answer (the recommended's batch 16 doubled while within the probe's 64);
+    the references in full, the structured points and every proposal (drawn from the new
+    range) as one-window screening trials. A reference below the range runs as written and
+    is recorded at the low end."""
     plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
                                 results=str(tmp_path / "results")))
     plan = plan.with_compute_curve(CURVE, Knobs(batch_size=4))
@@ -339,10 +341,47 @@ def test_the_machine_s_points_follow_the_references_and_proposals_are_screened(t
     assert configs[0]["batch_size"] == 4 and searcher.params("t0")["batch_size"] == 12
     assert [(c.get("anchor"), c["batch_size"]) for c in configs[2:4]] == [("machine", 48),
                                                                         ("doubling", 64)]
-    assert all("tuner" not in c for c in configs[:4])            # measured in full
-    assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0}
-               and c.get("anchor") is None for c in configs[4:])
+    assert all("tuner" not in c for c in configs[:2])            # the references in full
+    assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0} for c in configs[2:])
+    assert all(c.get("anchor") is None for c in configs[4:])
     assert all(12 <= c["batch_size"] <= 64 for c in configs[4:])
+
+
+def test_each_compute_switch_gets_a_structured_point_beside_the_machine_s(tmp_path,
+                                                                         tuner_cache):
+    """In a space that searches on/off compute knobs (ddpm's on CPU: channels_last and the
+    fused optimizer; the CUDA-only ones are fixed off there), the machine point is followed
+    by the machine point with each switch turned on (the probe timed the model without
+    them), then the doubling answer."""
+    plan = make_plan(RunOptions(workload="tests.landscapes:launch_bound", trials=8,
+                                device="cpu", probe="off", results=str(tmp_path / "results")))
+    curve = ComputeCurve(alpha_ms=180.0, beta_ms=0.5, points=((4, 182.0), (192, 276.0)),
+                         max_batch=192, knee_batch=96, limit_samples_per_sec=695.0)
+    plan = plan.with_compute_curve(curve, Knobs(batch_size=4))
+    names = [name for name, _ in plan.anchors]
+    assert names == ["machine", "machine+channels_last", "machine+fused_optimizer", "doubling"]
+    machine = dict(plan.anchors)["machine"]
+    assert not machine.channels_last and not machine.fused_optimizer
+    assert dict(plan.anchors)["machine+channels_last"] == machine.replace(channels_last=True)
+    assert dict(plan.anchors)["machine+fused_optimizer"] == machine.replace(
+        fused_optimizer=True)
+    assert len(plan.anchor_params) == 4  # each a point of the space the search samples
+
+
+def test_a_run_with_a_time_budget_still_screens_its_proposals(tmp_path, tuner_cache):
+    """Under a time budget every trial carries its deadline in its settings, and a proposal
+    keeps its screening settings beside it (one window, no steady-state probes): the deadline
+    must not replace them, or every searched trial measures the full windows."""
+    plan = make_plan(RunOptions(workload=REGRESSION, device="cpu", probe="off",
+                                time_budget_s=600, results=str(tmp_path / "results")))
+    plan = plan.with_compute_curve(CURVE, Knobs(batch_size=4)).with_deadline(
+        time.monotonic() + 600)
+    searcher = make_searcher(plan.search_spec())
+    configs = [searcher.suggest(f"t{i}") for i in range(6)]
+    deadline = plan.settings.deadline_unix_s
+    assert all(c["tuner"] == {"deadline_unix_s": deadline} for c in configs[:2])
+    assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0,
+                              "deadline_unix_s": deadline} for c in configs[2:])
 
 
 def test_without_finalists_or_a_curve_nothing_is_screened_or_anchored(tmp_path, tuner_cache):

@@ -321,7 +321,7 @@ def _memory() -> list[Callable]:
         opt("--max-host-memory", "max_host_memory", metavar="FRACTION|SIZE", show_default="none",
             help="Host memory limit per trial (process + workers), 0.5 or 8GB."),
         opt("--probe", type=click.Choice(PROBE_MODES), default="auto", show_default=True,
-            help="Memory probe bounding the batch size; auto: on CUDA or with a host limit."),
+            help="Memory probe bounding the batch; auto: CUDA, a host limit, or the workload's."),
     ]
 
 

@@ -28,7 +28,7 @@ from tuner._deprecated import moved
 from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
 from tuner.followups import Batch, followups
 from tuner.knobs import Knobs
-from tuner.plan import Plan, Resources, make_plan, resolve_workload
+from tuner.plan import COMPUTE_SWITCHES, Plan, Resources, make_plan, resolve_workload
 from tuner.probe import ProbeResult, candidates, compute_curve, probe_batch_limit, probe_in_process
 from tuner.pruning import EarlyStopping
 from tuner.ray_runtime import (
@@ -239,8 +239,9 @@ def machine_text(plan: Plan) -> str:
 
 
 def _knobs_text(knobs: Knobs) -> str:
+    switches = "".join(f" {name}" for name in COMPUTE_SWITCHES if getattr(knobs, name))
     return (f"bs={knobs.batch_size} amp={knobs.amp} data={knobs.data_path} "
-            f"nw={knobs.num_workers}")
+            f"nw={knobs.num_workers}{switches}")
 
 
 def record_machine_limit(plan: Plan, writer: "LeaderboardWriter", probe: ProbeResult) -> None:

@@ -21,7 +21,7 @@ from tuner._deprecated import moved
 from tuner.budget import default_time_budget_s
 from tuner.errors import DataError, TunerError
 from tuner.hardware import cpu_has_native_bf16
-from tuner.knobs import Knobs
+from tuner.knobs import KNOB_INFO, Knobs
 from tuner.probe import ComputeCurve
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.settings import (
@@ -59,6 +59,12 @@ KNEE_LOW_FRACTION = 0.25
 """The searched batch range starts at this fraction of the knee (``ComputeCurve.knee_batch``)
 once the probe has timed its steps: below it the step time is the per-step overhead, and a
 log-uniform range down to the space's low end would spend most of its draws there."""
+
+COMPUTE_SWITCHES = tuple(name for name, info in KNOB_INFO.items() if info.kind == "bool"
+                         and info.memory != "host" and not info.data_parallel)
+"""On/off knobs that change how the model computes, not how data reaches it (``channels_last``,
+``cudnn_benchmark``, ``tf32``, ``fused_optimizer``): each gets a structured point of its own
+beside the machine's (``anchor_points``)."""
 
 ANCHOR_DATA_PATHS = ("device", "cache", "loader")
 """Data paths of the machine's structured point, cheapest first: batches already decoded on
@@ -200,9 +206,13 @@ class Plan:
 
     @property
     def should_probe(self) -> bool:
+        """Whether the memory probe runs: ``--probe on|off``; with 'auto', on CUDA, with
+        ``--max-host-memory``, or for a workload that declares a device memory of its own
+        (``Workload.device_memory_bound``)."""
         if self.options.probe != "auto":
             return self.options.probe == "on"
-        return self.device == "cuda" or self.max_host_memory_mb is not None
+        return (self.device == "cuda" or self.max_host_memory_mb is not None
+                or self.workload.device_memory_bound)
 
     def search_spec(self) -> SearchSpec:
         """What the searcher needs from this plan."""
@@ -355,7 +365,8 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         model_flops_per_sample=model_flops_per_sample(workload, scale, data_dir),
         conv_flops_share=conv_flops_share(workload, scale, data_dir),
         peak_tflops=options.peak_tflops, world_size=options.world_size,
-        rank_cpus=_rank_cpus(options, resources))
+        rank_cpus=_rank_cpus(options, resources),
+        keep_cache=max_host_memory_mb is None)  # as trial processes are reused (the driver)
     screened = options.screen_windows > 0 and options.confirm > 0
     trials = options.trials or (None if options.time_budget_s else (
         (40 if device == "cuda" else 12) * (SCREENED_TRIALS_FACTOR if screened else 1)))
@@ -387,6 +398,13 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
     * 'machine': at the knee batch, in the precision the probe ran (the fastest the space
       searches), on the cheapest data path the space allows (``ANCHOR_DATA_PATHS``; 'device'
       without DataLoader workers);
+    * 'machine+<switch>': the machine point with one of ``COMPUTE_SWITCHES`` turned on, for
+      each the space searches and the machine point has off: the probe ran the model with the
+      reference's layout and optimizer, and a switch such as ``channels_last`` or the fused
+      optimizer changes the compute rate at that batch by a factor the probe cannot see
+      (one screening trial each, where the sampler would need luck in a space of a dozen
+      knobs to pair one with the knee batch and the cheapest data path); right after the
+      machine point, so that a trial process keeps its decoded cache between them;
     * 'doubling': the reference's knobs at its batch doubled while it stays within the probe's
       bound (what Lightning's ``BatchSizeFinder`` in 'power' mode answers), when that is
       larger than its own batch.
@@ -411,6 +429,10 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
     while doubled * 2 <= curve.max_batch:
         doubled *= 2
     points = [("machine", machine)]
+    for name in COMPUTE_SWITCHES:  # one step from the machine point along each switch
+        dom = space.domains.get(name)
+        if isinstance(dom, Choices) and True in dom.values and not getattr(machine, name):
+            points.append((f"machine+{name}", machine.replace(**{name: True})))
     if doubled > base.batch_size:
         points.append(("doubling", base.replace(batch_size=doubled)))
     out: list[tuple[str, Knobs]] = []

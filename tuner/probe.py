@@ -148,13 +148,21 @@ def compute_curve(result: ProbeResult, allowed: Sequence[int]) -> ComputeCurve |
 
 
 def probe_knobs(space: Space, base: Knobs) -> Knobs:
-    """The lowest-memory configuration of the space around ``base``."""
+    """The lowest-memory configuration of the space around ``base``, its batch read through
+    the 'device' data path where the space searches it: the decoded samples gathered into the
+    resident batch, without the per-sample host augmentation, and each sample decoded once
+    for all the probes of a process (``tuner.trial.steppers.decoded_prefix``), where the
+    loader path reads every probe's batch anew (seconds per probe for a slow decoder)."""
     amp = base.amp
     dom = space.domains.get("amp")
     if isinstance(dom, Choices):
         amp = next((a for a in ("bf16", "fp16") if a in dom.values), amp)
-    return base.replace(amp=amp, compile="off", num_workers=0, prefetch_factor=None,
-                        persistent_workers=False, grad_accum=1)
+    knobs = base.replace(amp=amp, compile="off", num_workers=0, prefetch_factor=None,
+                         persistent_workers=False, grad_accum=1)
+    paths = space.domains.get("data_path")
+    if isinstance(paths, Choices) and "device" in paths.values:
+        knobs = knobs.updated({"data_path": "device"})[0]
+    return knobs
 
 
 def probe_batch_limit(space: Space, base: Knobs, settings: TrialSettings,

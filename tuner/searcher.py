@@ -3,11 +3,12 @@
 
 * The workload's reference configurations (baseline first) are evaluated before anything the
   sampler proposes, so every run reports its speed-up over them; then the machine's structured
-  points (``SearchSpec.anchors``: the knee of the compute curve, the doubling answer), each
-  enqueued in the study as a searched trial, so the sampler starts from where the machine's
-  limit is instead of from one random point.
-* Screening (``SearchSpec.screen_windows``): the sampler's own proposals are measured over a
-  few windows (one by default), the references and anchors over the full windows; the best few
+  points (``SearchSpec.anchors``: the knee of the compute curve, the doubling answer, the
+  knee with each compute switch on), each enqueued in the study as a searched trial, so the
+  sampler starts from where the machine's limit is instead of from one random point.
+* Screening (``SearchSpec.screen_windows``): the structured points and the sampler's
+  proposals are measured over a few windows (one by default), the references over the full
+  windows (every speed-up is read against them); the best few
   then get the full measurement in the interleaved re-measurement
   (``tuner.followups.remeasure_configs``): two rungs of successive halving, the second rung's
   promotion interleaved with the references so that its figures compare.
@@ -276,8 +277,8 @@ class SearchSpec:
     sampler's proposals: (name, parameters in ``space``, knobs as run); see
     ``tuner.plan.anchor_points``."""
     screen_windows: int = 0
-    """Windows of a screening trial (the sampler's proposals); 0: every trial measures the
-    run's full windows."""
+    """Windows of a screening trial (the structured points and the sampler's proposals); 0:
+    every trial measures the run's full windows."""
 
     @property
     def worst(self) -> float:
@@ -368,6 +369,8 @@ class ConstrainedSearch(Searcher):
             trial = self.study.ask()
             config = {**self._config(trial), **knobs.to_dict(), "reference": None,
                       "anchor": name}
+            if self.spec.screen_windows:  # a candidate as any other: screened, then finalist
+                config["tuner"] = screening_settings(self.spec.screen_windows)
         else:
             deadline = self.deadline_unix_s()
             if deadline is not None and time.time() >= deadline:
@@ -383,7 +386,7 @@ class ConstrainedSearch(Searcher):
                 self._out_of_time = True
                 return Searcher.FINISHED  # it would end before its first window: measure nothing
         if deadline is not None:  # Ray Tune merges it into the trial's settings
-            config["tuner"] = {"deadline_unix_s": deadline}
+            config["tuner"] = {**config.get("tuner", {}), "deadline_unix_s": deadline}
         self._live[trial_id] = trial
         self._batch[trial_id] = int(config["batch_size"])
         self._params[trial_id] = dict(trial.params)

@@ -188,8 +188,8 @@ class RunOptions:
     """Re-measure this many of the best configurations with twice the windows; the winner is
     chosen on the re-measurement (0 turns it off)."""
     screen_windows: int = 1
-    """Windows of a searched configuration's screening trial (the references and the
-    machine's structured points get the full ``windows``): many configurations are screened
+    """Windows of a searched configuration's screening trial, the machine's structured points
+    included (the references get the full ``windows``): many configurations are screened
     cheaply and the ``confirm`` best get the full measurement in the interleaved
     re-measurement. 0, or ``confirm`` 0 (no finalists), screens nothing: every searched
     trial measures the full windows."""
@@ -341,6 +341,13 @@ class TrialSettings:
     loader_only: bool = False
     """Loader-only ceiling: the configuration's DataLoader and host-to-device copy, no model
     (the samples/sec its input pipeline can feed)."""
+    keep_cache: bool = False
+    """Keep the decoded cache a 'cache' or 'device' trial filled in its process, for the next
+    trial of the same workload, data and scale there (``tuner.trial.steppers.kept_cache``): a
+    reused trial process skips the decoding pass it paid for already. The row's
+    ``cache_fill_s`` stays the fill's seconds, counted in the time-to-train objective as a
+    fresh job pays it. Off where host memory is limited (each trial then has a fresh process
+    anyway)."""
     ceiling: str | None = None
     """Which ceiling the trial measures, recorded in its row: 'compute' / 'loader' (the
     winner's, its knobs unchanged), 'machine-compute' / 'machine-loader' (this machine's: the

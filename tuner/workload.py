@@ -76,6 +76,12 @@ class Workload(abc.ABC):
     a GPU machine, with its source where it is set; None: not measured. On CUDA a trial starts
     a compile only with that much time left (``tuner.budget.compile_needs_s``); without it,
     the time ddpm's U-Net needed (``tuner.budget.COMPILE_NEEDS_S``)."""
+    device_memory_bound: ClassVar[bool] = False
+    """True for a workload whose batch size a device memory of its own bounds on every device
+    (its ``training_step`` raises ``torch.OutOfMemoryError`` over it: a model of an
+    accelerator, or an accelerator the CPU device drives): ``--probe auto`` then probes on the
+    CPU device as it does on CUDA, and the search starts from the machine's compute curve.
+    False (the default): on the CPU device only ``--max-host-memory`` turns the probe on."""
     data_is_file: ClassVar[bool] = False
     """True when ``--data`` names one file (a text corpus) rather than a directory."""
     option_names: ClassVar[tuple[str, ...]] = ()

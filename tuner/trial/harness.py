@@ -278,6 +278,8 @@ def _check_limits(peak_device_mb: float | None, limit_mb: float | None,
                             f"is over the limit of {sampler.limit_mb:,.0f} MB", "host")
 
 
+# One function: the set-up, warm-up, windows and breakdown fill one ``sofar`` in order, and a
+# trial stopped in any of them keeps what it holds.
 def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: torch.device,
              sampler: HostMemorySampler, on_window: Report, sofar: dict, rank: Rank | None = None
              ) -> dict:
@@ -287,7 +289,8 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     _check_deadline(settings, "set-up")
     _check_compile_fits(workload, knobs, settings)
     stepper, setup_s = _build(workload, knobs, settings, device, sampler, sofar, rank)
-    sofar["setup_s"] = setup_s
+    sofar["setup_s"] = setup_s  # a fresh job fills its cache: a kept one counts in its time
+    fresh_setup_s = setup_s + (sofar["cache_fill_s"] if sofar.pop("cache_kept") else 0.0)
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
         last_step, settle_s = _warm_up(stepper, device, settings, sofar)
@@ -297,7 +300,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         warm_steps = [stepper.steps_run]  # steps of the warm-up, windows dropped included
 
         def time_to_train(step_time_ms: float) -> float:  # warm-up as measured when asked
-            return _time_to_train(settings, setup_s, sofar["warmup_s"], warm_steps[0],
+            return _time_to_train(settings, fresh_setup_s, sofar["warmup_s"], warm_steps[0],
                                   step_time_ms)
 
         if last_step is not None:  # steps of seconds: early stopping may judge one already
@@ -407,7 +410,8 @@ def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: to
            sampler: HostMemorySampler, sofar: dict,
            rank: Rank | None = None) -> tuple[Stepper, float]:
     """Seed, the data path's batches (``tuner.trial.steppers.batch_source``: a cache fill's seconds
-    go to ``sofar['cache_fill_s']``), model and optimizer: the batches cycled across epochs,
+    go to ``sofar['cache_fill_s']``, whether it was kept from an earlier trial to
+    ``sofar['cache_kept']``), model and optimizer: the batches cycled across epochs,
     or for the compute-only ceiling batches already on the device. Returns the stepper and
     the set-up time, s (a cache fill included). With ``rank``: its share of the samples, a
     seed of its own, the model in DDP, the stepper timed and in lockstep (``Rank.timed``)."""
@@ -418,10 +422,14 @@ def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: to
     data_dir = Path(settings.data_dir)
     if settings.default_data and not data_dir.exists():
         data_dir = workload.prepare_default_data(default_cache_dir() / "data", settings.scale)
-    loader, fill_s = batch_source(workload, knobs, data_dir, settings.scale, device,
-                                  partial(_check_deadline, settings, "cache fill"),
-                                  None if rank is None else rank.shard)
+    loader, fill_s, kept = batch_source(workload, knobs, data_dir, settings.scale, device,
+                                        partial(_check_deadline, settings, "cache fill"),
+                                        None if rank is None else rank.shard,
+                                        keep=settings.keep_cache, only=(
+                                            settings.resident_batches * knobs.batch_size
+                                            if settings.compute_only else None))
     sofar["cache_fill_s"] = fill_s
+    sofar["cache_kept"] = kept  # for _measure (not a column)
     if settings.loader_only:  # no model: what the input pipeline alone delivers
         return LoaderStepper(workload, knobs, cycle(loader),
                              partial(move_batch, device=device, knobs=knobs)), setup.elapsed()

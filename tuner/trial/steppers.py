@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
-from tuner.data import CachedDataset, DecodedCache, DeviceBatches
+from tuner.data import CachedDataset, DecodedCache, DeviceBatches, distinct
 from tuner.errors import TrialFailure
 from tuner.knobs import Knobs
 from tuner.settings import PHASES
@@ -25,15 +25,20 @@ from tuner.workload import Workload
 
 def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
                  device: torch.device, check: Callable[[], None],
-                 shard: tuple[int, int] | None = None) -> tuple[Iterable, float | None]:
+                 shard: tuple[int, int] | None = None, keep: bool = False,
+                 only: int | None = None) -> tuple[Iterable, float | None, bool]:
     """The batches of the knobs' data path (``tuner.data``), one epoch per ``iter``: a
     DataLoader over the workload's dataset ('loader') or over a ``CachedDataset`` ('cache'),
     or ``DeviceBatches`` of a cache resident on ``device`` ('device'). The cache is filled
     here with the trial's CPUs as fill workers, ``check`` called between its batches (the
     trial's deadline). With ``shard`` (rank, world size: one rank of a data-parallel trial)
     the DataLoader reads that rank's share of the samples through a ``DistributedSampler``;
-    the device path keeps every sample on each rank's device. Returns the batches and the
-    fill's seconds (None for 'loader').
+    the device path keeps every sample on each rank's device. With ``keep``, the cache is
+    kept for the next trial of this process and one kept from an earlier trial is used
+    (``kept_cache``). With ``only`` (samples a compute-only trial reads: its resident batches)
+    the device path decodes that many samples, not the whole dataset (``decoded_prefix``).
+    Returns the batches, the fill's seconds (None for 'loader'; for a kept
+    cache the seconds its fill took) and whether the cache was kept from an earlier trial.
 
     Raises:
         TrialFailure: a 'cache' or 'device' path for a workload without ``sample_path``, or a
@@ -41,17 +46,77 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
         tuner.errors.DataError: a sample that fails to decode (naming its file).
     """
     if knobs.data_path == "loader":
-        return _loader(workload, knobs, workload.build_dataset(data_dir, scale), shard), None
+        _KEPT.clear()  # a cache kept from an earlier trial would count in this one's memory
+        return (_loader(workload, knobs, workload.build_dataset(data_dir, scale), shard),
+                None, False)
     path = workload.sample_path(data_dir, scale)
     if path is None:
         raise TrialFailure(f"data_path={knobs.data_path}: workload {workload.name!r} does not "
                            "split its sample path (Workload.sample_path)")
-    cpus = torch.get_num_threads() + knobs.num_workers  # the trial's (tuner.trial.harness)
-    cache = DecodedCache.fill(path.decoded, workers=cpus if cpus > 1 else 0, deadline=check)
+    if only is not None and knobs.data_path == "device" and shard is None:
+        cache = decoded_prefix(workload, path, data_dir, scale, only)
+        _check_batch(knobs, len(cache))
+        return DeviceBatches(cache.to(device), knobs.batch_size, path.augment_batch), None, False
+    cache, kept = kept_cache(workload, path, data_dir, scale, knobs.num_workers, check, keep)
     if knobs.data_path == "cache":
-        return _loader(workload, knobs, CachedDataset(cache, path.augment), shard), cache.fill_s
+        return (_loader(workload, knobs, CachedDataset(cache, path.augment), shard),
+                cache.fill_s, kept)
     _check_batch(knobs, len(cache))
-    return DeviceBatches(cache.to(device), knobs.batch_size, path.augment_batch), cache.fill_s
+    return (DeviceBatches(cache.to(device), knobs.batch_size, path.augment_batch),
+            cache.fill_s, kept)
+
+
+_KEPT: dict[tuple, DecodedCache] = {}
+"""The last cache this process filled (at most one), by (workload name, data directory, scale,
+samples): what a reused trial process already paid for."""
+
+
+def kept_cache(workload: Workload, path: Any, data_dir: Path, scale: str, num_workers: int,
+               check: Callable[[], None], keep: bool = True) -> tuple[DecodedCache, bool]:
+    """The decoded samples of ``path`` (a ``SamplePath``) in host memory, and whether they were
+    kept from an earlier trial: with ``keep``, the cache an earlier trial of this process
+    filled for the same workload, data and scale; else a new fill with the trial's CPUs
+    (torch's threads and ``num_workers``) as fill workers, ``check`` called between its
+    batches, kept (with ``keep``) in place of any other. The decoding is deterministic (the
+    random part is applied after the cache), so a kept cache holds what a new fill would; the
+    fill is set-up, before the first window, so keeping it changes no measured step and saves
+    the next trial its decoding pass (every sample decoded once)."""
+    key = (workload.name, str(data_dir), scale, len(path.decoded))
+    if keep and key in _KEPT:
+        return _KEPT[key], True
+    _KEPT.clear()  # one cache at a time: the memory of another is not this trial's
+    cpus = torch.get_num_threads() + num_workers  # the trial's (tuner.trial.harness)
+    cache = DecodedCache.fill(path.decoded, workers=cpus if cpus > 1 else 0, deadline=check)
+    if keep:
+        _KEPT[key] = cache
+    return cache, False
+
+
+_PREFIX: dict[tuple, DecodedCache] = {}
+"""The decoded samples a compute-only trial of this process read, in index order (one
+workload, data and scale at a time): the next one reads only the samples beyond them."""
+
+
+def decoded_prefix(workload: Workload, path: Any, data_dir: Path, scale: str,
+                   samples: int) -> DecodedCache:
+    """The first ``samples`` decoded samples of ``path`` (at most all of them) as a
+    ``DecodedCache`` in host memory: from the cache an earlier trial kept (``kept_cache``),
+    else decoded in this process, reusing the samples an earlier compute-only trial of the
+    process decoded. The memory probe's trials read one batch each, of a growing size: they
+    decode the largest batch once in all, not every batch again."""
+    key = (workload.name, str(data_dir), scale, len(path.decoded))
+    n = min(samples, distinct(path.decoded))
+    if key in _KEPT:
+        return DecodedCache(tuple(t[:n] for t in _KEPT[key].tensors))
+    done = _PREFIX.get(key)
+    have = 0 if done is None else len(done)
+    if have < n:  # decode the samples beyond those read already, in this process
+        more = DecodedCache.fill(Subset(path.decoded, range(have, n)))
+        done = more if done is None else DecodedCache(
+            tuple(torch.cat(pair) for pair in zip(done.tensors, more.tensors)))
+        _PREFIX.clear()
+        _PREFIX[key] = done
+    return DecodedCache(tuple(t[:n] for t in done.tensors))
 
 
 def _loader(workload: Workload, knobs: Knobs, dataset: Dataset,
