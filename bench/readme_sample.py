@@ -5,10 +5,11 @@
     python bench/readme_sample.py --write   # put that block between the markers in README.md
     python bench/readme_sample.py --check   # exit 1 when README.md's block differs from it
 
-The run is ``python -m tuner run --workload ddpm --device cpu --scale tiny --trials 6``, made
+The run is the main command with its default settings, ``python -m tuner run --workload ddpm``
+(on a machine without a GPU: the CPU, the ``tiny`` scale, the default time budget), made
 through ``tuner.tune`` so that its events can be kept. ``docs/sample/`` keeps its leaderboard
 (``tuner-results/leaderboard``, one Parquet file) and ``run.json`` (the command, the run's
-figures and the sequence of its 'phase' and 'trial' events, the trials by id).
+figures and the sequence of its 'machine', 'phase' and 'trial' events, the trials by id).
 
 The block is drawn by tuner's own printer (``tuner.progress.Progress``) fed with those events and
 the stored rows, on a 100-column console: a change in what ``python -m tuner run`` prints changes
@@ -37,8 +38,9 @@ README = REPO_ROOT / "README.md"
 RESULTS = "tuner-results"
 """The results directory of the run, relative to where it ran (the default of ``run``)."""
 
-RUN = {"workload": "ddpm", "device": "cpu", "scale": "tiny", "trials": 6}
-"""The sample run's options (``tuner.tune`` keywords; each is a ``run`` flag)."""
+RUN = {"workload": "ddpm"}
+"""The sample run's options (``tuner.tune`` keywords; each is a ``run`` flag): the README's main
+command, everything else at its default."""
 COMMAND = "python -m tuner run " + " ".join(f"--{k} {v}" for k, v in RUN.items())
 
 WIDTH = 100
@@ -84,7 +86,8 @@ def replay(sample_dir: Path = SAMPLE_DIR) -> list[tuple[str, dict, list[str]]]:
     meta, by_id = load(sample_dir)
     console = _console()
     printer = Progress(console)
-    # The 'start' event (it carries the run's plan) sets the search's trial count.
+    # The 'start' event (it carries the run's plan) sets the search's trial count (None: a
+    # count the time budget decides, printed without a denominator).
     printer.counter = dataclasses.replace(printer.counter, total=meta["search_trials"])
     out, rows = [], []
     for kind, data in meta["events"]:
@@ -121,7 +124,7 @@ def output_lines(sample_dir: Path = SAMPLE_DIR) -> list[str]:
     shown, left_out = 0, {}  # re-measure trial lines shown; trials left out, by phase
     for kind, data, printed in replay(sample_dir):
         phase = data["row"]["phase"] if kind == "trial" else data.get("phase")
-        keep = (kind == "summary" or phase == "search"
+        keep = (kind in ("summary", "machine") or phase == "search"
                 or (phase == "remeasure" and kind == "phase" and not shown and not left_out)
                 or (phase == "remeasure" and kind == "trial" and shown < SHOWN_REMEASURE))
         if not keep:
@@ -198,13 +201,15 @@ def record(sample_dir: Path = SAMPLE_DIR) -> None:
     def on_event(kind: str, data: dict) -> None:
         shown.on_event(kind, data)
         live.on_event(kind, data)
-        if kind == "start":
-            plan["search_trials"] = data["plan"].trials
+        if kind == "start":  # the search's trial counter: None when the time budget decides
+            plan["search_trials"] = live.counter.total
         elif kind == "trial":
             events.append(["trial", {"trial_id": data["row"]["trial_id"], "index": data["index"],
                                      "total": data["total"]}])
         elif kind == "phase":
             events.append(["phase", data])
+        elif kind == "machine":  # the printer reads its text only
+            events.append(["machine", {"text": data["text"]}])
         else:
             raise SystemExit(f"event {kind!r}: the sample run is not expected to have one")
 
@@ -234,8 +239,9 @@ def record(sample_dir: Path = SAMPLE_DIR) -> None:
     (sample_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str) + "\n",
                                          encoding="utf-8")
     printed = [line.rstrip() for line in live.console.file.getvalue().splitlines()]
-    first = next(i for i, line in enumerate(printed) if line.startswith("  ["))
     replayed = [line for _, _, lines in replay(sample_dir) for line in lines]
+    # the replay starts at the first event it keeps (the plan printed before it is not kept)
+    first = printed.index(replayed[0]) if replayed and replayed[0] in printed else 0
     printed, replayed = _summary_lines(printed[first:]), _summary_lines(replayed)
     if printed != replayed:
         diff = "\n".join(difflib.unified_diff(printed, replayed, "live", "replay", lineterm=""))

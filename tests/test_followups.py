@@ -156,6 +156,34 @@ def test_rounds_todo_stops_at_the_first_round_the_time_left_cannot_hold():
     assert len(followups.rounds_todo(plan, rows, configs, range(1, 4), 2, timed=False)) == 6
 
 
+def test_the_rounds_leave_the_compute_only_ceiling_its_time_when_they_fit_beside_it():
+    """A short budget's follow-up share held three rounds of three configurations and no
+    ceiling: the summary showed no bound at all. The rounds now leave out the lowest-ranked
+    searched configuration to keep one compute-only trial's time; where even the references'
+    and the winner's rounds do not fit beside it, the rounds go first."""
+    rows = search_rows()
+    configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
+    round_s = {k: budget.trial_cost_s(rows, k, 2, 1.0) for k, _ in configs}
+    ceiling_s = followups.ceiling_reserve_s(fake_plan(), rows, configs)
+    assert ceiling_s == budget.trial_cost_s(rows, BUSY, 3, 1.0) > 0
+    every_round_s = REMEASURE_ROUNDS * sum(round_s.values())
+    plan = fake_plan(left=every_round_s + ceiling_s / 2)   # all rounds, or rounds less FAST
+    kept, dropped = followups.fitting_configs(plan, rows, configs, 2)
+    assert (kept, dropped) == ([(BUSY, "recommended"), (BASE, "baseline")], 1)
+    batch = followups.round_batch(plan, rows, kept, first=1, dropped=dropped)
+    assert len(batch.configs) == 2 * REMEASURE_ROUNDS
+    assert plan.time_left_s() - sum(round_s[k] for k, _ in batch.configs) >= ceiling_s
+    # without --ceiling, or with the ceiling measured, nothing is kept back
+    assert followups.fitting_configs(fake_plan(left=plan.time_left_s(), ceiling=False), rows,
+                                     configs, 2) == (configs, 0)
+    measured = rows + [make_row(9, BUSY, phase="ceiling", ceiling="compute")]
+    assert followups.ceiling_reserve_s(plan, measured, configs) == 0.0
+    # the references' and the winner's rounds alone do not fit beside it: they run first
+    tight = fake_plan(left=REMEASURE_ROUNDS * (round_s[BUSY] + round_s[BASE]) + ceiling_s / 2)
+    batch = followups.round_batch(tight, rows, kept, first=1)
+    assert len(batch.configs) == 2 * REMEASURE_ROUNDS
+
+
 def test_no_round_event_says_what_the_first_round_needs():
     configs = [(FAST, None), (BASE, "baseline")]
     event = followups.no_round_event(fake_plan(left=1.0), search_rows(), configs)

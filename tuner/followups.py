@@ -157,16 +157,19 @@ def remeasure_configs(plan: Any, rows: Sequence[dict]) -> tuple[list[Knobs], lis
 
 
 def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: range,
-                windows: int, timed: bool = True) -> list[tuple[int, Config]]:
+                windows: int, timed: bool = True, reserve_s: float = 0.0
+                ) -> list[tuple[int, Config]]:
     """(round, configuration) of the re-measurements still to run in ``rounds``, in order:
     round r holds the configurations with fewer than r re-measurement rows; it ends at the
-    first round the time left cannot hold (unless ``timed`` is False)."""
+    first round the time left, less ``reserve_s``, cannot hold (unless ``timed`` is False)."""
     counts: dict[Knobs, int] = {}
     for x in rows:
         if phase_of(x) == Phase.REMEASURE:
             knobs = Knobs.from_dict(x, strict=False)
             counts[knobs] = counts.get(knobs, 0) + 1
     left = plan.time_left_s() if timed else None
+    if left is not None:
+        left -= reserve_s
     todo: list[tuple[int, Config]] = []
     cost = 0.0
     for r in rounds:
@@ -179,18 +182,33 @@ def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: 
     return todo
 
 
+def ceiling_reserve_s(plan: Any, rows: Sequence[dict], configs: list[Config]) -> float:
+    """Seconds the re-measurement leaves for the winner's compute-only ceiling: one trial of
+    the first-ranked configuration (``budget.trial_cost_s``), or 0 without ``--ceiling`` or
+    when the run's rows hold a compute-only ceiling already. Without it a short budget spends
+    its follow-up share on the rounds and the summary shows no ceiling at all."""
+    if not configs or not plan.options.ceiling or any(
+            phase_of(r) == Phase.CEILING and (r.get("ceiling") or "compute") == "compute"
+            for r in rows):
+        return 0.0
+    return budget.trial_cost_s(rows, configs[0][0], plan.settings.windows,
+                               plan.settings.window_s)
+
+
 def fitting_configs(plan: Any, rows: Sequence[dict], configs: list[Config],
                     windows: int) -> tuple[list[Config], int]:
-    """``configs`` less their lowest-ranked searched ones while the time left cannot hold all
-    ``REMEASURE_ROUNDS`` rounds of them, and how many were left out: three rounds of fewer
-    configurations give every speed-up a t-interval, two rounds of more give none worth reading
-    (quantile 12.7). The first-ranked configuration and the references stay, and so does a
-    configuration already re-measured (a resumed run)."""
+    """``configs`` less their lowest-ranked searched ones while the time left, less the
+    compute-only ceiling's (``ceiling_reserve_s``), cannot hold all ``REMEASURE_ROUNDS``
+    rounds of them, and how many were left out: three rounds of fewer configurations give
+    every speed-up a t-interval, two rounds of more give none worth reading (quantile 12.7).
+    The first-ranked configuration and the references stay, and so does a configuration
+    already re-measured (a resumed run)."""
     every = range(1, REMEASURE_ROUNDS + 1)
     remeasured = {Knobs.from_dict(x, strict=False) for x in rows if phase_of(x) == Phase.REMEASURE}
+    reserve_s = ceiling_reserve_s(plan, rows, configs)
     kept = list(configs)
     droppable = [c for c in kept[1:] if c[1] is None and c[0] not in remeasured]
-    while droppable and (len(rounds_todo(plan, rows, kept, every, windows))
+    while droppable and (len(rounds_todo(plan, rows, kept, every, windows, reserve_s=reserve_s))
                          < len(rounds_todo(plan, rows, kept, every, windows, timed=False))):
         kept.remove(droppable.pop())  # the lowest-ranked first
     return kept, len(configs) - len(kept)
@@ -208,7 +226,13 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
     again = [x for x in rows if phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
              and noise.impossible(x)]
     total = REMEASURE_ROUNDS + (1 if again else 0)
-    todo = rounds_todo(plan, rows, configs, range(first, total + 1), windows)
+    # the rounds leave the compute-only ceiling its time when all of them fit beside it; when
+    # they do not, the rounds go first (a speed-up matters more than what bounds it)
+    wanted = range(first, total + 1)
+    todo = rounds_todo(plan, rows, configs, wanted, windows,
+                       reserve_s=ceiling_reserve_s(plan, rows, configs))
+    if len(todo) < len(rounds_todo(plan, rows, configs, wanted, windows, timed=False)):
+        todo = rounds_todo(plan, rows, configs, wanted, windows)
     if not todo:
         return None
     return Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows},

@@ -260,7 +260,8 @@ def _phase_text(data: dict) -> str:
                  else f"rounds {first}-{last} of {data['rounds']}")
         dropped = data.get("dropped") or 0
         left_out = (f"; {dropped} lower-ranked searched configuration(s) left out: the time "
-                    f"left holds all {data['rounds']} rounds only without them" if dropped else "")
+                    "left holds more rounds (and the compute-only ceiling) without them"
+                    if dropped else "")
         return (f"re-measuring, {which}: {data['count']} trials, the configurations in turn "
                 f"round after round, {data['windows']} windows each (interleaved: the "
                 f"speed-ups pair rounds){left_out}")
