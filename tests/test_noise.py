@@ -436,10 +436,11 @@ def test_validate_refuses_a_row_without_a_whole_measurement_in_one_line(tmp_path
 
 
 def plan_for(confirm: int = 3, left: float | None = None, windows: int = 3):
-    """What the follow-up functions read of a plan."""
+    """What the follow-up functions read of a plan: a run without ``--ceiling`` (the time the
+    rounds keep for a ceiling is tested in tests/test_followups.py)."""
     plan = SimpleNamespace(
         metric="samples_per_sec", mode="max", accelerator_type=None,
-        options=SimpleNamespace(confirm=confirm),
+        options=SimpleNamespace(confirm=confirm, ceiling=False),
         settings=SimpleNamespace(windows=windows, window_s=1.0),
         round_windows=Plan.round_windows.fget(SimpleNamespace(settings=SimpleNamespace(
             windows=windows))),
