@@ -101,7 +101,7 @@ def main() -> int:
                 beside.keep_running()
                 junit = Path(tmp) / f"run-{run}.xml"
                 cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                       "-m", "timing", f"--junitxml={junit}"]
+                       "-o", "addopts=", "-m", "timing", f"--junitxml={junit}"]  # one process
                 if args.keyword:
                     cmd += ["-k", args.keyword]
                 started = time.perf_counter()

@@ -213,7 +213,8 @@ def gpu_tests(box_s: float, log: Path) -> dict:
     except ImportError:
         out.update(missing="pytest is not installed", seconds=0.0)
         return out
-    cmd = [sys.executable, "-m", "pytest", *TESTS, "-q", "-rfEs", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", *TESTS, "-q", "-rfEs", "-p", "no:cacheprovider",
+           "-o", "addopts="]   # one process on the one card (no xdist workers, installed or not)
     env = dict(os.environ, TUNER_TEST_KEEP_CUDA="1")
     t0 = time.time()
     with open(log, "w") as f:

@@ -31,6 +31,12 @@ def pytest_configure(config) -> None:
     visible, CPU parameters or not; torch 2.11's do not."""
     if "gpu" not in (config.getoption("markexpr") or "") and not os.environ.get(GPU_ONLY_ENV):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # An xdist worker starts with COLUMNS=80 and LINES=24 in its environment: the CLI's
+        # console, made when tuner.cli is imported, would fold every table at 80 columns.
+        # Without them it is as wide as in a pytest run without workers (tuner.cli._console).
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
 
 
 def tuner_in_process(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -13,17 +13,24 @@ RANK_OOM = "tests.fake_workloads:rank_oom"
 
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory, regression_data, ray_session):
-    """A 2-rank run of the fake regression: the baseline (batch 32) fails on rank 1 with a
-    fake OOM, the recommended (batch 8) runs. Returns (rows, seconds the run took)."""
+    """``run --world-size 1,2`` of the fake regression, through the CLI in this process: a
+    search at each size; at 2 ranks the baseline (batch 32) fails on rank 1 with a fake OOM and
+    the recommended (batch 8) runs. Returns (the 2-rank rows, every row, the printed output,
+    seconds the run took)."""
     import tuner.leaderboard as leaderboard
-    from tuner.driver import run
-    from tuner.settings import RunOptions
-    results = tmp_path_factory.mktemp("ddp") / "results"
+    from tests.conftest import tuner_in_process
+    root = tmp_path_factory.mktemp("ddp")
+    results = root / "results"
     started = time.monotonic()
-    run(RunOptions(workload=RANK_OOM, trials=2, device="cpu", data=str(regression_data),
-                   results=str(results), world_size=2, confirm=0, ceiling=False,
-                   windows=2, window_s=0.5, warmup_steps=2))
-    return leaderboard.read(str(results)).to_pylist(), time.monotonic() - started
+    done = tuner_in_process(
+        "run", "--workload", RANK_OOM, "--data", str(regression_data), "--trials", "2",
+        "--world-size", "1,2", "--results", str(results), "--device", "cpu", "--windows", "2",
+        "--window-s", "0.5", "--warmup-steps", "2", "--confirm", "0", "--no-ceiling",
+        "--no-early-stop", "--gpu-hour-cost", "2", env={"TUNER_CACHE": str(root / "cache")})
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = leaderboard.read(str(results)).to_pylist()
+    return [r for r in rows if r["world_size"] == 2], rows, done.stdout, seconds
 
 
 def _by_reference(rows: list[dict]) -> dict:
@@ -32,7 +39,7 @@ def _by_reference(rows: list[dict]) -> dict:
 
 @pytest.mark.slow
 def test_a_two_rank_trial_records_its_world_size_and_a_global_rate(two_rank_run):
-    rows, _ = two_rank_run
+    rows, _, _, _ = two_rank_run
     ok = _by_reference(rows)["recommended"]
     assert ok["status"] == "ok", ok["error"]
     assert ok["world_size"] == 2 and ok["backend"] == "gloo"
@@ -44,7 +51,7 @@ def test_a_two_rank_trial_records_its_world_size_and_a_global_rate(two_rank_run)
 
 @pytest.mark.slow
 def test_a_fake_oom_on_one_rank_ends_the_trial_oom_and_the_run_goes_on(two_rank_run):
-    rows, seconds = two_rank_run
+    rows, _, _, seconds = two_rank_run
     assert len(rows) == 2  # one row per trial, written by the driver
     failed = _by_reference(rows)["baseline"]
     assert failed["status"] == "oom", failed["error"]
@@ -198,24 +205,15 @@ def test_a_run_of_two_rank_trials_interrupted_then_resumed_records_each_trial_on
 
 
 @pytest.mark.slow
-def test_a_world_size_list_records_both_sizes_and_their_scaling_efficiency(tmp_path):
+def test_a_world_size_list_records_both_sizes_and_their_scaling_efficiency(two_rank_run):
     """``run --world-size 1,2``: a search at each size, rows of both sizes in the leaderboard,
     and at the end the two-rank line with its scaling efficiency and cost."""
     import re
-
-    from tests.test_faults import SLOW, finish, rows_of, start, stop_setup
-    space, env = stop_setup(tmp_path, step_sleep_s=0.0)
-    results = tmp_path / "results"
-    proc = start(["run", "--workload", SLOW, "--space", str(space), "--trials", "2",
-                  "--world-size", "1,2", "--results", str(results), "--device", "cpu",
-                  "--windows", "2", "--window-s", "0.3", "--warmup-steps", "1", "--confirm",
-                  "0", "--no-ceiling", "--no-early-stop", "--gpu-hour-cost", "2"], env)
-    out, err = finish(proc, timeout=400)
-    assert proc.returncode == 0, err[-2000:]
-    rows = rows_of(results)
+    _, rows, out, _ = two_rank_run
     assert sorted(r["world_size"] for r in rows) == [1, 1, 2, 2]
-    assert all(r["status"] == "ok" for r in rows), [(r["status"], r["error"]) for r in rows]
-    best = {n: max(r["samples_per_sec"] for r in rows if r["world_size"] == n) for n in (1, 2)}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 3, [(r["status"], r["error"]) for r in rows]   # all but the rank-1 OOM
+    best = {n: max(r["samples_per_sec"] for r in ok if r["world_size"] == n) for n in (1, 2)}
     line = re.search(r"world size 2: ([0-9.,]+) samples/sec \(([0-9.,]+) per rank\), scaling "
                      r"efficiency (\d+) %(?: \([^)]*\))?, ([0-9.]+) per million samples",
                      " ".join(out.split()))
