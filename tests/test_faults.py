@@ -432,8 +432,13 @@ def two_nodes(tmp_path_factory):
     # single-machine one keeps the loopback, as it would in a private network namespace.
     import ray._private.ray_constants as ray_constants
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
+    # A node that stops answering is declared dead after 3 failed health checks 1 s apart
+    # (Ray's defaults: 5, 3 s apart, each waiting up to 10 s).
     c = Cluster(initialize_head=True,
-                head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1"})
+                head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
+                                "_system_config": {"health_check_period_ms": 1000,
+                                                   "health_check_timeout_ms": 2000,
+                                                   "health_check_failure_threshold": 3}})
     try:
         c.worker = c.add_node(num_cpus=1, node_ip_address="127.0.0.1")
         c.wait_for_nodes()
