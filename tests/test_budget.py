@@ -587,9 +587,9 @@ def test_a_measurement_the_budget_stopped_after_a_window_is_the_runs_answer(
     budget): the budget stops it after the windows it had time for, however long its trial
     process took to start (6 s on 2 quiet cores, 10-15 s beside another suite; at a load
     average of 20-25 on 2 cores Ray's start and the trial process took over 90 s, and no run
-    measured anything; its steps are sleeps). Its row says how many of the 1,000 it measured, and it is the run's
-    answer, said so in one line, never 'no trial succeeded'. (That a run ends in its budget
-    is the test above's.)"""
+    measured anything; its steps are sleeps). Its row says how many of the 1,000 it
+    measured, and it is the run's answer, said so in one line, never 'no trial succeeded'.
+    (That a run ends in its budget is the test above's.)"""
     from tuner import leaderboard, winner
     from tuner.driver import run
     summary = run(RunOptions(workload=PACED, space_file=paced_space, data=str(regression_data),
