@@ -15,8 +15,8 @@ RANK_OOM = "tests.fake_workloads:rank_oom"
 def two_rank_run(tmp_path_factory, regression_data, ray_session):
     """``run --world-size 1,2`` of the fake regression, through the CLI in this process: a
     search at each size; at 2 ranks the baseline (batch 32) fails on rank 1 with a fake OOM and
-    the recommended (batch 8) runs. Returns (the 2-rank rows, every row, the printed output,
-    seconds the run took)."""
+    the recommended (batch 8) runs. Returns (every row, the printed output, seconds the run
+    took)."""
     import tuner.leaderboard as leaderboard
     from tests.conftest import tuner_in_process
     root = tmp_path_factory.mktemp("ddp")
@@ -29,18 +29,21 @@ def two_rank_run(tmp_path_factory, regression_data, ray_session):
         "--no-early-stop", "--gpu-hour-cost", "2", env={"TUNER_CACHE": str(root / "cache")})
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = leaderboard.read(str(results)).to_pylist()
-    return [r for r in rows if r["world_size"] == 2], rows, done.stdout, seconds
+    return leaderboard.read(str(results)).to_pylist(), done.stdout, seconds
 
 
 def _by_reference(rows: list[dict]) -> dict:
     return {row["reference"]: row for row in rows}
 
 
+def _two_rank(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["world_size"] == 2]
+
+
 @pytest.mark.slow
 def test_a_two_rank_trial_records_its_world_size_and_a_global_rate(two_rank_run):
-    rows, _, _, _ = two_rank_run
-    ok = _by_reference(rows)["recommended"]
+    rows, _, _ = two_rank_run
+    ok = _by_reference(_two_rank(rows))["recommended"]
     assert ok["status"] == "ok", ok["error"]
     assert ok["world_size"] == 2 and ok["backend"] == "gloo"
     # the ranks step together on equal micro-batches: the global rate is twice rank 0's
@@ -51,7 +54,8 @@ def test_a_two_rank_trial_records_its_world_size_and_a_global_rate(two_rank_run)
 
 @pytest.mark.slow
 def test_a_fake_oom_on_one_rank_ends_the_trial_oom_and_the_run_goes_on(two_rank_run):
-    rows, _, _, seconds = two_rank_run
+    all_rows, _, seconds = two_rank_run
+    rows = _two_rank(all_rows)
     assert len(rows) == 2  # one row per trial, written by the driver
     failed = _by_reference(rows)["baseline"]
     assert failed["status"] == "oom", failed["error"]
@@ -209,7 +213,7 @@ def test_a_world_size_list_records_both_sizes_and_their_scaling_efficiency(two_r
     """``run --world-size 1,2``: a search at each size, rows of both sizes in the leaderboard,
     and at the end the two-rank line with its scaling efficiency and cost."""
     import re
-    _, rows, out, _ = two_rank_run
+    rows, out, _ = two_rank_run
     assert sorted(r["world_size"] for r in rows) == [1, 1, 2, 2]
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == 3, [(r["status"], r["error"]) for r in rows]   # all but the rank-1 OOM
