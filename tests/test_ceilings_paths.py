@@ -336,22 +336,31 @@ def test_the_summary_gives_the_machine_compute_limit_beside_the_same_knobs_ceili
             "ceiling 94 % reached") in out
 
 
-@pytest.mark.parametrize("compute_sps, slower", [(6408.1, False), (7200.0, True)])
-def test_a_machine_limit_below_the_same_knobs_ceiling_says_so_only_beyond_the_noise(
-        compute_sps, slower):
-    """One H200, a 200-s ddpm run: the best (bs=652, batches on the device) 6,277.5, its
-    same-knobs compute-only ceiling 6,408.1 and the probe's limit at the same batch 6,353.0
-    are one limit read three times: 1 % apart is no 'largest batch is slower here'."""
-    best = Knobs(batch_size=652, num_workers=0, data_path="device", amp="bf16")
+@pytest.mark.parametrize("compute_sps, kind", [(6300.0, "machine-compute"),
+                                               (7200.0, "compute")])
+def test_the_machine_limit_is_the_fastest_compute_only_rate_the_run_measured(compute_sps, kind):
+    """One H200, a 200-s ddpm run: the best (bs=652, batches on the device) 6,277.5 and the
+    probe's limit at the largest batch 6,353.0; a compute-only ceiling of the best's own
+    knobs that ran faster (with channels_last, which the probe did not use) is the machine's
+    limit, named with its knobs, never a limit below it."""
+    best = Knobs(batch_size=652, num_workers=0, data_path="device", amp="bf16",
+                 channels_last=True)
     rows = [row(0, knobs=Knobs(batch_size=8, num_workers=4), sps=149.0, reference="baseline",
                 device="cuda"),
             row(1, knobs=best, sps=6277.5, device="cuda"),
             ceiling(2, "compute", best, compute_sps, device="cuda"),
-            ceiling(3, "machine-compute", best, 6353.0, device="cuda")]
+            ceiling(3, "machine-compute", best.replace(channels_last=False), 6353.0,
+                    device="cuda")]
     out = summary_of(rows)
-    assert "machine's compute limit 6,353.0 99% of it bs=652 amp=bf16" in out
-    assert ("the largest batch is slower here than the best's own" in out) is slower
-    assert ("(largest batch, fastest precision): 1.01x the best" in out) is not slower
+    if kind == "machine-compute":
+        assert ("machine's compute limit 6,353.0 99% of it bs=652 amp=bf16, batches on the "
+                "device (largest batch, fastest precision): 1.01x the best") in out
+    else:
+        assert ("machine's compute limit 7,200.0 87% of it bs=652 amp=bf16 cl, batches on the "
+                "device (a configuration's own compute-only ceiling, faster than the largest "
+                "batch): 1.15x the best") in out
+    limit = winner.best(rows).ceilings.machine_compute
+    assert limit.kind == kind and limit.samples_per_sec == max(compute_sps, 6353.0)
 
 
 @pytest.mark.parametrize("machine_sps, cell, words", [
@@ -359,11 +368,20 @@ def test_a_machine_limit_below_the_same_knobs_ceiling_says_so_only_beyond_the_no
     (1500.0, "not a bound", "the best ran faster, so this is no limit"),
 ])
 def test_a_machine_limit_the_best_beat_is_never_a_share_above_100(machine_sps, cell, words):
-    out = summary_of(machine_run(machine_sps))
+    rows = [r for r in machine_run(machine_sps) if r.get("ceiling") != "compute"]
+    out = summary_of(rows)
     assert f"machine's compute limit {machine_sps:,.1f} {cell} bs=652 amp=bf16" in out
     assert words in out
     assert "this machine's compute limit:" not in out        # no line: nothing left above it
     assert not any(int(pct) > 100 for pct in re.findall(r"(\d+)% of it", out))
+
+
+def test_without_the_probe_s_limit_no_compute_ceiling_is_called_the_machine_s():
+    """A run that did not measure the machine's limit (no 'machine-compute' row) shows the
+    same-knobs ceiling alone: the winner's own is not the machine's."""
+    rows = [r for r in machine_run() if r.get("ceiling") != "machine-compute"]
+    assert winner.best(rows).ceilings.machine_compute is None
+    assert "machine's compute limit" not in summary_of(rows)
 
 
 def test_the_html_report_and_best_json_carry_the_machine_compute_limit(tmp_path):

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from tuner.knobs import KNOB_INFO, Knobs, knob_text
+from tuner.knobs import COMPUTE_SWITCHES, KNOB_INFO, Knobs, knob_text
 from tuner.status import Phase, Status, phase_of
 
 COMPUTE_LABELS = ("compute", "machine-compute", "core-compute")
@@ -96,11 +96,19 @@ MACHINE_BATCHES = "batches on the device"
 (compute only, no input pipeline), whatever its row's ``data_path`` knob."""
 
 
+MACHINE_COMPUTE_KINDS = ("machine-compute", "compute")
+"""Ceilings that measure the model on the whole machine with its batches on the device: the
+largest batch in the fastest precision, and a configuration's own compute-only rate (one core,
+``core-compute``, is not the machine's)."""
+
+
 @dataclass(frozen=True)
 class MachineCompute:
-    """This machine's compute limit for this model: the fastest successful ``machine-compute``
-    ceiling row of the winner's run (the largest batch the run allows, its global batch kept,
-    in the fastest precision, batches already on the device), against the winner."""
+    """This machine's compute limit for this model: the fastest successful compute-only
+    ceiling row of the winner's run (``MACHINE_COMPUTE_KINDS``: the largest batch the run
+    allows, its global batch kept, in the fastest precision, or a configuration's own, such as
+    the winner's with a layout or optimizer the largest batch did not use), batches already
+    on the device, against the winner."""
 
     samples_per_sec: float
     """Its measured rate, samples/sec."""
@@ -117,30 +125,40 @@ class MachineCompute:
     verdict: Verdict
     """The limit against the winner: 'bound' with the winner's share of it (and the
     ``Verdict.headroom`` left above the winner), else 'at it' or 'not a bound' (the winner ran
-    faster: a disturbed measurement, or the largest batch is not the fastest here)."""
+    faster: a disturbed measurement, or a batch no compute-only ceiling measured computes
+    faster here)."""
+    kind: str = "machine-compute"
+    """The ceiling it comes from (``MACHINE_COMPUTE_KINDS``)."""
+    switches: list[str] = field(default_factory=list)
+    """The on/off compute knobs it ran with (``channels_last``, ``fused_optimizer``, ...)."""
 
     @property
     def knobs_text(self) -> str:
-        """Its batch and precision as the trial lines name them: 'bs=652 amp=bf16'
-        (``tuner.knobs.knob_text``; the precision shown even when 'off')."""
+        """Its batch, precision and compute switches as the trial lines name them:
+        'bs=652 amp=bf16', 'bs=224 amp=off cl' (``tuner.knobs.knob_text``; the precision shown
+        even when 'off')."""
+        switches = knob_text(dict.fromkeys(self.switches, True))
         return (knob_text({"batch_size": self.batch_size, "grad_accum": self.grad_accum})
-                + f" {KNOB_INFO['amp'].short}={self.amp}")
+                + f" {KNOB_INFO['amp'].short}={self.amp}" + (f" {switches}" if switches else ""))
 
 
 def machine_compute(rows: list[dict], best_samples_per_sec: float) -> MachineCompute | None:
-    """The fastest successful ``machine-compute`` ceiling row among one run's ``rows``, judged
-    against the winner's ``best_samples_per_sec``; None without one."""
+    """The fastest successful compute-only ceiling row (``MACHINE_COMPUTE_KINDS``) among one
+    run's ``rows``, judged against the winner's ``best_samples_per_sec``; None without a
+    ``machine-compute`` one (the run did not measure the machine's limit)."""
     measured = [r for r in rows if phase_of(r) == Phase.CEILING and r["status"] == Status.OK
-                and (r.get("ceiling") or "").partition(" ")[0] == "machine-compute"
+                and (r.get("ceiling") or "compute").partition(" ")[0] in MACHINE_COMPUTE_KINDS
                 and r.get("samples_per_sec")]
-    if not measured:
+    if not any((r.get("ceiling") or "").startswith("machine-compute") for r in measured):
         return None
     top = max(measured, key=lambda r: r["samples_per_sec"])
     return MachineCompute(
         samples_per_sec=top["samples_per_sec"], trial_id=top.get("trial_id") or "",
         batch_size=top["batch_size"], grad_accum=top.get("grad_accum") or 1,
         amp=top.get("amp") or "off", data_path=MACHINE_BATCHES,
-        verdict=verdict(top["samples_per_sec"], best_samples_per_sec))
+        verdict=verdict(top["samples_per_sec"], best_samples_per_sec),
+        kind=(top.get("ceiling") or "compute").partition(" ")[0],
+        switches=[name for name in COMPUTE_SWITCHES if top.get(name) is True])
 
 
 @dataclass(frozen=True)

@@ -323,6 +323,11 @@ DDP_KNOBS = tuple(n for n, i in KNOB_INFO.items() if i.data_parallel)
 DDP_VALUES = {n: i.ddp_values for n, i in KNOB_INFO.items() if i.data_parallel}
 """Data-parallel knob -> the values a data-parallel run samples (``KnobInfo.ddp_values``)."""
 
+COMPUTE_SWITCHES = tuple(name for name, info in KNOB_INFO.items() if info.kind == "bool"
+                         and info.memory != "host" and not info.data_parallel)
+"""On/off knobs that change how the model computes, not how data reaches it (``channels_last``,
+``cudnn_benchmark``, ``tf32``, ``fused_optimizer``)."""
+
 DEVICE_PATH_REFUSED = tuple(n for n, i in KNOB_INFO.items() if i.loader_only)
 """The DataLoader's knobs, which the 'device' data path does not use (``KnobInfo.loader_only``)."""
 

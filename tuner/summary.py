@@ -13,7 +13,6 @@ from rich.table import Table
 import tuner.noise as noise
 import tuner.winner as winner
 from tuner.ceilings import (
-    CEILING_NOISE,
     MachineCompute,
     Verdict,
     attainable_text,
@@ -80,8 +79,7 @@ def print_best(console: Console, rows: list[dict], summary) -> None:
     if ceilings.machine_compute is not None:
         t.add_row("machine's compute limit",
                   f"{ceilings.machine_compute.samples_per_sec:,.1f}",
-                  *_machine_cells(ceilings.machine_compute,
-                                  ceilings.compute_samples_per_sec))
+                  *_machine_cells(ceilings.machine_compute))
     loader = ceilings.loader_verdict(best.samples_per_sec)
     if loader is not None:
         t.add_row("loader-only ceiling", f"{ceilings.loader_samples_per_sec:,.1f}",
@@ -250,21 +248,18 @@ def _loader_cells(judged: Verdict, data_path: str) -> tuple[str, str]:
                          "busy; run again on a quiet one)")
 
 
-def _machine_cells(limit: MachineCompute, same_knobs: float | None) -> tuple[str, str]:
-    """The 'best is' and 'knobs' cells of this machine's compute limit (its largest batch in
-    the fastest precision): the best's share of it and how many times the best's rate it is
-    (saying so where it lies below the best's same-knobs compute-only ceiling
-    ``same_knobs`` by more than ``CEILING_NOISE``: within it the two read the same limit);
+def _machine_cells(limit: MachineCompute) -> tuple[str, str]:
+    """The 'best is' and 'knobs' cells of this machine's compute limit (the fastest
+    compute-only rate measured: its largest batch in the fastest precision, or a
+    configuration's own): the best's share of it and how many times the best's rate it is;
     where the best ran faster, within the noise 'at it', further 'not a bound'."""
     knobs = f"{limit.knobs_text}, {limit.data_path}"
     judged = limit.verdict
     if judged.judgement == "bound":
-        if same_knobs and limit.samples_per_sec < same_knobs * (1 - CEILING_NOISE):
-            return f"{100 * judged.share:.0f}% of it", (
-                f"{knobs}: {judged.headroom:.2f}x the best; the largest batch is slower here "
-                "than the best's own")
+        which = ("largest batch, fastest precision" if limit.kind == "machine-compute" else
+                 "a configuration's own compute-only ceiling, faster than the largest batch")
         return f"{100 * judged.share:.0f}% of it", (
-            f"{knobs} (largest batch, fastest precision): {judged.headroom:.2f}x the best")
+            f"{knobs} ({which}): {judged.headroom:.2f}x the best")
     if judged.judgement == "at it":
         return "at it", (f"{knobs}: {100 * judged.below:.0f} % below the best, within the "
                          "noise: the best computes at this machine's limit")
