@@ -7,6 +7,7 @@ import os
 from dataclasses import replace
 
 import pytest
+import torch
 
 from tests.fake_workloads import FakeOOM, NpyFiles
 from tuner.knobs import Knobs
@@ -238,3 +239,98 @@ def test_the_in_process_probe_finds_the_bound_reading_one_batch_per_probe(regres
                for bs, status in statuses.items())
     assert set(CountingOOM.reads) == {os.getpid()}
     assert len(CountingOOM.reads) == sum(bs for bs in statuses)   # one batch per probe
+
+
+# ------------------------------------------------------------ the input pipeline's rates
+
+def input_space() -> Space:
+    return Space("input-test", {"batch_size": IntRange(4, 256, log=True),
+                                "data_path": Choices(("loader", "cache", "device")),
+                                "num_workers": IntRange(0, 4)}, {})
+
+
+def rate_run(rates: dict, calls: list):
+    """A trial runner whose loader-only rate is ``rates[(data_path, num_workers)]`` (None: the
+    trial fails, 'timeout': the run's deadline)."""
+    def run(knobs: Knobs, settings: TrialSettings) -> dict:
+        calls.append((knobs, settings))
+        rate = rates[(knobs.data_path, knobs.num_workers)]
+        if rate == "timeout":
+            return {"status": "timeout", "samples_per_sec": 0.0}
+        if rate is None:
+            return {"status": "error", "error": "boom", "samples_per_sec": 0.0}
+        return {"status": "ok", "samples_per_sec": rate}
+    return run
+
+
+def test_input_rates_are_measured_cheapest_path_first_until_one_feeds_the_knee():
+    """The device path (no workers) first, then the cache with none and with the most workers
+    the space allows, each a short loader-only trial over the samples the probes decoded; the
+    loader path is not measured once the cache with 4 workers feeds 1.25 x the knee's rate."""
+    from tuner.probe import FEED_MARGIN, INPUT_WINDOW_S, measure_input
+    calls: list = []
+    rates = {("device", 0): 90.0, ("cache", 0): 60.0, ("cache", 4): 130.0,
+             ("loader", 0): 10.0, ("loader", 4): 40.0}
+    knobs = probe_knobs(input_space(), Knobs(batch_size=4))
+    found = measure_input(input_space(), knobs, SETTINGS, rate_run(rates, calls),
+                          batch_size=96, samples=128, target_samples_per_sec=100.0)
+    assert [(r.data_path, r.num_workers, r.samples_per_sec) for r in found] == [
+        ("device", 0, 90.0), ("cache", 0, 60.0), ("cache", 4, 130.0)]
+    assert 130.0 >= FEED_MARGIN * 100.0 > 90.0
+    assert [k.batch_size for k, _ in calls] == [96, 64, 16]   # 128 samples: 2 batches a worker
+    assert calls[2][0].persistent_workers and calls[2][0].prefetch_factor == 2
+    assert all(s.loader_only and not s.compute_only and s.windows == 1 and s.warmup_steps == 1
+               and s.window_s == INPUT_WINDOW_S and s.sample_limit == 128
+               for _, s in calls)
+
+
+def test_a_failed_input_trial_is_recorded_and_the_deadline_ends_the_measurement():
+    from tuner.probe import measure_input
+    calls: list = []
+    rates = {("device", 0): None, ("cache", 0): "timeout"}
+    knobs = probe_knobs(input_space(), Knobs(batch_size=4))
+    found = measure_input(input_space(), knobs, SETTINGS, rate_run(rates, calls),
+                          batch_size=32, samples=64, target_samples_per_sec=100.0)
+    assert [(r.data_path, r.samples_per_sec, r.error) for r in found] == [
+        ("device", None, "boom")]
+    assert len(calls) == 2
+    # one configuration alone leaves nothing to choose: nothing is measured
+    assert measure_input(space(), Knobs(batch_size=4), SETTINGS, rate_run({}, calls),
+                         batch_size=32, samples=64, target_samples_per_sec=100.0) == []
+
+
+def test_feeding_is_the_cheapest_rate_with_room_to_spare_else_the_fastest():
+    from tuner.probe import InputRate, feeding
+    slow = InputRate("device", 0, 32, 100.0)
+    cache = InputRate("cache", 2, 16, 300.0)
+    loader = InputRate("loader", 2, 16, 200.0)
+    failed = InputRate("loader", 0, 32, None, "boom")
+    assert feeding([slow, cache, loader], 200.0) == cache            # 300 >= 1.25 x 200
+    assert feeding([slow, cache, loader], 400.0) == cache            # none feeds: the fastest
+    assert feeding([slow, cache, loader], 400.0, strict=True) is None
+    assert feeding([failed], 10.0) is None and feeding([], 10.0) is None
+
+
+def test_the_in_process_probe_times_each_data_path_alone_on_the_samples_it_decoded(
+        regression_data):
+    """After the probes, the same process times the device path at the knee, then the other
+    paths (no worker, one worker) until one feeds the knee; every input trial reads the first
+    samples only (a prefix of the largest probed batch), so nothing fills a whole cache."""
+    from tests.fake_workloads import SplitRegression
+    from tuner.trial.steppers import batch_source
+    split = Space("probe-test", {"batch_size": IntRange(1, 32, log=True),
+                                 "data_path": Choices(("loader", "cache", "device")),
+                                 "num_workers": IntRange(0, 1)}, {})
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data))
+    found = probe_in_process(SplitRegression(), split, Knobs(batch_size=4), settings)
+    assert found.max_batch == 32
+    rates = found.input_rates
+    assert rates and (rates[0].data_path, rates[0].num_workers) == ("device", 0)
+    assert all(r.samples_per_sec and r.samples_per_sec > 0 for r in rates)
+    assert [r.data_path for r in rates] == sorted(
+        (r.data_path for r in rates), key=("device", "cache", "loader").index)
+    for path in ("loader", "cache"):
+        batches, fill_s, _ = batch_source(
+            SplitRegression(), Knobs(batch_size=4, data_path=path), regression_data, "tiny",
+            torch.device("cpu"), lambda: None, only=12)
+        assert len(batches.dataset) == 12 and fill_s is None   # of the 64 samples

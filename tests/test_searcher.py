@@ -368,6 +368,36 @@ def test_each_compute_switch_gets_a_structured_point_beside_the_machine_s(tmp_pa
     assert len(plan.anchor_params) == 4  # each a point of the space the search samples
 
 
+def test_the_machine_point_takes_the_cheapest_input_pipeline_that_feeds_the_knee(tmp_path,
+                                                                                 tuner_cache):
+    """Where the probe measured the input pipeline, the machine point's data path and workers
+    are those of the cheapest rate that feeds the knee's compute rate with room to spare (the
+    device path too slow here: the cache with every worker), and the machine line gives the
+    rates; where none feeds, the fastest measured."""
+    from tuner.driver import machine_text
+    from tuner.probe import InputRate
+    plan = make_plan(RunOptions(workload="tests.landscapes:launch_bound", trials=8,
+                                device="cpu", probe="off", results=str(tmp_path / "results")))
+    curve = ComputeCurve(alpha_ms=180.0, beta_ms=0.5, points=((4, 182.0), (192, 276.0)),
+                         max_batch=192, knee_batch=96, limit_samples_per_sec=695.0)
+    knee_rate = curve.samples_per_sec(96)                           # 421 samples/sec
+    workers = plan.device_space.domains["num_workers"].high
+    rates = [InputRate("device", 0, 96, 0.5 * knee_rate), InputRate("cache", 0, 48, 300.0),
+             InputRate("cache", workers, 24, 2 * knee_rate)]
+    fed = plan.with_compute_curve(curve, Knobs(batch_size=4), rates)
+    machine = dict(fed.anchors)["machine"]
+    assert (machine.batch_size, machine.data_path, machine.num_workers) == (96, "cache", workers)
+    assert machine.persistent_workers
+    assert dict(fed.anchors)["machine+channels_last"] == machine.replace(channels_last=True)
+    assert (f"input pipeline alone: data=device {0.5 * knee_rate:,.1f} · data=cache nw=0 300.0,"
+            f" nw={workers} {2 * knee_rate:,.1f} samples/sec") in machine_text(fed)
+    starved = plan.with_compute_curve(curve, Knobs(batch_size=4), rates[:2])
+    assert dict(starved.anchors)["machine"].data_path == "cache"     # 300 > 210: the fastest
+    assert dict(starved.anchors)["machine"].num_workers == 0
+    unmeasured = plan.with_compute_curve(curve, Knobs(batch_size=4))
+    assert dict(unmeasured.anchors)["machine"].data_path == "device"  # by order alone
+
+
 def test_a_run_with_a_time_budget_still_screens_its_proposals(tmp_path, tuner_cache):
     """Under a time budget every trial carries its deadline in its settings, and a proposal
     keeps its screening settings beside it (one window, no steady-state probes): the deadline

@@ -19,7 +19,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import tuner.budget as budget
 import tuner.leaderboard as leaderboard
@@ -27,9 +27,16 @@ import tuner.windows as windows
 from tuner._deprecated import moved
 from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
 from tuner.followups import Batch, followups
-from tuner.knobs import Knobs
-from tuner.plan import COMPUTE_SWITCHES, Plan, Resources, make_plan, resolve_workload
-from tuner.probe import ProbeResult, candidates, compute_curve, probe_batch_limit, probe_in_process
+from tuner.knobs import COMPUTE_SWITCHES, Knobs
+from tuner.plan import Plan, Resources, make_plan, resolve_workload
+from tuner.probe import (
+    InputRate,
+    ProbeResult,
+    candidates,
+    compute_curve,
+    probe_batch_limit,
+    probe_in_process,
+)
 from tuner.pruning import EarlyStopping
 from tuner.ray_runtime import (
     TrialResources,
@@ -215,7 +222,7 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> tuple[Plan, Pro
                          "lower the space's batch_size")
     plan = plan.with_batch_bound(result.max_batch)
     curve = compute_curve(result, candidates(plan.device_space))
-    return plan.with_compute_curve(curve, result.knobs), result
+    return plan.with_compute_curve(curve, result.knobs, result.input_rates), result
 
 
 def machine_text(plan: Plan) -> str:
@@ -234,8 +241,24 @@ def machine_text(plan: Plan) -> str:
     return (f"machine limit: {curve.limit_samples_per_sec:,.1f} samples/sec compute-only at "
             f"batch_size {curve.max_batch} · step {curve.alpha_ms:.1f} ms + "
             f"{curve.beta_ms * 1000:.1f} us/sample · knee batch_size {curve.knee_batch} "
-            f"({curve.samples_per_sec(curve.knee_batch):,.1f} samples/sec fitted) · searched "
-            f"batch_size {searched}" + (f" · starting from {points}" if points else ""))
+            f"({curve.samples_per_sec(curve.knee_batch):,.1f} samples/sec fitted)"
+            + input_text(plan.input_rates) + f" · searched batch_size {searched}"
+            + (f" · starting from {points}" if points else ""))
+
+
+def input_text(rates: Sequence[InputRate]) -> str:
+    """' · input pipeline alone: data=device 9,876.5 · data=cache nw=0 321.0, nw=2 612.3
+    samples/sec' for the memory probe's input rates (``tuner.probe.measure_input``), a failed
+    one as 'failed'; '' when none was measured."""
+    if not rates:
+        return ""
+    parts: dict[str, list[str]] = {}
+    for r in rates:
+        rate = "failed" if r.samples_per_sec is None else f"{r.samples_per_sec:,.1f}"
+        workers = "" if r.data_path == "device" else f"nw={r.num_workers} "
+        parts.setdefault(r.data_path, []).append(f"{workers}{rate}")
+    return (" · input pipeline alone: " + " · ".join(
+        f"data={path} {', '.join(texts)}" for path, texts in parts.items()) + " samples/sec")
 
 
 def _knobs_text(knobs: Knobs) -> str:

@@ -14,6 +14,7 @@ import secrets
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Sequence
 
 import tuner.budget as budget
 import tuner.leaderboard as leaderboard
@@ -21,8 +22,8 @@ from tuner._deprecated import moved
 from tuner.budget import default_time_budget_s
 from tuner.errors import DataError, TunerError
 from tuner.hardware import cpu_has_native_bf16
-from tuner.knobs import KNOB_INFO, Knobs
-from tuner.probe import ComputeCurve
+from tuner.knobs import COMPUTE_SWITCHES, Knobs
+from tuner.probe import ANCHOR_DATA_PATHS, ComputeCurve, InputRate, feeding
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.settings import (
     DEVICES,
@@ -60,16 +61,7 @@ KNEE_LOW_FRACTION = 0.25
 once the probe has timed its steps: below it the step time is the per-step overhead, and a
 log-uniform range down to the space's low end would spend most of its draws there."""
 
-COMPUTE_SWITCHES = tuple(name for name, info in KNOB_INFO.items() if info.kind == "bool"
-                         and info.memory != "host" and not info.data_parallel)
-"""On/off knobs that change how the model computes, not how data reaches it (``channels_last``,
-``cudnn_benchmark``, ``tf32``, ``fused_optimizer``): each gets a structured point of its own
-beside the machine's (``anchor_points``)."""
 
-ANCHOR_DATA_PATHS = ("device", "cache", "loader")
-"""Data paths of the machine's structured point, cheapest first: batches already decoded on
-the device need no worker; a decoded cache needs only the augmentation's; the loader decodes
-every sample."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +146,8 @@ class Plan:
     anchors: tuple[tuple[str, Knobs], ...] = ()
     """(name, knobs as run) of the machine's structured points the search starts from after
     the references (``anchor_points``)."""
+    input_rates: tuple[InputRate, ...] = ()
+    """The input pipeline's rates the memory probe measured (``tuner.probe.measure_input``)."""
 
     @property
     def metric(self) -> str:
@@ -262,16 +256,18 @@ class Plan:
         lie above the space file's ``high`` (``Space.with_batch_high``)."""
         return replace(self, device_space=self.device_space.with_batch_high(max_batch))
 
-    def with_compute_curve(self, curve: ComputeCurve | None, probe_knobs: Knobs | None) -> "Plan":
+    def with_compute_curve(self, curve: ComputeCurve | None, probe_knobs: Knobs | None,
+                           input_rates: Sequence[InputRate] = ()) -> "Plan":
         """The plan that starts its search from the machine's limit: the batch range's low end
-        at ``KNEE_LOW_FRACTION`` of the knee, and the anchors (``anchor_points``). Unchanged
-        for None (no curve: the search starts from the references alone)."""
+        at ``KNEE_LOW_FRACTION`` of the knee, and the anchors (``anchor_points``, their data
+        path from ``input_rates``). Unchanged for None (no curve: the search starts from the
+        references alone)."""
         if curve is None:
             return self
         low = max(1, int(curve.knee_batch * KNEE_LOW_FRACTION))
-        plan = replace(self, compute_curve=curve,
+        plan = replace(self, compute_curve=curve, input_rates=tuple(input_rates),
                        device_space=self.device_space.with_batch_low(low))
-        return replace(plan, anchors=anchor_points(plan, curve, probe_knobs))
+        return replace(plan, anchors=anchor_points(plan, curve, probe_knobs, input_rates))
 
     def with_hardware_key(self, key: str) -> "Plan":
         return replace(self, hardware_key=key)
@@ -390,14 +386,17 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
     return plan
 
 
-def anchor_points(plan: Plan, curve: ComputeCurve,
-                  probe_knobs: Knobs | None) -> tuple[tuple[str, Knobs], ...]:
+def anchor_points(plan: Plan, curve: ComputeCurve, probe_knobs: Knobs | None,
+                  input_rates: Sequence[InputRate] = ()) -> tuple[tuple[str, Knobs], ...]:
     """The machine's structured points, from the last reference (the recommended, or the
     baseline alone) and the compute curve:
 
     * 'machine': at the knee batch, in the precision the probe ran (the fastest the space
-      searches), on the cheapest data path the space allows (``ANCHOR_DATA_PATHS``; 'device'
-      without DataLoader workers);
+      searches), on the cheapest data path and worker count whose input pipeline alone feeds
+      the knee's compute rate (``tuner.probe.feeding`` of ``input_rates``; none does: the
+      fastest measured); without input rates, on the cheapest data path the space allows
+      (``ANCHOR_DATA_PATHS``; 'device' without DataLoader workers) and the reference's
+      workers;
     * 'machine+<switch>': the machine point with one of ``COMPUTE_SWITCHES`` turned on, for
       each the space searches and the machine point has off: the probe ran the model with the
       reference's layout and optimizer, and a switch such as ``channels_last`` or the fused
@@ -415,16 +414,10 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
         return ()
     base = plan.references[-1][1]
     space = plan.device_space
-    dom = space.domains.get("data_path")
-    paths = dom.values if isinstance(dom, Choices) else (base.data_path,)
-    path = next((p for p in ANCHOR_DATA_PATHS if p in paths), base.data_path)
     amp = probe_knobs.amp if probe_knobs is not None else base.amp
-    machine = base.replace(batch_size=curve.knee_batch, amp=amp)
-    if path != base.data_path:
-        change = {"data_path": path}
-        if path == "device":
-            change.update(num_workers=0, pin_memory=False)
-        machine = machine.updated(change)[0]
+    machine = base.replace(batch_size=curve.knee_batch, amp=amp).updated(
+        _machine_input(space, base, feeding(input_rates,
+                                            curve.samples_per_sec(curve.knee_batch))))[0]
     doubled = base.batch_size
     while doubled * 2 <= curve.max_batch:
         doubled *= 2
@@ -446,6 +439,28 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
             seen.add(knobs)
             out.append((name, knobs))
     return tuple(out)
+
+
+def _machine_input(space: Space, base: Knobs, fed: InputRate | None) -> dict[str, Any]:
+    """The knob changes that put the reference ``base`` on the machine point's input pipeline:
+    the data path and worker count of ``fed`` (``tuner.probe.feeding``), or without one the
+    cheapest data path the space allows (``ANCHOR_DATA_PATHS``) with the reference's workers
+    ('device': none)."""
+    dom = space.domains.get("data_path")
+    paths = dom.values if isinstance(dom, Choices) else (base.data_path,)
+    path = next((p for p in ANCHOR_DATA_PATHS if p in paths), base.data_path)
+    change: dict[str, Any] = {}
+    if fed is not None:
+        path = fed.data_path
+        if path != "device" and fed.num_workers != base.num_workers:
+            change.update(num_workers=fed.num_workers, persistent_workers=fed.num_workers > 0,
+                          prefetch_factor=(base.prefetch_factor or 2) if fed.num_workers
+                          else None)
+    if path != base.data_path:
+        change["data_path"] = path
+        if path == "device":
+            change.update(num_workers=0, pin_memory=False)
+    return change
 
 
 def _rank_cpus(options: RunOptions, resources: Resources) -> int | None:

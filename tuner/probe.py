@@ -24,6 +24,15 @@ overhead, launch and optimizer; beta the seconds per sample once the device is b
 Pollux models it), names the knee (the smallest allowed batch within ``KNEE_TOLERANCE`` of the
 largest's rate: above it a larger batch buys almost nothing) and the machine's compute limit
 (the rate measured at the largest batch that fit).
+
+**The input pipeline's rates.** After the probes, in the same process, each data path the
+space offers is timed alone (a loader-only trial: batches to the device, no model) with no
+DataLoader worker and with the most workers the space allows, at the knee batch or smaller
+(``measure_input``): the cheapest path first (``ANCHOR_DATA_PATHS``), stopping at the first
+that feeds the knee's compute rate with room to spare (``FEED_MARGIN``). Each reads the
+samples the probes decoded already (``TrialSettings.sample_limit``), so no cache is filled.
+The machine's structured point takes the cheapest path and worker count that feeds the knee,
+or the fastest measured when none does (``feeding``).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from typing import Callable, Sequence
 from tuner.errors import ProbeOutOfTime
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
-from tuner.space import Choices, Space, candidates
+from tuner.space import Choices, IntRange, Space, candidates
 from tuner.status import TELLS_MEMORY, Status
 from tuner.workload import Workload
 
@@ -61,6 +70,9 @@ class ProbeResult:
     'machine-compute' ceiling row."""
     knobs: Knobs | None = None
     """The knobs every probe ran with, less the batch size (``probe_knobs``)."""
+    input_rates: list["InputRate"] = field(default_factory=list)
+    """What each data path and worker count delivered alone (``measure_input``), in the order
+    measured; empty when there was nothing to choose or no compute curve."""
 
 
 TIMED_STEPS = 3
@@ -72,6 +84,29 @@ PROBE_WINDOW_S = 0.01
 
 KNEE_TOLERANCE = 0.05
 """The knee is the smallest batch whose rate is within this fraction of the largest's."""
+
+ANCHOR_DATA_PATHS = ("device", "cache", "loader")
+"""Data paths, cheapest in host work first: batches already decoded on the device need no
+worker; a decoded cache needs only the augmentation's; the loader decodes every sample."""
+
+INPUT_WINDOW_S = 0.3
+"""Seconds of the one timed window of each input-rate trial (``measure_input``)."""
+
+FEED_MARGIN = 1.25
+"""A data path feeds the knee when its rate alone is at least this times the knee's compute
+rate: in training its loading shares the host with the training step."""
+
+
+@dataclass(frozen=True)
+class InputRate:
+    """What one data path delivered alone at ``batch_size`` with ``num_workers`` DataLoader
+    workers (a loader-only trial: batches to the device, no model), samples/sec; None when the
+    trial failed."""
+    data_path: str
+    num_workers: int
+    batch_size: int
+    samples_per_sec: float | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,12 +274,98 @@ def _search(sizes: list[int], fits: Callable[[int], bool], bounds: list) -> None
                 hi = bounds[1] = mid
 
 
+def input_knobs(space: Space, knobs: Knobs, batch_size: int,
+                samples: int) -> list[Knobs]:
+    """The configurations whose input pipeline ``measure_input`` times, cheapest first
+    (``ANCHOR_DATA_PATHS``): ``knobs`` (the probe's) on each data path the space offers, the
+    device path without workers, the others with none and with the most the space allows
+    (kept across epochs, two batches prefetched each; pinned memory where the device is CUDA:
+    the run clamps it off on CPU). The batch is ``batch_size`` on the
+    device path, else at most ``samples`` / (2 x the workers), so that each worker reads two
+    batches of every pass over the ``samples`` read."""
+    dom = space.domains.get("data_path")
+    paths = dom.values if isinstance(dom, Choices) else (knobs.data_path,)
+    workers = space.domains.get("num_workers")
+    most = (workers.high if isinstance(workers, IntRange) else max(workers.values)
+            if isinstance(workers, Choices) else int(space.constants.get("num_workers", 0)))
+    out = []
+    for path in (p for p in ANCHOR_DATA_PATHS if p in paths):
+        if path == "device":
+            out.append(knobs.updated({"data_path": "device", "num_workers": 0})[0]
+                       .replace(batch_size=batch_size))
+            continue
+        for n in sorted({0, most}):
+            per_pass = max(1, samples // (2 * max(1, n)))
+            out.append(knobs.replace(
+                data_path=path, num_workers=n, batch_size=min(batch_size, per_pass),
+                persistent_workers=n > 0, prefetch_factor=2 if n else None, pin_memory=True))
+    return out
+
+
+def measure_input(space: Space, knobs: Knobs, settings: TrialSettings,
+                  run: Callable[[Knobs, TrialSettings], dict], batch_size: int, samples: int,
+                  target_samples_per_sec: float) -> list[InputRate]:
+    """Time the input pipelines of ``input_knobs`` (one warm-up batch, one window of
+    ``INPUT_WINDOW_S``, the first ``samples`` of the dataset), a data path at a time, cheapest
+    first, until one feeds ``target_samples_per_sec`` with ``FEED_MARGIN`` to spare. Nothing
+    when there is only one configuration (nothing to choose). A trial that fails is recorded
+    with its error; one stopped by the run's deadline ends the measurement.
+
+    Args:
+        run: runs one trial and returns its result (``tuner.trial.harness.run_trial``).
+        batch_size: the knee batch; samples: samples the probes decoded (their largest batch).
+    """
+    configs = input_knobs(space, knobs, batch_size, samples)
+    if len(configs) < 2:
+        return []
+    short = replace(settings, warmup_steps=1, windows=1, window_s=INPUT_WINDOW_S,
+                    breakdown_steps=0, max_steady_probes=0, train_steps=None,
+                    compute_only=False, loader_only=True, ceiling=None,
+                    sample_limit=samples, keep_cache=False)
+    rates: list[InputRate] = []
+    for path in dict.fromkeys(k.data_path for k in configs):
+        for config in (k for k in configs if k.data_path == path):
+            result = run(config, short)
+            if result["status"] == Status.TIMEOUT:
+                return rates
+            ok = result["status"] == Status.OK and result.get("samples_per_sec")
+            rates.append(InputRate(path, config.num_workers, config.batch_size,
+                                   float(result["samples_per_sec"]) if ok else None,
+                                   None if ok else str(result.get("error") or result["status"])))
+        if feeding(rates, target_samples_per_sec, strict=True) is not None:
+            break
+    return rates
+
+
+def feeding(rates: Sequence[InputRate], target_samples_per_sec: float,
+            strict: bool = False) -> InputRate | None:
+    """The first of ``rates`` (cheapest first) that feeds ``target_samples_per_sec`` with
+    ``FEED_MARGIN`` to spare; when none does, the fastest measured (None with ``strict``, or
+    when none was measured)."""
+    measured = [r for r in rates if r.samples_per_sec]
+    feeds = next((r for r in measured
+                  if r.samples_per_sec >= FEED_MARGIN * target_samples_per_sec), None)
+    if feeds is not None or strict or not measured:
+        return feeds
+    return max(measured, key=lambda r: r.samples_per_sec)
+
+
 def probe_in_process(workload: Workload, space: Space, base: Knobs,
                      settings: TrialSettings) -> ProbeResult:
     """``probe_batch_limit`` with every short trial run here, one after another
     (``tuner.trial.harness.run_trial``: each trial resets the device's peak memory statistics
-    when it starts and frees the allocator's cache when it ends, an out-of-memory one included).
-    Measures device memory only: with a host memory limit, use a fresh process per probe."""
+    when it starts and frees the allocator's cache when it ends, an out-of-memory one included),
+    then, where the probes give a compute curve, the input pipeline's rates at its knee
+    (``measure_input``). Measures device memory only: with a host memory limit, use a fresh
+    process per probe."""
     from tuner.trial.harness import run_trial
-    return probe_batch_limit(space, base, settings,
-                             lambda knobs, short: run_trial(workload, knobs, short))
+
+    def run(knobs: Knobs, short: TrialSettings) -> dict:
+        return run_trial(workload, knobs, short)
+    result = probe_batch_limit(space, base, settings, run)
+    curve = compute_curve(result, candidates(space))
+    if curve is None or result.knobs is None or result.timed_out:
+        return result
+    rates = measure_input(space, result.knobs, settings, run, curve.knee_batch,
+                          curve.max_batch, curve.samples_per_sec(curve.knee_batch))
+    return replace(result, input_rates=rates)

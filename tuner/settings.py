@@ -341,6 +341,10 @@ class TrialSettings:
     loader_only: bool = False
     """Loader-only ceiling: the configuration's DataLoader and host-to-device copy, no model
     (the samples/sec its input pipeline can feed)."""
+    sample_limit: int | None = None
+    """Samples the trial reads: the first this many of the dataset (the memory probe's input
+    rates: a rate per sample needs a few batches, not an epoch or a cache fill of the whole
+    dataset; ``tuner.probe.measure_input``). None: every sample."""
     keep_cache: bool = False
     """Keep the decoded cache a 'cache' or 'device' trial filled in its process, for the next
     trial of the same workload, data and scale there (``tuner.trial.steppers.kept_cache``): a

@@ -427,7 +427,7 @@ def _build(workload: Workload, knobs: Knobs, settings: TrialSettings, device: to
                                         None if rank is None else rank.shard,
                                         keep=settings.keep_cache, only=(
                                             settings.resident_batches * knobs.batch_size
-                                            if settings.compute_only else None))
+                                            if settings.compute_only else settings.sample_limit))
     sofar["cache_fill_s"] = fill_s
     sofar["cache_kept"] = kept  # for _measure (not a column)
     if settings.loader_only:  # no model: what the input pipeline alone delivers

@@ -35,8 +35,9 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
     the DataLoader reads that rank's share of the samples through a ``DistributedSampler``;
     the device path keeps every sample on each rank's device. With ``keep``, the cache is
     kept for the next trial of this process and one kept from an earlier trial is used
-    (``kept_cache``). With ``only`` (samples a compute-only trial reads: its resident batches)
-    the device path decodes that many samples, not the whole dataset (``decoded_prefix``).
+    (``kept_cache``). With ``only`` (samples a compute-only trial reads: its resident batches;
+    ``TrialSettings.sample_limit``) the trial reads the first that many samples: the cache and
+    device paths decode them, not the whole dataset (``decoded_prefix``).
     Returns the batches, the fill's seconds (None for 'loader'; for a kept
     cache the seconds its fill took) and whether the cache was kept from an earlier trial.
 
@@ -47,14 +48,18 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
     """
     if knobs.data_path == "loader":
         _KEPT.clear()  # a cache kept from an earlier trial would count in this one's memory
-        return (_loader(workload, knobs, workload.build_dataset(data_dir, scale), shard),
-                None, False)
+        dataset = workload.build_dataset(data_dir, scale)
+        if only is not None and shard is None:
+            dataset = Subset(dataset, range(min(only, len(dataset))))
+        return _loader(workload, knobs, dataset, shard), None, False
     path = workload.sample_path(data_dir, scale)
     if path is None:
         raise TrialFailure(f"data_path={knobs.data_path}: workload {workload.name!r} does not "
                            "split its sample path (Workload.sample_path)")
-    if only is not None and knobs.data_path == "device" and shard is None:
+    if only is not None and shard is None:
         cache = decoded_prefix(workload, path, data_dir, scale, only)
+        if knobs.data_path == "cache":
+            return _loader(workload, knobs, CachedDataset(cache, path.augment)), None, False
         _check_batch(knobs, len(cache))
         return DeviceBatches(cache.to(device), knobs.batch_size, path.augment_batch), None, False
     cache, kept = kept_cache(workload, path, data_dir, scale, knobs.num_workers, check, keep)
