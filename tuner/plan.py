@@ -56,6 +56,11 @@ SCREENED_TRIALS_FACTOR = 3
 plans this many times the trials of one that measures each in full (40 on CUDA, 12 on CPU):
 a screening trial of one window costs about a third of one of three to five."""
 
+SCREEN_WINDOW_SHARE = 0.5
+"""A screening trial's window is this share of the run's ``window_s`` (a window still ends at
+the first step past it, so it holds at least one step): a screened trial's time is mostly its
+window, and its figure only has to pick the finalists, which are measured in full windows."""
+
 KNEE_LOW_FRACTION = 0.25
 """The searched batch range starts at this fraction of the knee (``ComputeCurve.knee_batch``)
 once the probe has timed its steps: below it the step time is the per-step overhead, and a
@@ -199,6 +204,12 @@ class Plan:
         return n if 0 < n < self.settings.windows and self.options.confirm > 0 else 0
 
     @property
+    def screen_window_s(self) -> float:
+        """Seconds of a screening trial's window (``SCREEN_WINDOW_SHARE`` of the run's); 0
+        when nothing is screened."""
+        return SCREEN_WINDOW_SHARE * self.settings.window_s if self.screen_windows else 0.0
+
+    @property
     def should_probe(self) -> bool:
         """Whether the memory probe runs: ``--probe on|off``; with 'auto', on CUDA, with
         ``--max-host-memory``, or for a workload that declares a device memory of its own
@@ -222,7 +233,7 @@ class Plan:
             deadline_unix_s=self.settings.deadline_unix_s,
             followup_share=self.followup_share(),
             window_s=self.settings.window_s, anchors=tuple(self.anchor_params),
-            screen_windows=self.screen_windows)
+            screen_windows=self.screen_windows, screen_window_s=self.screen_window_s)
 
     def _seed_rows(self) -> list[tuple[dict, bool]]:
         """Rows the search starts from, each with whether a proposal equal to it is answered

@@ -153,7 +153,8 @@ class Progress:
                 f"{_count(s.warmup_steps, 'warm-up step')}, {_count(s.windows, 'window')} of "
                 f"{s.window_s:g} s" + (
                     f" (searched configurations screened over "
-                    f"{_count(plan.screen_windows, 'window')}, the best then in full)"
+                    f"{_count(plan.screen_windows, 'window')} of "
+                    f"{getattr(plan, 'screen_window_s', 0):g} s, the best then in full)"
                     if getattr(plan, "screen_windows", 0) else "")
                 + f" · run id {plan.run_id}")
         if _followups_text(plan):

@@ -112,12 +112,16 @@ class Timing(NamedTuple):
                    compile_s)
 
 
-def screening_settings(windows: int) -> dict:
-    """Trial settings changes of a screening trial: ``windows`` windows, and no half-window
-    probes of the steady state before a single window (``TrialSettings.max_steady_probes``:
-    up to six of them, which would cost a screening trial what the windows it saves did).
-    Its rate is a first reading; the finalists' re-measurement judges the steady state."""
-    return {"windows": windows, "max_steady_probes": 0}
+def screening_settings(windows: int, window_s: float | None = None) -> dict:
+    """Trial settings changes of a screening trial: ``windows`` windows of ``window_s``
+    seconds (None: the run's), and no half-window probes of the steady state before a single
+    window (``TrialSettings.max_steady_probes``: up to six of them, which would cost a
+    screening trial what the windows it saves did). Its rate is a first reading; the
+    finalists' re-measurement judges the steady state."""
+    out = {"windows": windows, "max_steady_probes": 0}
+    if window_s:
+        out["window_s"] = window_s
+    return out
 
 
 def _params_key(params: Mapping[str, Any]) -> tuple:
@@ -279,6 +283,8 @@ class SearchSpec:
     screen_windows: int = 0
     """Windows of a screening trial (the structured points and the sampler's proposals); 0:
     every trial measures the run's full windows."""
+    screen_window_s: float = 0.0
+    """Seconds of a screening trial's window; 0: the run's ``window_s``."""
 
     @property
     def worst(self) -> float:
@@ -370,7 +376,8 @@ class ConstrainedSearch(Searcher):
             config = {**self._config(trial), **knobs.to_dict(), "reference": None,
                       "anchor": name}
             if self.spec.screen_windows:  # a candidate as any other: screened, then finalist
-                config["tuner"] = screening_settings(self.spec.screen_windows)
+                config["tuner"] = screening_settings(self.spec.screen_windows,
+                                                       self.spec.screen_window_s)
         else:
             deadline = self.deadline_unix_s()
             if deadline is not None and time.time() >= deadline:
@@ -378,7 +385,8 @@ class ConstrainedSearch(Searcher):
             trial, config = self._propose()
             config["reference"] = None
             if self.spec.screen_windows:  # screened: the finalists are measured in full later
-                config["tuner"] = screening_settings(self.spec.screen_windows)
+                config["tuner"] = screening_settings(self.spec.screen_windows,
+                                                       self.spec.screen_window_s)
             if not self._first_window_fits(int(config["batch_size"]),
                                            config.get("compile") or "off", deadline):
                 from optuna.trial import TrialState
@@ -415,15 +423,17 @@ class ConstrainedSearch(Searcher):
         deadline = self.deadline_unix_s() if deadline_unix_s is None else deadline_unix_s
         if deadline is None:
             return True
+        window_s = (self.spec.screen_window_s or self.spec.window_s) if (
+            self.spec.screen_windows) else self.spec.window_s
         if not self.timings:
-            return time.time() + self.spec.window_s <= deadline
+            return time.time() + window_s <= deadline
         near = min(self.timings, key=lambda t: abs(math.log(t.batch_size / batch_size)))
         scale = max(1.0, batch_size / near.batch_size)
         compile_s = 0.0 if compile_mode == "off" else max(
             (t.compile_s for t in self.timings if t.compile == compile_mode), default=0.0)
         need_s = first_window_need_s(once_s=near.once_s, warm_s=near.warm_s, step_s=near.step_s,
                                      scale=scale, compile_s=compile_s,
-                                     window_s=self.spec.window_s)
+                                     window_s=window_s)
         return time.time() + need_s <= deadline
 
     def _config(self, trial) -> dict:
