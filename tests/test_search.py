@@ -4,6 +4,7 @@ complete leaderboard row per trial, OOM trials recorded and learnt from, never f
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -100,7 +101,8 @@ def test_oom_trials_are_recorded_and_the_run_goes_on(tmp_path, tuner_cache, ray_
 
 def test_the_machine_first_then_screening_then_finalists(tmp_path, tuner_cache, ray_session):
     """With the probe on: the probe's timed steps give the compute curve and the run's
-    machine-compute ceiling row before any search trial; the references are measured in full,
+    machine-compute ceiling row before any search trial, and the same process times the input
+    pipeline alone (the loader with no worker first); the references are measured in full,
     the machine's structured points and the sampler's proposals screened over one window, and
     the best are re-measured in full windows in the rounds."""
     events = []
@@ -111,6 +113,7 @@ def test_the_machine_first_then_screening_then_finalists(tmp_path, tuner_cache, 
     summary = run(opts, on_event=lambda kind, data: events.append((kind, data)))
     machine = next(data for kind, data in events if kind == "machine")
     assert machine["curve"] is not None and "knee batch_size" in machine["text"]
+    assert re.search(r"input pipeline alone: data=loader nw=0 [\d,.]+", machine["text"])
     rows = summary.rows
     assert (rows[0]["phase"], rows[0]["ceiling"], rows[0]["status"]) == (
         "ceiling", "machine-compute", "ok")
