@@ -115,15 +115,30 @@ def _summary_lines(lines: list[str]) -> list[str]:
 SHOWN_REMEASURE = 2
 """Re-measurement trial lines shown; the others, and the ceilings' lines, are counted."""
 
+SHOWN_SEARCH = 6
+"""Search trial lines shown (the references and the first screened configurations); the
+others are counted in one line where they would be."""
+
 
 def output_lines(sample_dir: Path = SAMPLE_DIR) -> list[str]:
-    """The sample output: the command, every search trial's line, the re-measurement's first
-    lines, the others and the ceilings counted in one line, and the closing summary."""
+    """The sample output: the command, the first search trials' lines, the others counted in
+    one line, the re-measurement's first lines, the others and the ceilings counted in one
+    line, and the closing summary."""
     meta, _ = load(sample_dir)
     lines = [f"$ {meta['command']}"]
     shown, left_out = 0, {}  # re-measure trial lines shown; trials left out, by phase
+    searched, search_left = 0, 0  # search trial lines shown, and left out
     for kind, data, printed in replay(sample_dir):
         phase = data["row"]["phase"] if kind == "trial" else data.get("phase")
+        if kind == "trial" and phase == "search":
+            searched += 1
+            if searched > SHOWN_SEARCH:
+                search_left += 1
+                continue
+        elif search_left:  # the first line after the search trials
+            lines.append(f"  ({search_left} more search trial{'s' * (search_left > 1)} "
+                         "left out here)")
+            search_left = 0
         keep = (kind in ("summary", "machine") or phase == "search"
                 or (phase == "remeasure" and kind == "phase" and not shown and not left_out)
                 or (phase == "remeasure" and kind == "trial" and shown < SHOWN_REMEASURE))

@@ -257,7 +257,7 @@ def _machine_cells(limit: MachineCompute) -> tuple[str, str]:
     judged = limit.verdict
     if judged.judgement == "bound":
         which = ("largest batch, fastest precision" if limit.kind == "machine-compute" else
-                 "a configuration's own compute-only ceiling, faster than the largest batch")
+                 "the fastest compute-only rate measured")
         return f"{100 * judged.share:.0f}% of it", (
             f"{knobs} ({which}): {judged.headroom:.2f}x the best")
     if judged.judgement == "at it":
