@@ -146,10 +146,11 @@ def machine_compute(rows: list[dict], best_samples_per_sec: float) -> MachineCom
     """The fastest successful compute-only ceiling row (``MACHINE_COMPUTE_KINDS``) among one
     run's ``rows``, judged against the winner's ``best_samples_per_sec``; None without a
     ``machine-compute`` one (the run did not measure the machine's limit)."""
+    def kind(r: Mapping) -> str:
+        return (r.get("ceiling") or "compute").partition(" ")[0]
     measured = [r for r in rows if phase_of(r) == Phase.CEILING and r["status"] == Status.OK
-                and (r.get("ceiling") or "compute").partition(" ")[0] in MACHINE_COMPUTE_KINDS
-                and r.get("samples_per_sec")]
-    if not any((r.get("ceiling") or "").startswith("machine-compute") for r in measured):
+                and kind(r) in MACHINE_COMPUTE_KINDS and r.get("samples_per_sec")]
+    if not any(kind(r) == "machine-compute" for r in measured):
         return None
     top = max(measured, key=lambda r: r["samples_per_sec"])
     return MachineCompute(
@@ -157,7 +158,7 @@ def machine_compute(rows: list[dict], best_samples_per_sec: float) -> MachineCom
         batch_size=top["batch_size"], grad_accum=top.get("grad_accum") or 1,
         amp=top.get("amp") or "off", data_path=MACHINE_BATCHES,
         verdict=verdict(top["samples_per_sec"], best_samples_per_sec),
-        kind=(top.get("ceiling") or "compute").partition(" ")[0],
+        kind=kind(top),
         switches=[name for name in COMPUTE_SWITCHES if top.get(name) is True])
 
 

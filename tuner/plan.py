@@ -67,8 +67,6 @@ once the probe has timed its steps: below it the step time is the per-step overh
 log-uniform range down to the space's low end would spend most of its draws there."""
 
 
-
-
 @dataclass(frozen=True)
 class Resources:
     """Where the trials run: the device type, the GPUs, and the CPUs of the smallest node that
@@ -278,7 +276,7 @@ class Plan:
         low = max(1, int(curve.knee_batch * KNEE_LOW_FRACTION))
         plan = replace(self, compute_curve=curve, input_rates=tuple(input_rates),
                        device_space=self.device_space.with_batch_low(low))
-        return replace(plan, anchors=anchor_points(plan, curve, probe_knobs, input_rates))
+        return replace(plan, anchors=anchor_points(plan, curve, probe_knobs))
 
     def with_hardware_key(self, key: str) -> "Plan":
         return replace(self, hardware_key=key)
@@ -397,14 +395,14 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
     return plan
 
 
-def anchor_points(plan: Plan, curve: ComputeCurve, probe_knobs: Knobs | None,
-                  input_rates: Sequence[InputRate] = ()) -> tuple[tuple[str, Knobs], ...]:
+def anchor_points(plan: Plan, curve: ComputeCurve,
+                  probe_knobs: Knobs | None) -> tuple[tuple[str, Knobs], ...]:
     """The machine's structured points, from the last reference (the recommended, or the
     baseline alone) and the compute curve:
 
     * 'machine': at the knee batch, in the precision the probe ran (the fastest the space
       searches), on the cheapest data path and worker count whose input pipeline alone feeds
-      the knee's compute rate (``tuner.probe.feeding`` of ``input_rates``; none does: the
+      the knee's compute rate (``tuner.probe.feeding`` of ``Plan.input_rates``; none does: the
       fastest measured); without input rates, on the cheapest data path the space allows
       (``ANCHOR_DATA_PATHS``; 'device' without DataLoader workers) and the reference's
       workers;
@@ -427,7 +425,7 @@ def anchor_points(plan: Plan, curve: ComputeCurve, probe_knobs: Knobs | None,
     space = plan.device_space
     amp = probe_knobs.amp if probe_knobs is not None else base.amp
     machine = base.replace(batch_size=curve.knee_batch, amp=amp).updated(
-        _machine_input(space, base, feeding(input_rates,
+        _machine_input(space, base, feeding(plan.input_rates,
                                             curve.samples_per_sec(curve.knee_batch))))[0]
     doubled = base.batch_size
     while doubled * 2 <= curve.max_batch:

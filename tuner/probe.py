@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import partial
+from itertools import groupby
 from typing import Callable, Sequence
 
 from tuner.errors import ProbeOutOfTime
@@ -323,8 +325,8 @@ def measure_input(space: Space, knobs: Knobs, settings: TrialSettings,
                     compute_only=False, loader_only=True, ceiling=None,
                     sample_limit=samples, keep_cache=False)
     rates: list[InputRate] = []
-    for path in dict.fromkeys(k.data_path for k in configs):
-        for config in (k for k in configs if k.data_path == path):
+    for path, same_path in groupby(configs, key=lambda k: k.data_path):  # cheapest first
+        for config in same_path:
             result = run(config, short)
             if result["status"] == Status.TIMEOUT:
                 return rates
@@ -359,9 +361,7 @@ def probe_in_process(workload: Workload, space: Space, base: Knobs,
     (``measure_input``). Measures device memory only: with a host memory limit, use a fresh
     process per probe."""
     from tuner.trial.harness import run_trial
-
-    def run(knobs: Knobs, short: TrialSettings) -> dict:
-        return run_trial(workload, knobs, short)
+    run = partial(run_trial, workload)
     result = probe_batch_limit(space, base, settings, run)
     curve = compute_curve(result, candidates(space))
     if curve is None or result.knobs is None or result.timed_out:

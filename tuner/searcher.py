@@ -284,7 +284,8 @@ class SearchSpec:
     """Windows of a screening trial (the structured points and the sampler's proposals); 0:
     every trial measures the run's full windows."""
     screen_window_s: float = 0.0
-    """Seconds of a screening trial's window; 0: the run's ``window_s``."""
+    """Seconds of a screening trial's window, 0 without screening; a proposal is costed with
+    it, else with ``window_s``."""
 
     @property
     def worst(self) -> float:
@@ -423,8 +424,7 @@ class ConstrainedSearch(Searcher):
         deadline = self.deadline_unix_s() if deadline_unix_s is None else deadline_unix_s
         if deadline is None:
             return True
-        window_s = (self.spec.screen_window_s or self.spec.window_s) if (
-            self.spec.screen_windows) else self.spec.window_s
+        window_s = self.spec.screen_window_s or self.spec.window_s  # 0 unless screening
         if not self.timings:
             return time.time() + window_s <= deadline
         near = min(self.timings, key=lambda t: abs(math.log(t.batch_size / batch_size)))
