@@ -185,9 +185,9 @@ def test_a_reused_trial_process_keeps_its_cache_and_a_fresh_job_still_pays_the_f
     """With ``keep_cache`` (a run whose trial processes are reused), the cache one trial filled
     serves the next trial of the same workload and data in the process: its set-up has no
     decoding pass (64 samples at 20 ms), its ``cache_fill_s`` is the fill's, and its time to
-    train still counts the fill, as a fresh job pays it. A loader trial between them drops the
-    cache (it would count in that trial's memory), and without ``keep_cache`` every trial
-    fills its own."""
+    train still counts the fill, as a fresh job pays it. A loader trial between them leaves a
+    small cache in place (its host memory leaves the cache's bytes out) and drops one over
+    ``KEEP_ACROSS_RAM_SHARE`` of the RAM; without ``keep_cache`` every trial fills its own."""
     import tuner.trial.steppers as steppers
     monkeypatch.setattr(steppers, "_KEPT", {})
     monkeypatch.setenv("TUNER_TEST_FILL_DELAY_S", "0.02")
@@ -208,9 +208,29 @@ def test_a_reused_trial_process_keeps_its_cache_and_a_fresh_job_still_pays_the_f
     assert second["time_to_train_s"] == pytest.approx(
         second["setup_s"] + second["cache_fill_s"] + second["warmup_s"]
         + 99 * second["step_time_ms_p50"] / 1000, rel=1e-9)
+    held = sum(cache.nbytes for cache in steppers._KEPT.values())
+    assert held > 0
+    assert steppers.held_cache_bytes(Knobs(batch_size=8), keep=True) == held
+    assert steppers.held_cache_bytes(Knobs(batch_size=8, data_path="cache"), keep=True) == 0
+    assert steppers.held_cache_bytes(Knobs(batch_size=8), keep=False) == 0
+    trial("loader")
+    assert trial("cache")["setup_s"] < fill_min_s              # kept through the loader trial
+    monkeypatch.setattr(steppers, "KEEP_ACROSS_RAM_SHARE", held / 2**50)  # below the cache's
+    assert steppers.held_cache_bytes(Knobs(batch_size=8), keep=True) == 0
     trial("loader")
     assert trial("cache")["setup_s"] >= fill_min_s             # dropped by the loader trial
     assert trial("cache", keep=False)["setup_s"] >= fill_min_s
+
+
+def test_host_memory_leaves_out_the_bytes_held_for_another_trial():
+    """``HostMemorySampler.held_bytes`` come off every sample (at least 0 left): a kept cache
+    a 'loader' trial does not read is not its memory."""
+    from tuner.trial.measure import HostMemorySampler
+    held = 2**27
+    full = HostMemorySampler().sample()
+    less = HostMemorySampler(held_bytes=held).sample()
+    assert abs((full - less) - held) < 2**25  # the process's own drift between two reads
+    assert HostMemorySampler(held_bytes=2**50).sample() == 0
 
 
 def test_a_workload_without_a_split_fails_a_cache_trial_in_one_line(regression_data):

@@ -54,6 +54,7 @@ from tuner.trial.steppers import (
     LoaderStepper,
     Stepper,
     batch_source,
+    held_cache_bytes,
     on_device,
     phase_columns,
     phase_timer,
@@ -183,7 +184,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     def on_window(window: dict) -> None:
         report({**result, **window, "status": Status.RUNNING})
 
-    sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
+    sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb,
+                                held_bytes=held_cache_bytes(applied, settings.keep_cache))
     with trial_state(applied, device, threads=threads, max_memory=settings.max_memory) as state:
         result.update(torch_threads=state.threads, omp_num_threads=state.omp_num_threads,
                       max_memory_mb=state.limit_mb,
@@ -449,7 +451,8 @@ def follow_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSetting
     device = torch.device(settings.device)
     applied, _ = _clamp(knobs, device)
     threads = None if cpus is None else training_threads(applied.num_workers, cpus)
-    sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb)
+    sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb,
+                                held_bytes=held_cache_bytes(applied, settings.keep_cache))
     with trial_state(applied, device, threads=threads, max_memory=settings.max_memory), sampler:
         stepper, _ = _build(workload, applied, settings, device, sampler, {}, rank)
         follow(stepper, rank)

@@ -123,11 +123,16 @@ class HostMemorySampler:
     ``interval_s``, so that a step's peak (activations during the backward pass) is caught
     before the windows repeat the same steps. A limit crossed between two samples of a window
     is seen that much later (the trial is still recorded ``over_limit``, with its peak).
+
+    ``held_bytes`` (>= 0) are left out of every sample: memory the process holds for another
+    trial, not this one (a decoded cache kept through a 'loader' trial,
+    ``tuner.trial.steppers.held_cache_bytes``).
     """
 
     def __init__(self, interval_s: float = 0.1, limit_mb: float | None = None,
-                 max_duty: float = 0.01):
+                 max_duty: float = 0.01, held_bytes: int = 0):
         self.interval_s = interval_s
+        self.held_bytes = held_bytes
         self.max_duty = max_duty
         self.limit_mb = limit_mb
         self.peak_bytes = 0
@@ -150,6 +155,7 @@ class HostMemorySampler:
                 total += _pss_or_rss(p)
             except psutil.Error:  # a worker exited between listing and reading
                 continue
+        total = max(0, total - self.held_bytes)
         self.peak_bytes = max(self.peak_bytes, total)
         if self.limit_mb is not None and self.peak_bytes > self.limit_mb * 2**20:
             self.exceeded.set()

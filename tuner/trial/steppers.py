@@ -35,7 +35,8 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
     the DataLoader reads that rank's share of the samples through a ``DistributedSampler``;
     the device path keeps every sample on each rank's device. With ``keep``, the cache is
     kept for the next trial of this process and one kept from an earlier trial is used
-    (``kept_cache``). With ``only`` (samples a compute-only trial reads: its resident batches;
+    (``kept_cache``); a 'loader' trial, which does not read it, leaves it kept while it is small
+    (``keeps_across``). With ``only`` (samples a compute-only trial reads: its resident batches;
     ``TrialSettings.sample_limit``) the trial reads the first that many samples: the cache and
     device paths decode them, not the whole dataset (``decoded_prefix``).
     Returns the batches, the fill's seconds (None for 'loader'; for a kept
@@ -47,7 +48,8 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
         tuner.errors.DataError: a sample that fails to decode (naming its file).
     """
     if knobs.data_path == "loader":
-        _KEPT.clear()  # a cache kept from an earlier trial would count in this one's memory
+        if not keeps_across(keep):
+            _KEPT.clear()
         dataset = workload.build_dataset(data_dir, scale)
         if only is not None and shard is None:
             dataset = Subset(dataset, range(min(only, len(dataset))))
@@ -74,6 +76,29 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
 _KEPT: dict[tuple, DecodedCache] = {}
 """The last cache this process filled (at most one), by (workload name, data directory, scale,
 samples): what a reused trial process already paid for."""
+
+KEEP_ACROSS_RAM_SHARE = 0.1
+"""A kept cache stays through a 'loader' trial (which does not read it) while it holds at most
+this share of the machine's RAM, for the 'cache' or 'device' trial after it; a larger one is
+dropped, so that the loader trial's DataLoader workers have the memory a fresh process would."""
+
+
+def keeps_across(keep: bool) -> bool:
+    """Whether a 'loader' trial of this process leaves the kept cache (``kept_cache``) in place:
+    with ``keep``, a cache at most ``KEEP_ACROSS_RAM_SHARE`` of the machine's RAM."""
+    import psutil
+    held = sum(cache.nbytes for cache in _KEPT.values())
+    return keep and 0 < held <= KEEP_ACROSS_RAM_SHARE * psutil.virtual_memory().total
+
+
+def held_cache_bytes(knobs: Knobs, keep: bool) -> int:
+    """Bytes of a kept cache that a trial of ``knobs`` (``keep``: ``TrialSettings.keep_cache``)
+    holds without reading it: those of a cache a 'loader' trial leaves in place
+    (``keeps_across``), else 0. The trial's host-memory figure leaves them out
+    (``HostMemorySampler.held_bytes``): a fresh process would not have them."""
+    if knobs.data_path != "loader" or not keeps_across(keep):
+        return 0
+    return sum(cache.nbytes for cache in _KEPT.values())
 
 
 def kept_cache(workload: Workload, path: Any, data_dir: Path, scale: str, num_workers: int,
