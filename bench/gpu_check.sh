@@ -5,6 +5,10 @@
 # device-bundle.sh, on a machine without internet; else `pip install -e .`), then runs
 # `bench/gpu_acceptance.py --quick`. Writes gpu-acceptance.md, .json, .log, gpu-tests.log and
 # tuner-results.tar.gz (the leaderboards) to $OUT (default: .).
+# The GPU targets need three such commands, each within 9 minutes:
+#   bash bench/gpu_check.sh                                              # tests, ddpm, classifier
+#   bash bench/gpu_check.sh --workloads ddpm --time-budget 300 --no-tests   # the 5-minute ddpm run
+#   bash bench/gpu_check.sh --workloads chargpt headpose classifier299 segmentation3d --no-tests
 set -uo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)

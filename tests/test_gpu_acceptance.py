@@ -79,6 +79,21 @@ def test_a_workload_the_deadline_cannot_hold_is_skipped_with_a_note(bench, tmp_p
     assert "ddpm: skipped" in report and "still to run" not in report
 
 
+def test_quick_caps_the_trials_and_a_time_budget_runs_the_products_search(bench, tmp_path,
+                                                                         monkeypatch):
+    """--quick runs ddpm with ``QUICK_TRIALS`` and no re-measurement; with --time-budget the
+    run searches as a user's run of that budget does (no trial cap, the default finalists),
+    so that its screened configurations are the product's."""
+    jobs = []
+    monkeypatch.setattr(bench, "_in_child", lambda target, a, box: jobs.append(a[1]) or False)
+    for budget in (None, 300.0):
+        args = bench.argparse.Namespace(device="cuda", scale="seed", quick=True, deadline_s=None,
+                                        time_budget=budget, trials=None, no_tests=True, out=None)
+        bench.run_workload(bench.Run(args, ["ddpm"], tmp_path), "ddpm")
+    assert (jobs[0]["trials"], jobs[0]["confirm"]) == (bench.QUICK_TRIALS["ddpm"], 0)
+    assert (jobs[1]["trials"], jobs[1]["confirm"], jobs[1]["budget"]) == (None, None, 300.0)
+
+
 def test_an_unknown_workload_is_one_line_and_exit_code_2(bench, capsys):
     assert bench.main(["--workloads", "nosuch", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
@@ -125,6 +140,44 @@ def test_ceilings_and_re_measurements_are_labelled_as_such_not_counted_as_trials
 STOPPED = {"status": "timeout", "samples_per_sec": 2210.4, "windows": 4, "phase": "search",
            "reference": "baseline", "batch_size": 256, "num_workers": 2, "data_path": "loader",
            "error": "stopped by the time budget during window 5, after 4 of 5 windows"}
+
+
+def test_the_machine_limit_the_screened_count_and_the_doubling_ratio_are_in_the_row(bench):
+    """The columns the GPU targets are judged on: the run's machine limit and the best's share
+    of it, the search trials and those screened (fewer windows than a reference planned), the
+    best ÷ the doubling answer; the screened count is a target of a ddpm run of 300 s or more."""
+    from tuner.ceilings import Ceilings, MachineCompute, verdict
+    from tuner.noise import Speedup
+    from tuner.winner import Attainable, Reference
+    machine = MachineCompute(6353.0, "t9", 652, 1, "bf16", "device", verdict(6353.0, 6277.5))
+    answer = SimpleNamespace(
+        ceilings=Ceilings(6408.1, 1, False, 0.98, None, False, machine_compute=machine),
+        attainable=Attainable(None, None, None, compute_samples_per_sec=6408.1),
+        baseline=Reference("baseline", 149.0, False, Speedup(42.1, None, None, 1)),
+        recommended=Reference("recommended", 627.8, False, Speedup(10.0, None, None, 1)))
+    best = SimpleNamespace(samples_per_sec=6277.5, answer=answer, row={
+        "batch_size": 652, "data_path": "device", "compile": "off"})
+    row = dict.fromkeys(bench.COLUMNS)
+    row.update(workload="ddpm", notes=[], partial={}, budget_s=300.0)
+    rows = [{"phase": "search", "reference": "baseline", "windows_planned": 5},
+            {"phase": "search", "reference": "recommended", "windows_planned": 5},
+            *({"phase": "search", "windows_planned": 1} for _ in range(3)),
+            {"phase": "remeasure", "windows_planned": 2}, {"phase": "ceiling"}]
+    bench._fill_answer(row, SimpleNamespace(best=best, rows=rows), "cuda")
+    row.update({"peers' samples/sec": 1616.4, "best ÷ peers'": 6277.5 / 1616.4})
+    cells = dict(zip(bench.COLUMNS, (c.strip() for c in
+                                     bench.markdown([row]).splitlines()[2].split("|")[1:-1]),
+                     strict=True))
+    assert cells["search trials (screened)"] == "5 (3)"
+    assert cells["machine limit"] == "6,353.0"
+    assert cells["best ÷ machine limit"] == "0.99"
+    assert cells["best ÷ peers'"] == "3.88"
+    assert any("bs=652 amp=bf16" in n for n in row["notes"])
+    line = bench.targets([row])[0]
+    assert "best ÷ machine limit 0.99 (target >= 0.9)" in line
+    assert "3.88 (target >= 1.1)" in line
+    assert "3 configurations screened in 300 s (target >= 40)" in line
+    assert "screened" not in bench.targets([{**row, "budget_s": 150.0}])[0]
 
 
 def test_a_budget_stopped_measurement_is_the_answer_with_its_windows_not_no_trial(bench):
