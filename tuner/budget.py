@@ -22,10 +22,11 @@ from tuner.status import Phase, phase_of
 
 # ---------------------------------------------------------------------- the run's budget
 
-DEFAULT_CUDA_TIME_BUDGET_S = 1800.0
-"""Time budget of a run on CUDA without ``--time-budget``: 30 minutes, probe, search,
-re-measurement and ceilings included; most runs of the default 40 trials end on the trial
-count first."""
+DEFAULT_CUDA_TIME_BUDGET_S = 600.0
+"""Time budget of a run on CUDA without ``--time-budget``: 10 minutes, probe, search,
+re-measurement and ceilings included. Source: on one H200 a 200-s ddpm run answered 0.99 of the
+machine's compute limit; a ``torch.compile`` trial needs ~100 s (``COMPILE_NEEDS_S``), so 10
+minutes hold the eager search twice over and a few compiled trials (docs/defaults.md)."""
 
 DEFAULT_CPU_TIME_BUDGET_S = 210.0
 """Time budget of the default run on CPU (neither ``--trials`` nor ``--time-budget``): 3 min

@@ -156,7 +156,7 @@ class RunOptions:
     time_budget_s: float | None = None
     """Seconds the whole run may take (probe, search, re-measurement and ceilings; it ends
     within ``tuner.budget.BUDGET_GRACE_S`` more); None: ``tuner.budget.default_time_budget_s``
-    (30 min on CUDA; on CPU 210 s for the default run, none with ``trials``)."""
+    (10 min on CUDA; on CPU 210 s for the default run, none with ``trials``)."""
     device: Device = "auto"
     scale: Scale | None = None
     """None: ``default_scale(device)``, 'full' on CUDA, 'tiny' on CPU. The old word 'seed' reads
