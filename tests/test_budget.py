@@ -511,7 +511,8 @@ def test_the_command_lines_budget_counts_from_the_launch(regression_data, tmp_pa
 def test_a_compile_mode_longer_than_the_search_is_not_searched(regression_data, tmp_path):
     """With 300 s and 20 % of it kept for the follow-ups, the search has 240 s: max-autotune
     (600 s assumed) is not searched, and the plan says so; default and reduce-overhead (90 and
-    120 s without a workload hint) are. Without a time budget nothing is dropped."""
+    120 s without a workload hint) are; CUDA's default budget drops max-autotune too. Without a
+    time budget nothing is dropped."""
     space = tmp_path / "compile.yaml"
     space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n"
                      "  compile: {choices: ['off', default, reduce-overhead, max-autotune]}\n")
@@ -524,8 +525,13 @@ def test_a_compile_mode_longer_than_the_search_is_not_searched(regression_data, 
     tight = make_plan(replace(options, time_budget_s=100), Resources("cuda", 1, 16))
     assert "compile" not in tight.device_space.domains                  # 80 s of search
     assert tight.device_space.constants["compile"] == "off"
+    # CUDA's default budget (10 minutes) leaves max-autotune out, the other modes in
+    default = make_plan(replace(options, time_budget_s=None, trials=4), Resources("cuda", 1, 16))
+    assert default.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S
+    assert default.device_space.domains["compile"].values == ("off", "default", "reduce-overhead")
     unbounded = make_plan(replace(options, time_budget_s=None, trials=4),
-                          Resources("cuda", 1, 16))
+                          Resources("cpu", 0, 16))                      # --trials on CPU
+    assert unbounded.time_budget_s is None
     assert "max-autotune" in unbounded.device_space.domains["compile"].values
 
 
