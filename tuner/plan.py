@@ -23,7 +23,7 @@ from tuner.budget import default_time_budget_s
 from tuner.errors import DataError, TunerError
 from tuner.hardware import cpu_has_native_bf16
 from tuner.knobs import COMPUTE_SWITCHES, Knobs
-from tuner.probe import ANCHOR_DATA_PATHS, ComputeCurve, InputRate, feeding
+from tuner.probe import ComputeCurve, InputRate, feeding, offered_paths
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.settings import (
     DEVICES,
@@ -404,8 +404,8 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
       searches), on the cheapest data path and worker count whose input pipeline alone feeds
       the knee's compute rate (``tuner.probe.feeding`` of ``Plan.input_rates``; none does: the
       fastest measured); without input rates, on the cheapest data path the space allows
-      (``ANCHOR_DATA_PATHS``; 'device' without DataLoader workers) and the reference's
-      workers;
+      (``tuner.probe.offered_paths``; 'device' without DataLoader workers) and the
+      reference's workers;
     * 'machine+<switch>': the machine point with one of ``COMPUTE_SWITCHES`` turned on, for
       each the space searches and the machine point has off: the probe ran the model with the
       reference's layout and optimizer, and a switch such as ``channels_last`` or the fused
@@ -453,11 +453,9 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
 def _machine_input(space: Space, base: Knobs, fed: InputRate | None) -> dict[str, Any]:
     """The knob changes that put the reference ``base`` on the machine point's input pipeline:
     the data path and worker count of ``fed`` (``tuner.probe.feeding``), or without one the
-    cheapest data path the space allows (``ANCHOR_DATA_PATHS``) with the reference's workers
-    ('device': none)."""
-    dom = space.domains.get("data_path")
-    paths = dom.values if isinstance(dom, Choices) else (base.data_path,)
-    path = next((p for p in ANCHOR_DATA_PATHS if p in paths), base.data_path)
+    cheapest data path the space allows (``tuner.probe.offered_paths``) with the reference's
+    workers ('device': none)."""
+    path = next(iter(offered_paths(space, base.data_path)), base.data_path)
     change: dict[str, Any] = {}
     if fed is not None:
         path = fed.data_path

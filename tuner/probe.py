@@ -94,6 +94,14 @@ worker; a decoded cache needs only the augmentation's; the loader decodes every 
 INPUT_WINDOW_S = 0.3
 """Seconds of the one timed window of each input-rate trial (``measure_input``)."""
 
+
+def offered_paths(space: Space, default: str) -> list[str]:
+    """The data paths ``space`` searches, cheapest first (``ANCHOR_DATA_PATHS``); a space that
+    does not search the knob offers ``default`` (its constant, or the configuration's)."""
+    dom = space.domains.get("data_path")
+    paths = dom.values if isinstance(dom, Choices) else (default,)
+    return [p for p in ANCHOR_DATA_PATHS if p in paths]
+
 FEED_MARGIN = 1.25
 """A data path feeds the knee when its rate alone is at least this times the knee's compute
 rate: in training its loading shares the host with the training step."""
@@ -285,13 +293,11 @@ def input_knobs(space: Space, knobs: Knobs, batch_size: int,
     the run clamps it off on CPU). The batch is ``batch_size`` on the
     device path, else at most ``samples`` / (2 x the workers), so that each worker reads two
     batches of every pass over the ``samples`` read."""
-    dom = space.domains.get("data_path")
-    paths = dom.values if isinstance(dom, Choices) else (knobs.data_path,)
     workers = space.domains.get("num_workers")
     most = (workers.high if isinstance(workers, IntRange) else max(workers.values)
             if isinstance(workers, Choices) else int(space.constants.get("num_workers", 0)))
     out = []
-    for path in (p for p in ANCHOR_DATA_PATHS if p in paths):
+    for path in offered_paths(space, knobs.data_path):
         if path == "device":
             out.append(knobs.updated({"data_path": "device", "num_workers": 0})[0]
                        .replace(batch_size=batch_size))
