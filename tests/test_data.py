@@ -222,15 +222,23 @@ def test_a_reused_trial_process_keeps_its_cache_and_a_fresh_job_still_pays_the_f
     assert trial("cache", keep=False)["setup_s"] >= fill_min_s
 
 
-def test_host_memory_leaves_out_the_bytes_held_for_another_trial():
-    """``HostMemorySampler.held_bytes`` come off every sample (at least 0 left): a kept cache
-    a 'loader' trial does not read is not its memory."""
-    from tuner.trial.measure import HostMemorySampler
-    held = 2**27
-    full = HostMemorySampler().sample()
-    less = HostMemorySampler(held_bytes=held).sample()
-    assert abs((full - less) - held) < 2**25  # the process's own drift between two reads
-    assert HostMemorySampler(held_bytes=2**50).sample() == 0
+def test_host_memory_leaves_out_the_bytes_held_for_another_trial(monkeypatch):
+    """``HostMemorySampler.held_bytes`` come off every sample and the peak (at least 0 left): a
+    kept cache a 'loader' trial does not read is not its memory. The process's memory is
+    fixed here (1 GiB, no child): a real one moves as other tests' workers come and go."""
+    from types import SimpleNamespace
+
+    import tuner.trial.measure as measure
+    monkeypatch.setattr(measure, "_pss_or_rss", lambda process: 2**30)
+
+    def sampler(held: int) -> measure.HostMemorySampler:
+        out = measure.HostMemorySampler(held_bytes=held)
+        out._proc = SimpleNamespace(children=lambda recursive: [])
+        return out
+    assert sampler(0).sample() == 2**30
+    held = sampler(2**28)
+    assert held.sample() == 2**30 - 2**28 and held.peak_bytes == 2**30 - 2**28
+    assert sampler(2**31).sample() == 0
 
 
 def test_a_workload_without_a_split_fails_a_cache_trial_in_one_line(regression_data):
