@@ -94,14 +94,6 @@ worker; a decoded cache needs only the augmentation's; the loader decodes every 
 INPUT_WINDOW_S = 0.3
 """Seconds of the one timed window of each input-rate trial (``measure_input``)."""
 
-
-def offered_paths(space: Space, default: str) -> list[str]:
-    """The data paths ``space`` searches, cheapest first (``ANCHOR_DATA_PATHS``); a space that
-    does not search the knob offers ``default`` (its constant, or the configuration's)."""
-    dom = space.domains.get("data_path")
-    paths = dom.values if isinstance(dom, Choices) else (default,)
-    return [p for p in ANCHOR_DATA_PATHS if p in paths]
-
 FEED_MARGIN = 1.25
 """A data path feeds the knee when its rate alone is at least this times the knee's compute
 rate: in training its loading shares the host with the training step."""
@@ -282,6 +274,14 @@ def _search(sizes: list[int], fits: Callable[[int], bool], bounds: list) -> None
                 lo = bounds[0] = mid
             else:
                 hi = bounds[1] = mid
+
+
+def offered_paths(space: Space, default: str) -> list[str]:
+    """The data paths ``space`` searches, cheapest first (``ANCHOR_DATA_PATHS``); a space that
+    does not search the knob offers ``default`` (its constant, or the configuration's)."""
+    dom = space.domains.get("data_path")
+    paths = dom.values if isinstance(dom, Choices) else (default,)
+    return [p for p in ANCHOR_DATA_PATHS if p in paths]
 
 
 def input_knobs(space: Space, knobs: Knobs, batch_size: int,

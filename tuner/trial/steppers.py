@@ -36,7 +36,7 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
     the device path keeps every sample on each rank's device. With ``keep``, the cache is
     kept for the next trial of this process and one kept from an earlier trial is used
     (``kept_cache``); a 'loader' trial, which does not read it, leaves it kept while it is small
-    (``keeps_across``). With ``only`` (samples a compute-only trial reads: its resident batches;
+    (``held_cache_bytes``). With ``only`` (samples a compute-only trial reads: its resident batches;
     ``TrialSettings.sample_limit``) the trial reads the first that many samples: the cache and
     device paths decode them, not the whole dataset (``decoded_prefix``).
     Returns the batches, the fill's seconds (None for 'loader'; for a kept
@@ -48,7 +48,7 @@ def batch_source(workload: Workload, knobs: Knobs, data_dir: Path, scale: str,
         tuner.errors.DataError: a sample that fails to decode (naming its file).
     """
     if knobs.data_path == "loader":
-        if not keeps_across(keep):
+        if not held_cache_bytes(knobs, keep):  # none kept, or too large to keep through it
             _KEPT.clear()
         dataset = workload.build_dataset(data_dir, scale)
         if only is not None and shard is None:
@@ -83,22 +83,18 @@ this share of the machine's RAM, for the 'cache' or 'device' trial after it; a l
 dropped, so that the loader trial's DataLoader workers have the memory a fresh process would."""
 
 
-def keeps_across(keep: bool) -> bool:
-    """Whether a 'loader' trial of this process leaves the kept cache (``kept_cache``) in place:
-    with ``keep``, a cache at most ``KEEP_ACROSS_RAM_SHARE`` of the machine's RAM."""
+def held_cache_bytes(knobs: Knobs, keep: bool) -> int:
+    """Bytes of a kept cache (``kept_cache``) that a trial of ``knobs`` (``keep``:
+    ``TrialSettings.keep_cache``) holds without reading it: a 'loader' trial with ``keep``
+    leaves a cache of at most ``KEEP_ACROSS_RAM_SHARE`` of the machine's RAM in place; else 0
+    (a loader trial then drops the cache). The trial's host-memory figure leaves them out
+    (``HostMemorySampler.held_bytes``): a fresh process would not have them."""
     import psutil
     held = sum(cache.nbytes for cache in _KEPT.values())
-    return keep and 0 < held <= KEEP_ACROSS_RAM_SHARE * psutil.virtual_memory().total
-
-
-def held_cache_bytes(knobs: Knobs, keep: bool) -> int:
-    """Bytes of a kept cache that a trial of ``knobs`` (``keep``: ``TrialSettings.keep_cache``)
-    holds without reading it: those of a cache a 'loader' trial leaves in place
-    (``keeps_across``), else 0. The trial's host-memory figure leaves them out
-    (``HostMemorySampler.held_bytes``): a fresh process would not have them."""
-    if knobs.data_path != "loader" or not keeps_across(keep):
+    if (knobs.data_path != "loader" or not keep
+            or held > KEEP_ACROSS_RAM_SHARE * psutil.virtual_memory().total):
         return 0
-    return sum(cache.nbytes for cache in _KEPT.values())
+    return held
 
 
 def kept_cache(workload: Workload, path: Any, data_dir: Path, scale: str, num_workers: int,
