@@ -15,6 +15,7 @@ import pytest
 from tests.fake_workloads import ClockedPaced, StepClock, paced
 from tuner.budget import (
     BUDGET_GRACE_S,
+    COMPILE_TRIALS_IN_SEARCH,
     DEFAULT_CPU_TIME_BUDGET_S,
     DEFAULT_CUDA_TIME_BUDGET_S,
     FOLLOWUP_SHARE,
@@ -508,25 +509,37 @@ def test_the_command_lines_budget_counts_from_the_launch(regression_data, tmp_pa
     assert old.launched_at(old.planned_at).budget_start() == old.planned_at
 
 
-def test_a_compile_mode_longer_than_the_search_is_not_searched(regression_data, tmp_path):
-    """With 300 s and 20 % of it kept for the follow-ups, the search has 240 s: max-autotune
-    (600 s assumed) is not searched, and the plan says so; default and reduce-overhead (90 and
-    120 s without a workload hint) are; CUDA's default budget drops max-autotune too. Without a
-    time budget nothing is dropped."""
+def test_a_compile_mode_the_search_cannot_hold_three_times_is_not_searched(regression_data,
+                                                                          tmp_path):
+    """A compile mode is searched when the search holds COMPILE_TRIALS_IN_SEARCH of its
+    compiles. With 300 s and 20 % kept for the follow-ups the search has 240 s: default (90 s
+    assumed without a workload hint: 270 s for three), reduce-overhead (120 s) and max-autotune
+    (600 s) are not searched, and each note names the budget that searches it; that budget
+    does. CUDA's default budget (10 minutes) keeps default and reduce-overhead, drops
+    max-autotune. Without a time budget nothing is dropped."""
+    assert COMPILE_TRIALS_IN_SEARCH == 3
     space = tmp_path / "compile.yaml"
     space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n"
                      "  compile: {choices: ['off', default, reduce-overhead, max-autotune]}\n")
     options = RunOptions(workload=PACED, data=str(regression_data), device="cpu",
                          results=str(tmp_path / "r"), time_budget_s=300, space_file=str(space))
     plan = make_plan(options, Resources("cuda", 1, 16))
-    assert plan.device_space.domains["compile"].values == ("off", "default", "reduce-overhead")
-    (note,) = [n for n in plan.notes if "max-autotune" in n]
-    assert "needs about 600 s to compile, more than the search's 240 s" in note
-    tight = make_plan(replace(options, time_budget_s=100), Resources("cuda", 1, 16))
-    assert "compile" not in tight.device_space.domains                  # 80 s of search
-    assert tight.device_space.constants["compile"] == "off"
+    assert "compile" not in plan.device_space.domains
+    assert plan.device_space.constants["compile"] == "off"
+    notes = {mode: note for mode in ("default", "reduce-overhead", "max-autotune")
+             for note in plan.notes if f"compile={mode} is not searched" in note}
+    assert ("needs about 90 s to compile, and the search's 240 s of the 300-s time budget hold "
+            "fewer than 3 such trials (--time-budget 340 or more searches it)") in notes["default"]
+    assert "(--time-budget 450 or more searches it)" in notes["reduce-overhead"]
+    assert "(--time-budget 2250 or more searches it)" in notes["max-autotune"]
+    for budget_s, searched in ((340, ("off", "default")),
+                               (450, ("off", "default", "reduce-overhead"))):
+        longer = make_plan(replace(options, time_budget_s=budget_s), Resources("cuda", 1, 16))
+        assert longer.device_space.domains["compile"].values == searched
+    assert make_plan(replace(options, time_budget_s=330), Resources("cuda", 1, 16)
+                     ).device_space.constants["compile"] == "off"          # 264 s < 270 s
     # CUDA's default budget (10 minutes) leaves max-autotune out, the other modes in
-    default = make_plan(replace(options, time_budget_s=None, trials=4), Resources("cuda", 1, 16))
+    default = make_plan(replace(options, time_budget_s=None), Resources("cuda", 1, 16))
     assert default.time_budget_s == DEFAULT_CUDA_TIME_BUDGET_S
     assert default.device_space.domains["compile"].values == ("off", "default", "reduce-overhead")
     unbounded = make_plan(replace(options, time_budget_s=None, trials=4),

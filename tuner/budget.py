@@ -235,6 +235,21 @@ COMPILE_MARGIN = 1.25
 one (the ddpm hint, 80 s, becomes 100 s)."""
 
 
+COMPILE_TRIALS_IN_SEARCH = 3
+"""A ``torch.compile`` mode is searched under a time budget only when the search holds this
+many of its compiles (``compile_needs_s``): a compiled trial taking more than a third of the
+search leaves the screening few configurations (a 5-minute ddpm search on an H200 has ~170 s
+after its start-up and references, an eager screen takes ~4 s, a compiled trial ~100 s), and
+one compiled trial at one batch says little of the mode (on an H100 its gain over eager grew
+with the batch: ddpm 1.65x at batch 1,024)."""
+
+
+def compile_searched_from_s(needs_s: float) -> float:
+    """The least search time (seconds) in which a ``torch.compile`` mode needing ``needs_s``
+    (``compile_needs_s``) is searched: ``COMPILE_TRIALS_IN_SEARCH`` of its compiles."""
+    return COMPILE_TRIALS_IN_SEARCH * needs_s
+
+
 def compile_needs_s(mode: str, workload: Any, device_type: str) -> float:
     """Seconds a ``torch.compile`` ``mode`` ('default', 'reduce-overhead', 'max-autotune') is
     assumed to need before its first step ends. ``workload``: anything with a

@@ -490,12 +490,13 @@ def _rank_cpus(options: RunOptions, resources: Resources) -> int | None:
 
 
 def _without_unaffordable_compile(plan: Plan) -> Plan:
-    """The plan whose space no longer samples a ``torch.compile`` mode that needs longer to
-    compile (``tuner.budget.compile_needs_s``) than the whole search has (the time budget
-    less the follow-ups' share), with a note saying so; unchanged without a time budget.
-    Every trial proposing such a mode would be refused at its set-up
-    (``tuner.budget.compile_refusal``) and told to the sampler as a
-    failure it learns nothing from. A reference using the mode keeps it: it runs as written."""
+    """The plan whose space no longer samples a ``torch.compile`` mode whose compiles
+    (``tuner.budget.compile_needs_s``) the search (the time budget less the follow-ups' share)
+    cannot hold ``tuner.budget.COMPILE_TRIALS_IN_SEARCH`` times, with a note naming the
+    budget that would search it; unchanged without a time budget. A proposal of such a mode
+    would spend most of the search on one configuration, or be refused at its set-up
+    (``tuner.budget.compile_refusal``) and told to the sampler as a failure it learns nothing
+    from. A reference using the mode keeps it: it runs as written."""
     dom = plan.device_space.domains.get("compile")
     if plan.time_budget_s is None or not isinstance(dom, Choices):
         return plan
@@ -504,12 +505,27 @@ def _without_unaffordable_compile(plan: Plan) -> Plan:
     space, notes = plan.device_space, list(plan.notes)
     for mode in dom.values:
         needs_s = 0.0 if mode == "off" else budget.compile_needs_s(mode, plan.workload, plan.device)
-        if needs_s > search_s and mode not in used:
+        if budget.compile_searched_from_s(needs_s) > search_s and mode not in used:
             space = space.without("compile", mode)
             notes.append(f"compile={mode} is not searched: it needs about {needs_s:.0f} s to "
-                         f"compile, more than the search's {search_s:.0f} s of the "
-                         f"{plan.time_budget_s:.0f}-s time budget (--time-budget S)")
+                         f"compile, and the search's {search_s:.0f} s of the "
+                         f"{plan.time_budget_s:.0f}-s time budget hold fewer than "
+                         f"{budget.COMPILE_TRIALS_IN_SEARCH} such trials (--time-budget "
+                         f"{_budget_searching_s(plan, needs_s):.0f} or more searches it)")
     return replace(plan, device_space=space, notes=tuple(notes))
+
+
+def _budget_searching_s(plan: Plan, needs_s: float) -> float:
+    """The least time budget, in whole tens of seconds, whose search holds
+    ``budget.COMPILE_TRIALS_IN_SEARCH`` compiles of ``needs_s`` seconds each (the follow-ups'
+    share depends on the budget: ``Plan.followup_share``)."""
+    wanted_s = budget.compile_searched_from_s(needs_s)
+    budget_s = math.ceil(max(plan.time_budget_s or 0.0, wanted_s) / 10) * 10
+    while True:
+        share = replace(plan, time_budget_s=budget_s).followup_share()
+        if budget.search_time_s(budget_s, share, budget_s) >= wanted_s:
+            return budget_s
+        budget_s += 10
 
 
 CACHE_SHARE = 0.5
