@@ -502,17 +502,22 @@ def _without_unaffordable_compile(plan: Plan) -> Plan:
         return plan
     search_s = budget.search_time_s(plan.time_budget_s, plan.followup_share(), plan.time_budget_s)
     used = {knobs.compile for _, knobs in plan.references}
-    space, notes = plan.device_space, list(plan.notes)
+    space, dropped = plan.device_space, {}
     for mode in dom.values:
         needs_s = 0.0 if mode == "off" else budget.compile_needs_s(mode, plan.workload, plan.device)
         if budget.compile_searched_from_s(needs_s) > search_s and mode not in used:
-            space = space.without("compile", mode)
-            notes.append(f"compile={mode} is not searched: it needs about {needs_s:.0f} s to "
-                         f"compile, and the search's {search_s:.0f} s of the "
-                         f"{plan.time_budget_s:.0f}-s time budget hold fewer than "
-                         f"{budget.COMPILE_TRIALS_IN_SEARCH} such trials (--time-budget "
-                         f"{_budget_searching_s(plan, needs_s):.0f} or more searches it)")
-    return replace(plan, device_space=space, notes=tuple(notes))
+            space, dropped[mode] = space.without("compile", mode), needs_s
+    if not dropped:
+        return plan
+    cheapest = min(dropped, key=dropped.get)
+    verb, pronoun = ("is", "it needs") if len(dropped) == 1 else ("are", "they need")
+    needs = "/".join(f"{needs_s:.0f}" for needs_s in dropped.values())
+    note = (f"compile={'/'.join(dropped)} {verb} not searched: {pronoun} about {needs} s to "
+            f"compile, and the search's {search_s:.0f} s of the {plan.time_budget_s:.0f}-s time "
+            f"budget hold fewer than {budget.COMPILE_TRIALS_IN_SEARCH} such compiles "
+            f"(--time-budget {_budget_searching_s(plan, dropped[cheapest]):.0f} or more "
+            f"searches {cheapest})")
+    return replace(plan, device_space=space, notes=(*plan.notes, note))
 
 
 def _budget_searching_s(plan: Plan, needs_s: float) -> float:
