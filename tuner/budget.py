@@ -237,11 +237,9 @@ one (the ddpm hint, 80 s, becomes 100 s)."""
 
 COMPILE_TRIALS_IN_SEARCH = 3
 """A ``torch.compile`` mode is searched under a time budget only when the search holds this
-many of its compiles (``compile_needs_s``): a compiled trial taking more than a third of the
-search leaves the screening few configurations (a 5-minute ddpm search on an H200 has ~170 s
-after its start-up and references, an eager screen takes ~4 s, a compiled trial ~100 s), and
-one compiled trial at one batch says little of the mode (on an H100 its gain over eager grew
-with the batch: ddpm 1.65x at batch 1,024)."""
+many of its compiles (``compile_needs_s``), so that one compiled trial takes at most a third of
+the search. Source: on an H200 a compiled ddpm trial (~100 s) costs about 25 eager screening
+trials of a 5-minute run's ~170-s search (docs/defaults.md)."""
 
 
 def compile_searched_from_s(needs_s: float) -> float:
