@@ -482,6 +482,9 @@ def _fill_answer(row: dict, result, device: str) -> dict | None:
     _mark_partial(row, "best", best_row)
     row["best loader-path"] = best_loader_path(result.rows)
     row["search trials (screened)"] = search_counts(result.rows)
+    costs = screening_costs(result.rows)
+    if costs:
+        row["notes"].append(costs)
     return best_row
 
 
@@ -492,6 +495,48 @@ def search_counts(rows: list[dict]) -> list[int]:
     search = [r for r in rows if (r.get("phase") or "search") == "search"]
     full = max((r.get("windows_planned") or 0 for r in search), default=0)
     return [len(search), sum(1 for r in search if 0 < (r.get("windows_planned") or 0) < full)]
+
+
+AUTOTUNE_KEY = ("batch_size", "amp", "channels_last", "tf32")
+"""Knobs that give cuDNN's benchmark new convolution shapes, types or math to autotune."""
+
+
+def screening_costs(rows: list[dict]) -> str | None:
+    """One line on what the screening trials cost (the count the 5-minute target asks for
+    rests on it), or None without one: how many, their median start-to-start seconds (the
+    trial and what Ray spends before the next), and their median first step, apart for those
+    with ``cudnn_benchmark`` at a shape (``AUTOTUNE_KEY``) no earlier trial of the run had on
+    (cuDNN autotunes it: 12.2 s for ddpm on an H200, 2026-11-27)."""
+    search = [r for r in rows if (r.get("phase") or "search") == "search"]
+    full = max((r.get("windows_planned") or 0 for r in search), default=0)
+    timed = sorted((r for r in rows if r.get("started_at") is not None),
+                   key=lambda r: r["started_at"])
+    seen: set[tuple] = set()
+    screens, apart, new_shape, known_shape = 0, [], [], []
+    for r, after in zip(timed, [*timed[1:], None]):
+        key = tuple(r.get(k) for k in AUTOTUNE_KEY)
+        fresh = bool(r.get("cudnn_benchmark")) and key not in seen
+        if r.get("cudnn_benchmark"):
+            seen.add(key)
+        if ((r.get("phase") or "search") != "search"
+                or not 0 < (r.get("windows_planned") or 0) < full):
+            continue
+        screens += 1
+        if after is not None:
+            apart.append((after["started_at"] - r["started_at"]).total_seconds())
+        if r.get("first_step_s") is not None:
+            (new_shape if fresh else known_shape).append(r["first_step_s"])
+    if not screens:
+        return None
+    line = f"screening: {screens} trials"
+    if apart:
+        line += f", a median {statistics.median(apart):.1f} s start to start"
+    if known_shape:
+        line += f"; first step a median {statistics.median(known_shape):.1f} s"
+    if new_shape:
+        line += (f"; {statistics.median(new_shape):.1f} s for the {len(new_shape)} with "
+                 "cudnn_benchmark at a shape new to the run")
+    return line
 
 
 def best_loader_path(rows: list[dict]) -> float | None:

@@ -180,6 +180,31 @@ def test_the_machine_limit_the_screened_count_and_the_doubling_ratio_are_in_the_
     assert "screened" not in bench.targets([{**row, "budget_s": 150.0}])[0]
 
 
+def test_the_screening_costs_split_the_first_step_by_a_new_cudnn_shape(bench):
+    """What the 5-minute screening count rests on: the screening trials' median start-to-start
+    seconds and their first step, those with cuDNN's benchmark at a shape no earlier trial had
+    on apart (the reference at batch 32 autotuned it; batch 104, and 104 in channels_last, are
+    new; 104 again is not); references, ceilings and full measurements are not screens."""
+    from datetime import datetime, timedelta, timezone
+    t0 = datetime(2026, 11, 27, 7, 54, tzinfo=timezone.utc)
+
+    def at(s, **row):
+        return {"phase": "search", "windows_planned": 1, "cudnn_benchmark": True,
+                "amp": "bf16", "channels_last": False, "tf32": False,
+                "started_at": t0 + timedelta(seconds=s), **row}
+    rows = [at(0, reference="recommended", windows_planned=5, batch_size=32, first_step_s=12.2),
+            at(23, batch_size=32, first_step_s=2.0),                   # known shape
+            at(27, batch_size=104, first_step_s=12.4),                 # new
+            at(42, batch_size=104, channels_last=True, first_step_s=11.8),  # new layout
+            at(56, batch_size=104, num_workers=4, first_step_s=1.6),   # known again
+            at(60, batch_size=64, cudnn_benchmark=False, first_step_s=1.8),
+            at(65, phase="ceiling", batch_size=652, first_step_s=3.0, windows_planned=1)]
+    line = bench.screening_costs(rows)
+    assert line == ("screening: 5 trials, a median 5.0 s start to start; first step a median "
+                    "1.8 s; 12.1 s for the 2 with cudnn_benchmark at a shape new to the run")
+    assert bench.screening_costs(rows[:1]) is None                      # a reference only
+
+
 def test_a_budget_stopped_measurement_is_the_answer_with_its_windows_not_no_trial(bench):
     row = dict.fromkeys(bench.COLUMNS)
     row.update(workload="chargpt", notes=[], partial={})
