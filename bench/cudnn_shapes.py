@@ -1,0 +1,168 @@
+"""Benchmark: how many of a CUDA search's first trials meet a cuDNN shape that no earlier trial
+autotuned, and what that costs a short run.
+
+Question: cuDNN's benchmark mode (``cudnn_benchmark``) autotunes each new (batch, precision,
+layout) once per trial process: 12.2 s of ddpm's first step on one H200 against ~2 s at a tuned
+shape (2026-11-27), where a whole screening trial is ~4 s. Of the first N trials after the
+references (the structured points included), how many pay it, and how varied are the shapes:
+the batch or the precision and layout?
+
+Design: offline, no trial runs. The tuner's searcher (``tuner.searcher.make_searcher``) as a
+CUDA ddpm run builds it after its memory probe (the H200's compute curve: 44.1 ms at batch 104,
+123 ms at 652, the largest that fit; the probe in bf16), driven through ``suggest`` /
+``on_trial_complete`` as Ray Tune drives it, each configuration scored by a synthetic rate
+shaped like the H200's (``rate``: the fitted step time, the precision and compute switches as
+factors, the data path's input rate as a cap) with a log-normal measurement noise. A trial
+with ``cudnn_benchmark`` on at a shape (``AUTOTUNE_KEY``) no earlier trial had on counts one
+autotune. Seeds 0..S-1 for each sampler; medians.
+
+Prints figures, never pass/fail.
+
+Usage:
+  python bench/cudnn_shapes.py [--trials 40] [--seeds 3] [--samplers gp tpe] [--noise 0.03]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tuner.knobs import Knobs  # noqa: E402
+from tuner.plan import Resources, make_plan  # noqa: E402
+from tuner.probe import ComputeCurve, fit_step_time, knee_batch  # noqa: E402
+from tuner.searcher import make_searcher  # noqa: E402
+from tuner.settings import RunOptions  # noqa: E402
+
+AUTOTUNE_KEY = ("batch_size", "amp", "channels_last")
+"""Knobs that give cuDNN's benchmark a new shape, type or layout to autotune (the ``tf32`` knob
+sets matmul precision only: cuDNN keeps TF32 on, ``tuner.trial.apply.set_global_flags``)."""
+AUTOTUNE_S = 12.2 - 2.0
+"""Seconds an autotune adds to a trial's first step (ddpm, H200, 2026-11-27)."""
+SCREEN_S = 4.0
+"""Seconds of a screening trial at a tuned shape on the H200 (0.2-s set-up, 1.8-s first step,
+0.5-s warm-up, a 1-s window, 0.5-s teardown: estimated from the 2026-11-27 rows)."""
+POINTS = ((104, 44.1), (652, 123.0))
+"""(batch, compute-only step ms) of ddpm in bf16 on the H200 (2026-11-27)."""
+LOADER_PER_WORKER = 716.0
+"""samples/sec one DataLoader worker fed on the loader path (H200 run, bs=32 nw=6)."""
+CACHE_PER_WORKER = 1500.0
+"""samples/sec one worker feeds from the decoded cache (an assumption: ~2x the loader's)."""
+
+
+def rate(config: dict, curve: ComputeCurve) -> float:
+    """The synthetic samples/sec of ``config``: compute rate from the fitted step time (fp32
+    2x slower, 1.9x with TF32 matmuls; channels_last 0.9x and cuDNN benchmark 0.95x the step;
+    the fused optimizer 0.85x the per-step overhead), capped by the data path's input rate
+    (workers x a rate per worker; none: in series with the step); the device path 5 % below
+    compute."""
+    b = config["batch_size"]
+    alpha, beta = curve.alpha_ms, curve.beta_ms
+    if config.get("fused_optimizer"):
+        alpha *= 0.85
+    step = alpha + beta * b
+    if config.get("amp", "off") == "off":
+        step *= 1.9 if config.get("tf32") else 2.0  # cuDNN's convolutions are TF32 either way
+    step *= (0.9 if config.get("channels_last") else 1.0) * (
+        0.95 if config.get("cudnn_benchmark") else 1.0)
+    compute = 1000.0 * b / step
+    path = config.get("data_path", "loader")
+    if path == "device":
+        return 0.95 * compute
+    per_worker = CACHE_PER_WORKER if path == "cache" else LOADER_PER_WORKER
+    workers = config.get("num_workers") or 0
+    if workers == 0:
+        return 1.0 / (1.0 / compute + 1.0 / per_worker)
+    return min(compute, workers * per_worker)
+
+
+def search(plan, sampler: str, seed: int, trials: int, noise: float) -> dict:
+    """The first ``trials`` trials after the references: autotunes paid and the best rate
+    (true, without the measurement noise the searcher is told: a factor exp(N(0, noise)),
+    drawn from ``seed``), the shapes and precision-layout pairs they ran."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    searcher = make_searcher(replace(plan.search_spec(), seed=seed, sampler=sampler))
+    seen: set[tuple] = set()
+    autotunes, best, batches, pairs, n = 0, 0.0, set(), set(), 0
+    started = time.perf_counter()
+    for i in range(trials + len(plan.references)):
+        config = searcher.suggest(f"t{i}")
+        key = tuple(config.get(k) for k in AUTOTUNE_KEY)
+        if config.get("reference") is None:
+            n += 1
+            batches.add(config["batch_size"])
+            pairs.add((config.get("amp"), config.get("channels_last")))
+            autotunes += bool(config.get("cudnn_benchmark")) and key not in seen
+        if config.get("cudnn_benchmark"):
+            seen.add(key)
+        value = rate(config, plan.compute_curve)
+        best = max(best, value) if config.get("reference") is None else best
+        measured = value * float(np.exp(rng.normal(0.0, noise))) if noise else value
+        searcher.on_trial_complete(f"t{i}", {"status": "ok", "samples_per_sec": measured})
+    return {"autotunes": autotunes, "batches": len(batches), "pairs": len(pairs),
+            "best": best,
+            "trials": n, "answered": searcher.answered, "s": time.perf_counter() - started}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--samplers", nargs="+", default=["gp", "tpe"],
+                        choices=("gp", "tpe", "random"))
+    parser.add_argument("--noise", type=float, default=0.03,
+                        help="log-normal sigma of a screen's measurement (H200 windows: CV "
+                             "0.1-6.5 %%)")
+    args = parser.parse_args(argv)
+    alpha, beta = fit_step_time(POINTS)
+    max_batch = POINTS[-1][0]
+    results = tempfile.mkdtemp(prefix="cudnn-shapes-")
+    plan = make_plan(RunOptions(workload="ddpm", device="cpu", results=results, probe="off",
+                                trials=args.trials + 2),
+                     Resources("cuda", 1, 16)).with_batch_bound(max_batch)
+    allowed = range(1, max_batch + 1)
+    curve = ComputeCurve(alpha, beta, POINTS, max_batch,
+                         knee_batch(alpha, beta, max_batch, allowed),
+                         1000.0 * max_batch / POINTS[-1][1])
+    plan = plan.with_compute_curve(curve, Knobs(batch_size=max_batch, amp="bf16"))
+    optimum = rate({"batch_size": max_batch, "amp": "bf16", "channels_last": True,
+                    "cudnn_benchmark": True, "fused_optimizer": True, "data_path": "cache",
+                    "num_workers": 16}, curve)
+    print(f"ddpm on the H200's curve: T(b) = {alpha:.1f} + {beta:.3f} b ms, knee "
+          f"{curve.knee_batch}, batch range {plan.device_space.bounds()['batch_size']}; "
+          f"{args.trials} trials after the references, seeds 0..{args.seeds - 1}, noise "
+          f"{args.noise}; synthetic optimum {optimum:,.0f} samples/sec; a screen {SCREEN_S} s, "
+          f"an autotune {AUTOTUNE_S:.1f} s more")
+    print("| sampler | seed | trials | autotunes | distinct batches | distinct (amp, "
+          "channels_last) | est. s of the trials (autotunes) | best ÷ optimum |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for sampler in args.samplers:
+        rows = []
+        for seed in range(args.seeds):
+            r = search(plan, sampler, seed, args.trials, args.noise)
+            rows.append(r)
+            print(f"| {sampler} | {seed} | {r['trials']} | {r['autotunes']} | {r['batches']} | "
+                  f"{r['pairs']} | {cost_s(r):.0f} ({r['autotunes'] * AUTOTUNE_S:.0f}) | "
+                  f"{r['best'] / optimum:.3f} |", flush=True)
+        print(f"median, {sampler}: {statistics.median(r['autotunes'] for r in rows)} autotunes "
+              f"in {args.trials} trials, {statistics.median(r['batches'] for r in rows)} distinct "
+              f"batches, {statistics.median(cost_s(r) for r in rows):.0f} s of trials; best ÷ "
+              f"optimum {statistics.median(r['best'] for r in rows) / optimum:.3f}", flush=True)
+    return 0
+
+
+def cost_s(r: dict) -> float:
+    """Estimated seconds of a search's trials on the H200: each a screen, plus its
+    autotunes."""
+    return r["trials"] * SCREEN_S + r["autotunes"] * AUTOTUNE_S
+
+
+if __name__ == "__main__":
+    sys.exit(main())
