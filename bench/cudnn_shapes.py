@@ -13,8 +13,8 @@ CUDA ddpm run builds it after its memory probe (the H200's compute curve: 44.1 m
 ``on_trial_complete`` as Ray Tune drives it, each configuration scored by a synthetic rate
 shaped like the H200's (``rate``: the fitted step time, the precision and compute switches as
 factors, the data path's input rate as a cap) with a log-normal measurement noise. A trial
-with ``cudnn_benchmark`` on at a shape (``AUTOTUNE_KEY``) no earlier trial had on counts one
-autotune. Seeds 0..S-1 for each sampler; medians.
+with ``cudnn_benchmark`` on at a shape (``tuner.knobs.CUDNN_SHAPE_KNOBS``) no earlier trial had
+it on at counts one autotune. Seeds 0..S-1 for each sampler; medians.
 
 Prints figures, never pass/fail.
 
@@ -28,21 +28,17 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.knobs import Knobs  # noqa: E402
+from tuner.knobs import Knobs, new_cudnn_shapes  # noqa: E402
 from tuner.plan import Resources, make_plan  # noqa: E402
 from tuner.probe import ComputeCurve, fit_step_time, knee_batch  # noqa: E402
 from tuner.searcher import make_searcher  # noqa: E402
 from tuner.settings import RunOptions  # noqa: E402
 
-AUTOTUNE_KEY = ("batch_size", "amp", "channels_last")
-"""Knobs that give cuDNN's benchmark a new shape, type or layout to autotune (the ``tf32`` knob
-sets matmul precision only: cuDNN keeps TF32 on, ``tuner.trial.apply.set_global_flags``)."""
 AUTOTUNE_S = 12.2 - 2.0
 """Seconds an autotune adds to a trial's first step (ddpm, H200, 2026-11-27)."""
 SCREEN_S = 4.0
@@ -83,32 +79,26 @@ def rate(config: dict, curve: ComputeCurve) -> float:
 
 
 def search(plan, sampler: str, seed: int, trials: int, noise: float) -> dict:
-    """The first ``trials`` trials after the references: autotunes paid and the best rate
-    (true, without the measurement noise the searcher is told: a factor exp(N(0, noise)),
-    drawn from ``seed``), the shapes and precision-layout pairs they ran."""
+    """The first ``trials`` trials after the references: autotunes paid
+    (``tuner.knobs.new_cudnn_shapes``), the batches and precision-layout pairs they ran, and
+    the best rate (true, without the measurement noise the searcher is told: a factor
+    exp(N(0, noise)), drawn from ``seed``)."""
     import numpy as np
     rng = np.random.default_rng(seed)
     searcher = make_searcher(replace(plan.search_spec(), seed=seed, sampler=sampler))
-    seen: set[tuple] = set()
-    autotunes, best, batches, pairs, n = 0, 0.0, set(), set(), 0
-    started = time.perf_counter()
+    configs = []
     for i in range(trials + len(plan.references)):
         config = searcher.suggest(f"t{i}")
-        key = tuple(config.get(k) for k in AUTOTUNE_KEY)
-        if config.get("reference") is None:
-            n += 1
-            batches.add(config["batch_size"])
-            pairs.add((config.get("amp"), config.get("channels_last")))
-            autotunes += bool(config.get("cudnn_benchmark")) and key not in seen
-        if config.get("cudnn_benchmark"):
-            seen.add(key)
+        configs.append(config)
         value = rate(config, plan.compute_curve)
-        best = max(best, value) if config.get("reference") is None else best
         measured = value * float(np.exp(rng.normal(0.0, noise))) if noise else value
         searcher.on_trial_complete(f"t{i}", {"status": "ok", "samples_per_sec": measured})
-    return {"autotunes": autotunes, "batches": len(batches), "pairs": len(pairs),
-            "best": best,
-            "trials": n, "answered": searcher.answered, "s": time.perf_counter() - started}
+    searched = [(c, fresh) for c, fresh in zip(configs, new_cudnn_shapes(configs))
+                if c.get("reference") is None]
+    return {"trials": len(searched), "autotunes": sum(fresh for _, fresh in searched),
+            "batches": len({c["batch_size"] for c, _ in searched}),
+            "pairs": len({(c.get("amp"), c.get("channels_last")) for c, _ in searched}),
+            "best": max(rate(c, plan.compute_curve) for c, _ in searched)}
 
 
 def main(argv=None) -> int:

@@ -79,7 +79,7 @@ sys.path.insert(0, str(ROOT))
 
 import tuner  # noqa: E402
 from tuner.driver import RunInterrupted  # noqa: E402
-from tuner.knobs import knob_text  # noqa: E402
+from tuner.knobs import knob_text, new_cudnn_shapes  # noqa: E402
 from tuner.plan import make_plan  # noqa: E402
 from tuner.probe import candidates  # noqa: E402
 from tuner.settings import SCALES, RunOptions, default_scale  # noqa: E402
@@ -490,46 +490,43 @@ def _fill_answer(row: dict, result, device: str) -> dict | None:
 
 def search_counts(rows: list[dict]) -> list[int]:
     """[search trials, those screened]: the run's search-phase rows (references and structured
-    points included), and those planned to measure fewer windows than the most any search
-    row planned (a reference's full measurement): the screening trials."""
-    search = [r for r in rows if (r.get("phase") or "search") == "search"]
+    points included), and the screening trials among them (``screens``)."""
+    return [sum(1 for r in rows if _is_search(r)), len(screens(rows))]
+
+
+def _is_search(row: dict) -> bool:
+    return (row.get("phase") or "search") == "search"
+
+
+def screens(rows: list[dict]) -> list[dict]:
+    """The screening trials among ``rows``: search-phase rows planned to measure fewer windows
+    than the most any search row planned (a reference's full measurement)."""
+    search = [r for r in rows if _is_search(r)]
     full = max((r.get("windows_planned") or 0 for r in search), default=0)
-    return [len(search), sum(1 for r in search if 0 < (r.get("windows_planned") or 0) < full)]
-
-
-AUTOTUNE_KEY = ("batch_size", "amp", "channels_last")
-"""Knobs that give cuDNN's benchmark new convolution shapes, types or layouts to autotune (the
-``tf32`` knob sets matmul precision only: cuDNN keeps TF32 on)."""
+    return [r for r in search if 0 < (r.get("windows_planned") or 0) < full]
 
 
 def screening_costs(rows: list[dict]) -> str | None:
     """One line on what the screening trials cost (the count the 5-minute target asks for
     rests on it), or None without one: how many, their median start-to-start seconds (the
     trial and what Ray spends before the next), and their median first step, apart for those
-    with ``cudnn_benchmark`` at a shape (``AUTOTUNE_KEY``) no earlier trial of the run had on
-    (cuDNN autotunes it: 12.2 s for ddpm on an H200, 2026-11-27)."""
-    search = [r for r in rows if (r.get("phase") or "search") == "search"]
-    full = max((r.get("windows_planned") or 0 for r in search), default=0)
+    with ``cudnn_benchmark`` at a shape no earlier trial of the run had it on at
+    (``tuner.knobs.new_cudnn_shapes``: cuDNN autotunes it, 12.2 s for ddpm on an H200,
+    2026-11-27)."""
+    screened = {id(r) for r in screens(rows)}
+    if not screened:
+        return None
     timed = sorted((r for r in rows if r.get("started_at") is not None),
                    key=lambda r: r["started_at"])
-    seen: set[tuple] = set()
-    screens, apart, new_shape, known_shape = 0, [], [], []
-    for r, after in zip(timed, [*timed[1:], None]):
-        key = tuple(r.get(k) for k in AUTOTUNE_KEY)
-        fresh = bool(r.get("cudnn_benchmark")) and key not in seen
-        if r.get("cudnn_benchmark"):
-            seen.add(key)
-        if ((r.get("phase") or "search") != "search"
-                or not 0 < (r.get("windows_planned") or 0) < full):
+    apart, new_shape, known_shape = [], [], []
+    for r, after, fresh in zip(timed, [*timed[1:], None], new_cudnn_shapes(timed)):
+        if id(r) not in screened:
             continue
-        screens += 1
         if after is not None:
             apart.append((after["started_at"] - r["started_at"]).total_seconds())
         if r.get("first_step_s") is not None:
             (new_shape if fresh else known_shape).append(r["first_step_s"])
-    if not screens:
-        return None
-    line = f"screening: {screens} trials"
+    line = f"screening: {len(screened)} trials"
     if apart:
         line += f", a median {statistics.median(apart):.1f} s start to start"
     if known_shape:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 AMP_MODES = ("off", "fp16", "bf16")
 DATA_PATHS = ("loader", "cache", "device")
@@ -327,6 +327,27 @@ COMPUTE_SWITCHES = tuple(name for name, info in KNOB_INFO.items() if info.kind =
                          and info.memory != "host" and not info.data_parallel)
 """On/off knobs that change how the model computes, not how data reaches it (``channels_last``,
 ``cudnn_benchmark``, ``tf32``, ``fused_optimizer``)."""
+
+CUDNN_SHAPE_KNOBS = ("batch_size", "amp", "channels_last")
+"""Knobs that give cuDNN's benchmark mode (``cudnn_benchmark``) a new convolution shape, type
+or layout, which it autotunes once per process; ``tf32`` sets matmul precision only (cuDNN's
+convolutions keep TF32 on: ``tuner.trial.apply.set_global_flags``)."""
+
+
+def new_cudnn_shapes(configs: Sequence[Mapping[str, Any]]) -> list[bool]:
+    """For each configuration (knob name -> value), in the order run: whether it has
+    ``cudnn_benchmark`` on at a shape (``CUDNN_SHAPE_KNOBS``) no earlier one had it on at, so
+    that cuDNN autotunes it."""
+    seen: set[tuple] = set()
+    out = []
+    for config in configs:
+        key = tuple(config.get(k) for k in CUDNN_SHAPE_KNOBS)
+        on = bool(config.get("cudnn_benchmark"))
+        out.append(on and key not in seen)
+        if on:
+            seen.add(key)
+    return out
+
 
 DEVICE_PATH_REFUSED = tuple(n for n, i in KNOB_INFO.items() if i.loader_only)
 """The DataLoader's knobs, which the 'device' data path does not use (``KnobInfo.loader_only``)."""
