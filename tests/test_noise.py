@@ -444,7 +444,8 @@ def plan_for(confirm: int = 3, left: float | None = None, windows: int = 3):
         settings=SimpleNamespace(windows=windows, window_s=1.0),
         round_windows=Plan.round_windows.fget(SimpleNamespace(settings=SimpleNamespace(
             windows=windows))),
-        references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left)
+        references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left,
+        cudnn_at_finalists=False)
     return plan
 
 

@@ -15,6 +15,7 @@ harness all read it.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any, Mapping, Sequence
 
 from tuner.knobs import Knobs
@@ -180,7 +181,9 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     trial nearest in batch size (log ratio), its step time and the warm-up steps after its
     first scaled up to the larger batch (samples/sec held); its set-up and first step
     (worker start, cuDNN autotuning, a compile, a cache fill: paid once) are not scaled.
-    Without a timed search row: the windows and the overhead.
+    Knobs with ``cudnn_benchmark`` on that no row has yet, read from a trial with it off, add
+    its autotuning once (``cudnn_autotune_s``). Without a timed search row: the windows and the
+    overhead.
     """
     search = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
               and r.get("finished_at")]
@@ -197,8 +200,23 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
                 - (r.get("measured_s") or 0.0))
     setup += (scale - 1.0) * per_step_warmup_s(r)
+    if knobs.cudnn_benchmark and not r.get("cudnn_benchmark") and not any(
+            Knobs.from_dict(x, strict=False) == knobs for x in rows):
+        setup += cudnn_autotune_s(search)
     step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
     return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
+
+
+def cudnn_autotune_s(rows: Sequence[Mapping]) -> float:
+    """Seconds cuDNN's benchmark mode adds to a trial's first step at shapes new to its
+    process, read from ``rows`` (search rows with ``first_step_s``): the longest first step
+    with ``cudnn_benchmark`` on less the median with it off, >= 0; 0 without both kinds."""
+    on = [r["first_step_s"] for r in rows if r.get("cudnn_benchmark") and r.get("first_step_s")]
+    off = [r["first_step_s"] for r in rows
+           if not r.get("cudnn_benchmark") and r.get("first_step_s")]
+    if not on or not off:
+        return 0.0
+    return max(0.0, max(on) - statistics.median(off))
 
 
 def per_step_warmup_s(result: Mapping) -> float:

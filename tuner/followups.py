@@ -6,11 +6,12 @@ them), each sized to the time left (``tuner.budget``).
 
 Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the columns of
 ``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
-``options.confirm``, ``options.ceiling``, ``references``, ``settings.windows``,
-``settings.window_s``, ``round_windows``, ``accelerator_type``, ``node_cpus``, ``device``,
-``device_space`` and ``time_left_s()``. No Ray, no torch: the driver (``tuner.driver``) runs
-the batches as trials of its Ray Tune experiment, and ``followups`` asks for the next batch
-only once the last one's rows are recorded, so a resumed run measures only what its rows lack.
+``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``references``,
+``settings.windows``, ``settings.window_s``, ``round_windows``, ``accelerator_type``,
+``node_cpus``, ``device``, ``device_space`` and ``time_left_s()``. No Ray, no torch: the
+driver (``tuner.driver``) runs the batches as trials of its Ray Tune experiment, and
+``followups`` asks for the next batch only once the last one's rows are recorded, so a resumed
+run measures only what its rows lack.
 """
 
 from __future__ import annotations
@@ -147,6 +148,8 @@ def remeasure_configs(plan: Any, rows: Sequence[dict]) -> tuple[list[Knobs], lis
         if knobs not in top and can_win:
             top.append(knobs)
     top = top[:plan.options.confirm]
+    if plan.cudnn_at_finalists:
+        top = with_cudnn_benchmark(top)
     refs: dict[Knobs, str] = {}
     for r in ok:
         if r["reference"] and r["reference"] not in refs.values():
@@ -154,6 +157,19 @@ def remeasure_configs(plan: Any, rows: Sequence[dict]) -> tuple[list[Knobs], lis
     configs = [(k, refs.get(k)) for k in top] + [(k, name) for k, name in refs.items()
                                                  if k not in top]
     return top, (configs if top and len(configs) >= 2 else [])
+
+
+def with_cudnn_benchmark(top: list[Knobs]) -> list[Knobs]:
+    """The finalists of a search that screened with ``cudnn_benchmark`` off
+    (``Plan.cudnn_at_finalists``), in rank order: the first-ranked as screened, then each
+    finalist with it on. The rounds then decide whether cuDNN's autotuning pays for the
+    first-ranked (a tie goes to the simpler, the one without it: ``tuner.winner.best``), and
+    the others are measured as a user would run them at a fixed shape."""
+    out: list[Knobs] = []
+    for knobs in [*top[:1], *(k.replace(cudnn_benchmark=True) for k in top)]:
+        if knobs not in out:
+            out.append(knobs)
+    return out
 
 
 def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: range,

@@ -151,6 +151,10 @@ class Plan:
     the references (``anchor_points``)."""
     input_rates: tuple[InputRate, ...] = ()
     """The input pipeline's rates the memory probe measured (``tuner.probe.measure_input``)."""
+    cudnn_at_finalists: bool = False
+    """``cudnn_benchmark`` is decided at the finalists (``_cudnn_benchmark``): the screening
+    trials run with it off, and the re-measurement measures each finalist with it on and the
+    first-ranked with it off too (``tuner.followups.remeasure_configs``)."""
 
     @property
     def metric(self) -> str:
@@ -321,7 +325,8 @@ class Plan:
         return budget.followup_share(  # a screened search trial measures its screening windows
             trials=self.trials, windows=self.screen_windows or self.settings.windows,
             round_windows=self.round_windows,
-            remeasured=self.options.confirm + len(self.references) if confirm else 0,
+            remeasured=(self.options.confirm + len(self.references)
+                        + (1 if self.cudnn_at_finalists else 0)) if confirm else 0,
             rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0,
             budget_s=self.time_budget_s)
 
@@ -390,7 +395,7 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
                 references=references, settings=settings, trials=trials, run_id=run_id,
                 max_host_memory_mb=max_host_memory_mb, prior_rows=prior_rows,
                 notes=tuple(notes), time_budget_s=time_budget_s, planned_at=planned_at)
-    plan = _without_unaffordable_compile(_data_paths(plan))
+    plan = _without_unaffordable_compile(_cudnn_benchmark(_data_paths(plan)))
     plan.reference_params  # a reference outside the space fails here, before Ray starts
     return plan
 
@@ -422,6 +427,8 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
     if not plan.references:
         return ()
     base = plan.references[-1][1]
+    if plan.cudnn_at_finalists:  # screened with it off, as the sampler's proposals are
+        base = base.replace(cudnn_benchmark=False)
     space = plan.device_space
     amp = probe_knobs.amp if probe_knobs is not None else base.amp
     machine = base.replace(batch_size=curve.knee_batch, amp=amp).updated(
@@ -518,6 +525,36 @@ def _without_unaffordable_compile(plan: Plan) -> Plan:
             f"(--time-budget {_budget_searching_s(plan, dropped[cheapest]):.0f} or more "
             f"searches {cheapest})")
     return replace(plan, device_space=space, notes=(*plan.notes, note))
+
+
+def _cudnn_benchmark(plan: Plan) -> Plan:
+    """The plan whose search leaves ``cudnn_benchmark`` to where it can change a rate cheaply:
+
+    * not searched (held off, with a note) for a model that runs no convolution
+      (``TrialSettings.conv_flops_share`` 0): cuDNN's benchmark mode chooses convolution
+      algorithms only;
+    * with screening (``Plan.screen_windows``), decided at the finalists
+      (``Plan.cudnn_at_finalists``): the screening trials hold it off, as the machine's
+      structured points do (``anchor_points``). With it on, cuDNN autotunes each batch size,
+      precision and layout new to the trial process in its first step
+      (``tuner.knobs.CUDNN_SHAPE_KNOBS``), seconds on a GPU against a screening window of
+      about one; the finalists' few shapes are autotuned once each in the re-measurement,
+      whose rounds decide whether it pays (docs/defaults.md has the H100/H200 figures).
+
+    Unchanged when the space does not search the knob (the CPU device, a space that fixes
+    it); a reference keeps its own value."""
+    dom = plan.device_space.domains.get("cudnn_benchmark")
+    if not isinstance(dom, Choices) or set(dom.values) != {False, True}:
+        return plan
+    if plan.settings.conv_flops_share == 0:
+        note = ("cudnn_benchmark is not searched: the model runs no convolution, the only "
+                "operation whose algorithm cuDNN's benchmark mode chooses")
+        return replace(plan, device_space=plan.device_space.fixed("cudnn_benchmark", False),
+                       notes=(*plan.notes, note))
+    if not plan.screen_windows:
+        return plan
+    return replace(plan, device_space=plan.device_space.fixed("cudnn_benchmark", False),
+                   cudnn_at_finalists=True)
 
 
 def _budget_searching_s(plan: Plan, needs_s: float) -> float:

@@ -238,8 +238,10 @@ def _followups_text(plan) -> str:
     nothing does): re-measurement of the best beside the references, and the ceilings."""
     parts = []
     if plan.options.confirm:
-        parts.append(f"the {plan.options.confirm} best re-measured beside the references "
-                     f"(--confirm {plan.options.confirm})")
+        cudnn = (" with cudnn_benchmark on (off while screening), the first also without it,"
+                 if getattr(plan, "cudnn_at_finalists", False) else "")
+        parts.append(f"the {plan.options.confirm} best re-measured{cudnn} beside the "
+                     f"references (--confirm {plan.options.confirm})")
     if plan.options.ceiling:
         parts.append("the ceilings, one short trial each (--no-ceiling skips them)")
     return f"after the search, beyond its budget: {' · '.join(parts)}" if parts else ""

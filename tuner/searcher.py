@@ -11,7 +11,9 @@
   windows (every speed-up is read against them); the best few
   then get the full measurement in the interleaved re-measurement
   (``tuner.followups.remeasure_configs``): two rungs of successive halving, the second rung's
-  promotion interleaved with the references so that its figures compare.
+  promotion interleaved with the references so that its figures compare. A screened CUDA
+  search decides ``cudnn_benchmark`` there, not here (``tuner.plan.Plan.cudnn_at_finalists``:
+  the space holds it off).
 * The sampler (``--sampler``): Gaussian-process Bayesian optimisation (Optuna's ``GPSampler``)
   by default, TPE or random search on request. On the reduced spaces of
   ``bench/search_quality.py`` the GP found configurations within 0.95 of the grid's best in

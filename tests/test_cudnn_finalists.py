@@ -1,0 +1,151 @@
+"""Where a CUDA run decides ``cudnn_benchmark``: screening trials hold it off (cuDNN's autotuning
+at every new shape would cost more than their one window), the finalists are re-measured with
+it on and the first-ranked without it too, and a model without a convolution does not search
+it. Planned on CPU for a CUDA machine (``Resources('cuda', ...)``); nothing runs on a GPU."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+import tuner.budget as budget
+import tuner.followups as followups
+import tuner.winner as winner_rule
+from tests.test_followups import BASE, BUSY, fake_plan, make_row
+from tuner.knobs import Knobs
+from tuner.plan import Resources, make_plan
+from tuner.probe import ComputeCurve
+from tuner.progress import _followups_text
+from tuner.settings import RunOptions
+from tuner.space import builtin_path
+
+CUDA = Resources("cuda", 1, 16)
+CURVE = ComputeCurve(alpha_ms=30.0, beta_ms=0.15, points=((8, 31.2), (256, 68.4)),
+                     max_batch=512, knee_batch=128, limit_samples_per_sec=3400.0)
+
+
+@pytest.fixture
+def options(tmp_path, tuner_cache) -> RunOptions:
+    return RunOptions(workload="tests.landscapes:launch_bound", device="cpu", time_budget_s=300,
+                      results=str(tmp_path / "results"))
+
+
+def test_a_screened_cuda_search_holds_cudnn_benchmark_off_and_its_anchors_too(options):
+    """ddpm's space searches cudnn_benchmark on CUDA; with screening (the default) the plan
+    holds it off for the sampler and the machine's structured points (the recommended has it
+    on: the anchors built from it do not), while the references keep their own value."""
+    plan = make_plan(options, CUDA)
+    assert plan.screen_windows and plan.cudnn_at_finalists
+    assert "cudnn_benchmark" not in plan.device_space.domains
+    assert plan.device_space.constants["cudnn_benchmark"] is False
+    assert dict(plan.references)["recommended"].cudnn_benchmark
+    anchored = plan.with_compute_curve(CURVE, Knobs(batch_size=512, amp="fp16"))
+    assert [name for name, _ in anchored.anchors][:1] == ["machine"]
+    assert "machine+cudnn_benchmark" not in dict(anchored.anchors)
+    assert not any(knobs.cudnn_benchmark for _, knobs in anchored.anchors)
+    assert "doubling" in dict(anchored.anchors)
+    # the follow-ups' share counts the first-ranked's second configuration
+    assert plan.followup_share() >= replace(plan, cudnn_at_finalists=False).followup_share()
+    assert "with cudnn_benchmark on (off while screening), the first also without it" in (
+        _followups_text(plan))
+
+
+@pytest.mark.parametrize("change", [{"screen_windows": 0}, {"confirm": 0}])
+def test_a_search_without_finalists_keeps_cudnn_benchmark_searched(options, change):
+    """Without screening (or without finalists, which turns screening off) each searched
+    configuration is measured in full, so the sampler decides the knob as any other."""
+    plan = make_plan(replace(options, **change), CUDA)
+    assert not plan.cudnn_at_finalists
+    assert set(plan.device_space.domains["cudnn_benchmark"].values) == {False, True}
+    assert "cudnn_benchmark" not in _followups_text(plan)
+
+
+def test_the_cpu_device_and_a_model_without_convolutions_do_not_search_it(options):
+    """On the CPU device the knob does nothing (not in the space at all); on CUDA a model whose
+    FLOPs hold no convolution (an MLP in ddpm's space here) holds it off, with one note."""
+    cpu = make_plan(options, Resources("cpu", 0, 2))
+    assert not cpu.cudnn_at_finalists and "cudnn_benchmark" not in cpu.device_space.domains
+    mlp = make_plan(replace(options, workload="tests.fake_workloads:regression",
+                            space_file=builtin_path("ddpm")), CUDA)
+    assert mlp.settings.conv_flops_share == 0
+    assert not mlp.cudnn_at_finalists
+    assert mlp.device_space.constants.get("cudnn_benchmark") is False
+    assert [n for n in mlp.notes if "cudnn" in n] == [
+        "cudnn_benchmark is not searched: the model runs no convolution, the only operation "
+        "whose algorithm cuDNN's benchmark mode chooses"]
+
+
+A = Knobs(batch_size=64, num_workers=2, prefetch_factor=2, amp="fp16")
+B = Knobs(batch_size=128, num_workers=2, prefetch_factor=2, amp="fp16")
+C = Knobs(batch_size=32, num_workers=2, prefetch_factor=2, amp="fp16")
+
+
+def screened_rows() -> list[dict]:
+    """References as the workload gives them (the recommended with cudnn_benchmark on and a
+    12.2-s first step, the baseline 1.8 s) and three screens with it off (1.8-2.0 s)."""
+    on = BUSY.replace(cudnn_benchmark=True)
+    return [make_row(0, BASE, reference="baseline", sps=50.0, first_step_s=1.8),
+            make_row(1, on, reference="recommended", sps=60.0, first_step_s=12.2, seconds=16),
+            make_row(2, A, sps=90.0, first_step_s=1.9), make_row(3, B, sps=80.0, first_step_s=2.0),
+            make_row(4, C, sps=70.0, first_step_s=1.8)]
+
+
+def test_the_finalists_are_remeasured_with_it_on_and_the_first_ranked_also_without():
+    """The first-ranked as screened, then every finalist with cudnn_benchmark on, in rank
+    order, beside the references; an on-variant that is a reference keeps its name."""
+    plan = fake_plan(cudnn_at_finalists=True)
+    rows = screened_rows()
+    top, configs = followups.remeasure_configs(plan, rows)
+    on = [k.replace(cudnn_benchmark=True) for k in (A, B, C)]
+    assert top == [A, *on]
+    assert configs == [(A, None), *[(k, None) for k in on],
+                       (BUSY.replace(cudnn_benchmark=True), "recommended"), (BASE, "baseline")]
+    assert followups.with_cudnn_benchmark([BUSY, A]) == [
+        BUSY, BUSY.replace(cudnn_benchmark=True), A.replace(cudnn_benchmark=True)]
+    # without the rule: the three best as screened
+    assert followups.remeasure_configs(fake_plan(), rows)[0] == [A, B, C]
+
+
+def test_an_on_variant_pays_the_autotuning_once_in_its_cost():
+    """A configuration with cudnn_benchmark on that no row has yet is priced from its screen
+    (the nearest search row, with it off) plus the autotuning the rows show: the longest
+    first step with it on less the median with it off (12.2 - 1.85 s). Once a row of it
+    exists, the process has its shapes: not again."""
+    rows = screened_rows()
+    assert budget.cudnn_autotune_s(rows) == pytest.approx(10.35)
+    assert budget.cudnn_autotune_s(rows[2:]) == 0.0       # no row with it on: unknown, 0
+    on = A.replace(cudnn_benchmark=True)
+    screen = budget.trial_cost_s(rows, A, 2, 1.0)
+    assert budget.trial_cost_s(rows, on, 2, 1.0) == pytest.approx(screen + 10.35)
+    measured = rows + [make_row(5, on, phase="remeasure", first_step_s=12.0)]
+    assert budget.trial_cost_s(measured, on, 2, 1.0) == pytest.approx(screen)
+
+
+def remeasured(knobs: Knobs, rates: list[float], first: int) -> list[dict]:
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    return [make_row(first + i, knobs, phase="remeasure", sps=rate,
+                     finished_at=t0 + dt.timedelta(minutes=first + i))
+            for i, rate in enumerate(rates)]
+
+
+def test_the_rounds_decide_and_a_tie_keeps_it_off():
+    """cudnn_benchmark on wins where its rounds are clearly faster; within the noise the
+    first-ranked as screened (without it, the simpler) is the answer."""
+    on = A.replace(cudnn_benchmark=True)
+    base = remeasured(BASE, [50.0, 50.5, 49.5], 10)
+    faster = screened_rows() + base + remeasured(A, [90.0, 91.0, 89.0], 20) + remeasured(
+        on, [120.0, 121.0, 119.5], 30)
+    assert Knobs.from_dict(winner_rule.best(faster).row, strict=False) == on
+    tied = screened_rows() + base + remeasured(A, [90.0, 91.0, 89.0], 20) + remeasured(
+        on, [90.5, 89.5, 90.4], 30)
+    assert Knobs.from_dict(winner_rule.best(tied).row, strict=False) == A
+
+
+def test_the_plan_line_names_the_rule_only_when_it_applies():
+    plan = SimpleNamespace(options=SimpleNamespace(confirm=3, ceiling=False),
+                           cudnn_at_finalists=False)
+    assert _followups_text(plan) == ("after the search, beyond its budget: the 3 best "
+                                     "re-measured beside the references (--confirm 3)")
