@@ -5,7 +5,9 @@ Question: cuDNN's benchmark mode (``cudnn_benchmark``) autotunes each new (batch
 layout) once per trial process: 12.2 s of ddpm's first step on one H200 against ~2 s at a tuned
 shape (2026-11-27), where a whole screening trial is ~4 s. Of the first N trials after the
 references (the structured points included), how many pay it, and how varied are the shapes:
-the batch or the precision and layout?
+the batch or the precision and layout? And with the knob decided at the finalists instead
+(``tuner.plan.Plan.cudnn_at_finalists``: the screens hold it off, the finalists are measured
+with it on), how many autotunes are left, and does the answer lose anything?
 
 Design: offline, no trial runs. The tuner's searcher (``tuner.searcher.make_searcher``) as a
 CUDA ddpm run builds it after its memory probe (the H200's compute curve: 44.1 ms at batch 104,
@@ -14,12 +16,15 @@ CUDA ddpm run builds it after its memory probe (the H200's compute curve: 44.1 m
 shaped like the H200's (``rate``: the fitted step time, the precision and compute switches as
 factors, the data path's input rate as a cap) with a log-normal measurement noise. A trial
 with ``cudnn_benchmark`` on at a shape (``tuner.knobs.CUDNN_SHAPE_KNOBS``) no earlier trial had
-it on at counts one autotune. Seeds 0..S-1 for each sampler; medians.
+it on at counts one autotune. The finalists are the ``--confirm`` best screens by measured
+rate, and the answer the fastest of them (true rate). Seeds 0..S-1 for each rule and sampler;
+medians.
 
 Prints figures, never pass/fail.
 
 Usage:
   python bench/cudnn_shapes.py [--trials 40] [--seeds 3] [--samplers gp tpe] [--noise 0.03]
+                               [--confirm 3] [--rules finalists searched]
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tuner.followups import with_cudnn_benchmark  # noqa: E402
 from tuner.knobs import Knobs, new_cudnn_shapes  # noqa: E402
 from tuner.plan import Resources, make_plan  # noqa: E402
 from tuner.probe import ComputeCurve, fit_step_time, knee_batch  # noqa: E402
@@ -78,32 +84,53 @@ def rate(config: dict, curve: ComputeCurve) -> float:
     return min(compute, workers * per_worker)
 
 
-def search(plan, sampler: str, seed: int, trials: int, noise: float) -> dict:
-    """The first ``trials`` trials after the references: autotunes paid
-    (``tuner.knobs.new_cudnn_shapes``), the batches and precision-layout pairs they ran, and
-    the best rate (true, without the measurement noise the searcher is told: a factor
-    exp(N(0, noise)), drawn from ``seed``)."""
+def search(plan, sampler: str, seed: int, trials: int, noise: float, confirm: int) -> dict:
+    """The first ``trials`` trials after the references, and the finalists after them:
+    autotunes paid while screening and at the finalists (``tuner.knobs.new_cudnn_shapes``),
+    the batches and precision-layout pairs screened, the best screened rate and the answer's
+    (the fastest finalist: the interleaved rounds are taken to tell them apart). Rates are
+    true, without the measurement noise the searcher is told (a factor exp(N(0, noise)), drawn
+    from ``seed``). The finalists: the ``confirm`` best by measured rate, with
+    ``cudnn_benchmark`` on and the first also as screened where the plan decides the knob there
+    (``Plan.cudnn_at_finalists``, ``tuner.followups.with_cudnn_benchmark``)."""
     import numpy as np
     rng = np.random.default_rng(seed)
     searcher = make_searcher(replace(plan.search_spec(), seed=seed, sampler=sampler))
-    configs = []
+    configs, measured = [], []
     for i in range(trials + len(plan.references)):
         config = searcher.suggest(f"t{i}")
         configs.append(config)
         value = rate(config, plan.compute_curve)
-        measured = value * float(np.exp(rng.normal(0.0, noise))) if noise else value
-        searcher.on_trial_complete(f"t{i}", {"status": "ok", "samples_per_sec": measured})
-    searched = [(c, fresh) for c, fresh in zip(configs, new_cudnn_shapes(configs))
-                if c.get("reference") is None]
-    return {"trials": len(searched), "autotunes": sum(fresh for _, fresh in searched),
-            "batches": len({c["batch_size"] for c, _ in searched}),
-            "pairs": len({(c.get("amp"), c.get("channels_last")) for c, _ in searched}),
-            "best": max(rate(c, plan.compute_curve) for c, _ in searched)}
+        measured.append(value * float(np.exp(rng.normal(0.0, noise))) if noise else value)
+        searcher.on_trial_complete(f"t{i}", {"status": "ok", "samples_per_sec": measured[-1]})
+    screened = [(c, m) for c, m in zip(configs, measured) if c.get("reference") is None]
+    top: list[Knobs] = []
+    for c, _ in sorted(screened, key=lambda cm: cm[1], reverse=True):
+        knobs = Knobs.from_dict(c, strict=False)
+        if knobs not in top:
+            top.append(knobs)
+    top = top[:confirm]
+    if plan.cudnn_at_finalists:
+        top = with_cudnn_benchmark(top)
+    finalists = [k.to_dict() for k in top]
+    fresh = new_cudnn_shapes(configs + finalists)
+    screening = [f for c, f in zip(configs, fresh) if c.get("reference") is None]
+    return {"trials": len(screened), "autotunes": sum(screening),
+            "finalist_autotunes": sum(fresh[len(configs):]),
+            "batches": len({c["batch_size"] for c, _ in screened}),
+            "pairs": len({(c.get("amp"), c.get("channels_last")) for c, _ in screened}),
+            "best": max(rate(c, plan.compute_curve) for c, _ in screened),
+            "answer": max(rate(c, plan.compute_curve) for c in finalists)}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--confirm", type=int, default=3, help="finalists (the run's --confirm)")
+    parser.add_argument("--rules", nargs="+", default=["finalists", "searched"],
+                        choices=("finalists", "searched"),
+                        help="where cudnn_benchmark is decided: at the finalists (the tuner's "
+                             "rule with screening) or sampled while screening")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--samplers", nargs="+", default=["gp", "tpe"],
                         choices=("gp", "tpe", "random"))
@@ -114,37 +141,50 @@ def main(argv=None) -> int:
     alpha, beta = fit_step_time(POINTS)
     max_batch = POINTS[-1][0]
     results = tempfile.mkdtemp(prefix="cudnn-shapes-")
-    plan = make_plan(RunOptions(workload="ddpm", device="cpu", results=results, probe="off",
-                                trials=args.trials + 2),
-                     Resources("cuda", 1, 16)).with_batch_bound(max_batch)
     allowed = range(1, max_batch + 1)
     curve = ComputeCurve(alpha, beta, POINTS, max_batch,
                          knee_batch(alpha, beta, max_batch, allowed),
                          1000.0 * max_batch / POINTS[-1][1])
-    plan = plan.with_compute_curve(curve, Knobs(batch_size=max_batch, amp="bf16"))
+    options = RunOptions(workload="ddpm", device="cpu", results=results, probe="off",
+                         trials=args.trials + 2)
+    # "finalists": the tuner's rule; "searched": the knob sampled while screening, as a
+    # search without finalists samples it (the screening trials' own settings do not matter
+    # offline)
+    plans = {"finalists": make_plan(options, Resources("cuda", 1, 16)),
+             "searched": make_plan(replace(options, screen_windows=0), Resources("cuda", 1, 16))}
+    plans = {rule: plan.with_batch_bound(max_batch).with_compute_curve(
+        curve, Knobs(batch_size=max_batch, amp="bf16")) for rule, plan in plans.items()}
+    assert plans["finalists"].cudnn_at_finalists and not plans["searched"].cudnn_at_finalists
     optimum = rate({"batch_size": max_batch, "amp": "bf16", "channels_last": True,
                     "cudnn_benchmark": True, "fused_optimizer": True, "data_path": "cache",
                     "num_workers": 16}, curve)
     print(f"ddpm on the H200's curve: T(b) = {alpha:.1f} + {beta:.3f} b ms, knee "
-          f"{curve.knee_batch}, batch range {plan.device_space.bounds()['batch_size']}; "
-          f"{args.trials} trials after the references, seeds 0..{args.seeds - 1}, noise "
-          f"{args.noise}; synthetic optimum {optimum:,.0f} samples/sec; a screen {SCREEN_S} s, "
-          f"an autotune {AUTOTUNE_S:.1f} s more")
-    print("| sampler | seed | trials | autotunes | distinct batches | distinct (amp, "
-          "channels_last) | est. s of the trials (autotunes) | best ÷ optimum |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for sampler in args.samplers:
-        rows = []
-        for seed in range(args.seeds):
-            r = search(plan, sampler, seed, args.trials, args.noise)
-            rows.append(r)
-            print(f"| {sampler} | {seed} | {r['trials']} | {r['autotunes']} | {r['batches']} | "
-                  f"{r['pairs']} | {cost_s(r):.0f} ({r['autotunes'] * AUTOTUNE_S:.0f}) | "
-                  f"{r['best'] / optimum:.3f} |", flush=True)
-        print(f"median, {sampler}: {statistics.median(r['autotunes'] for r in rows)} autotunes "
-              f"in {args.trials} trials, {statistics.median(r['batches'] for r in rows)} distinct "
-              f"batches, {statistics.median(cost_s(r) for r in rows):.0f} s of trials; best ÷ "
-              f"optimum {statistics.median(r['best'] for r in rows) / optimum:.3f}", flush=True)
+          f"{curve.knee_batch}, batch range "
+          f"{plans['finalists'].device_space.bounds()['batch_size']}; {args.trials} trials after "
+          f"the references, then the {args.confirm} best as finalists; seeds "
+          f"0..{args.seeds - 1}, noise {args.noise}; synthetic optimum {optimum:,.0f} "
+          f"samples/sec; a screen {SCREEN_S} s, an autotune {AUTOTUNE_S:.1f} s more")
+    print("| cudnn_benchmark | sampler | seed | screens | autotunes screening | distinct "
+          "batches | distinct (amp, channels_last) | est. s of the screens (autotunes) | "
+          "finalists' autotunes | best screened ÷ optimum | answer ÷ optimum |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for rule in args.rules:
+        for sampler in args.samplers:
+            rows = []
+            for seed in range(args.seeds):
+                r = search(plans[rule], sampler, seed, args.trials, args.noise, args.confirm)
+                rows.append(r)
+                print(f"| {rule} | {sampler} | {seed} | {r['trials']} | {r['autotunes']} | "
+                      f"{r['batches']} | {r['pairs']} | {cost_s(r):.0f} "
+                      f"({r['autotunes'] * AUTOTUNE_S:.0f}) | {r['finalist_autotunes']} | "
+                      f"{r['best'] / optimum:.3f} | {r['answer'] / optimum:.3f} |", flush=True)
+            print(f"median, {rule}, {sampler}: "
+                  f"{statistics.median(r['autotunes'] for r in rows)} autotunes in "
+                  f"{args.trials} screens and "
+                  f"{statistics.median(r['finalist_autotunes'] for r in rows)} at the "
+                  f"finalists, {statistics.median(cost_s(r) for r in rows):.0f} s of screens; "
+                  f"answer ÷ optimum "
+                  f"{statistics.median(r['answer'] for r in rows) / optimum:.3f}", flush=True)
     return 0
 
 
