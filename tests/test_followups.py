@@ -45,8 +45,8 @@ def search_rows() -> list[dict]:
 
 def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = True,
               windows: int = 3, accelerator: str | None = None, device: str = "cpu",
-              space: Space | None = None, cudnn_at_finalists: bool = False
-              ) -> SimpleNamespace:
+              space: Space | None = None, cudnn_at_finalists: bool = False,
+              reused: bool = True) -> SimpleNamespace:
     """The attributes of a ``Plan`` the follow-up planning reads, with a fixed time left."""
     settings = SimpleNamespace(windows=windows, window_s=1.0)
     return SimpleNamespace(
@@ -55,6 +55,7 @@ def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = Tr
         round_windows=Plan.round_windows.fget(SimpleNamespace(settings=settings)),
         references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left,
         node_cpus=2, device=device, cudnn_at_finalists=cudnn_at_finalists,
+        reuses_trial_processes=reused,
         device_space=space or Space("test", {"batch_size": Choices((8, 32, 256))}, {}))
 
 

@@ -171,7 +171,14 @@ def tune_time_budget_s(seconds: float | None) -> float | None:
     return None if seconds is None else seconds + TUNE_STOP_GRACE_S
 
 
-def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: float) -> float:
+CUDNN_AUTOTUNE_S = 10.4
+"""Seconds cuDNN's benchmark mode adds to a first step at new shapes when a run's rows cannot
+tell (``cudnn_autotune_s``). Source: ddpm's first step on one H200, 12.2 s with it on against
+1.8 s off (docs/defaults.md)."""
+
+
+def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: float, *,
+                 reused: bool = True) -> float:
     """Seconds one more trial of ``knobs`` with ``windows`` windows of ``window_s`` takes.
 
     Read from the search rows (``started_at``/``finished_at`` datetimes, ``measured_s``,
@@ -181,9 +188,10 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     trial nearest in batch size (log ratio), its step time and the warm-up steps after its
     first scaled up to the larger batch (samples/sec held); its set-up and first step
     (worker start, cuDNN autotuning, a compile, a cache fill: paid once) are not scaled.
-    Knobs with ``cudnn_benchmark`` on that no row has yet, read from a trial with it off, add
-    its autotuning once (``cudnn_autotune_s``). Without a timed search row: the windows and the
-    overhead.
+    Knobs with ``cudnn_benchmark`` on, read from a trial with it off, add its autotuning
+    (``cudnn_autotune_s``) once, where no row has them yet and the trial processes are
+    ``reused`` (cuDNN keeps what it tuned in the process); in every trial where they are not.
+    Without a timed search row: the windows and the overhead.
     """
     search = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
               and r.get("finished_at")]
@@ -200,8 +208,8 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
                 - (r.get("measured_s") or 0.0))
     setup += (scale - 1.0) * per_step_warmup_s(r)
-    if knobs.cudnn_benchmark and not r.get("cudnn_benchmark") and not any(
-            Knobs.from_dict(x, strict=False) == knobs for x in rows):
+    if knobs.cudnn_benchmark and not r.get("cudnn_benchmark") and (not reused or not any(
+            Knobs.from_dict(x, strict=False) == knobs for x in rows)):
         setup += cudnn_autotune_s(search)
     step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
     return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
@@ -209,13 +217,15 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
 
 def cudnn_autotune_s(rows: Sequence[Mapping]) -> float:
     """Seconds cuDNN's benchmark mode adds to a trial's first step at shapes new to its
-    process, read from ``rows`` (search rows with ``first_step_s``): the longest first step
-    with ``cudnn_benchmark`` on less the median with it off, >= 0; 0 without both kinds."""
-    on = [r["first_step_s"] for r in rows if r.get("cudnn_benchmark") and r.get("first_step_s")]
-    off = [r["first_step_s"] for r in rows
-           if not r.get("cudnn_benchmark") and r.get("first_step_s")]
+    process, read from ``rows`` (search rows with ``first_step_s``; a compiling trial's first
+    step holds its compile and is left out): the longest first step with ``cudnn_benchmark``
+    on less the median with it off, >= 0; ``CUDNN_AUTOTUNE_S`` without both kinds (a run whose
+    references leave it off)."""
+    eager = [r for r in rows if r.get("first_step_s") and (r.get("compile") or "off") == "off"]
+    on = [r["first_step_s"] for r in eager if r.get("cudnn_benchmark")]
+    off = [r["first_step_s"] for r in eager if not r.get("cudnn_benchmark")]
     if not on or not off:
-        return 0.0
+        return CUDNN_AUTOTUNE_S
     return max(0.0, max(on) - statistics.median(off))
 
 

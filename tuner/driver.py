@@ -425,7 +425,7 @@ def _trial_configs(plan: Plan, writer: "LeaderboardWriter", batch: Batch) -> lis
     ``"tuner"`` entries into the experiment's settings, which are the search's): the run's
     deadline, not the search's; only search-phase trials time the per-phase breakdown
     (``breakdown_*`` columns; null in re-measurement and ceiling rows: they repeat a
-    configuration the search measured)."""
+    configuration the search measured, or one a compute knob away from it)."""
     if writer.expected is not None:
         writer.expected += len(batch.configs)
     follow_up = {} if batch.phase == Phase.SEARCH else {"breakdown_steps": 0}

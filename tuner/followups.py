@@ -8,10 +8,10 @@ Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the co
 ``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
 ``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``references``,
 ``settings.windows``, ``settings.window_s``, ``round_windows``, ``accelerator_type``,
-``node_cpus``, ``device``, ``device_space`` and ``time_left_s()``. No Ray, no torch: the
-driver (``tuner.driver``) runs the batches as trials of its Ray Tune experiment, and
-``followups`` asks for the next batch only once the last one's rows are recorded, so a resumed
-run measures only what its rows lack.
+``node_cpus``, ``device``, ``device_space``, ``reuses_trial_processes`` and ``time_left_s()``.
+No Ray, no torch: the driver (``tuner.driver``) runs the batches as trials of its Ray Tune
+experiment, and ``followups`` asks for the next batch only once the last one's rows are
+recorded, so a resumed run measures only what its rows lack.
 """
 
 from __future__ import annotations
@@ -83,12 +83,18 @@ def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Ba
         yield from ceiling_again(plan, rows, on_event)
 
 
+def cost_s(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int) -> float:
+    """``budget.trial_cost_s`` of one more trial of ``knobs`` with ``windows`` windows of the
+    run's length, in this run's trial processes (``Plan.reuses_trial_processes``)."""
+    return budget.trial_cost_s(rows, knobs, windows, plan.settings.window_s,
+                               reused=plan.reuses_trial_processes)
+
+
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
     """Whether the time left holds one more trial of each of ``knobs``
     (``budget.trial_cost_s``); always without a budget."""
     return budget.trials_fit(plan.time_left_s(), [
-        budget.trial_cost_s(rows, k, plan.settings.windows, plan.settings.window_s)
-        for k in knobs])
+        cost_s(plan, rows, k, plan.settings.windows) for k in knobs])
 
 
 # ------------------------------------------------------------------------- the retry
@@ -163,8 +169,9 @@ def with_cudnn_benchmark(top: list[Knobs]) -> list[Knobs]:
     """The finalists of a search that screened with ``cudnn_benchmark`` off
     (``Plan.cudnn_at_finalists``), in rank order: the first-ranked as screened, then each
     finalist with it on. The rounds then decide whether cuDNN's autotuning pays for the
-    first-ranked (a tie goes to the simpler, the one without it: ``tuner.winner.best``), and
-    the others are measured as a user would run them at a fixed shape."""
+    first-ranked (a tie goes to the simpler: ``tuner.winner.best``; the one without it where
+    the baseline has it off, as every built-in's does), and the others are measured as a user
+    would run them at a fixed shape."""
     out: list[Knobs] = []
     for knobs in [*top[:1], *(k.replace(cudnn_benchmark=True) for k in top)]:
         if knobs not in out:
@@ -190,8 +197,7 @@ def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: 
     cost = 0.0
     for r in rounds:
         round_todo = [(k, ref) for k, ref in configs if counts.get(k, 0) < r]
-        cost += sum(budget.trial_cost_s(rows, k, windows, plan.settings.window_s)
-                    for k, _ in round_todo)
+        cost += sum(cost_s(plan, rows, k, windows) for k, _ in round_todo)
         if left is not None and left < cost:
             break
         todo += [(r, config) for config in round_todo]
@@ -207,8 +213,7 @@ def ceiling_reserve_s(plan: Any, rows: Sequence[dict], configs: list[Config]) ->
             phase_of(r) == Phase.CEILING and (r.get("ceiling") or "compute") == "compute"
             for r in rows):
         return 0.0
-    return budget.trial_cost_s(rows, configs[0][0], plan.settings.windows,
-                               plan.settings.window_s)
+    return cost_s(plan, rows, configs[0][0], plan.settings.windows)
 
 
 def fitting_configs(plan: Any, rows: Sequence[dict], configs: list[Config],
@@ -266,8 +271,7 @@ def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> di
     first = rounds_todo(plan, rows, configs, range(1, 2), windows, timed=False)
     if not first:
         return None
-    need_s = sum(budget.trial_cost_s(rows, k, windows, plan.settings.window_s)
-                 for _, (k, _) in first)
+    need_s = sum(cost_s(plan, rows, k, windows) for _, (k, _) in first)
     return {"phase": Phase.REMEASURE, "count": 0, "no_time": True, "configs": len(first),
             "need_s": need_s, "left_s": plan.time_left_s() or 0.0}
 
@@ -303,7 +307,7 @@ def fitting_ceilings(plan: Any, rows: Sequence[dict], todo: list[Ceiling]
         return todo, []
     kept, left_out, total = [], [], 0.0
     for entry in todo:
-        cost = budget.trial_cost_s(rows, entry[1], plan.settings.windows, plan.settings.window_s)
+        cost = cost_s(plan, rows, entry[1], plan.settings.windows)
         if total + cost <= left:
             kept.append(entry)
             total += cost

@@ -309,6 +309,14 @@ class Plan:
         return budget.search_time_s(self.time_left_s(), self.followup_share(), self.time_budget_s)
 
     @property
+    def reuses_trial_processes(self) -> bool:
+        """Whether a trial runs in a process an earlier trial of the run ran in, keeping what
+        cuDNN autotuned there: Ray Tune reuses trial processes except under
+        ``--max-host-memory`` (``tuner.driver``), and a data-parallel trial starts its ranks
+        anew (Ray Train)."""
+        return self.max_host_memory_mb is None and self.options.world_size <= 1
+
+    @property
     def round_windows(self) -> int:
         """Windows per re-measurement round: the rounds together about twice the search's
         windows (as one re-measurement with twice the windows was), at least 2 per round (a
@@ -539,7 +547,7 @@ def _cudnn_benchmark(plan: Plan) -> Plan:
       precision and layout new to the trial process in its first step
       (``tuner.knobs.CUDNN_SHAPE_KNOBS``), seconds on a GPU against a screening window of
       about one; the finalists' few shapes are autotuned once each in the re-measurement,
-      whose rounds decide whether it pays (docs/defaults.md has the H100/H200 figures).
+      whose rounds decide whether it pays (docs/measurement.md has the H100/H200 figures).
 
     Unchanged when the space does not search the knob (the CPU device, a space that fixes
     it); a reference keeps its own value."""

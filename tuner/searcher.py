@@ -60,7 +60,7 @@ from ray.tune.search import Searcher
 from tuner._deprecated import moved
 from tuner.budget import first_window_need_s, per_step_warmup_s, split_deadline_unix_s
 from tuner.errors import TunerError
-from tuner.knobs import HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
+from tuner.knobs import COMPUTE_SWITCHES, HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
 from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
 from tuner.space import Space
 from tuner.status import Status
@@ -124,6 +124,21 @@ def screening_settings(windows: int, window_s: float | None = None) -> dict:
     if window_s:
         out["window_s"] = window_s
     return out
+
+
+HELD_COMPUTE_KNOBS = (*COMPUTE_SWITCHES, "amp", "compile")
+"""Knobs that change how the model computes: a row measured with one of them at another value
+than the space holds it is another configuration than the point it would project to."""
+
+
+def computes_otherwise(space: Space, knobs: Knobs) -> bool:
+    """Whether ``knobs`` has a ``HELD_COMPUTE_KNOBS`` knob at another value than ``space``
+    holds it constant (``Space.project`` reads the sampled knobs only): an earlier row measured
+    with ``cudnn_benchmark`` on, say, is not the rate of a screen that holds it off
+    (``tuner.plan.Plan.cudnn_at_finalists``), nor a compiled row that of an eager point."""
+    values = knobs.to_dict()
+    return any(values[name] != value for name, value in space.constants.items()
+               if name in HELD_COMPUTE_KNOBS)
 
 
 def _params_key(params: Mapping[str, Any]) -> tuple:
@@ -539,9 +554,12 @@ class ConstrainedSearch(Searcher):
         distributions = self.spec.space.distributions()
         for row, dedupe in rows:
             try:
-                params = self.spec.space.project(Knobs.from_dict(row, strict=False))
+                knobs = Knobs.from_dict(row, strict=False)
+                params = self.spec.space.project(knobs)
             except (TunerError, ValueError):
                 continue  # measured in another space: not a point of this one
+            if computes_otherwise(self.spec.space, knobs):
+                continue  # e.g. cudnn_benchmark on where this run screens with it off
             violation = self.spec.limits.constraint(row)
             if violation is None:
                 continue
