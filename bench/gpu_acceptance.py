@@ -79,7 +79,7 @@ sys.path.insert(0, str(ROOT))
 
 import tuner  # noqa: E402
 from tuner.driver import RunInterrupted  # noqa: E402
-from tuner.knobs import knob_text, new_cudnn_shapes  # noqa: E402
+from tuner.knobs import Knobs, knob_text, new_cudnn_shapes  # noqa: E402
 from tuner.plan import make_plan  # noqa: E402
 from tuner.probe import candidates  # noqa: E402
 from tuner.settings import SCALES, RunOptions, default_scale  # noqa: E402
@@ -482,10 +482,34 @@ def _fill_answer(row: dict, result, device: str) -> dict | None:
     _mark_partial(row, "best", best_row)
     row["best loader-path"] = best_loader_path(result.rows)
     row["search trials (screened)"] = search_counts(result.rows)
-    costs = screening_costs(result.rows)
-    if costs:
-        row["notes"].append(costs)
+    for note in (screening_costs(result.rows), cudnn_decision(result.rows)):
+        if note:
+            row["notes"].append(note)
     return best_row
+
+
+def cudnn_decision(rows: list[dict]) -> str | None:
+    """One line on the finalists' ``cudnn_benchmark`` (``tuner.plan.Plan.cudnn_at_finalists``):
+    for the first configuration re-measured both with it on and without it, the geometric
+    means of its ok re-measurement rounds each way and their ratio, with the on-variant's
+    longest first step (cuDNN's autotuning at its shape); None where no configuration was
+    re-measured both ways."""
+    rounds: dict[tuple, dict[bool, list[dict]]] = {}
+    for r in rows:
+        if r.get("phase") == "remeasure" and r.get("status", "ok") == "ok" and figure_of(r):
+            key = tuple(sorted((k, v) for k, v in Knobs.from_dict(r, strict=False).to_dict()
+                               .items() if k != "cudnn_benchmark"))
+            rounds.setdefault(key, {}).setdefault(bool(r.get("cudnn_benchmark")), []).append(r)
+    both = next((ways for ways in rounds.values() if len(ways) == 2), None)
+    if both is None:
+        return None
+    on, off = (statistics.geometric_mean([figure_of(r) for r in both[way]])
+               for way in (True, False))
+    first = max((r.get("first_step_s") or 0.0 for r in both[True]), default=0.0)
+    return (f"cudnn_benchmark at the finalists: {knob_text(both[False][0])} "
+            f"{off:,.1f} without it, {on:,.1f} with it ({on / off:.3f}x; "
+            f"{len(both[False])} and {len(both[True])} rounds; its first step up to "
+            f"{first:.1f} s)")
 
 
 def search_counts(rows: list[dict]) -> list[int]:

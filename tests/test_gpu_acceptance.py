@@ -205,6 +205,24 @@ def test_the_screening_costs_split_the_first_step_by_a_new_cudnn_shape(bench):
     assert bench.screening_costs(rows[:1]) is None                      # a reference only
 
 
+def test_the_cudnn_decision_pairs_the_first_ranked_with_and_without_it(bench):
+    """The finalists' rounds of the one configuration measured both ways give a ratio of
+    geometric means and the on-variant's autotuning first step; other configurations, failed
+    rounds and search rows do not count; no pair, no line."""
+    def remeasure(rate, cudnn, batch=512, **row):
+        return {"phase": "remeasure", "status": "ok", "samples_per_sec": rate, "windows": 4,
+                "batch_size": batch, "amp": "bf16", "cudnn_benchmark": cudnn, **row}
+    rows = [remeasure(5000.0, False), remeasure(5100.0, True, first_step_s=11.8),
+            remeasure(4900.0, False), remeasure(5300.0, True, first_step_s=2.1),
+            remeasure(4800.0, True, batch=256),                         # another finalist
+            remeasure(None, True, status="timeout"),                    # not a round
+            {**remeasure(9000.0, True), "phase": "search"}]             # not a round
+    line = bench.cudnn_decision(rows)
+    assert line == ("cudnn_benchmark at the finalists: bs=512 amp=bf16 4,949.7 without it, "
+                    "5,199.0 with it (1.050x; 2 and 2 rounds; its first step up to 11.8 s)")
+    assert bench.cudnn_decision(rows[:1] + rows[4:]) is None
+
+
 def test_a_budget_stopped_measurement_is_the_answer_with_its_windows_not_no_trial(bench):
     row = dict.fromkeys(bench.COLUMNS)
     row.update(workload="chargpt", notes=[], partial={})
