@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.followups import with_cudnn_benchmark  # noqa: E402
+from tuner.followups import remeasure_configs  # noqa: E402
 from tuner.knobs import Knobs, new_cudnn_shapes  # noqa: E402
 from tuner.plan import Resources, make_plan  # noqa: E402
 from tuner.probe import ComputeCurve, fit_step_time, knee_batch  # noqa: E402
@@ -84,15 +84,16 @@ def rate(config: dict, curve: ComputeCurve) -> float:
     return min(compute, workers * per_worker)
 
 
-def search(plan, sampler: str, seed: int, trials: int, noise: float, confirm: int) -> dict:
+def search(plan, sampler: str, seed: int, trials: int, noise: float) -> dict:
     """The first ``trials`` trials after the references, and the finalists after them:
     autotunes paid while screening and at the finalists (``tuner.knobs.new_cudnn_shapes``),
     the batches and precision-layout pairs screened, the best screened rate and the answer's
     (the fastest finalist: the interleaved rounds are taken to tell them apart). Rates are
     true, without the measurement noise the searcher is told (a factor exp(N(0, noise)), drawn
-    from ``seed``). The finalists: the ``confirm`` best by measured rate, with
+    from ``seed``). The finalists are the run's (``tuner.followups.remeasure_configs`` on the
+    screens as leaderboard rows): the ``--confirm`` best by measured rate, with
     ``cudnn_benchmark`` on and the first also as screened where the plan decides the knob there
-    (``Plan.cudnn_at_finalists``, ``tuner.followups.with_cudnn_benchmark``)."""
+    (``Plan.cudnn_at_finalists``)."""
     import numpy as np
     rng = np.random.default_rng(seed)
     searcher = make_searcher(replace(plan.search_spec(), seed=seed, sampler=sampler))
@@ -104,14 +105,9 @@ def search(plan, sampler: str, seed: int, trials: int, noise: float, confirm: in
         measured.append(value * float(np.exp(rng.normal(0.0, noise))) if noise else value)
         searcher.on_trial_complete(f"t{i}", {"status": "ok", "samples_per_sec": measured[-1]})
     screened = [(c, m) for c, m in zip(configs, measured) if c.get("reference") is None]
-    top: list[Knobs] = []
-    for c, _ in sorted(screened, key=lambda cm: cm[1], reverse=True):
-        knobs = Knobs.from_dict(c, strict=False)
-        if knobs not in top:
-            top.append(knobs)
-    top = top[:confirm]
-    if plan.cudnn_at_finalists:
-        top = with_cudnn_benchmark(top)
+    rows = [{**c, "status": "ok", "samples_per_sec": m, "phase": "search"}
+            for c, m in zip(configs, measured)]
+    top, _ = remeasure_configs(plan, rows)
     finalists = [k.to_dict() for k in top]
     fresh = new_cudnn_shapes(configs + finalists)
     screening = [f for c, f in zip(configs, fresh) if c.get("reference") is None]
@@ -146,7 +142,7 @@ def main(argv=None) -> int:
                          knee_batch(alpha, beta, max_batch, allowed),
                          1000.0 * max_batch / POINTS[-1][1])
     options = RunOptions(workload="ddpm", device="cpu", results=results, probe="off",
-                         trials=args.trials + 2)
+                         trials=args.trials + 2, confirm=args.confirm)
     # "finalists": the tuner's rule; "searched": the knob sampled while screening, as a
     # search without finalists samples it (the screening trials' own settings do not matter
     # offline)
@@ -172,7 +168,7 @@ def main(argv=None) -> int:
         for sampler in args.samplers:
             rows = []
             for seed in range(args.seeds):
-                r = search(plans[rule], sampler, seed, args.trials, args.noise, args.confirm)
+                r = search(plans[rule], sampler, seed, args.trials, args.noise)
                 rows.append(r)
                 print(f"| {rule} | {sampler} | {seed} | {r['trials']} | {r['autotunes']} | "
                       f"{r['batches']} | {r['pairs']} | {cost_s(r):.0f} "

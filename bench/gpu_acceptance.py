@@ -494,11 +494,10 @@ def cudnn_decision(rows: list[dict]) -> str | None:
     means of its ok re-measurement rounds each way and their ratio, with the on-variant's
     longest first step (cuDNN's autotuning at its shape); None where no configuration was
     re-measured both ways."""
-    rounds: dict[tuple, dict[bool, list[dict]]] = {}
+    rounds: dict[Knobs, dict[bool, list[dict]]] = {}
     for r in rows:
         if r.get("phase") == "remeasure" and r.get("status", "ok") == "ok" and figure_of(r):
-            key = tuple(sorted((k, v) for k, v in Knobs.from_dict(r, strict=False).to_dict()
-                               .items() if k != "cudnn_benchmark"))
+            key = Knobs.from_dict(r, strict=False).replace(cudnn_benchmark=False)
             rounds.setdefault(key, {}).setdefault(bool(r.get("cudnn_benchmark")), []).append(r)
     both = next((ways for ways in rounds.values() if len(ways) == 2), None)
     if both is None:

@@ -554,15 +554,14 @@ def _cudnn_benchmark(plan: Plan) -> Plan:
     dom = plan.device_space.domains.get("cudnn_benchmark")
     if not isinstance(dom, Choices) or set(dom.values) != {False, True}:
         return plan
+    held = plan.device_space.fixed("cudnn_benchmark", False)
     if plan.settings.conv_flops_share == 0:
         note = ("cudnn_benchmark is not searched: the model runs no convolution, the only "
                 "operation whose algorithm cuDNN's benchmark mode chooses")
-        return replace(plan, device_space=plan.device_space.fixed("cudnn_benchmark", False),
-                       notes=(*plan.notes, note))
+        return replace(plan, device_space=held, notes=(*plan.notes, note))
     if not plan.screen_windows:
         return plan
-    return replace(plan, device_space=plan.device_space.fixed("cudnn_benchmark", False),
-                   cudnn_at_finalists=True)
+    return replace(plan, device_space=held, cudnn_at_finalists=True)
 
 
 def _budget_searching_s(plan: Plan, needs_s: float) -> float:
