@@ -13,6 +13,7 @@ import tuner.followups as followups
 import tuner.winner as winner_rule
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS, Plan
+from tuner.progress import _phase_text
 from tuner.space import Choices, Space
 from tuner.status import Phase
 
@@ -184,6 +185,45 @@ def test_the_rounds_leave_the_compute_only_ceiling_its_time_when_they_fit_beside
     tight = fake_plan(left=REMEASURE_ROUNDS * (round_s[BUSY] + round_s[BASE]) + ceiling_s / 2)
     batch = followups.round_batch(tight, rows, kept, first=1)
     assert len(batch.configs) == 2 * REMEASURE_ROUNDS
+
+
+def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
+    """A slow host's default run had time for two rounds of two windows: 1.58x faster in
+    both rounds printed "tie" (quantile 12.7). Where only one window per round lets all three
+    rounds fit, the rounds have one, beside the compute-only ceiling's reserve when that
+    fits too; where no number fits all three, the most that fits one round."""
+    configs = [(FAST, None), (BASE, "baseline")]
+    rows = search_rows()
+
+    def round_s(windows: int) -> float:
+        return sum(budget.trial_cost_s(rows, k, windows, 1.0) for k, _ in configs)
+
+    ceiling_s = followups.ceiling_reserve_s(fake_plan(), rows, configs)
+    assert round_s(1) < round_s(2) and ceiling_s > 0
+
+    def windows_for(left: float) -> int:
+        return followups.fitting_round_windows(fake_plan(left=left), rows, configs)
+
+    assert fake_plan().round_windows == 2
+    assert windows_for(REMEASURE_ROUNDS * round_s(2) + ceiling_s) == 2
+    assert windows_for(REMEASURE_ROUNDS * round_s(1) + ceiling_s) == 1   # the ceiling kept
+    assert windows_for(REMEASURE_ROUNDS * round_s(2)) == 2               # the rounds first
+    assert windows_for(REMEASURE_ROUNDS * round_s(1)) == 1
+    assert windows_for(2 * round_s(1)) == 2            # no interval either way: one round
+    assert windows_for((round_s(1) + round_s(2)) / 2) == 1   # one round of one, not none
+    assert windows_for(round_s(1) / 2) == 2            # none fits (no_round_event says so)
+    assert windows_for(None) == 2                      # no budget
+    # the rounds run with it, and the line says so
+    plan = fake_plan(left=REMEASURE_ROUNDS * round_s(1))
+    events: list[dict] = []
+    batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
+    assert batch.settings == {"windows": 1} and len(batch.configs) == 2 * REMEASURE_ROUNDS
+    assert (events[0]["windows"], events[0]["round_windows"]) == (1, 2)
+    assert "1 window each (not 2: the time left holds more rounds with fewer)" in (
+        _phase_text(events[0]))
+    full = next(followups.rounds(fake_plan(), rows, configs, lambda _, data: events.append(data)))
+    assert full.settings == {"windows": 2}
+    assert "2 windows each (interleaved" in _phase_text(events[-1])
 
 
 def test_no_round_event_says_what_the_first_round_needs():

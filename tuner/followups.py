@@ -235,14 +235,37 @@ def fitting_configs(plan: Any, rows: Sequence[dict], configs: list[Config],
     return kept, len(configs) - len(kept)
 
 
+def fitting_round_windows(plan: Any, rows: Sequence[dict], configs: list[Config]) -> int:
+    """Windows per round for ``configs``: ``plan.round_windows``, or fewer, down to one, where
+    only fewer let the time left hold all ``REMEASURE_ROUNDS`` rounds (beside the compute-only
+    ceiling's reserve where some number does, else without it). Where no number holds them
+    all, the most that holds one round (``plan.round_windows`` where that does): fewer windows
+    for two rounds instead of one would trade a single measurement's ratio for an interval of
+    quantile 12.7 on one degree of freedom (``tuner.noise.speedup``). A round is one sample of
+    a configuration's rate in a trial of its own, and the speed-ups' intervals come from the
+    spread between rounds: three rounds of one window give an interval (quantile 4.3). Set
+    once for the rounds still to run: a round added by an impossible figure keeps it."""
+    every = range(1, REMEASURE_ROUNDS + 1)
+    most = plan.round_windows
+    wanted = len(rounds_todo(plan, rows, configs, every, most, timed=False))
+    for reserve_s in (ceiling_reserve_s(plan, rows, configs), 0.0):
+        for windows in range(most, 0, -1):
+            if len(rounds_todo(plan, rows, configs, every, windows,
+                               reserve_s=reserve_s)) == wanted:
+                return windows
+    return next((w for w in range(most, 0, -1)
+                 if rounds_todo(plan, rows, configs, range(1, 2), w)), most)
+
+
 def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: int,
-                dropped: int = 0) -> Batch | None:
-    """The rounds from ``first`` on, as one batch (A B C A B C ...) of ``plan.round_windows``
-    windows each, as many as the time left holds; None when none is left to run. There are
-    ``REMEASURE_ROUNDS``, one more when a re-measurement recorded a figure that cannot be true
-    (``tuner.noise.impossible``). ``dropped``: configurations ``fitting_configs`` left out, for
-    the event."""
-    windows = plan.round_windows
+                dropped: int = 0, windows: int | None = None) -> Batch | None:
+    """The rounds from ``first`` on, as one batch (A B C A B C ...) of ``windows`` windows each
+    (None: ``plan.round_windows``), as many as the time left holds; None when none is left to
+    run. There are ``REMEASURE_ROUNDS``, one more when a re-measurement recorded a figure that
+    cannot be true (``tuner.noise.impossible``). ``dropped``: configurations
+    ``fitting_configs`` left out, for the event, which also names the windows a round has when
+    fewer than ``plan.round_windows`` (``fitting_round_windows``)."""
+    windows = plan.round_windows if windows is None else windows
     rows = type_rows(plan, rows)
     again = [x for x in rows if phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
              and noise.impossible(x)]
@@ -259,7 +282,7 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
     return Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows},
                  event={"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
                         "last_round": todo[-1][0], "rounds": total, "windows": windows,
-                        "dropped": dropped})
+                        "round_windows": plan.round_windows, "dropped": dropped})
 
 
 def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> dict | None:
@@ -279,12 +302,14 @@ def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> di
 def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
            on_event: OnEvent) -> Iterator[Batch]:
     """Re-measure ``configs`` in interleaved rounds (``round_batch``), after leaving out what
-    the time left cannot hold (``fitting_configs``); one more batch for a round added by an
-    impossible figure. Says so when not even the first round fits (``no_round_event``)."""
+    the time left cannot hold (``fitting_configs``, then ``fitting_round_windows``); one more
+    batch for a round added by an impossible figure. Says so when not even the first round
+    fits (``no_round_event``)."""
     configs, dropped = fitting_configs(plan, type_rows(plan, rows), configs, plan.round_windows)
+    windows = fitting_round_windows(plan, type_rows(plan, rows), configs)
     first = 1
     while True:
-        batch = round_batch(plan, rows, configs, first, dropped if first == 1 else 0)
+        batch = round_batch(plan, rows, configs, first, dropped if first == 1 else 0, windows)
         if batch is None:
             event = no_round_event(plan, rows, configs) if first == 1 else None
             if event is not None:

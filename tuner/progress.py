@@ -265,9 +265,14 @@ def _phase_text(data: dict) -> str:
         left_out = (f"; {dropped} lower-ranked searched configuration(s) left out: the time "
                     "left holds more rounds (and the compute-only ceiling) without them"
                     if dropped else "")
+        windows = data["windows"]
+        fewer = data.get("round_windows") or windows
+        each = f"{windows} window{'s' if windows != 1 else ''} each" + (
+            f" (not {fewer}: the time left holds more rounds with fewer)"
+            if windows < fewer else "")
         return (f"re-measuring, {which}: {data['count']} trials, the configurations in turn "
-                f"round after round, {data['windows']} windows each (interleaved: the "
-                f"speed-ups pair rounds){left_out}")
+                f"round after round, {each} (interleaved: the speed-ups pair rounds)"
+                f"{left_out}")
     if data.get("ceilings") or data.get("left_out"):
         left_out = data.get("left_out") or []
         them = "it" if len(left_out) == 1 else "them"
