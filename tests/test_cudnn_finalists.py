@@ -151,6 +151,26 @@ def test_the_autotuning_is_read_from_eager_rows_with_a_default_and_never_counted
         budget.trial_cost_s(rows, A, 2, 1.0) + 10.35)
 
 
+def test_a_configuration_run_again_in_its_process_does_not_pay_its_autotuning_again():
+    """The recommended with cudnn_benchmark on screened with a 12.2-s first step (its shapes
+    autotuned; 1.85 s the eager median without it): its re-measurement rounds in the same
+    process are priced without those 10.35 s, in every other case with them (no reuse, a row
+    of an earlier run, a compiling first step)."""
+    rows = screened_rows()
+    rec = BUSY.replace(cudnn_benchmark=True)
+    assert budget.autotuned_s(rows[1], rows) == pytest.approx(10.35)
+    assert budget.autotuned_s(rows[0], rows) == 0.0           # off: nothing autotuned
+    full = budget.trial_cost_s(rows, rec, 2, 1.0, reused=False)
+    assert full == pytest.approx(16 - 0.4 + 2 * 1.0 + budget.TRIAL_OVERHEAD_S)
+    assert budget.trial_cost_s(rows, rec, 2, 1.0) == pytest.approx(full - 10.35)
+    assert followups.cost_s(fake_plan(), rows, rec, 2) == pytest.approx(full - 10.35)
+    # a resumed run: the row is of an earlier run, whose process is gone
+    resumed = rows + [make_row(9, A, phase="remeasure", run_id="run-b")]
+    assert budget.trial_cost_s(resumed, rec, 2, 1.0) == pytest.approx(full)
+    compiled = [*rows[:1], {**rows[1], "compile": "default"}, *rows[2:]]
+    assert budget.autotuned_s(compiled[1], compiled) == 0.0
+
+
 def test_a_short_re_measurement_leaves_out_the_lower_ranked_on_variants_first():
     """``fitting_configs`` drops from the end of the searched finalists: the third's
     on-variant, then the second's, and keeps the first-ranked as screened."""

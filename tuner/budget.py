@@ -191,7 +191,10 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     Knobs with ``cudnn_benchmark`` on, read from a trial with it off, add its autotuning
     (``cudnn_autotune_s``) once, where no row has them yet and the trial processes are
     ``reused`` (cuDNN keeps what it tuned in the process); in every trial where they are not.
-    Without a timed search row: the windows and the overhead.
+    Read from their own trial of this run (the newest row's ``run_id``) with it on, in
+    ``reused`` processes, they leave out the autotuning that trial's first step paid
+    (``autotuned_s``): its shapes are tuned. Without a timed search row: the windows and the
+    overhead.
     """
     search = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
               and r.get("finished_at")]
@@ -211,6 +214,8 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     if knobs.cudnn_benchmark and not r.get("cudnn_benchmark") and (not reused or not any(
             Knobs.from_dict(x, strict=False) == knobs for x in rows)):
         setup += cudnn_autotune_s(search)
+    if same and reused and knobs.cudnn_benchmark and r.get("run_id") == _newest_run_id(rows):
+        setup -= autotuned_s(r, search)
     step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
     return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
 
@@ -227,6 +232,25 @@ def cudnn_autotune_s(rows: Sequence[Mapping]) -> float:
     if not on or not off:
         return CUDNN_AUTOTUNE_S
     return max(0.0, max(on) - statistics.median(off))
+
+
+def autotuned_s(row: Mapping, rows: Sequence[Mapping]) -> float:
+    """Seconds of ``row``'s first step that cuDNN's benchmark mode spent autotuning: the first
+    step less the median of ``rows``' eager first steps with it off, >= 0; 0 for a row with it
+    off, a compiling row (its first step holds the compile), or without a row to compare."""
+    if not row.get("cudnn_benchmark") or (row.get("compile") or "off") != "off":
+        return 0.0
+    off = [r["first_step_s"] for r in rows if r.get("first_step_s") and not r.get(
+        "cudnn_benchmark") and (r.get("compile") or "off") == "off"]
+    if not off or not row.get("first_step_s"):
+        return 0.0
+    return max(0.0, row["first_step_s"] - statistics.median(off))
+
+
+def _newest_run_id(rows: Sequence[Mapping]) -> Any:
+    """The ``run_id`` of the latest-started of ``rows`` (the run whose processes are alive)."""
+    started = [r for r in rows if r.get("started_at")]
+    return max(started, key=lambda r: r["started_at"]).get("run_id") if started else None
 
 
 def per_step_warmup_s(result: Mapping) -> float:
