@@ -219,7 +219,7 @@ def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
     batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
     assert batch.settings == {"windows": 1} and len(batch.configs) == 2 * REMEASURE_ROUNDS
     assert (events[0]["windows"], events[0]["round_windows"]) == (1, 2)
-    assert "1 window each (not 2: the time left holds more rounds with fewer)" in (
+    assert "1 window each, not 2, so that the time left holds the rounds (interleaved" in (
         _phase_text(events[0]))
     full = next(followups.rounds(fake_plan(), rows, configs, lambda _, data: events.append(data)))
     assert full.settings == {"windows": 2}

@@ -268,7 +268,7 @@ def _phase_text(data: dict) -> str:
         windows = data["windows"]
         fewer = data.get("round_windows") or windows
         each = f"{windows} window{'s' if windows != 1 else ''} each" + (
-            f" (not {fewer}: the time left holds more rounds with fewer)"
+            f", not {fewer}, so that the time left holds the rounds"
             if windows < fewer else "")
         return (f"re-measuring, {which}: {data['count']} trials, the configurations in turn "
                 f"round after round, {each} (interleaved: the speed-ups pair rounds)"
