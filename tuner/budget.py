@@ -226,25 +226,28 @@ def cudnn_autotune_s(rows: Sequence[Mapping]) -> float:
     step holds its compile and is left out): the longest first step with ``cudnn_benchmark``
     on less the median with it off, >= 0; ``CUDNN_AUTOTUNE_S`` without both kinds (a run whose
     references leave it off)."""
-    eager = [r for r in rows if r.get("first_step_s") and (r.get("compile") or "off") == "off"]
-    on = [r["first_step_s"] for r in eager if r.get("cudnn_benchmark")]
-    off = [r["first_step_s"] for r in eager if not r.get("cudnn_benchmark")]
-    if not on or not off:
+    on = [r for r in _eager_first_steps(rows) if r.get("cudnn_benchmark")]
+    if not on or not _eager_first_steps(rows, cudnn_benchmark=False):
         return CUDNN_AUTOTUNE_S
-    return max(0.0, max(on) - statistics.median(off))
+    return max(autotuned_s(r, rows) for r in on)
 
 
 def autotuned_s(row: Mapping, rows: Sequence[Mapping]) -> float:
     """Seconds of ``row``'s first step that cuDNN's benchmark mode spent autotuning: the first
     step less the median of ``rows``' eager first steps with it off, >= 0; 0 for a row with it
     off, a compiling row (its first step holds the compile), or without a row to compare."""
-    if not row.get("cudnn_benchmark") or (row.get("compile") or "off") != "off":
-        return 0.0
-    off = [r["first_step_s"] for r in rows if r.get("first_step_s") and not r.get(
-        "cudnn_benchmark") and (r.get("compile") or "off") == "off"]
-    if not off or not row.get("first_step_s"):
+    off = [r["first_step_s"] for r in _eager_first_steps(rows, cudnn_benchmark=False)]
+    if not off or not row.get("cudnn_benchmark") or not _eager_first_steps([row]):
         return 0.0
     return max(0.0, row["first_step_s"] - statistics.median(off))
+
+
+def _eager_first_steps(rows: Sequence[Mapping], cudnn_benchmark: bool | None = None
+                       ) -> list[Mapping]:
+    """The rows with a first step (``first_step_s``) that compiled nothing (a compile would
+    be in it), those with ``cudnn_benchmark`` at the value given (None: either)."""
+    return [r for r in rows if r.get("first_step_s") and (r.get("compile") or "off") == "off"
+            and (cudnn_benchmark is None or bool(r.get("cudnn_benchmark")) == cudnn_benchmark)]
 
 
 def _newest_run_id(rows: Sequence[Mapping]) -> Any:

@@ -224,15 +224,22 @@ def fitting_configs(plan: Any, rows: Sequence[dict], configs: list[Config],
     every speed-up a t-interval, two rounds of more give none worth reading (quantile 12.7).
     The first-ranked configuration and the references stay, and so does a configuration
     already re-measured (a resumed run)."""
-    every = range(1, REMEASURE_ROUNDS + 1)
     remeasured = {Knobs.from_dict(x, strict=False) for x in rows if phase_of(x) == Phase.REMEASURE}
     reserve_s = ceiling_reserve_s(plan, rows, configs)
     kept = list(configs)
     droppable = [c for c in kept[1:] if c[1] is None and c[0] not in remeasured]
-    while droppable and (len(rounds_todo(plan, rows, kept, every, windows, reserve_s=reserve_s))
-                         < len(rounds_todo(plan, rows, kept, every, windows, timed=False))):
+    while droppable and not all_rounds_fit(plan, rows, kept, windows, reserve_s):
         kept.remove(droppable.pop())  # the lowest-ranked first
     return kept, len(configs) - len(kept)
+
+
+def all_rounds_fit(plan: Any, rows: Sequence[dict], configs: list[Config], windows: int,
+                   reserve_s: float = 0.0) -> bool:
+    """Whether the time left, less ``reserve_s``, holds every one of the ``REMEASURE_ROUNDS``
+    rounds of ``configs`` still to run, of ``windows`` windows each (``rounds_todo``)."""
+    every = range(1, REMEASURE_ROUNDS + 1)
+    return (len(rounds_todo(plan, rows, configs, every, windows, reserve_s=reserve_s))
+            == len(rounds_todo(plan, rows, configs, every, windows, timed=False)))
 
 
 def fitting_round_windows(plan: Any, rows: Sequence[dict], configs: list[Config]) -> int:
@@ -245,13 +252,10 @@ def fitting_round_windows(plan: Any, rows: Sequence[dict], configs: list[Config]
     a configuration's rate in a trial of its own, and the speed-ups' intervals come from the
     spread between rounds: three rounds of one window give an interval (quantile 4.3). Set
     once for the rounds still to run: a round added by an impossible figure keeps it."""
-    every = range(1, REMEASURE_ROUNDS + 1)
     most = plan.round_windows
-    wanted = len(rounds_todo(plan, rows, configs, every, most, timed=False))
     for reserve_s in (ceiling_reserve_s(plan, rows, configs), 0.0):
         for windows in range(most, 0, -1):
-            if len(rounds_todo(plan, rows, configs, every, windows,
-                               reserve_s=reserve_s)) == wanted:
+            if all_rounds_fit(plan, rows, configs, windows, reserve_s):
                 return windows
     return next((w for w in range(most, 0, -1)
                  if rounds_todo(plan, rows, configs, range(1, 2), w)), most)
@@ -305,8 +309,9 @@ def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
     the time left cannot hold (``fitting_configs``, then ``fitting_round_windows``); one more
     batch for a round added by an impossible figure. Says so when not even the first round
     fits (``no_round_event``)."""
-    configs, dropped = fitting_configs(plan, type_rows(plan, rows), configs, plan.round_windows)
-    windows = fitting_round_windows(plan, type_rows(plan, rows), configs)
+    typed = type_rows(plan, rows)
+    configs, dropped = fitting_configs(plan, typed, configs, plan.round_windows)
+    windows = fitting_round_windows(plan, typed, configs)
     first = 1
     while True:
         batch = round_batch(plan, rows, configs, first, dropped if first == 1 else 0, windows)

@@ -266,10 +266,10 @@ def _phase_text(data: dict) -> str:
                     "left holds more rounds (and the compute-only ceiling) without them"
                     if dropped else "")
         windows = data["windows"]
-        fewer = data.get("round_windows") or windows
+        planned = data.get("round_windows") or windows
         each = f"{windows} window{'s' if windows != 1 else ''} each" + (
-            f", not {fewer}, so that the time left holds the rounds"
-            if windows < fewer else "")
+            f", not {planned}, so that the time left holds the rounds"
+            if windows < planned else "")
         return (f"re-measuring, {which}: {data['count']} trials, the configurations in turn "
                 f"round after round, {each} (interleaved: the speed-ups pair rounds)"
                 f"{left_out}")
