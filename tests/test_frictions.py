@@ -413,6 +413,19 @@ def test_leaderboard_table_has_a_phase_column():
     assert phases == ["search", "remeasure", "ceiling: compute", "ceiling: loader"]
 
 
+def test_a_row_of_one_window_shows_no_window_spread():
+    """A round of one window records an IQR of 0 (one rate): the table leaves its ±IQR blank
+    rather than print a spread of 0.0; a row of two windows shows its own."""
+    from tuner.cli import _rank_table
+    one = {**_row("remeasure"), "windows": 1, "samples_per_sec_iqr": 0.0}
+    two = {**_row("remeasure"), "windows": 2, "samples_per_sec_iqr": 1.25}
+    console = Console(record=True, width=250)
+    console.print(_rank_table([one, two], "t"))
+    lines = [ln for ln in console.export_text().splitlines() if re.match(r"^│ \d", ln)]
+    spreads = [ln.split("│")[6].strip() for ln in lines]
+    assert spreads == ["", "1.2"]
+
+
 def test_global_batch_error_names_the_multiple_that_fits_every_reference(tmp_path):
     from tuner.space import load_space
     space = load_space(TESTS_SPACE, is_file=True).for_device("cpu", max_workers=2)

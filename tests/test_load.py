@@ -127,10 +127,11 @@ def test_a_trial_recorded_beside_another_tuner_run_is_marked_busy():
     assert "1 other tuner run(s) on this machine" in note
 
 
-def _round(knobs: dict, rate: float, window_cv: float = 0.01, phase: str = "remeasure") -> dict:
+def _round(knobs: dict, rate: float, window_cv: float = 0.01, phase: str = "remeasure",
+           windows: int = 2) -> dict:
     from tuner.knobs import Knobs
     return {**Knobs(**knobs).to_dict(), "run_id": "r1", "phase": phase, "status": "ok",
-            "samples_per_sec": rate, "samples_per_sec_cv": window_cv}
+            "samples_per_sec": rate, "samples_per_sec_cv": window_cv, "windows": windows}
 
 
 def test_rounds_that_drift_far_beyond_their_windows_are_said_and_steady_ones_not():
@@ -156,6 +157,23 @@ def test_rounds_that_drift_far_beyond_their_windows_are_said_and_steady_ones_not
     assert noise.round_drift([_round(a, 34.5, phase="search"), _round(a, 47.8, phase="search"),
                               _round(b, 39.1)]) is None
     assert drift_note([_round(a, 34.5)]) is None
+
+
+def test_rounds_of_one_window_say_nothing_of_how_their_windows_agreed():
+    """Rounds of one window each (a short budget's re-measurement) record a window CV of 0:
+    the note gives the drift between them and claims no agreement within a trial."""
+    a, b = {"batch_size": 30, "data_path": "device", "num_workers": 0}, {"batch_size": 8}
+    rows = [_round(a, 44.8, 0.0, windows=1), _round(b, 30.1, 0.0, windows=1),
+            _round(a, 50.3, 0.0, windows=1), _round(b, 24.0, 0.0, windows=1),
+            _round(a, 43.4, 0.0, windows=1), _round(b, 27.8, 0.0, windows=1)]
+    drift = noise.round_drift(rows)
+    assert drift.configurations == 2 and drift.within_cv is None
+    note = drift_note(rows)
+    assert note.startswith("the machine's speed drifted") and "agreed within" not in note
+    # one round of two windows among them: its cv is the rounds' window figure
+    rows[0] = _round(a, 44.8, 0.02, windows=2)
+    assert noise.round_drift(rows).within_cv == pytest.approx(0.02)
+    assert "windows agreed within 2 %" in drift_note(rows)
 
 
 def test_one_configuration_on_two_cards_is_two_configurations_not_drift():

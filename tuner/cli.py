@@ -266,6 +266,7 @@ def _rank_table(rows: list[dict], title: str) -> Table:
     """The leaderboard as a table; its phase column tells a re-measured configuration from its
     search row, and names each ceiling ('ceiling: loader' is the DataLoader alone, no model)."""
     from tuner.scaling import row_efficiency, world_size_of
+    from tuner.windows import window_iqr
     ranks = any(world_size_of(r) > 1 for r in rows)  # data-parallel rows: ranks, efficiency
     t = Table(title=title, title_justify="left")
     for col in ("#", "status", "phase", "ref", *(("ranks", "eff.") if ranks else ()),
@@ -283,7 +284,7 @@ def _rank_table(rows: list[dict], title: str) -> Table:
         t.add_row(str(i), r["status"], phase, r["reference"] or "",
                   *((str(world_size_of(r)), "" if eff is None else f"{100 * eff:.0f} %")
                     if ranks else ()), _num(r["samples_per_sec"], 1),
-                  _num(r["samples_per_sec_iqr"], 1), _num(r["step_time_ms_p50"], 1),
+                  _num(window_iqr(r), 1), _num(r["step_time_ms_p50"], 1),
                   _num(r["warmup_s"], 1), _num(r["peak_device_memory_mb"], 0),
                   _num(r["peak_host_memory_mb"], 0), detail)
     return t

@@ -336,7 +336,8 @@ class RoundDrift:
     between_cv: float
     """Median over configurations of the CV (stdev / mean) of their round rates."""
     within_cv: float | None
-    """Median of the rounds' window CV (``samples_per_sec_cv``); None where none has one."""
+    """Median of the rounds' window CV (``samples_per_sec_cv``) over the rows of two windows or
+    more; None where none has one (rounds of one window each)."""
     configurations: int
     """Configurations re-measured in two rounds or more."""
 
@@ -358,8 +359,9 @@ def round_drift(rows: Sequence[Mapping]) -> RoundDrift | None:
                if len(rates := [r["samples_per_sec"] for r in g]) >= 2]
     if not spreads:
         return None
+    # a row of one window has no spread of its own (its cv reads 0): it says nothing of them
     within = [r["samples_per_sec_cv"] for g in groups.values() if len(g) >= 2 for r in g
-              if r.get("samples_per_sec_cv") is not None]
+              if r.get("samples_per_sec_cv") is not None and (r.get("windows") or 0) >= 2]
     return RoundDrift(statistics.median(spreads),
                       statistics.median(within) if within else None, len(spreads))
 

@@ -43,6 +43,7 @@ from tuner.errors import TunerError
 from tuner.knobs import Knobs, knob_text
 from tuner.scaling import scaling, scaling_table
 from tuner.status import FAILED, MEASURED, Phase, Status, phase_of
+from tuner.windows import window_iqr
 
 FIGURES = ("throughput_vs_batch", "knob_importance", "throughput_vs_memory", "best_vs_references")
 """Figure names, in page order; each is written as ``<name>.png``."""
@@ -571,7 +572,7 @@ def _top_table(rows: list[dict]) -> str:
         classes.append("disturbed" if why else None)
         body.append([_td(str(i)), status, e(phase_label(r)), e(r["reference"] or ""),
                      _td(_fmt_num(r["samples_per_sec"], 1)),
-                     _td(_fmt_num(r["samples_per_sec_iqr"], 1)),
+                     _td(_fmt_num(window_iqr(r), 1)),
                      _td(_fmt_num(r["step_time_ms_p50"], 1)),
                      _td(_fmt_num(r["peak_device_memory_mb"], 0)),
                      _td(_fmt_num(r["peak_host_memory_mb"], 0)), e(detail)])

@@ -22,6 +22,15 @@ from typing import Mapping, Sequence
 from tuner.status import Status
 
 
+def window_iqr(row: Mapping) -> float | None:
+    """A row's spread over its windows (``samples_per_sec_iqr``, samples/sec) where it measured
+    two windows or more; None for a row of one window (its IQR reads 0 and says nothing) or
+    without the figure. What the leaderboard's ``±IQR`` column shows."""
+    if (row.get("windows") or 0) < 2:
+        return None
+    return row.get("samples_per_sec_iqr")
+
+
 def long_step(step_s: float, window_s: float) -> bool:
     """Whether a step of ``step_s`` seconds takes half a window (``window_s`` seconds) or more:
     a window then holds one or two whole steps, too few to tell a transient from a step's own
