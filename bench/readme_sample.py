@@ -87,8 +87,9 @@ def replay(sample_dir: Path = SAMPLE_DIR) -> list[tuple[str, dict, list[str]]]:
     console = _console()
     printer = Progress(console)
     # The 'start' event (it carries the run's plan) sets the search's trial count (None: a
-    # count the time budget decides, printed without a denominator).
-    printer.counter = dataclasses.replace(printer.counter, total=meta["search_trials"])
+    # count the time budget decides, printed without a denominator, padded to its cap's width).
+    printer.counter = dataclasses.replace(printer.counter, total=meta["search_trials"],
+                                          cap=meta.get("search_cap"))
     out, rows = [], []
     for kind, data in meta["events"]:
         if kind == "trial":
@@ -218,6 +219,7 @@ def record(sample_dir: Path = SAMPLE_DIR) -> None:
         live.on_event(kind, data)
         if kind == "start":  # the search's trial counter: None when the time budget decides
             plan["search_trials"] = live.counter.total
+            plan["search_cap"] = live.counter.cap  # the width its lines are padded to
         elif kind == "trial":
             events.append(["trial", {"trial_id": data["row"]["trial_id"], "index": data["index"],
                                      "total": data["total"]}])
@@ -246,6 +248,7 @@ def record(sample_dir: Path = SAMPLE_DIR) -> None:
     meta = {"command": COMMAND, "run_id": result.run_id, "workload": result.workload,
             "device": result.device, "scale": result.scale, "wall_s": round(result.wall_s, 1),
             "results": RESULTS, "search_trials": plan["search_trials"],
+            "search_cap": plan["search_cap"],
             "machine": f"{key.split(':', 2)[1]}, {os.cpu_count()} CPUs, no GPU"
                        if key.startswith("cpu:") else key,
             "date": time.strftime("%Y-%m-%d", time.gmtime()),

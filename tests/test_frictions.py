@@ -394,12 +394,16 @@ def test_without_trials_the_count_is_a_cap_and_the_counter_has_no_denominator(
     console = Console(record=True, width=300)
     progress = Progress(console)
     progress.on_event("start", {"plan": plan, "concurrency": 1})
-    for i in range(2):
+    for i in range(10):
         progress.on_event("trial", {"row": _row(), "index": i + 1, "total": None})
     progress.close()
     text = console.export_text()
     assert "budget: up to 36 search trials (references included), time budget 3 min 30 s" in text
-    assert re.findall(r"^\s+\[([^\]]+)\] ok", text, flags=re.M) == ["search 1", "search 2"]
+    assert re.findall(r"^\s+\[([^\]]+)\]\s+ok", text, flags=re.M) == [
+        f"search {i}" for i in range(1, 11)]
+    # the status column stays where it is past the ninth trial: the count pads to the cap's width
+    assert len({line.index(" ok ") for line in text.splitlines() if "] " in line
+                and " ok " in line}) == 1
 
 
 def test_leaderboard_table_has_a_phase_column():

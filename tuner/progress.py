@@ -171,7 +171,7 @@ class Progress:
         self.task = self.bar.add_task("trials", total=total,
                                       completed=len(plan.prior_search_rows))
         self.plan = plan
-        self.counter = _Counter("search", len(plan.prior_search_rows), total)
+        self.counter = _Counter("search", len(plan.prior_search_rows), total, cap=plan.trials)
 
     def _trial(self, row: dict, index: int, total: int | None) -> None:
         status = row["status"]
@@ -192,7 +192,7 @@ class Progress:
                                highlight=False, soft_wrap=True)
             return
         self.counter.done += 1
-        self.console.print(f"  \\[{self.counter.text()}] [{style}]{status:<6}[/] {measured}  "
+        self.console.print(f"  {self.counter.bracketed()} [{style}]{status:<6}[/] {measured}  "
                            f"{knob_text(row)}{ref}{tail}", highlight=False, soft_wrap=True)
         if self.task is not None:
             best = f"best {self.best_sps:,.1f} samples/sec" if self.best_sps else "no result yet"
@@ -215,12 +215,23 @@ class _Counter:
     label: str
     done: int
     total: int | None
+    cap: int | None = None
+    """The most trials the phase may run where ``total`` is not known (a time budget's search:
+    the plan's trial cap); the lines keep its width."""
 
     def text(self) -> str:
         """'search 3/6', 'remeasure 2/9' or 'ceiling 1'."""
         if self.total is None:
             return f"{self.label} {self.done}"
         return f"{self.label} {self.done:>{len(str(self.total))}}/{self.total}"
+
+    def bracketed(self) -> str:
+        """``text()`` in brackets (the '[' escaped for rich), padded on the right to the width
+        of the phase's last count, so that the status columns of its lines stay aligned
+        ('[search 9] ', '[search 10]')."""
+        text = self.text()
+        width = len(f"{self.label} {self.cap}") if self.total is None and self.cap else 0
+        return f"\\[{text}]" + " " * max(0, width - len(text))
 
     def after(self, data: dict) -> "_Counter":
         """The counter once a driver 'phase' event ``data`` starts: a new phase starts from 0,
