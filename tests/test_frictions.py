@@ -355,6 +355,12 @@ def test_trial_counter_keeps_the_search_budget_as_its_denominator():
     text = " ".join(printed.split())
     assert "re-measuring, rounds 1-3 of 3: 6 trials" in text
     assert "re-measuring, round 4 of 4: 2 trials" in text
+    # a first round the time left holds alone is not announced as the first of three
+    console = Console(record=True, width=300)
+    Progress(console).on_event("phase", {"phase": Phase.REMEASURE, "count": 3, "round": 1,
+                                         "last_round": 1, "rounds": 3, "windows": 2})
+    assert ("re-measuring, round 1 of 3 (the time left holds this one now): 3 trials"
+            in " ".join(console.export_text().split()))
 
 
 def test_the_header_says_what_the_budget_covers(tmp_path, regression_data):

@@ -52,7 +52,7 @@ def test_the_sample_shows_trials_of_every_phase_the_summary_and_the_legend(sampl
     trial_events = [data for kind, data in meta["events"] if kind == "trial"]
     search_trials = sum(1 for data in trial_events if rows[data["trial_id"]]["phase"] == "search")
     assert len(searched) == min(search_trials, sample.SHOWN_SEARCH) > 2
-    assert re.match(r"  \[search 1(/\d+)?\] ok +[\d,.]+ samples/sec  bs=\d+", searched[0])
+    assert re.match(r"  \[search 1(/\d+)?\] +ok +[\d,.]+ samples/sec  bs=\d+", searched[0])
     assert searched[0].endswith("(baseline)")
     remeasured = [line for line in lines if line.startswith("  [remeasure ")]
     assert len(remeasured) == sample.SHOWN_REMEASURE

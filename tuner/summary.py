@@ -86,7 +86,8 @@ def print_best(console: Console, rows: list[dict], summary) -> None:
                   *_loader_cells(loader, ceilings.data_path))
     _attainable_row(t, best.attainable)
     console.print(t)
-    for line in filter(None, [winner.budget_stopped_text(best), *verdict_lines(best)]):
+    for line in filter(None, [winner.budget_stopped_text(best), drift_gap_line(best, rows),
+                              *verdict_lines(best)]):
         console.print(line, highlight=False)
     console.print(_compute_line(row), highlight=False)
     if row.get("time_to_train_s") is not None:
@@ -215,6 +216,21 @@ def _loader_detail(data_path: str) -> str:
     if data_path == "loader":
         return "same knobs, its DataLoader alone, no model"
     return f"same knobs, its data path alone (data_path={data_path}), no model"
+
+
+def drift_gap_line(best: winner.Answer, rows: list[dict]) -> str | None:
+    """One line where the best's share of its compute-only ceiling lies within the drift of
+    the run's re-measured rounds (``tuner.noise.share_in_drift``): the ceiling is one trial
+    and the best the mean of its rounds, so such a gap is no measured headroom; else None."""
+    judged = best.ceilings.compute_verdict(best.samples_per_sec)
+    if judged is None or judged.judgement != "bound":
+        return None
+    cv = noise.share_in_drift(judged.share, best.rounds, rows)
+    if cv is None:
+        return None
+    return (f"compute-only ceiling: the best's {100 * judged.share:.0f} % of it lies within the "
+            f"drift of the re-measured rounds ({100 * cv:.0f} % between rounds; the ceiling is "
+            "one trial): the gap may be the machine's, not room left above the best")
 
 
 def _compute_cells(best: winner.Answer, judged: Verdict) -> tuple[str, str]:
