@@ -732,6 +732,10 @@ def test_a_ratio_below_one_reads_slower_never_faster():
     assert sp.short() == "1.25x slower"
     assert sp.text().startswith("1.25x slower (speed-up 0.80, 95 % CI [0.75")
     assert noise.Speedup(1.02, 0.97, 1.07, 3).short() == "tie"
+    # one measurement each (a run whose time left held one round): the way to an interval
+    assert noise.Speedup(1.79, None, None, 1).text() == (
+        "1.79x faster (one measurement each, no interval; within ±10 % is a tie; two or more "
+        "interleaved rounds give one (--confirm, with the time to run them))")
 
 
 def _best_table(rows: list[dict]) -> str:

@@ -98,7 +98,8 @@ class Speedup:
         ci = (f"{100 * CONFIDENCE:.0f} % CI [{self.low:.2f}, {self.high:.2f}]"
               if self.low is not None else
               f"one measurement each, no interval; within ±{100 * SINGLE_PAIR_FLOOR:.0f} % is a "
-              f"tie; re-measured rounds (--confirm) give one")
+              f"tie; two or more interleaved rounds give one (--confirm, with the time to run "
+              f"them)")
         if self.tie:
             return f"tie within the noise (speed-up {self.ratio:.2f}, {ci})"
         if self.ratio < 1:
