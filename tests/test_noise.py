@@ -788,6 +788,9 @@ def test_a_ceiling_above_the_best_by_no_more_than_the_rounds_drift_is_no_headroo
     out = _best_table(steady + [ceiling])
     assert "compute-only ceiling 52.2 88% of it same knobs, batches on the device" in out
     assert "drift" not in out
+    # the ceiling at the best (100 %): nothing to say of a gap
+    at = {**ceiling, "samples_per_sec": 46.2}
+    assert "drift" not in _best_table(drifting + [at])
     # the band: one ceiling against the mean of 3 rounds, 1.96 x cv x sqrt(1 + 1/3)
     assert noise.share_in_drift(0.88, 3, drifting) is not None
     assert noise.share_in_drift(0.70, 3, drifting) is None

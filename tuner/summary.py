@@ -223,14 +223,16 @@ def drift_gap_line(best: winner.Answer, rows: list[dict]) -> str | None:
     the run's re-measured rounds (``tuner.noise.share_in_drift``): the ceiling is one trial
     and the best the mean of its rounds, so such a gap is no measured headroom; else None."""
     judged = best.ceilings.compute_verdict(best.samples_per_sec)
-    if judged is None or judged.judgement != "bound":
+    if judged is None or judged.judgement != "bound" or round(100 * judged.share) >= 100:
         return None
     cv = noise.share_in_drift(judged.share, best.rounds, rows)
     if cv is None:
         return None
+    n = best.ceilings.compute_measurements
+    trials = "one trial" if n <= 1 else f"the highest of {n} trials"
     return (f"compute-only ceiling: the best's {100 * judged.share:.0f} % of it lies within the "
             f"drift of the re-measured rounds ({100 * cv:.0f} % between rounds; the ceiling is "
-            "one trial): the gap may be the machine's, not room left above the best")
+            f"{trials}): the gap may be the machine's, not room left above the best")
 
 
 def _compute_cells(best: winner.Answer, judged: Verdict) -> tuple[str, str]:
