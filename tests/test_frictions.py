@@ -449,3 +449,39 @@ def test_global_batch_error_names_the_multiple_that_fits_every_reference(tmp_pat
     fitted = dict(load_space(TESTS_SPACE, is_file=True).for_device("cpu", max_workers=2)
                   .with_global_batch(48).fit_references(refs))
     assert fitted["baseline"].grad_accum == 6 and fitted["recommended"].grad_accum == 4
+
+
+def test_the_run_names_what_it_starts_before_its_first_line(tmp_path, regression_data,
+                                                           monkeypatch):
+    """Ray's start and the memory probe print nothing of their own (15-34 s on an H200 with
+    the plan and the first trial process): a spinner names them until the run's first event,
+    then gives way to it."""
+    import io
+    import time
+
+    import tuner.api
+    import tuner.cli as cli
+    from tuner.errors import TunerError
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=screen, force_terminal=True, width=200))
+    seen = {}
+
+    def tune_plan(plan, on_event):
+        time.sleep(0.3)  # the spinner draws a frame or more
+        seen["before"] = screen.getvalue()
+        on_event("machine", {"text": "machine limit: from the probe"})
+        seen["after"] = screen.getvalue()[len(seen["before"]):]
+        time.sleep(0.3)  # a spinner still running would draw again
+        raise TunerError("stopped here")
+
+    monkeypatch.setattr(tuner.api, "tune_plan", tune_plan)
+    done = CliRunner().invoke(cli.main, [
+        "run", "--workload", "tests.fake_workloads:regression", "--data", str(regression_data),
+        "--device", "cpu", "--results", str(tmp_path / "r"), "--trials", "2", "--probe", "on"])
+    assert done.exit_code == 2, done.output
+    assert "starting Ray (local), then the memory probe" in seen["before"]
+    assert "machine limit: from the probe" in seen["after"]
+    assert "starting Ray" not in screen.getvalue().split("machine limit: from the probe")[1]
+    from tuner.progress import starting_text
+    plan = SimpleNamespace(options=SimpleNamespace(address="10.0.0.1:6379"), should_probe=False)
+    assert starting_text(plan) == "connecting to the Ray cluster, then the first trial's process…"

@@ -252,6 +252,7 @@ def _tune_one(run_options: RunOptions, progress: bool,
             if printer is not None:
                 for note in plan.notes:  # an option that does nothing here, said once
                     printer.console.print(f"note: {note}", highlight=False, soft_wrap=True)
+                printer.starting(plan)  # until the first event: Ray's start, the probe
             result = tune_plan(plan, on_event)
     finally:
         if printer is not None:

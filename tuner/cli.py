@@ -158,8 +158,10 @@ def _run_one(options: Any, launched: bool) -> Any:
             plan = plan.launched_at(start)
         progress = Progress(console)
         notes = list(plan.notes)
+        progress.starting(plan)  # a spinner naming Ray's start and the probe, until the first event
 
         def on_event(kind: str, data: dict) -> None:
+            progress.started()  # the spinner ends before anything is printed (stderr too)
             # the notes once the run has started (a run refused before, e.g. by another run
             # into the same results, says so in one line)
             while notes:

@@ -73,6 +73,16 @@ def _ceiling_text(name: str) -> str:
     return _CEILINGS[kind] + (f" {path}" if path else "")
 
 
+def starting_text(plan) -> str:
+    """What a run does before its first line (``Progress.starting``'s spinner): Ray's start or
+    the connection to a cluster (``--address``), then the memory probe where it runs
+    (``Plan.should_probe``), else the first trial's process."""
+    ray = "connecting to the Ray cluster" if plan.options.address else "starting Ray (local)"
+    then = (", then the memory probe (the step timed at growing batch sizes)"
+            if plan.should_probe else ", then the first trial's process")
+    return f"{ray}{then}…"
+
+
 class Progress:
     """Prints the plan, one line per finished trial, and a bar for the trial budget."""
 
@@ -88,8 +98,24 @@ class Progress:
         """The run's plan (the 'start' event): the ready-to-paste commands are made from it."""
         self.counter = _Counter("search", 0, None)
         """The trial counter of the phase in progress: '[search 3/6]', '[remeasure 2/9]'."""
+        self.waiting = None
+        """The spinner ``starting`` shows until the run's first event (rich ``Status``)."""
+
+    def starting(self, plan) -> None:
+        """Show what the run starts before its first line, until its first event: Ray (or the
+        connection to a cluster), then the memory probe or the first trial's process
+        (``starting_text``); nothing is drawn on a console that is not a terminal."""
+        self.waiting = self.console.status(starting_text(plan))
+        self.waiting.start()
+
+    def started(self) -> None:
+        """End the spinner ``starting`` shows (at the run's first event); no-op without one."""
+        if self.waiting is not None:
+            self.waiting.stop()
+            self.waiting = None
 
     def on_event(self, kind: str, data: dict) -> None:
+        self.started()
         if kind == "start":
             self._start(data["plan"], data["concurrency"])
         elif kind == "trial":
@@ -199,6 +225,7 @@ class Progress:
             self.bar.update(self.task, advance=1, description=f"trials · {best}")
 
     def close(self) -> None:
+        self.started()
         self.bar.stop()
 
     def print_summary(self, summary) -> None:
