@@ -484,4 +484,4 @@ def test_the_run_names_what_it_starts_before_its_first_line(tmp_path, regression
     assert "starting Ray" not in screen.getvalue().split("machine limit: from the probe")[1]
     from tuner.progress import starting_text
     plan = SimpleNamespace(options=SimpleNamespace(address="10.0.0.1:6379"), should_probe=False)
-    assert starting_text(plan) == "connecting to the Ray cluster, then the first trial's process…"
+    assert starting_text(plan) == "connecting to the Ray cluster…"

@@ -158,7 +158,7 @@ def _run_one(options: Any, launched: bool) -> Any:
             plan = plan.launched_at(start)
         progress = Progress(console)
         notes = list(plan.notes)
-        progress.starting(plan)  # a spinner naming Ray's start and the probe, until the first event
+        progress.starting(plan)  # a spinner naming Ray's start (and the probe) until then
 
         def on_event(kind: str, data: dict) -> None:
             progress.started()  # the spinner ends before anything is printed (stderr too)

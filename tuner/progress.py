@@ -76,10 +76,10 @@ def _ceiling_text(name: str) -> str:
 def starting_text(plan) -> str:
     """What a run does before its first line (``Progress.starting``'s spinner): Ray's start or
     the connection to a cluster (``--address``), then the memory probe where it runs
-    (``Plan.should_probe``), else the first trial's process."""
+    (``Plan.should_probe``; its line comes when it ends)."""
     ray = "connecting to the Ray cluster" if plan.options.address else "starting Ray (local)"
     then = (", then the memory probe (the step timed at growing batch sizes)"
-            if plan.should_probe else ", then the first trial's process")
+            if plan.should_probe else "")
     return f"{ray}{then}…"
 
 
@@ -103,8 +103,8 @@ class Progress:
 
     def starting(self, plan) -> None:
         """Show what the run starts before its first line, until its first event: Ray (or the
-        connection to a cluster), then the memory probe or the first trial's process
-        (``starting_text``); nothing is drawn on a console that is not a terminal."""
+        connection to a cluster), then the memory probe where it runs (``starting_text``);
+        nothing is drawn on a console that is not a terminal."""
         self.waiting = self.console.status(starting_text(plan))
         self.waiting.start()
 
