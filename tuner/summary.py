@@ -231,8 +231,8 @@ def drift_gap_line(best: winner.Answer, rows: list[dict]) -> str | None:
     n = best.ceilings.compute_measurements
     trials = "one trial" if n <= 1 else f"the highest of {n} trials"
     return (f"compute-only ceiling: the best's {100 * judged.share:.0f} % of it lies within the "
-            f"drift of the re-measured rounds ({100 * cv:.0f} % between rounds; the ceiling is "
-            f"{trials}): the gap may be the machine's, not room left above the best")
+            f"rounds' drift ({100 * cv:.0f} % between rounds; the ceiling is {trials}): the gap "
+            "may be the machine's, not headroom")
 
 
 def _compute_cells(best: winner.Answer, judged: Verdict) -> tuple[str, str]:
