@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import statistics
 import threading
-import time
 
 import pytest
 import torch
@@ -60,46 +59,61 @@ def test_other_processes_cpu_time_is_told_apart_from_the_trials_own(monkeypatch)
     assert load.other_cpu_pct is None and load.cpu_steal_pct == 0.0
 
 
+_OWN_CPU_CHECK = """
+import json, subprocess, sys, time
+from pathlib import Path
+from tuner.trial.measure import own_cpu_s
+tmp, script = Path(sys.argv[1]), sys.argv[2]
+
+def wait_for(path):
+    deadline = time.monotonic() + 300
+    while not path.exists():
+        assert time.monotonic() < deadline, "the spinning process did not finish"
+        time.sleep(0.05)
+
+before = own_cpu_s()
+child = subprocess.Popen([sys.executable, script, str(tmp / "child")], stdin=subprocess.PIPE)
+try:
+    wait_for(tmp / "child")
+    alive = own_cpu_s()
+finally:
+    child.communicate(b"")
+reaped = own_cpu_s()
+before_other = own_cpu_s()
+subprocess.run(f"{sys.executable} {script} {tmp / 'other'} </dev/null &", shell=True, check=True)
+wait_for(tmp / "other")
+print(json.dumps([before, alive, reaped, before_other, own_cpu_s()]))
+"""
+"""The check of ``own_cpu_s``, run in a process of its own: the test runner's process has
+descendants of its own (a shared Ray instance's workers, started and ended by Ray's raylet),
+whose CPU time leaves the sum when they end without this process reaping them."""
+
+
 def test_the_trials_own_cpu_time_counts_its_descendants_and_no_other_process(tmp_path):
     """``own_cpu_s`` counts a child process (as a DataLoader worker is) while it lives and
     after it is reaped, and not a process that is not its descendant. Each helper process
     spins until it has used 0.5 CPU seconds of its own (``time.process_time``), however long a
-    busy machine makes that take, while this process sleeps: its own CPU time moves by at
-    least that 0.5 s for the child and by far less for the other process, on a quiet machine
-    or a loaded one, and either way the wrong attribution would miss by 0.5 s."""
+    busy machine makes that take, while the measuring process sleeps: its own CPU time moves by
+    at least that 0.5 s for the child and by far less for the other process, on a quiet machine
+    or a loaded one, and either way the wrong attribution would miss by 0.5 s. The measuring
+    process is a fresh one (``_OWN_CPU_CHECK``), whose only descendants are these."""
+    import json
     import subprocess
     import sys
 
-    from tuner.trial.measure import own_cpu_s
+    from tests.conftest import REPO_ROOT
     spin = ("import sys, time\nwhile time.process_time() < 0.5: pass\n"
             "open(sys.argv[1], 'w').close()\nsys.stdin.read()\n")
     script = tmp_path / "spin.py"
     script.write_text(spin)
-
-    def wait_for(path) -> None:
-        deadline = time.monotonic() + 300
-        while not path.exists():
-            assert time.monotonic() < deadline, "the spinning process did not finish"
-            time.sleep(0.05)
-
-    before = own_cpu_s()
-    child = subprocess.Popen([sys.executable, str(script), str(tmp_path / "child")],
-                             stdin=subprocess.PIPE)       # a descendant: its own
-    try:
-        wait_for(tmp_path / "child")
-        alive = own_cpu_s()                               # counted while it lives
-    finally:
-        child.communicate(b"")                            # the process this test started
-    reaped = own_cpu_s()                                  # and once it is reaped
+    done = subprocess.run([sys.executable, "-c", _OWN_CPU_CHECK, str(tmp_path), str(script)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, alive, reaped, before_other, after_other = json.loads(done.stdout.splitlines()[-1])
     assert alive - before >= 0.5 - 0.02, (before, alive)  # clock ticks of 10 ms, each side
     assert reaped - before >= 0.5 - 0.02, (before, reaped)
     # not a descendant: started through a shell that exits at once; it ends by itself after
     # its 0.5 s once its stdin (/dev/null) reads empty
-    before_other = own_cpu_s()
-    subprocess.run(f"{sys.executable} {script} {tmp_path / 'other'} </dev/null &", shell=True,
-                   check=True)
-    wait_for(tmp_path / "other")
-    after_other = own_cpu_s()
     assert after_other - before_other < 0.25, (before_other, after_other)
 
 
