@@ -482,6 +482,19 @@ def test_the_run_names_what_it_starts_before_its_first_line(tmp_path, regression
     assert "starting Ray (local), then the memory probe" in seen["before"]
     assert "machine limit: from the probe" in seen["after"]
     assert "starting Ray" not in screen.getvalue().split("machine limit: from the probe")[1]
+    # Ctrl-C before the first event (during Ray's start): the spinner ends with the command
+
+    def interrupted(plan, on_event):
+        time.sleep(0.3)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuner.api, "tune_plan", interrupted)
+    CliRunner().invoke(cli.main, [
+        "run", "--workload", "tests.fake_workloads:regression", "--data", str(regression_data),
+        "--device", "cpu", "--results", str(tmp_path / "r2"), "--trials", "2", "--probe", "on"])
+    drawn = len(screen.getvalue())
+    time.sleep(0.3)  # a spinner left running would draw again
+    assert len(screen.getvalue()) == drawn
     from tuner.progress import starting_text
     plan = SimpleNamespace(options=SimpleNamespace(address="10.0.0.1:6379"), should_probe=False)
     assert starting_text(plan) == "connecting to the Ray cluster…"

@@ -782,7 +782,7 @@ def test_a_ceiling_above_the_best_by_no_more_than_the_rounds_drift_is_no_headroo
     drifting = rounds([(FAST, None, [44.8, 50.3, 43.4]), (BASE, "baseline", [30.1, 24.0, 27.8])])
     out = _best_table(drifting + [ceiling])
     assert "compute-only ceiling 52.2 88% of it same knobs, batches on the device" in out
-    assert "compute-only ceiling: the best's 88 % of it lies within the rounds' drift (" in out
+    assert "compute-only ceiling: the best's 88% of it lies within the rounds' drift (" in out
     assert "the ceiling is one trial): the gap may be the machine's, not headroom" in out
     steady = rounds([(FAST, None, [46.0, 46.3, 45.8]), (BASE, "baseline", [27.0, 27.2, 26.9])])
     out = _best_table(steady + [ceiling])

@@ -178,6 +178,9 @@ def _run_one(options: Any, launched: bool) -> Any:
         except TunerError:  # a write failed mid-run (RecordFailed): the bar ends first
             progress.close()
             raise
+        except BaseException:  # anything else (Ctrl-C during Ray's start): spinner and bar end
+            progress.close()
+            raise
     progress.close()
     progress.print_summary(result)
     if result.best is None:

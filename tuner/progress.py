@@ -308,7 +308,8 @@ def _phase_text(data: dict) -> str:
         windows = data["windows"]
         planned = data.get("round_windows") or windows
         each = f"{windows} window{'s' if windows != 1 else ''} each" + (
-            f", not {planned}, so that the time left holds the rounds"
+            f", not {planned}, so that the time left holds "
+            f"{'the rounds' if last == data['rounds'] else 'a round'}"
             if windows < planned else "")
         return (f"re-measuring, {which}: {data['count']} trials, the configurations in turn "
                 f"round after round, {each} (interleaved: the speed-ups pair rounds)"

@@ -226,11 +226,11 @@ def drift_gap_line(best: winner.Answer, rows: list[dict]) -> str | None:
     if judged is None or judged.judgement != "bound" or round(100 * judged.share) >= 100:
         return None
     cv = noise.share_in_drift(judged.share, best.rounds, rows)
-    if cv is None:
+    if cv is None or round(100 * cv) < 1:  # rounds within 0.5 %: no drift worth a line
         return None
     n = best.ceilings.compute_measurements
     trials = "one trial" if n <= 1 else f"the highest of {n} trials"
-    return (f"compute-only ceiling: the best's {100 * judged.share:.0f} % of it lies within the "
+    return (f"compute-only ceiling: the best's {100 * judged.share:.0f}% of it lies within the "
             f"rounds' drift ({100 * cv:.0f} % between rounds; the ceiling is {trials}): the gap "
             "may be the machine's, not headroom")
 
