@@ -175,11 +175,8 @@ def _run_one(options: Any, launched: bool) -> Any:
                               f"{options.results}/leaderboard; continue with the same command and "
                               f"--resume {exc.run_id}")
             sys.exit(130)
-        except TunerError:  # a write failed mid-run (RecordFailed): the bar ends first
-            progress.close()
-            raise
-        except BaseException:  # anything else (Ctrl-C during Ray's start): spinner and bar end
-            progress.close()
+        except BaseException:  # a write failed mid-run (RecordFailed), Ctrl-C during Ray's
+            progress.close()   # start, anything else: the spinner and the bar end first
             raise
     progress.close()
     progress.print_summary(result)

@@ -380,7 +380,7 @@ def round_drift(rows: Sequence[Mapping]) -> RoundDrift | None:
         return None
     # a row of one window has no spread of its own (its cv reads 0): it says nothing of them
     within = [r["samples_per_sec_cv"] for g in groups.values() if len(g) >= 2 for r in g
-              if r.get("samples_per_sec_cv") is not None and (r.get("windows") or 0) >= 2]
+              if _window_variance(r) is not None]
     return RoundDrift(statistics.median(spreads),
                       statistics.median(within) if within else None, len(spreads))
 

@@ -86,7 +86,7 @@ def print_best(console: Console, rows: list[dict], summary) -> None:
                   *_loader_cells(loader, ceilings.data_path))
     _attainable_row(t, best.attainable)
     console.print(t)
-    for line in filter(None, [winner.budget_stopped_text(best), drift_gap_line(best, rows),
+    for line in filter(None, [winner.budget_stopped_text(best), drift_gap_line(best, compute, rows),
                               *verdict_lines(best)]):
         console.print(line, highlight=False)
     console.print(_compute_line(row), highlight=False)
@@ -218,11 +218,11 @@ def _loader_detail(data_path: str) -> str:
     return f"same knobs, its data path alone (data_path={data_path}), no model"
 
 
-def drift_gap_line(best: winner.Answer, rows: list[dict]) -> str | None:
-    """One line where the best's share of its compute-only ceiling lies within the drift of
-    the run's re-measured rounds (``tuner.noise.share_in_drift``): the ceiling is one trial
-    and the best the mean of its rounds, so such a gap is no measured headroom; else None."""
-    judged = best.ceilings.compute_verdict(best.samples_per_sec)
+def drift_gap_line(best: winner.Answer, judged: Verdict | None, rows: list[dict]) -> str | None:
+    """One line where the best's share of its compute-only ceiling (``judged``: its verdict,
+    None without one) lies within the drift of the run's re-measured rounds
+    (``tuner.noise.share_in_drift``): the ceiling is one trial and the best the mean of its
+    rounds, so such a gap is no measured headroom; else None."""
     if judged is None or judged.judgement != "bound" or round(100 * judged.share) >= 100:
         return None
     cv = noise.share_in_drift(judged.share, best.rounds, rows)
