@@ -164,11 +164,38 @@ def test_a_configuration_run_again_in_its_process_does_not_pay_its_autotuning_ag
     assert full == pytest.approx(16 - 0.4 + 2 * 1.0 + budget.TRIAL_OVERHEAD_S)
     assert budget.trial_cost_s(rows, rec, 2, 1.0) == pytest.approx(full - 10.35)
     assert followups.cost_s(fake_plan(), rows, rec, 2) == pytest.approx(full - 10.35)
-    # a resumed run: the row is of an earlier run, whose process is gone
-    resumed = rows + [make_row(9, A, phase="remeasure", run_id="run-b")]
-    assert budget.trial_cost_s(resumed, rec, 2, 1.0) == pytest.approx(full)
+    # a resumed run (--resume keeps the run id): the rows are an earlier command's, whose
+    # process is gone, also once this command has recorded a row of its own
+    earlier = frozenset(r["trial_id"] for r in rows)
+    resumed = rows + [make_row(9, A, phase="remeasure")]
+    assert budget.trial_cost_s(resumed, rec, 2, 1.0, earlier=earlier) == pytest.approx(full)
+    assert followups.cost_s(fake_plan(earlier=earlier), resumed, rec, 2) == pytest.approx(full)
+    # ... and a finalist an earlier command measured pays its autotuning in this one
+    on = A.replace(cudnn_benchmark=True)
+    before = rows + [make_row(5, on, phase="remeasure", first_step_s=12.0)]
+    assert budget.trial_cost_s(before, on, 2, 1.0) == pytest.approx(
+        budget.trial_cost_s(rows, A, 2, 1.0))
+    assert budget.trial_cost_s(before, on, 2, 1.0, earlier=earlier | {"run-a-5"}) == (
+        pytest.approx(budget.trial_cost_s(rows, A, 2, 1.0) + 10.35))
     compiled = [*rows[:1], {**rows[1], "compile": "default"}, *rows[2:]]
     assert budget.autotuned_s(compiled[1], compiled) == 0.0
+
+
+def test_only_trials_run_one_after_another_on_one_device_keep_their_process(options):
+    """The autotuning a trial paid is priced as kept only where the next trial runs in the
+    same process: one device, no cluster, no host-memory limit; with two GPUs a finalist's
+    round may run in the other trial process."""
+    one = make_plan(options, CUDA)
+    assert one.one_trial_at_a_time and one.reuses_trial_processes
+    two = make_plan(options, Resources("cuda", 2, 16))
+    assert not two.one_trial_at_a_time and not two.reuses_trial_processes
+    cluster = replace(one, options=replace(one.options, address="10.0.0.1:6379"))
+    assert not cluster.reuses_trial_processes
+    assert not replace(one, max_host_memory_mb=4096.0).reuses_trial_processes
+    assert make_plan(options).reuses_trial_processes      # this machine's CPU
+    assert one.earlier_trial_ids == frozenset()
+    resumed = replace(one, prior_rows=({"trial_id": "r-1"}, {"trial_id": "r-2"}))
+    assert resumed.earlier_trial_ids == {"r-1", "r-2"}
 
 
 def test_a_short_re_measurement_leaves_out_the_lower_ranked_on_variants_first():

@@ -47,7 +47,7 @@ def search_rows() -> list[dict]:
 def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = True,
               windows: int = 3, accelerator: str | None = None, device: str = "cpu",
               space: Space | None = None, cudnn_at_finalists: bool = False,
-              reused: bool = True) -> SimpleNamespace:
+              reused: bool = True, earlier: frozenset[str] = frozenset()) -> SimpleNamespace:
     """The attributes of a ``Plan`` the follow-up planning reads, with a fixed time left."""
     settings = SimpleNamespace(windows=windows, window_s=1.0)
     return SimpleNamespace(
@@ -56,7 +56,7 @@ def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = Tr
         round_windows=Plan.round_windows.fget(SimpleNamespace(settings=settings)),
         references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left,
         node_cpus=2, device=device, cudnn_at_finalists=cudnn_at_finalists,
-        reuses_trial_processes=reused,
+        reuses_trial_processes=reused, earlier_trial_ids=earlier,
         device_space=space or Space("test", {"batch_size": Choices((8, 32, 256))}, {}))
 
 
@@ -224,6 +224,63 @@ def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
     full = next(followups.rounds(fake_plan(), rows, configs, lambda _, data: events.append(data)))
     assert full.settings == {"windows": 2}
     assert "2 windows each (interleaved" in _phase_text(events[-1])
+
+
+def test_a_configuration_that_fits_at_the_windows_the_rounds_get_is_not_left_out():
+    """Where the first-ranked's and the references' rounds fit only at one window each, a
+    lower-ranked finalist whose rounds also fit at one window is re-measured with them: it
+    was left out at the planned two windows, before the windows were cut to one, and the
+    line then said the time left held the rounds without it."""
+    rows = search_rows()
+    configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
+    window_s = 10.0   # windows long beside the trials' set-up: one window less saves much
+
+    def rounds_s(windows: int, which: list) -> float:
+        return REMEASURE_ROUNDS * sum(budget.trial_cost_s(rows, k, windows, window_s)
+                                      for k, _ in which)
+
+    def plan_with(left: float) -> SimpleNamespace:
+        plan = fake_plan(left=left, ceiling=False)
+        plan.settings.window_s = window_s
+        return plan
+
+    required = [configs[0], configs[2]]
+    assert followups.required_configs(rows, configs) == required
+    # every round of all three fits at one window, not the two's at two windows
+    left = rounds_s(1, configs) + 0.1
+    assert left < rounds_s(2, required)
+    plan = plan_with(left)
+    events: list[dict] = []
+    batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
+    assert batch.settings == {"windows": 1}
+    assert [k for k, _ in batch.configs[:3]] == [BUSY, FAST, BASE]
+    assert len(batch.configs) == 3 * REMEASURE_ROUNDS and events[0]["dropped"] == 0
+    # where the two fit at two windows, the finalist goes before the windows do
+    roomy = plan_with(rounds_s(2, required) + 0.1)
+    batch = next(followups.rounds(roomy, rows, configs, lambda _, data: events.append(data)))
+    assert batch.settings == {"windows": 2} and events[-1]["dropped"] == 1
+    assert FAST not in [k for k, _ in batch.configs]
+
+
+def test_a_resumed_run_sizes_the_windows_of_its_next_round_not_of_a_recorded_one():
+    """A resumed run whose first round is recorded and whose time left holds one more round
+    of one window (not of two, nor every round left): round 2 runs with one window. The
+    windows were sized on round 1, which has nothing left to run: the planned two, and then
+    no round fitted."""
+    rows = search_rows()
+    configs = [(FAST, None), (BASE, "baseline")]
+    rows += [make_row(10 + i, k, reference=ref, phase="remeasure")
+             for i, (k, ref) in enumerate(configs)]
+    one_round_s = {w: sum(budget.trial_cost_s(rows, k, w, 1.0) for k, _ in configs)
+                   for w in (1, 2)}
+    left = one_round_s[1] + 0.1
+    assert left < one_round_s[2] and left < 2 * one_round_s[1]
+    plan = fake_plan(left=left, ceiling=False)
+    assert followups.fitting_round_windows(plan, rows, configs) == 1
+    events: list[dict] = []
+    batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
+    assert batch.settings == {"windows": 1} and events[0]["round"] == 2
+    assert len(batch.configs) == len(configs)
 
 
 def test_no_round_event_says_what_the_first_round_needs():

@@ -445,7 +445,7 @@ def plan_for(confirm: int = 3, left: float | None = None, windows: int = 3):
         round_windows=Plan.round_windows.fget(SimpleNamespace(settings=SimpleNamespace(
             windows=windows))),
         references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left,
-        cudnn_at_finalists=False, reuses_trial_processes=True)
+        cudnn_at_finalists=False, reuses_trial_processes=True, earlier_trial_ids=frozenset())
     return plan
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Any, Container, Mapping, Sequence
 
 from tuner.knobs import Knobs
 from tuner.status import Phase, phase_of
@@ -178,7 +178,7 @@ tell (``cudnn_autotune_s``). Source: ddpm's first step on one H200, 12.2 s with 
 
 
 def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: float, *,
-                 reused: bool = True) -> float:
+                 reused: bool = True, earlier: Container[str] = frozenset()) -> float:
     """Seconds one more trial of ``knobs`` with ``windows`` windows of ``window_s`` takes.
 
     Read from the search rows (``started_at``/``finished_at`` datetimes, ``measured_s``,
@@ -189,12 +189,13 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     first scaled up to the larger batch (samples/sec held); its set-up and first step
     (worker start, cuDNN autotuning, a compile, a cache fill: paid once) are not scaled.
     Knobs with ``cudnn_benchmark`` on, read from a trial with it off, add its autotuning
-    (``cudnn_autotune_s``) once, where no row has them yet and the trial processes are
-    ``reused`` (cuDNN keeps what it tuned in the process); in every trial where they are not.
-    Read from their own trial of this run (the newest row's ``run_id``) with it on, in
-    ``reused`` processes, they leave out the autotuning that trial's first step paid
-    (``autotuned_s``): its shapes are tuned. Without a timed search row: the windows and the
-    overhead.
+    (``cudnn_autotune_s``) once, where no row of this command has them yet and the trial
+    processes are ``reused`` (cuDNN keeps what it tuned in the process); in every trial where
+    they are not. Read from their own trial of this command with it on, in ``reused``
+    processes, they leave out the autotuning that trial's first step paid (``autotuned_s``):
+    its shapes are tuned. ``earlier``: the ``trial_id`` of rows an earlier command recorded
+    (a resumed run's), whose processes are gone. Without a timed search row: the windows and
+    the overhead.
     """
     search = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
               and r.get("finished_at")]
@@ -212,9 +213,10 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
                 - (r.get("measured_s") or 0.0))
     setup += (scale - 1.0) * per_step_warmup_s(r)
     if knobs.cudnn_benchmark and not r.get("cudnn_benchmark") and (not reused or not any(
-            Knobs.from_dict(x, strict=False) == knobs for x in rows)):
+            Knobs.from_dict(x, strict=False) == knobs for x in rows
+            if x.get("trial_id") not in earlier)):
         setup += cudnn_autotune_s(search)
-    if same and reused and knobs.cudnn_benchmark and r.get("run_id") == _newest_run_id(rows):
+    if same and reused and knobs.cudnn_benchmark and r.get("trial_id") not in earlier:
         setup -= autotuned_s(r, search)
     step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
     return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
@@ -248,12 +250,6 @@ def _eager_first_steps(rows: Sequence[Mapping], cudnn_benchmark: bool | None = N
     be in it), those with ``cudnn_benchmark`` at the value given (None: either)."""
     return [r for r in rows if r.get("first_step_s") and (r.get("compile") or "off") == "off"
             and (cudnn_benchmark is None or bool(r.get("cudnn_benchmark")) == cudnn_benchmark)]
-
-
-def _newest_run_id(rows: Sequence[Mapping]) -> Any:
-    """The ``run_id`` of the latest-started of ``rows`` (the run whose processes are alive)."""
-    started = [r for r in rows if r.get("started_at")]
-    return max(started, key=lambda r: r["started_at"]).get("run_id") if started else None
 
 
 def per_step_warmup_s(result: Mapping) -> float:

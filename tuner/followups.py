@@ -85,9 +85,12 @@ def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Ba
 
 def cost_s(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int) -> float:
     """``budget.trial_cost_s`` of one more trial of ``knobs`` with ``windows`` windows of the
-    run's length, in this run's trial processes (``Plan.reuses_trial_processes``)."""
+    run's length, in this command's trial processes (``Plan.reuses_trial_processes``; a
+    resumed run's earlier rows, ``Plan.earlier_trial_ids``, were measured in processes now
+    gone)."""
     return budget.trial_cost_s(rows, knobs, windows, plan.settings.window_s,
-                               reused=plan.reuses_trial_processes)
+                               reused=plan.reuses_trial_processes,
+                               earlier=plan.earlier_trial_ids)
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
@@ -220,17 +223,24 @@ def fitting_configs(plan: Any, rows: Sequence[dict], configs: list[Config],
                     windows: int) -> tuple[list[Config], int]:
     """``configs`` less their lowest-ranked searched ones while the time left, less the
     compute-only ceiling's (``ceiling_reserve_s``), cannot hold all ``REMEASURE_ROUNDS``
-    rounds of them, and how many were left out: three rounds of fewer configurations give
-    every speed-up a t-interval, two rounds of more give none worth reading (quantile 12.7).
-    The first-ranked configuration and the references stay, and so does a configuration
-    already re-measured (a resumed run)."""
-    remeasured = {Knobs.from_dict(x, strict=False) for x in rows if phase_of(x) == Phase.REMEASURE}
+    rounds of them of ``windows`` windows, and how many were left out: three rounds of fewer
+    configurations give every speed-up a t-interval, two rounds of more give none worth
+    reading (quantile 12.7). The ones that always stay (``required_configs``) are never
+    left out."""
+    required = required_configs(rows, configs)
     reserve_s = ceiling_reserve_s(plan, rows, configs)
     kept = list(configs)
-    droppable = [c for c in kept[1:] if c[1] is None and c[0] not in remeasured]
+    droppable = [c for c in kept if c not in required]
     while droppable and not all_rounds_fit(plan, rows, kept, windows, reserve_s):
         kept.remove(droppable.pop())  # the lowest-ranked first
     return kept, len(configs) - len(kept)
+
+
+def required_configs(rows: Sequence[dict], configs: list[Config]) -> list[Config]:
+    """The configurations of ``configs`` the rounds never leave out for time: the
+    first-ranked, the references, and any already re-measured (a resumed run)."""
+    remeasured = {Knobs.from_dict(x, strict=False) for x in rows if phase_of(x) == Phase.REMEASURE}
+    return [c for i, c in enumerate(configs) if i == 0 or c[1] is not None or c[0] in remeasured]
 
 
 def all_rounds_fit(plan: Any, rows: Sequence[dict], configs: list[Config], windows: int,
@@ -257,8 +267,13 @@ def fitting_round_windows(plan: Any, rows: Sequence[dict], configs: list[Config]
         for windows in range(most, 0, -1):
             if all_rounds_fit(plan, rows, configs, windows, reserve_s):
                 return windows
-    return next((w for w in range(most, 0, -1)
-                 if rounds_todo(plan, rows, configs, range(1, 2), w)), most)
+    untimed = rounds_todo(plan, rows, configs, range(1, REMEASURE_ROUNDS + 1), most,
+                          timed=False)
+    if not untimed:
+        return most
+    nxt = range(untimed[0][0], untimed[0][0] + 1)   # the first round with something to run
+    return next((w for w in range(most, 0, -1) if rounds_todo(plan, rows, configs, nxt, w)),
+                most)
 
 
 def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: int,
@@ -306,12 +321,15 @@ def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> di
 def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
            on_event: OnEvent) -> Iterator[Batch]:
     """Re-measure ``configs`` in interleaved rounds (``round_batch``), after leaving out what
-    the time left cannot hold (``fitting_configs``, then ``fitting_round_windows``); one more
+    the time left cannot hold (``fitting_round_windows`` for the configurations always kept,
+    then ``fitting_configs`` at those windows); one more
     batch for a round added by an impossible figure. Says so when not even the first round
     fits (``no_round_event``)."""
     typed = type_rows(plan, rows)
-    configs, dropped = fitting_configs(plan, typed, configs, plan.round_windows)
-    windows = fitting_round_windows(plan, typed, configs)
+    # the windows that the configurations always kept allow, then as many others as fit at
+    # those windows: none is left out that would fit at the windows the rounds then get
+    windows = fitting_round_windows(plan, typed, required_configs(typed, configs))
+    configs, dropped = fitting_configs(plan, typed, configs, windows)
     first = 1
     while True:
         batch = round_batch(plan, rows, configs, first, dropped if first == 1 else 0, windows)

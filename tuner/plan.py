@@ -313,8 +313,26 @@ class Plan:
         """Whether a trial runs in a process an earlier trial of the run ran in, keeping what
         cuDNN autotuned there: Ray Tune reuses trial processes except under
         ``--max-host-memory`` (``tuner.driver``), and a data-parallel trial starts its ranks
-        anew (Ray Train)."""
-        return self.max_host_memory_mb is None and self.options.world_size <= 1
+        anew (Ray Train); with several trials at once (``one_trial_at_a_time``) the next one
+        may run in another process."""
+        return (self.max_host_memory_mb is None and self.options.world_size <= 1
+                and self.one_trial_at_a_time)
+
+    @property
+    def one_trial_at_a_time(self) -> bool:
+        """Whether the run's trials run one after another in one place: on one machine with
+        one device of the kind tuned (``tuner.driver`` runs one trial per device, one per
+        node of a cluster), so that the next trial runs where the last one ran."""
+        slots = (self.type_slots if self.accelerator_type is not None
+                 else self.gpus if self.device == "cuda" else 1)
+        return self.options.address is None and slots <= 1
+
+    @property
+    def earlier_trial_ids(self) -> frozenset[str]:
+        """The ``trial_id`` of the rows an earlier command of this run recorded (``--resume``):
+        their trial processes are gone, and what they kept (cuDNN's autotuning at their
+        shapes) with them."""
+        return frozenset(r["trial_id"] for r in self.prior_rows if r.get("trial_id"))
 
     @property
     def round_windows(self) -> int:
