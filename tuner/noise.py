@@ -343,21 +343,20 @@ class RoundDrift:
     """Configurations re-measured in two rounds or more."""
 
 
-CEILING_Z = 1.96
-"""Standard normal quantile of the 95 % band ``share_in_drift`` reads a ceiling's excess with."""
-
-
 def share_in_drift(share: float, rounds: int, rows: Sequence[Mapping]) -> float | None:
     """The rounds' between-round CV (``round_drift``) where a ceiling measured in one trial lies
     above the best by no more than that drift gives one measurement against the mean of the
-    best's ``rounds`` rounds at 95 %: ``1 / share - 1 <= CEILING_Z * cv * sqrt(1 + 1 / rounds)``;
-    else None (a headroom beyond the drift, or no rounds to read a drift from). ``share`` is
-    best / ceiling, in (0, 1]. Such a share is a figure of the machine's drift, not room left
-    above the best."""
+    best's ``rounds`` rounds at 95 %: ``1 / share - 1 <= t * cv * sqrt(1 + 1 / rounds)``, t the
+    Student-t quantile (``CONFIDENCE``) on ``configurations * (rounds - 1)`` degrees of freedom
+    (the drift is the machine's, read from every configuration's rounds); else None (a
+    headroom beyond the drift, or no rounds to read a drift from). ``share`` is best /
+    ceiling, in (0, 1]. Such a share is a figure of the machine's drift, not room left above
+    the best."""
     drift = round_drift(rows)
     if drift is None or rounds < 2:
         return None
-    band = CEILING_Z * drift.between_cv * math.sqrt(1 + 1 / rounds)
+    df = drift.configurations * (rounds - 1)
+    band = _t_quantile(df) * drift.between_cv * math.sqrt(1 + 1 / rounds)
     return drift.between_cv if 1 / share - 1 <= band else None
 
 
