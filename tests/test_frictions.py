@@ -348,7 +348,7 @@ def test_trial_counter_keeps_the_search_budget_as_its_denominator():
         progress.on_event("trial", {"row": _row("ceiling", ceiling=label), "index": 8,
                                     "total": 8})
     printed = console.export_text()
-    counters = re.findall(r"^\s+\[([^\]]+)\] ok", printed, flags=re.M)
+    counters = re.findall(r"^\s+\[([^\]]+)\]\s+ok", printed, flags=re.M)
     assert counters == ["search 1/3", "search 2/3", "search 3/3", "remeasure 1/6",
                         "remeasure 2/6", "remeasure 3/6", "remeasure 4/6", "remeasure 5/6",
                         "ceiling 1", "ceiling 2"]
@@ -410,6 +410,20 @@ def test_without_trials_the_count_is_a_cap_and_the_counter_has_no_denominator(
     # the status column stays where it is past the ninth trial: the count pads to the cap's width
     assert len({line.index(" ok ") for line in text.splitlines() if "] " in line
                 and " ok " in line}) == 1
+    # --time-budget alone sets no cap: the count pads to two digits
+    budget_only = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
+                                       data=str(regression_data), probe="off", time_budget_s=60,
+                                       results=str(tmp_path / "results")))
+    assert budget_only.trials is None
+    console = Console(record=True, width=300)
+    progress = Progress(console)
+    progress.on_event("start", {"plan": budget_only, "concurrency": 1})
+    for i in range(10):
+        progress.on_event("trial", {"row": _row(), "index": i + 1, "total": None})
+    progress.close()
+    lines = [line for line in console.export_text().splitlines() if "] " in line
+             and " ok " in line]
+    assert len(lines) == 10 and len({line.index(" ok ") for line in lines}) == 1
 
 
 def test_leaderboard_table_has_a_phase_column():

@@ -255,9 +255,10 @@ class _Counter:
     def bracketed(self) -> str:
         """``text()`` in brackets (the '[' escaped for rich), padded on the right to the width
         of the phase's last count, so that the status columns of its lines stay aligned
-        ('[search 9] ', '[search 10]')."""
+        ('[search 9] ', '[search 10]'): the cap's where there is one, else two digits (a time
+        budget alone, the ceilings)."""
         text = self.text()
-        width = len(f"{self.label} {self.cap}") if self.total is None and self.cap else 0
+        width = len(f"{self.label} {self.cap or 99}") if self.total is None else 0
         return f"\\[{text}]" + " " * max(0, width - len(text))
 
     def after(self, data: dict) -> "_Counter":
