@@ -262,6 +262,41 @@ def test_a_configuration_that_fits_at_the_windows_the_rounds_get_is_not_left_out
     assert FAST not in [k for k, _ in batch.configs]
 
 
+def test_no_finalist_is_left_out_for_a_ceiling_the_rounds_leave_no_time_for():
+    """A slow host's default run: the first-ranked's and the references' rounds fitted only
+    at one window and without the compute-only ceiling's time, yet two finalists were left
+    out "so that the time left holds more rounds (and the compute-only ceiling)", and no
+    ceiling ran. Where the rounds go first, a finalist whose rounds fit beside them stays,
+    and the line names the ceiling only where its time is kept."""
+    window_s = 3.0
+    rows = [make_row(0, BASE, reference="baseline", sps=50.0),
+            make_row(1, BUSY, reference="recommended", sps=60.0, seconds=10.0),
+            make_row(2, FAST, sps=56.4, seconds=1.0), make_row(3, Knobs(batch_size=4), sps=4.8)]
+    configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
+
+    def cost(knobs: Knobs, windows: int) -> float:
+        return budget.trial_cost_s(rows, knobs, windows, window_s)
+
+    plan = fake_plan()
+    plan.settings.window_s = window_s
+    ceiling_s = followups.ceiling_reserve_s(plan, rows, configs)
+    required_s = {w: REMEASURE_ROUNDS * (cost(BUSY, w) + cost(BASE, w)) for w in (1, 2)}
+    left = required_s[1] + REMEASURE_ROUNDS * cost(FAST, 1) + 0.1
+    assert left < required_s[1] + ceiling_s and left < required_s[2]
+    plan.time_left_s = lambda: left
+    events: list[dict] = []
+    batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
+    assert batch.settings == {"windows": 1} and len(batch.configs) == 3 * REMEASURE_ROUNDS
+    assert (events[0]["dropped"], events[0]["ceiling_kept"]) == (0, False)
+    # the line names the ceiling only where the rounds keep its time
+    event = {**events[0], "dropped": 1}
+    assert _phase_text(event).endswith(
+        "1 lower-ranked searched configuration(s) left out: the time left holds more rounds "
+        "without them")
+    assert _phase_text({**event, "ceiling_kept": True}).endswith(
+        "the time left holds more rounds (and the compute-only ceiling) without them")
+
+
 def test_a_resumed_run_sizes_the_windows_of_its_next_round_not_of_a_recorded_one():
     """A resumed run whose first round is recorded and whose time left holds one more round
     of one window (not of two, nor every round left): round 2 runs with one window. The

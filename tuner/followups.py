@@ -222,13 +222,17 @@ def ceiling_reserve_s(plan: Any, rows: Sequence[dict], configs: list[Config]) ->
 def fitting_configs(plan: Any, rows: Sequence[dict], configs: list[Config],
                     windows: int) -> tuple[list[Config], int]:
     """``configs`` less their lowest-ranked searched ones while the time left, less the
-    compute-only ceiling's (``ceiling_reserve_s``), cannot hold all ``REMEASURE_ROUNDS``
-    rounds of them of ``windows`` windows, and how many were left out: three rounds of fewer
-    configurations give every speed-up a t-interval, two rounds of more give none worth
-    reading (quantile 12.7). The ones that always stay (``required_configs``) are never
-    left out."""
+    compute-only ceiling's (``ceiling_reserve_s``) where the rounds of the ones that always
+    stay (``required_configs``, never left out) fit beside it, cannot hold all
+    ``REMEASURE_ROUNDS`` rounds of them of ``windows`` windows, and how many were left out:
+    three rounds of fewer configurations give every speed-up a t-interval, two rounds of more
+    give none worth reading (quantile 12.7). Where the required ones' rounds leave the
+    ceiling no time, the rounds go first (``round_batch``), and a finalist is not left out
+    for a ceiling that will not run."""
     required = required_configs(rows, configs)
     reserve_s = ceiling_reserve_s(plan, rows, configs)
+    if not all_rounds_fit(plan, rows, required, windows, reserve_s):
+        reserve_s = 0.0
     kept = list(configs)
     droppable = [c for c in kept if c not in required]
     while droppable and not all_rounds_fit(plan, rows, kept, windows, reserve_s):
@@ -283,7 +287,8 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
     run. There are ``REMEASURE_ROUNDS``, one more when a re-measurement recorded a figure that
     cannot be true (``tuner.noise.impossible``). ``dropped``: configurations
     ``fitting_configs`` left out, for the event, which also names the windows a round has when
-    fewer than ``plan.round_windows`` (``fitting_round_windows``)."""
+    fewer than ``plan.round_windows`` (``fitting_round_windows``) and whether the rounds leave
+    the compute-only ceiling its time (``ceiling_kept``)."""
     windows = plan.round_windows if windows is None else windows
     rows = type_rows(plan, rows)
     again = [x for x in rows if phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
@@ -292,16 +297,18 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
     # the rounds leave the compute-only ceiling its time when all of them fit beside it; when
     # they do not, the rounds go first (a speed-up matters more than what bounds it)
     wanted = range(first, total + 1)
-    todo = rounds_todo(plan, rows, configs, wanted, windows,
-                       reserve_s=ceiling_reserve_s(plan, rows, configs))
+    reserve_s = ceiling_reserve_s(plan, rows, configs)
+    todo = rounds_todo(plan, rows, configs, wanted, windows, reserve_s=reserve_s)
+    ceiling_kept = reserve_s > 0
     if len(todo) < len(rounds_todo(plan, rows, configs, wanted, windows, timed=False)):
-        todo = rounds_todo(plan, rows, configs, wanted, windows)
+        todo, ceiling_kept = rounds_todo(plan, rows, configs, wanted, windows), False
     if not todo:
         return None
     return Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows},
                  event={"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
                         "last_round": todo[-1][0], "rounds": total, "windows": windows,
-                        "round_windows": plan.round_windows, "dropped": dropped})
+                        "round_windows": plan.round_windows, "dropped": dropped,
+                        "ceiling_kept": ceiling_kept})
 
 
 def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> dict | None:

@@ -304,8 +304,9 @@ def _phase_text(data: dict) -> str:
             which += f" (the time left holds {'this one' if first == last else 'these'} now)"
         dropped = data.get("dropped") or 0
         left_out = (f"; {dropped} lower-ranked searched configuration(s) left out: the time "
-                    "left holds more rounds (and the compute-only ceiling) without them"
-                    if dropped else "")
+                    "left holds more rounds"
+                    + (" (and the compute-only ceiling)" if data.get("ceiling_kept") else "")
+                    + " without them" if dropped else "")
         windows = data["windows"]
         planned = data.get("round_windows") or windows
         each = f"{windows} window{'s' if windows != 1 else ''} each" + (
