@@ -16,7 +16,7 @@ import tuner.followups as followups
 import tuner.winner as winner_rule
 from tests.test_followups import BASE, BUSY, fake_plan, make_row
 from tuner.knobs import Knobs
-from tuner.plan import Resources, make_plan
+from tuner.plan import REMEASURE_ROUNDS, Resources, make_plan
 from tuner.probe import ComputeCurve
 from tuner.progress import _followups_text
 from tuner.settings import RunOptions
@@ -179,6 +179,25 @@ def test_a_configuration_run_again_in_its_process_does_not_pay_its_autotuning_ag
         pytest.approx(budget.trial_cost_s(rows, A, 2, 1.0) + 10.35))
     compiled = [*rows[:1], {**rows[1], "compile": "default"}, *rows[2:]]
     assert budget.autotuned_s(compiled[1], compiled) == 0.0
+
+
+def test_the_rounds_price_the_autotuning_once_not_in_every_round():
+    """Three rounds of a finalist with cudnn_benchmark on (read from its screen, with it off)
+    pay its autotuning in the first only: the rounds run in the process that tuned its
+    shapes. Priced in each, a budget that holds the rounds held one round fewer."""
+    rows = screened_rows()
+    on = A.replace(cudnn_benchmark=True)
+    configs = [(A, None), (on, None)]
+    screen = budget.trial_cost_s(rows, A, 2, 1.0)
+    assert followups.cost_s(fake_plan(), rows, on, 2) == pytest.approx(screen + 10.35)
+    assert followups.cost_s(fake_plan(), rows, on, 2, tuned=True) == pytest.approx(screen)
+    plan = fake_plan(left=2 * REMEASURE_ROUNDS * screen + 10.35 + 0.1)
+    todo = followups.rounds_todo(plan, rows, configs, range(1, REMEASURE_ROUNDS + 1), 2)
+    assert [r for r, _ in todo] == [1, 1, 2, 2, 3, 3]
+    # where processes are not reused, every round pays it
+    plan = fake_plan(left=plan.time_left_s(), reused=False)
+    todo = followups.rounds_todo(plan, rows, configs, range(1, REMEASURE_ROUNDS + 1), 2)
+    assert [r for r, _ in todo] == [1, 1, 2, 2]
 
 
 def test_only_trials_run_one_after_another_on_one_device_keep_their_process(options):

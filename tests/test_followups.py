@@ -318,6 +318,27 @@ def test_a_resumed_run_sizes_the_windows_of_its_next_round_not_of_a_recorded_one
     assert len(batch.configs) == len(configs)
 
 
+def test_a_resumed_run_sizes_the_windows_of_the_round_an_impossible_figure_added():
+    """Rounds 1-3 recorded, one of them a figure that cannot be true: round 4 is due, and
+    the time left holds it at one window, not at two. The windows were sized on rounds 1-3
+    alone (nothing left: the planned two), and round 4 was left out without a word."""
+    rows = search_rows()
+    configs = [(FAST, None), (BASE, "baseline")]
+    rows += [make_row(10 + 2 * r + i, k, reference=ref, phase="remeasure")
+             for r in range(REMEASURE_ROUNDS) for i, (k, ref) in enumerate(configs)]
+    assert followups.rounds_total(rows) == REMEASURE_ROUNDS
+    rows[-1]["mfu_pct"] = 140.0      # above the card's peak: a disturbed measurement
+    assert followups.rounds_total(rows) == REMEASURE_ROUNDS + 1
+    one_round_s = {w: sum(budget.trial_cost_s(rows, k, w, 1.0) for k, _ in configs)
+                   for w in (1, 2)}
+    plan = fake_plan(left=one_round_s[1] + 0.1, ceiling=False)
+    assert plan.time_left_s() < one_round_s[2]
+    assert followups.fitting_round_windows(plan, rows, configs) == 1
+    events: list[dict] = []
+    batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
+    assert batch.settings == {"windows": 1} and events[0]["round"] == REMEASURE_ROUNDS + 1
+
+
 def test_no_round_event_says_what_the_first_round_needs():
     configs = [(FAST, None), (BASE, "baseline")]
     event = followups.no_round_event(fake_plan(left=1.0), search_rows(), configs)

@@ -178,7 +178,8 @@ tell (``cudnn_autotune_s``). Source: ddpm's first step on one H200, 12.2 s with 
 
 
 def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: float, *,
-                 reused: bool = True, earlier: Container[str] = frozenset()) -> float:
+                 reused: bool = True, earlier: Container[str] = frozenset(),
+                 tuned: bool = False) -> float:
     """Seconds one more trial of ``knobs`` with ``windows`` windows of ``window_s`` takes.
 
     Read from the search rows (``started_at``/``finished_at`` datetimes, ``measured_s``,
@@ -194,8 +195,9 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     they are not. Read from their own trial of this command with it on, in ``reused``
     processes, they leave out the autotuning that trial's first step paid (``autotuned_s``):
     its shapes are tuned. ``earlier``: the ``trial_id`` of rows an earlier command recorded
-    (a resumed run's), whose processes are gone. Without a timed search row: the windows and
-    the overhead.
+    (a resumed run's), whose processes are gone. ``tuned``: a trial of ``knobs`` planned
+    before this one runs in this command's process (a round after the first), as if its row
+    were there. Without a timed search row: the windows and the overhead.
     """
     search = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
               and r.get("finished_at")]
@@ -212,11 +214,11 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
                 - (r.get("measured_s") or 0.0))
     setup += (scale - 1.0) * per_step_warmup_s(r)
-    if knobs.cudnn_benchmark and not r.get("cudnn_benchmark") and (not reused or not any(
-            Knobs.from_dict(x, strict=False) == knobs for x in rows
-            if x.get("trial_id") not in earlier)):
+    in_process = reused and (tuned or any(Knobs.from_dict(x, strict=False) == knobs
+                                          for x in rows if x.get("trial_id") not in earlier))
+    if knobs.cudnn_benchmark and not r.get("cudnn_benchmark") and not in_process:
         setup += cudnn_autotune_s(search)
-    if same and reused and knobs.cudnn_benchmark and r.get("trial_id") not in earlier:
+    if same and reused and knobs.cudnn_benchmark and (tuned or r.get("trial_id") not in earlier):
         setup -= autotuned_s(r, search)
     step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
     return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S

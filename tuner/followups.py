@@ -8,7 +8,8 @@ Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the co
 ``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
 ``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``references``,
 ``settings.windows``, ``settings.window_s``, ``round_windows``, ``accelerator_type``,
-``node_cpus``, ``device``, ``device_space``, ``reuses_trial_processes`` and ``time_left_s()``.
+``node_cpus``, ``device``, ``device_space``, ``reuses_trial_processes``,
+``earlier_trial_ids`` and ``time_left_s()``.
 No Ray, no torch: the driver (``tuner.driver``) runs the batches as trials of its Ray Tune
 experiment, and ``followups`` asks for the next batch only once the last one's rows are
 recorded, so a resumed run measures only what its rows lack.
@@ -83,14 +84,15 @@ def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Ba
         yield from ceiling_again(plan, rows, on_event)
 
 
-def cost_s(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int) -> float:
+def cost_s(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
+           tuned: bool = False) -> float:
     """``budget.trial_cost_s`` of one more trial of ``knobs`` with ``windows`` windows of the
     run's length, in this command's trial processes (``Plan.reuses_trial_processes``; a
     resumed run's earlier rows, ``Plan.earlier_trial_ids``, were measured in processes now
-    gone)."""
+    gone); ``tuned``: a trial of ``knobs`` planned before this one runs first."""
     return budget.trial_cost_s(rows, knobs, windows, plan.settings.window_s,
                                reused=plan.reuses_trial_processes,
-                               earlier=plan.earlier_trial_ids)
+                               earlier=plan.earlier_trial_ids, tuned=tuned)
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
@@ -187,7 +189,9 @@ def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: 
                 ) -> list[tuple[int, Config]]:
     """(round, configuration) of the re-measurements still to run in ``rounds``, in order:
     round r holds the configurations with fewer than r re-measurement rows; it ends at the
-    first round the time left, less ``reserve_s``, cannot hold (unless ``timed`` is False)."""
+    first round the time left, less ``reserve_s``, cannot hold (unless ``timed`` is False).
+    A configuration's trials after its first here are priced as run where that one ran
+    (``cost_s``'s ``tuned``: cuDNN's autotuning is paid once)."""
     counts: dict[Knobs, int] = {}
     for x in rows:
         if phase_of(x) == Phase.REMEASURE:
@@ -198,11 +202,13 @@ def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: 
         left -= reserve_s
     todo: list[tuple[int, Config]] = []
     cost = 0.0
+    planned: set[Knobs] = set()
     for r in rounds:
         round_todo = [(k, ref) for k, ref in configs if counts.get(k, 0) < r]
-        cost += sum(cost_s(plan, rows, k, windows) for k, _ in round_todo)
+        cost += sum(cost_s(plan, rows, k, windows, tuned=k in planned) for k, _ in round_todo)
         if left is not None and left < cost:
             break
+        planned.update(k for k, _ in round_todo)
         todo += [(r, config) for config in round_todo]
     return todo
 
@@ -223,8 +229,8 @@ def fitting_configs(plan: Any, rows: Sequence[dict], configs: list[Config],
                     windows: int) -> tuple[list[Config], int]:
     """``configs`` less their lowest-ranked searched ones while the time left, less the
     compute-only ceiling's (``ceiling_reserve_s``) where the rounds of the ones that always
-    stay (``required_configs``, never left out) fit beside it, cannot hold all
-    ``REMEASURE_ROUNDS`` rounds of them of ``windows`` windows, and how many were left out:
+    stay (``required_configs``, never left out) fit beside it, cannot hold all the rounds
+    (``rounds_total``) of them of ``windows`` windows, and how many were left out:
     three rounds of fewer configurations give every speed-up a t-interval, two rounds of more
     give none worth reading (quantile 12.7). Where the required ones' rounds leave the
     ceiling no time, the rounds go first (``round_batch``), and a finalist is not left out
@@ -247,18 +253,27 @@ def required_configs(rows: Sequence[dict], configs: list[Config]) -> list[Config
     return [c for i, c in enumerate(configs) if i == 0 or c[1] is not None or c[0] in remeasured]
 
 
+def rounds_total(rows: Sequence[dict]) -> int:
+    """The re-measurement's rounds: ``REMEASURE_ROUNDS``, one more once a re-measurement row
+    records a figure that cannot be true (``tuner.noise.impossible``)."""
+    again = any(phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
+                and noise.impossible(x) for x in rows)
+    return REMEASURE_ROUNDS + (1 if again else 0)
+
+
 def all_rounds_fit(plan: Any, rows: Sequence[dict], configs: list[Config], windows: int,
                    reserve_s: float = 0.0) -> bool:
-    """Whether the time left, less ``reserve_s``, holds every one of the ``REMEASURE_ROUNDS``
-    rounds of ``configs`` still to run, of ``windows`` windows each (``rounds_todo``)."""
-    every = range(1, REMEASURE_ROUNDS + 1)
+    """Whether the time left, less ``reserve_s``, holds every one of the rounds
+    (``rounds_total``) of ``configs`` still to run, of ``windows`` windows each
+    (``rounds_todo``)."""
+    every = range(1, rounds_total(rows) + 1)
     return (len(rounds_todo(plan, rows, configs, every, windows, reserve_s=reserve_s))
             == len(rounds_todo(plan, rows, configs, every, windows, timed=False)))
 
 
 def fitting_round_windows(plan: Any, rows: Sequence[dict], configs: list[Config]) -> int:
     """Windows per round for ``configs``: ``plan.round_windows``, or fewer, down to one, where
-    only fewer let the time left hold all ``REMEASURE_ROUNDS`` rounds (beside the compute-only
+    only fewer let the time left hold all the rounds (``rounds_total``; beside the compute-only
     ceiling's reserve where some number does, else without it). Where no number holds them
     all, the most that holds one round (``plan.round_windows`` where that does): fewer windows
     for two rounds instead of one would trade a single measurement's ratio for an interval of
@@ -271,7 +286,7 @@ def fitting_round_windows(plan: Any, rows: Sequence[dict], configs: list[Config]
         for windows in range(most, 0, -1):
             if all_rounds_fit(plan, rows, configs, windows, reserve_s):
                 return windows
-    untimed = rounds_todo(plan, rows, configs, range(1, REMEASURE_ROUNDS + 1), most,
+    untimed = rounds_todo(plan, rows, configs, range(1, rounds_total(rows) + 1), most,
                           timed=False)
     if not untimed:
         return most
@@ -291,9 +306,7 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
     the compute-only ceiling its time (``ceiling_kept``)."""
     windows = plan.round_windows if windows is None else windows
     rows = type_rows(plan, rows)
-    again = [x for x in rows if phase_of(x) == Phase.REMEASURE and x["status"] == Status.OK
-             and noise.impossible(x)]
-    total = REMEASURE_ROUNDS + (1 if again else 0)
+    total = rounds_total(rows)
     # the rounds leave the compute-only ceiling its time when all of them fit beside it; when
     # they do not, the rounds go first (a speed-up matters more than what bounds it)
     wanted = range(first, total + 1)
