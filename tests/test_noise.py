@@ -791,11 +791,15 @@ def test_a_ceiling_above_the_best_by_no_more_than_the_rounds_drift_is_no_headroo
     # the ceiling at the best (100 %): nothing to say of a gap
     at = {**ceiling, "samples_per_sec": 46.2}
     assert "drift" not in _best_table(drifting + [at])
-    # the band: one ceiling against the mean of 3 rounds, t x cv x sqrt(1 + 1/3), t on the
-    # 2 configurations' 2 degrees of freedom each (2.78), the cv their median (9.6 %)
+    # the band: one ceiling against the mean of 3 rounds, t x cv x sqrt(1 + 1/3), the cv the
+    # 2 configurations' pooled (7.9 % and 11.3 %: 9.7 %), t on their 2 + 2 degrees of freedom
     drift = noise.round_drift(drifting)
     assert drift.configurations == 2 and drift.between_cv == pytest.approx(0.0960, abs=5e-4)
-    band = 2.776 * drift.between_cv * math.sqrt(1 + 1 / 3)            # 0.308
+    assert drift.degrees_of_freedom == 4 and drift.pooled_cv == pytest.approx(0.0974, abs=5e-4)
+    band = 2.776 * drift.pooled_cv * math.sqrt(1 + 1 / 3)              # 0.312
+    # a configuration of two rounds adds one degree of freedom, not two
+    two = drifting + rounds([(BUSY, "recommended", [30.0, 31.0])])
+    assert noise.round_drift(two).degrees_of_freedom == 5
     assert noise.share_in_drift(0.88, 3, drifting) is not None
     assert noise.share_in_drift(1 / (1 + band) + 0.005, 3, drifting) is not None
     assert noise.share_in_drift(1 / (1 + band) - 0.005, 3, drifting) is None

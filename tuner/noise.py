@@ -341,22 +341,27 @@ class RoundDrift:
     more; None where none has one (rounds of one window each)."""
     configurations: int
     """Configurations re-measured in two rounds or more."""
+    pooled_cv: float = 0.0
+    """The configurations' round CVs pooled (root mean square weighted by their degrees of
+    freedom): the estimate ``degrees_of_freedom`` belongs to."""
+    degrees_of_freedom: int = 0
+    """Sum over those configurations of their rounds less one."""
 
 
 def share_in_drift(share: float, rounds: int, rows: Sequence[Mapping]) -> float | None:
     """The rounds' between-round CV (``round_drift``) where a ceiling measured in one trial lies
     above the best by no more than that drift gives one measurement against the mean of the
-    best's ``rounds`` rounds at 95 %: ``1 / share - 1 <= t * cv * sqrt(1 + 1 / rounds)``, t the
-    Student-t quantile (``CONFIDENCE``) on ``configurations * (rounds - 1)`` degrees of freedom
-    (the drift is the machine's, read from every configuration's rounds); else None (a
-    headroom beyond the drift, or no rounds to read a drift from). ``share`` is best /
-    ceiling, in (0, 1]. Such a share is a figure of the machine's drift, not room left above
-    the best."""
+    best's ``rounds`` rounds at 95 %: ``1 / share - 1 <= t * cv * sqrt(1 + 1 / rounds)``, cv
+    the configurations' round CVs pooled and t the Student-t quantile (``CONFIDENCE``) on
+    their degrees of freedom (``RoundDrift.pooled_cv``, ``degrees_of_freedom``: the drift is
+    the machine's, read from every configuration's rounds); else None (a headroom beyond the
+    drift, or no rounds to read a drift from). ``share`` is best / ceiling, in (0, 1]. Such a
+    share is a figure of the machine's drift, not room left above the best."""
     drift = round_drift(rows)
     if drift is None or rounds < 2:
         return None
-    df = drift.configurations * (rounds - 1)
-    band = _t_quantile(df) * drift.between_cv * math.sqrt(1 + 1 / rounds)
+    band = (_t_quantile(drift.degrees_of_freedom) * drift.pooled_cv
+            * math.sqrt(1 + 1 / rounds))
     return drift.between_cv if 1 / share - 1 <= band else None
 
 
@@ -373,15 +378,20 @@ def round_drift(rows: Sequence[Mapping]) -> RoundDrift | None:
             key = (r.get("run_id"), r.get("hardware_key"), r.get("accelerator_type"),
                    Knobs.from_dict(r, strict=False))
             groups.setdefault(key, []).append(r)
-    spreads = [statistics.stdev(rates) / statistics.mean(rates) for g in groups.values()
-               if len(rates := [r["samples_per_sec"] for r in g]) >= 2]
+    spreads, dfs = [], []
+    for g in groups.values():
+        if len(rates := [r["samples_per_sec"] for r in g]) >= 2:
+            spreads.append(statistics.stdev(rates) / statistics.mean(rates))
+            dfs.append(len(rates) - 1)
     if not spreads:
         return None
+    pooled = math.sqrt(sum(df * cv ** 2 for df, cv in zip(dfs, spreads)) / sum(dfs))
     # a row of one window has no spread of its own (its cv reads 0): it says nothing of them
     within = [r["samples_per_sec_cv"] for g in groups.values() if len(g) >= 2 for r in g
               if _window_variance(r) is not None]
     return RoundDrift(statistics.median(spreads),
-                      statistics.median(within) if within else None, len(spreads))
+                      statistics.median(within) if within else None, len(spreads),
+                      pooled, sum(dfs))
 
 
 __getattr__ = moved(__name__, {name: "tuner.windows" for name in (
