@@ -208,8 +208,16 @@ def test_only_trials_run_one_after_another_on_one_device_keep_their_process(opti
     assert one.one_trial_at_a_time and one.reuses_trial_processes
     two = make_plan(options, Resources("cuda", 2, 16))
     assert not two.one_trial_at_a_time and not two.reuses_trial_processes
+    assert (one.trials_at_once(), two.trials_at_once()) == (1, 2)
     cluster = replace(one, options=replace(one.options, address="10.0.0.1:6379"))
     assert not cluster.reuses_trial_processes
+    cpu_cluster = replace(make_plan(options), options=replace(options, address="10.0.0.1:6379"))
+    assert cpu_cluster.trials_at_once(alive_nodes=3) == 3   # one per node (tuner.driver)
+    assert not cpu_cluster.one_trial_at_a_time
+    # two ranks on two GPUs: one trial at a time, but its ranks start anew (Ray Train)
+    ranks = make_plan(replace(options, world_size=2), Resources("cuda", 2, 16))
+    assert ranks.trials_at_once() == 1 and ranks.one_trial_at_a_time
+    assert not ranks.reuses_trial_processes
     assert not replace(one, max_host_memory_mb=4096.0).reuses_trial_processes
     assert make_plan(options).reuses_trial_processes      # this machine's CPU
     assert one.earlier_trial_ids == frozenset()

@@ -293,20 +293,11 @@ def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWr
 
 
 def _concurrency(plan: Plan) -> int:
-    """Trials at once: one per device (a data-parallel trial's world size of them: Ray Train
-    starts its run only when every rank's resources are free), one per node of a CPU cluster,
-    else one."""
+    """Trials at once (``Plan.trials_at_once``), a CPU cluster's alive nodes counted."""
+    if plan.options.address is None or plan.device == "cuda" or plan.accelerator_type:
+        return plan.trials_at_once()
     import ray
-    n = plan.settings.world_size
-    if plan.accelerator_type is not None:
-        return max(1, plan.type_slots // n)
-    if plan.device == "cuda":
-        return max(1, plan.gpus // n)
-    if n > 1:
-        return 1
-    if plan.options.address is not None:
-        return max(1, len([n for n in ray.nodes() if n.get("Alive")]))
-    return 1
+    return plan.trials_at_once(len([n for n in ray.nodes() if n.get("Alive")]))
 
 
 def _reuse_actors(plan: Plan) -> bool:

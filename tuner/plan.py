@@ -318,14 +318,25 @@ class Plan:
         return (self.max_host_memory_mb is None and self.options.world_size <= 1
                 and self.one_trial_at_a_time)
 
+    def trials_at_once(self, alive_nodes: int = 1) -> int:
+        """Trials run at once (``tuner.driver``): one per device (a data-parallel trial's
+        world size of them: Ray Train starts its run only when every rank's resources are
+        free), one per node of a CPU cluster of ``alive_nodes``, else one."""
+        n = self.settings.world_size
+        if self.accelerator_type is not None:
+            return max(1, self.type_slots // n)
+        if self.device == "cuda":
+            return max(1, self.gpus // n)
+        if n > 1 or self.options.address is None:
+            return 1
+        return max(1, alive_nodes)
+
     @property
     def one_trial_at_a_time(self) -> bool:
-        """Whether the run's trials run one after another in one place: on one machine with
-        one device of the kind tuned (``tuner.driver`` runs one trial per device, one per
-        node of a cluster), so that the next trial runs where the last one ran."""
-        slots = (self.type_slots if self.accelerator_type is not None
-                 else self.gpus if self.device == "cuda" else 1)
-        return self.options.address is None and slots <= 1
+        """Whether the run's trials run one after another in one place, so that the next
+        trial runs where the last one ran: on this machine, ``trials_at_once`` 1. On a
+        cluster a trial may run on another node: never assumed."""
+        return self.options.address is None and self.trials_at_once() == 1
 
     @property
     def earlier_trial_ids(self) -> frozenset[str]:
