@@ -42,6 +42,9 @@ def test_ok_trial_measures_and_reports_every_window(settings):
     assert result["batch_size"] == 32 and result["clamped"] is None
     assert result["device"] == "cpu" and result["hardware_key"].startswith("cpu:")
     assert result["started_at"] < result["finished_at"]
+    # a plain str, not torch's TorchVersion: a process that unpickles the result (a
+    # data-parallel trial's result queue, the driver) does not import torch for it
+    assert type(result["torch_version"]) is str
     measured = 2 + result["steady_probes"]                    # windows dropped as warm-up too
     # A loaded machine can stretch a step past half the 0.2-s window: the warm-up then reports
     # its last step first (window -1, for early stopping), before the windows.

@@ -620,8 +620,10 @@ def _breakdown_after(stepper: "Stepper | LoaderStepper", device: torch.device,
 def _environment(device: torch.device, accelerator_type: str | None) -> dict:
     """Hardware and versions; the hardware key names the accelerator type when Ray gave one."""
     info = fingerprint(device)
+    # torch.__version__ is a TorchVersion: a plain str keeps torch out of every process
+    # that unpickles the result (a data-parallel trial's result queue imports it in 3 s)
     info.update(node_id=node_id(), node_ip=node_ip(), tuner_version=VERSION,
-                torch_version=torch.__version__)
+                torch_version=str(torch.__version__))
     if accelerator_type is not None:
         info["accelerator_type"] = accelerator_type
         info["hardware_key"] = f"{info['hardware_key']}@{accelerator_type}"
