@@ -293,8 +293,8 @@ def _writer(plan: Plan, on_event: Callable[[str, dict], None]) -> "LeaderboardWr
 
 
 def _concurrency(plan: Plan) -> int:
-    """Trials at once (``Plan.trials_at_once``), a CPU cluster's alive nodes counted."""
-    if plan.options.address is None or plan.device == "cuda" or plan.accelerator_type:
+    """Trials at once (``Plan.trials_at_once``), a cluster's alive nodes counted."""
+    if plan.options.address is None:
         return plan.trials_at_once()
     import ray
     return plan.trials_at_once(len([n for n in ray.nodes() if n.get("Alive")]))
