@@ -385,25 +385,30 @@ def test_the_header_says_what_the_budget_covers(tmp_path, regression_data):
     assert "after the search" not in console.export_text()
 
 
-def test_without_trials_the_count_is_a_cap_and_the_counter_has_no_denominator(
-        tmp_path, regression_data):
-    """On CPU without --trials the time budget ends the run: the trial count it plans (three
-    times 12 with screening) is a cap, printed as one, and the trial lines count up without it
-    ('search 2', not 'search 2/36', which would promise 36 trials)."""
-    from tuner.plan import make_plan
+def _ten_search_lines(plan) -> str:
+    """What the printer shows for ``plan``'s start and ten search trials without a total."""
     from tuner.progress import Progress
-    from tuner.settings import RunOptions
-    plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
-                                data=str(regression_data), probe="off",
-                                results=str(tmp_path / "results")))
-    assert plan.trials == 36 and plan.time_budget_s == 210
     console = Console(record=True, width=300)
     progress = Progress(console)
     progress.on_event("start", {"plan": plan, "concurrency": 1})
     for i in range(10):
         progress.on_event("trial", {"row": _row(), "index": i + 1, "total": None})
     progress.close()
-    text = console.export_text()
+    return console.export_text()
+
+
+def test_without_trials_the_count_is_a_cap_and_the_counter_has_no_denominator(
+        tmp_path, regression_data):
+    """On CPU without --trials the time budget ends the run: the trial count it plans (three
+    times 12 with screening) is a cap, printed as one, and the trial lines count up without it
+    ('search 2', not 'search 2/36', which would promise 36 trials)."""
+    from tuner.plan import make_plan
+    from tuner.settings import RunOptions
+    plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
+                                data=str(regression_data), probe="off",
+                                results=str(tmp_path / "results")))
+    assert plan.trials == 36 and plan.time_budget_s == 210
+    text = _ten_search_lines(plan)
     assert "budget: up to 36 search trials (references included), time budget 3 min 30 s" in text
     assert re.findall(r"^\s+\[([^\]]+)\]\s+ok", text, flags=re.M) == [
         f"search {i}" for i in range(1, 11)]
@@ -415,13 +420,7 @@ def test_without_trials_the_count_is_a_cap_and_the_counter_has_no_denominator(
                                        data=str(regression_data), probe="off", time_budget_s=60,
                                        results=str(tmp_path / "results")))
     assert budget_only.trials is None
-    console = Console(record=True, width=300)
-    progress = Progress(console)
-    progress.on_event("start", {"plan": budget_only, "concurrency": 1})
-    for i in range(10):
-        progress.on_event("trial", {"row": _row(), "index": i + 1, "total": None})
-    progress.close()
-    lines = [line for line in console.export_text().splitlines() if "] " in line
+    lines = [line for line in _ten_search_lines(budget_only).splitlines() if "] " in line
              and " ok " in line]
     assert len(lines) == 10 and len({line.index(" ok ") for line in lines}) == 1
 
