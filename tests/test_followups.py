@@ -44,12 +44,22 @@ def search_rows() -> list[dict]:
             make_row(2, FAST, sps=56.4), make_row(3, Knobs(batch_size=4), sps=4.8)]
 
 
+def long_step_rows(rows: list[dict] | None = None, step_ms: float = 600.0) -> list[dict]:
+    """``rows`` (the ``search_rows``) with steps of ``step_ms``: half a window of 1 s or more,
+    long steps (``tuner.windows.long_step``) for the default ``window_s``."""
+    return [{**r, "step_time_ms_p50": step_ms} for r in (rows or search_rows())]
+
+
 def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = True,
               windows: int = 3, accelerator: str | None = None, device: str = "cpu",
               space: Space | None = None, cudnn_at_finalists: bool = False,
-              reused: bool = True, earlier: frozenset[str] = frozenset()) -> SimpleNamespace:
-    """The attributes of a ``Plan`` the follow-up planning reads, with a fixed time left."""
-    settings = SimpleNamespace(windows=windows, window_s=1.0)
+              reused: bool = True, earlier: frozenset[str] = frozenset(),
+              warmup_steps: int = 1) -> SimpleNamespace:
+    """The attributes of a ``Plan`` the follow-up planning reads, with a fixed time left, the
+    tiny scale's one warm-up step (``warmup_steps`` 10: the full scale's) and the default
+    steady-state probes."""
+    settings = SimpleNamespace(windows=windows, window_s=1.0, warmup_steps=warmup_steps,
+                               max_steady_probes=6, max_warmup_s=None)
     return SimpleNamespace(
         metric="samples_per_sec", mode="max", accelerator_type=accelerator,
         options=SimpleNamespace(confirm=confirm, ceiling=ceiling), settings=settings,
@@ -191,18 +201,22 @@ def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
     """A slow host's default run had time for two rounds of two windows: 1.58x faster in
     both rounds printed "tie" (quantile 12.7). Where only one window per round lets all three
     rounds fit, the rounds have one, beside the compute-only ceiling's reserve when that
-    fits too; where no number fits all three, the most that fits one round."""
+    fits too; where no number fits all three, the most that fits one round. One window is
+    cheaper where the warm-up timed the steps as long (ten warm-up steps, the full scale's):
+    such a trial runs no steady-state probes."""
     configs = [(FAST, None), (BASE, "baseline")]
-    rows = search_rows()
+    rows = long_step_rows()
 
     def round_s(windows: int) -> float:
-        return sum(budget.trial_cost_s(rows, k, windows, 1.0) for k, _ in configs)
+        return sum(followups.cost_s(fake_plan(warmup_steps=10), rows, k, windows)
+                   for k, _ in configs)
 
-    ceiling_s = followups.ceiling_reserve_s(fake_plan(), rows, configs)
+    ceiling_s = followups.ceiling_reserve_s(fake_plan(warmup_steps=10), rows, configs)
     assert round_s(1) < round_s(2) and ceiling_s > 0
 
     def windows_for(left: float) -> int:
-        return followups.fitting_round_windows(fake_plan(left=left), rows, configs)
+        return followups.fitting_round_windows(fake_plan(left=left, warmup_steps=10), rows,
+                                               configs)
 
     assert fake_plan().round_windows == 2
     assert windows_for(REMEASURE_ROUNDS * round_s(2) + ceiling_s) == 2
@@ -214,35 +228,92 @@ def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
     assert windows_for(round_s(1) / 2) == 2            # none fits (no_round_event says so)
     assert windows_for(None) == 2                      # no budget
     # the rounds run with it, and the line says so
-    plan = fake_plan(left=REMEASURE_ROUNDS * round_s(1))
+    plan = fake_plan(left=REMEASURE_ROUNDS * round_s(1), warmup_steps=10)
     events: list[dict] = []
     batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
     assert batch.settings == {"windows": 1} and len(batch.configs) == 2 * REMEASURE_ROUNDS
     assert (events[0]["windows"], events[0]["round_windows"]) == (1, 2)
     assert "1 window each, not 2, so that the time left holds the rounds (interleaved" in (
         _phase_text(events[0]))
-    full = next(followups.rounds(fake_plan(), rows, configs, lambda _, data: events.append(data)))
+    full = next(followups.rounds(fake_plan(warmup_steps=10), rows, configs,
+                                 lambda _, data: events.append(data)))
     assert full.settings == {"windows": 2}
     assert "2 windows each (interleaved" in _phase_text(events[-1])
+
+
+def test_a_round_of_one_window_is_priced_with_its_steady_state_probes():
+    """After one warm-up step (the tiny scale's) a trial of one window probes the steady state
+    (two probes of half a window at the least) where a screen runs none: priced with them, a
+    round of one window costs what a round of two does, and the rounds keep two windows
+    whatever the time left."""
+    configs = [(FAST, None), (BASE, "baseline")]
+    rows = search_rows()                          # steps of 2.5 ms, windows of 1 s
+    plan = fake_plan()
+    for knobs, _ in configs:
+        assert followups.round_trial_settings(plan, rows, knobs, 1) == {}
+        screen_priced = budget.trial_cost_s(rows, knobs, 1, 1.0)   # no probes
+        assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(screen_priced + 2 * 0.5)
+        assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(
+            followups.cost_s(plan, rows, knobs, 2))
+        assert followups.cost_s(plan, rows, knobs, 2) == budget.trial_cost_s(rows, knobs, 2, 1.0)
+    # a row that ran the probes already holds them in its wall time
+    probed = [{**r, "steady_probes": 2} for r in rows]
+    assert followups.cost_s(plan, probed, FAST, 1) == budget.trial_cost_s(probed, FAST, 1, 1.0)
+    one_round_s = sum(followups.cost_s(plan, rows, k, 1) for k, _ in configs)
+    for left in (0.5, 1.0, 2.0, 3.0, 3.5, 5.0):
+        plan.time_left_s = lambda: left * one_round_s
+        assert followups.fitting_round_windows(plan, rows, configs) == 2
+
+
+def test_a_round_of_one_window_of_long_steps_runs_no_probes():
+    """A slow host's default run cut its rounds to one window, priced at 8.0 s a trial at
+    batch 123; they took 13.8-14.3 s: steps of 2.6 s, and after one warm-up step the trial
+    probed the steady state with two of them before its window, although steps that long
+    judge none (``tuner.windows.long_step``). A round's trial of one window whose steps the
+    search timed as long runs no probes, priced so; its rounds of two windows are as before."""
+    window_s = 2.0
+    configs = [(FAST, None), (BASE, "baseline")]
+    rows = long_step_rows(step_ms=2600.0)
+    plan = fake_plan(ceiling=False)
+    plan.settings.window_s = window_s
+    for knobs, _ in configs:
+        assert followups.round_trial_settings(plan, rows, knobs, 1) == {"max_steady_probes": 0}
+        assert followups.round_trial_settings(plan, rows, knobs, 2) == {}
+        unprobed = followups.round_trial_settings(plan, rows, knobs, 1)
+        assert followups.cost_s(plan, rows, knobs, 1, changes=unprobed) == (
+            budget.trial_cost_s(rows, knobs, 1, window_s))
+        assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(   # were they run
+            budget.trial_cost_s(rows, knobs, 1, window_s) + 2 * 2.6)
+    round_s = {w: sum(budget.trial_cost_s(rows, k, w, window_s) for k, _ in configs)
+               for w in (1, 2)}
+    plan.time_left_s = lambda: REMEASURE_ROUNDS * round_s[1] + 0.1
+    assert plan.time_left_s() < REMEASURE_ROUNDS * round_s[2]
+    batch = next(followups.rounds(plan, rows, configs, lambda *_: None))
+    assert batch.settings == {"windows": 1} and len(batch.configs) == 2 * REMEASURE_ROUNDS
+    assert batch.per_trial == [{"max_steady_probes": 0}] * len(batch.configs)
+    plan.time_left_s = lambda: None
+    roomy = next(followups.rounds(plan, rows, configs, lambda *_: None))
+    assert roomy.settings == {"windows": 2} and roomy.per_trial is None
 
 
 def test_a_configuration_that_fits_at_the_windows_the_rounds_get_is_not_left_out():
     """Where the first-ranked's and the references' rounds fit only at one window each, a
     lower-ranked finalist whose rounds also fit at one window is re-measured with them: it
     was left out at the planned two windows, before the windows were cut to one, and the
-    line then said the time left held the rounds without it."""
-    rows = search_rows()
+    line then said the time left held the rounds without it. (Steps of 6 s, long for the
+    windows, timed by ten warm-up steps: a round of one window runs no probes.)"""
+    rows = long_step_rows(step_ms=6000.0)
     configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
     window_s = 10.0   # windows long beside the trials' set-up: one window less saves much
 
-    def rounds_s(windows: int, which: list) -> float:
-        return REMEASURE_ROUNDS * sum(budget.trial_cost_s(rows, k, windows, window_s)
-                                      for k, _ in which)
-
-    def plan_with(left: float) -> SimpleNamespace:
-        plan = fake_plan(left=left, ceiling=False)
+    def plan_with(left: float | None) -> SimpleNamespace:
+        plan = fake_plan(left=left, ceiling=False, warmup_steps=10)
         plan.settings.window_s = window_s
         return plan
+
+    def rounds_s(windows: int, which: list) -> float:
+        return REMEASURE_ROUNDS * sum(followups.cost_s(plan_with(None), rows, k, windows)
+                                      for k, _ in which)
 
     required = [configs[0], configs[2]]
     assert followups.required_configs(rows, configs) == required
@@ -269,16 +340,18 @@ def test_no_finalist_is_left_out_for_a_ceiling_the_rounds_leave_no_time_for():
     ceiling ran. Where the rounds go first, a finalist whose rounds fit beside them stays,
     and the line names the ceiling only where its time is kept."""
     window_s = 3.0
-    rows = [make_row(0, BASE, reference="baseline", sps=50.0),
-            make_row(1, BUSY, reference="recommended", sps=60.0, seconds=10.0),
-            make_row(2, FAST, sps=56.4, seconds=1.0), make_row(3, Knobs(batch_size=4), sps=4.8)]
+    rows = long_step_rows([   # steps of 1.6 s, long for the windows: one window, no probes
+        make_row(0, BASE, reference="baseline", sps=50.0),
+        make_row(1, BUSY, reference="recommended", sps=60.0, seconds=10.0),
+        make_row(2, FAST, sps=56.4, seconds=1.0), make_row(3, Knobs(batch_size=4), sps=4.8)],
+        step_ms=1600.0)
     configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
+    plan = fake_plan(warmup_steps=10)
+    plan.settings.window_s = window_s
 
     def cost(knobs: Knobs, windows: int) -> float:
-        return budget.trial_cost_s(rows, knobs, windows, window_s)
+        return followups.cost_s(plan, rows, knobs, windows)
 
-    plan = fake_plan()
-    plan.settings.window_s = window_s
     ceiling_s = followups.ceiling_reserve_s(plan, rows, configs)
     required_s = {w: REMEASURE_ROUNDS * (cost(BUSY, w) + cost(BASE, w)) for w in (1, 2)}
     left = required_s[1] + REMEASURE_ROUNDS * cost(FAST, 1) + 0.1
@@ -301,16 +374,16 @@ def test_a_resumed_run_sizes_the_windows_of_its_next_round_not_of_a_recorded_one
     """A resumed run whose first round is recorded and whose time left holds one more round
     of one window (not of two, nor every round left): round 2 runs with one window. The
     windows were sized on round 1, which has nothing left to run: the planned two, and then
-    no round fitted."""
-    rows = search_rows()
+    no round fitted. (Long steps timed by ten warm-up steps: a round of one window runs no
+    probes.)"""
     configs = [(FAST, None), (BASE, "baseline")]
-    rows += [make_row(10 + i, k, reference=ref, phase="remeasure")
-             for i, (k, ref) in enumerate(configs)]
-    one_round_s = {w: sum(budget.trial_cost_s(rows, k, w, 1.0) for k, _ in configs)
-                   for w in (1, 2)}
+    rows = long_step_rows(search_rows() + [make_row(10 + i, k, reference=ref, phase="remeasure")
+                                           for i, (k, ref) in enumerate(configs)])
+    one_round_s = {w: sum(followups.cost_s(fake_plan(warmup_steps=10), rows, k, w)
+                          for k, _ in configs) for w in (1, 2)}
     left = one_round_s[1] + 0.1
     assert left < one_round_s[2] and left < 2 * one_round_s[1]
-    plan = fake_plan(left=left, ceiling=False)
+    plan = fake_plan(left=left, ceiling=False, warmup_steps=10)
     assert followups.fitting_round_windows(plan, rows, configs) == 1
     events: list[dict] = []
     batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
@@ -321,17 +394,18 @@ def test_a_resumed_run_sizes_the_windows_of_its_next_round_not_of_a_recorded_one
 def test_a_resumed_run_sizes_the_windows_of_the_round_an_impossible_figure_added():
     """Rounds 1-3 recorded, one of them a figure that cannot be true: round 4 is due, and
     the time left holds it at one window, not at two. The windows were sized on rounds 1-3
-    alone (nothing left: the planned two), and round 4 was left out without a word."""
-    rows = search_rows()
+    alone (nothing left: the planned two), and round 4 was left out without a word. (Long
+    steps timed by ten warm-up steps: a round of one window runs no probes.)"""
     configs = [(FAST, None), (BASE, "baseline")]
-    rows += [make_row(10 + 2 * r + i, k, reference=ref, phase="remeasure")
-             for r in range(REMEASURE_ROUNDS) for i, (k, ref) in enumerate(configs)]
+    rows = long_step_rows(search_rows() + [
+        make_row(10 + 2 * r + i, k, reference=ref, phase="remeasure")
+        for r in range(REMEASURE_ROUNDS) for i, (k, ref) in enumerate(configs)])
     assert followups.rounds_total(rows) == REMEASURE_ROUNDS
     rows[-1]["mfu_pct"] = 140.0      # above the card's peak: a disturbed measurement
     assert followups.rounds_total(rows) == REMEASURE_ROUNDS + 1
-    one_round_s = {w: sum(budget.trial_cost_s(rows, k, w, 1.0) for k, _ in configs)
-                   for w in (1, 2)}
-    plan = fake_plan(left=one_round_s[1] + 0.1, ceiling=False)
+    one_round_s = {w: sum(followups.cost_s(fake_plan(warmup_steps=10), rows, k, w)
+                          for k, _ in configs) for w in (1, 2)}
+    plan = fake_plan(left=one_round_s[1] + 0.1, ceiling=False, warmup_steps=10)
     assert plan.time_left_s() < one_round_s[2]
     assert followups.fitting_round_windows(plan, rows, configs) == 1
     events: list[dict] = []

@@ -291,6 +291,38 @@ def test_steps_longer_than_half_a_window_skip_the_steady_state_probes(settings, 
     assert quick["steady_state"] is not None
 
 
+@pytest.mark.parametrize("step_s", [0.025, 0.15], ids=["short-steps", "long-steps"])
+def test_a_one_window_trial_runs_the_probes_its_price_counts(regression_data, step_clock, step_s):
+    """A trial of one window after one warm-up step (a re-measurement round cut to one window
+    at the tiny scale) warms up with steady-state probes that a screen of one window does not
+    run: what ``tuner.windows.least_steady_probes`` says, each ``probe_s`` long, the rule the
+    cost model prices them with (``budget.trial_cost_s``). A slow host's rounds of one window
+    took 13.8-14.3 s where 8.0 s was priced without them. Long steps are one probe step each."""
+    from dataclasses import replace
+
+    import tuner.windows as rule
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=1, window_s=0.2, warmup_steps=1, breakdown_steps=0,
+                             max_steady_probes=6)
+
+    def trial(**changes) -> dict:
+        workload = _ClockedTransient(step_clock)
+        workload.SLOW_STEPS, workload.FAST_S = 0, step_s
+        result = run_trial(workload, Knobs(batch_size=8), replace(settings, **changes))
+        assert result["status"] == "ok", result.get("error")
+        return result
+    screen, probed = trial(max_steady_probes=0), trial()
+    probes = rule.least_steady_probes(step_s, settings.window_s, windows=1, warmup_steps=1,
+                                      max_probes=6, cap_left_s=2 * settings.window_s)
+    assert probes == 2 and probed["steady_probes"] == probes and screen["steady_probes"] == 0
+    assert probed["warmup_s"] - screen["warmup_s"] == pytest.approx(
+        probes * rule.probe_s(step_s, settings.window_s), abs=step_s)
+    # two windows judge the steady state themselves: no probe, none priced
+    assert trial(windows=2)["steady_probes"] == 0
+    assert rule.least_steady_probes(step_s, settings.window_s, windows=2, warmup_steps=1,
+                                    max_probes=6, cap_left_s=4 * settings.window_s) == 0
+
+
 def test_windows_of_whole_long_steps_drop_nothing_and_judge_no_steady_state(regression_data):
     """With one warm-up step nothing says how long a step is before the windows; windows of one
     or two steps of half a window or more (ddpm's batch 185-256 on 2 CPU cores) are too few to

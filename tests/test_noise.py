@@ -441,7 +441,8 @@ def plan_for(confirm: int = 3, left: float | None = None, windows: int = 3):
     plan = SimpleNamespace(
         metric="samples_per_sec", mode="max", accelerator_type=None,
         options=SimpleNamespace(confirm=confirm, ceiling=False),
-        settings=SimpleNamespace(windows=windows, window_s=1.0),
+        settings=SimpleNamespace(windows=windows, window_s=1.0, warmup_steps=1,
+                                 max_steady_probes=6, max_warmup_s=None),
         round_windows=Plan.round_windows.fget(SimpleNamespace(settings=SimpleNamespace(
             windows=windows))),
         references=(("baseline", BASE), ("recommended", BUSY)), time_left_s=lambda: left,

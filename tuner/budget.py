@@ -18,6 +18,7 @@ import math
 import statistics
 from typing import Any, Container, Mapping, Sequence
 
+import tuner.windows as rule
 from tuner.knobs import Knobs
 from tuner.status import Phase, phase_of
 
@@ -179,7 +180,8 @@ tell (``cudnn_autotune_s``). Source: ddpm's first step on one H200, 12.2 s with 
 
 def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: float, *,
                  reused: bool = True, earlier: Container[str] = frozenset(),
-                 tuned: bool = False) -> float:
+                 tuned: bool = False, warmup_steps: int = 1, max_steady_probes: int = 0,
+                 max_warmup_s: float | None = None) -> float:
     """Seconds one more trial of ``knobs`` with ``windows`` windows of ``window_s`` takes.
 
     Read from the search rows (``started_at``/``finished_at`` datetimes, ``measured_s``,
@@ -197,20 +199,18 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     its shapes are tuned. ``earlier``: the ``trial_id`` of rows an earlier command recorded
     (a resumed run's), whose processes are gone. ``tuned``: a trial of ``knobs`` planned
     before this one runs in this command's process (a round after the first), as if its row
-    were there. Without a timed search row: the windows and the overhead.
+    were there. ``warmup_steps``, ``max_steady_probes``, ``max_warmup_s``: the trial's
+    ``TrialSettings``; a trial of one window runs steady-state probes before it
+    (``tuner.windows.least_steady_probes``, each ``tuner.windows.probe_s``), which a screen
+    (``max_steady_probes`` 0, the default here) does not: they are added where the row read
+    ran fewer. Without a timed search row: the windows and the overhead.
     """
-    search = [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
-              and r.get("finished_at")]
-    same = [r for r in search if Knobs.from_dict(r, strict=False) == knobs]
-    timed = [r for r in search if r.get("step_time_ms_p50") and r.get("batch_size")]
-    scale = 1.0
-    if same:
-        r = same[-1]
-    elif timed:
-        r = min(timed, key=lambda x: abs(math.log(x["batch_size"] / knobs.batch_size)))
-        scale = max(1.0, knobs.batch_size / r["batch_size"])
-    else:
+    search = _timed_search(rows)
+    priced = _priced_from(search, knobs)
+    if priced is None:
         return windows * window_s + TRIAL_OVERHEAD_S
+    r, scale = priced
+    same = Knobs.from_dict(r, strict=False) == knobs
     setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
                 - (r.get("measured_s") or 0.0))
     setup += (scale - 1.0) * per_step_warmup_s(r)
@@ -221,7 +221,53 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
     if same and reused and knobs.cudnn_benchmark and (tuned or r.get("trial_id") not in earlier):
         setup -= autotuned_s(r, search)
     step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
-    return setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
+    return (setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
+            + _probes_s(r, scale, step_s, windows, window_s, warmup_steps, max_steady_probes,
+                        max_warmup_s))
+
+
+def priced_step_s(rows: Sequence[Mapping], knobs: Knobs) -> float | None:
+    """Seconds of one step of ``knobs`` as ``trial_cost_s`` prices it: its last search
+    trial's median step, or the nearest batch's scaled up to its batch; None without a timed
+    search row."""
+    priced = _priced_from(_timed_search(rows), knobs)
+    if priced is None:
+        return None
+    row, scale = priced
+    return scale * (row.get("step_time_ms_p50") or 0.0) / 1000
+
+
+def _timed_search(rows: Sequence[Mapping]) -> list[Mapping]:
+    """The search rows with ``started_at`` and ``finished_at``."""
+    return [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
+            and r.get("finished_at")]
+
+
+def _priced_from(search: Sequence[Mapping], knobs: Knobs) -> tuple[Mapping, float] | None:
+    """The search row ``trial_cost_s`` reads for ``knobs`` and the batch ratio its steps are
+    scaled by (>= 1): the last of ``knobs`` (1.0), else the nearest in batch size (log ratio)
+    with a step time; None without either."""
+    same = [r for r in search if Knobs.from_dict(r, strict=False) == knobs]
+    if same:
+        return same[-1], 1.0
+    timed = [r for r in search if r.get("step_time_ms_p50") and r.get("batch_size")]
+    if not timed:
+        return None
+    r = min(timed, key=lambda x: abs(math.log(x["batch_size"] / knobs.batch_size)))
+    return r, max(1.0, knobs.batch_size / r["batch_size"])
+
+
+def _probes_s(row: Mapping, scale: float, step_s: float, windows: int, window_s: float,
+              warmup_steps: int, max_steady_probes: int, max_warmup_s: float | None) -> float:
+    """Seconds of the steady-state probes a trial of ``windows`` windows runs at the least
+    (``tuner.windows.least_steady_probes``) beyond those of ``row``, whose wall time holds its
+    own (``steady_probes``), for steps of ``step_s`` seconds and ``row``'s warm-up steps after
+    its first scaled by ``scale``."""
+    cap_s = max_warmup_s if max_warmup_s is not None else 2 * windows * window_s
+    probes = rule.least_steady_probes(
+        step_s, window_s, windows=windows, warmup_steps=warmup_steps,
+        max_probes=max_steady_probes, cap_left_s=cap_s - scale * per_step_warmup_s(row))
+    return max(0, probes - (row.get("steady_probes") or 0)) * rule.probe_s(step_s, window_s)
 
 
 def cudnn_autotune_s(rows: Sequence[Mapping]) -> float:

@@ -18,10 +18,11 @@ recorded, so a resumed run measures only what its rows lack.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tuner.budget as budget
 import tuner.noise as noise
+import tuner.windows as rule
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS
 from tuner.space import candidates
@@ -85,14 +86,19 @@ def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Ba
 
 
 def cost_s(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
-           tuned: bool = False) -> float:
+           tuned: bool = False, changes: Mapping[str, Any] | None = None) -> float:
     """``budget.trial_cost_s`` of one more trial of ``knobs`` with ``windows`` windows of the
     run's length, in this command's trial processes (``Plan.reuses_trial_processes``; a
     resumed run's earlier rows, ``Plan.earlier_trial_ids``, were measured in processes now
-    gone); ``tuned``: a trial of ``knobs`` planned before this one runs first."""
+    gone); ``tuned``: a trial of ``knobs`` planned before this one runs first. The run's
+    ``TrialSettings``, with the trial's ``changes`` (``round_trial_settings``), say what
+    steady-state probes a trial of one window adds."""
+    settings = {name: getattr(plan.settings, name)
+                for name in ("warmup_steps", "max_steady_probes", "max_warmup_s")}
+    settings.update((k, v) for k, v in (changes or {}).items() if k in settings)
     return budget.trial_cost_s(rows, knobs, windows, plan.settings.window_s,
                                reused=plan.reuses_trial_processes,
-                               earlier=plan.earlier_trial_ids, tuned=tuned)
+                               earlier=plan.earlier_trial_ids, tuned=tuned, **settings)
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
@@ -184,6 +190,23 @@ def with_cudnn_benchmark(top: list[Knobs]) -> list[Knobs]:
     return out
 
 
+def round_trial_settings(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int
+                         ) -> dict[str, Any]:
+    """Trial settings changes of a re-measurement round's trial of ``knobs`` with ``windows``
+    windows: none, or for one window of steps the search timed as long
+    (``tuner.windows.long_step`` of ``budget.priced_step_s``), no steady-state probes
+    (``max_steady_probes`` 0). Such steps judge no steady state (the rule), yet after one
+    warm-up step (the tiny scale's) the trial cannot tell them long and would probe with one
+    step each: two steps more than its window, a round of one window dearer than one of
+    two."""
+    if windows != 1:
+        return {}
+    step_s = budget.priced_step_s(rows, knobs)
+    if step_s is None or not rule.long_step(step_s, plan.settings.window_s):
+        return {}
+    return {"max_steady_probes": 0}
+
+
 def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: range,
                 windows: int, timed: bool = True, reserve_s: float = 0.0
                 ) -> list[tuple[int, Config]]:
@@ -191,7 +214,8 @@ def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: 
     round r holds the configurations with fewer than r re-measurement rows; it ends at the
     first round the time left, less ``reserve_s``, cannot hold (unless ``timed`` is False).
     A configuration's trials after its first here are priced as run where that one ran
-    (``cost_s``'s ``tuned``: cuDNN's autotuning is paid once)."""
+    (``cost_s``'s ``tuned``: cuDNN's autotuning is paid once), each with its
+    ``round_trial_settings``."""
     counts: dict[Knobs, int] = {}
     for x in rows:
         if phase_of(x) == Phase.REMEASURE:
@@ -205,7 +229,9 @@ def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: 
     planned: set[Knobs] = set()
     for r in rounds:
         round_todo = [(k, ref) for k, ref in configs if counts.get(k, 0) < r]
-        cost += sum(cost_s(plan, rows, k, windows, tuned=k in planned) for k, _ in round_todo)
+        cost += sum(cost_s(plan, rows, k, windows, tuned=k in planned,
+                           changes=round_trial_settings(plan, rows, k, windows))
+                    for k, _ in round_todo)
         if left is not None and left < cost:
             break
         planned.update(k for k, _ in round_todo)
@@ -317,7 +343,9 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
         todo, ceiling_kept = rounds_todo(plan, rows, configs, wanted, windows), False
     if not todo:
         return None
+    per_trial = [round_trial_settings(plan, rows, k, windows) for _, (k, _) in todo]
     return Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows},
+                 per_trial=per_trial if any(per_trial) else None,
                  event={"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
                         "last_round": todo[-1][0], "rounds": total, "windows": windows,
                         "round_windows": plan.round_windows, "dropped": dropped,

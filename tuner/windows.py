@@ -45,6 +45,28 @@ def long_windows(step_times_ms: Sequence[float], window_s: float) -> bool:
     return long_step(statistics.median(step_times_ms) / 1000, window_s)
 
 
+def probe_s(step_s: float, window_s: float) -> float:
+    """Seconds of one synchronised steady-state probe: half a window (``window_s`` seconds), a
+    step of ``step_s`` seconds at least (a probe ends on the first step past its half)."""
+    return max(window_s / 2, step_s)
+
+
+def least_steady_probes(step_s: float, window_s: float, *, windows: int, warmup_steps: int,
+                        max_probes: int, cap_left_s: float) -> int:
+    """The fewest steady-state probes a trial runs between its warm-up steps and its windows
+    (``tuner.trial.harness``), with steps of ``step_s`` seconds: none with two windows or more
+    (the windows judge the steady state), ``max_probes`` 0, no time left under the warm-up cap
+    (``cap_left_s``: seconds of it after the warm-up steps), or steps a warm-up of more than
+    one step timed as ``long_step``; else two (two consecutive ones must agree), one where the
+    first takes what is left of the cap or ``max_probes`` is 1. With one warm-up step (which
+    holds the one-time costs) nothing says a step is long, and each probe is one step at
+    least: a trial of one window then probes longer than a second window would take."""
+    if (windows >= 2 or max_probes <= 0 or cap_left_s <= 0
+            or (warmup_steps > 1 and long_step(step_s, window_s))):
+        return 0
+    return 1 if max_probes == 1 or probe_s(step_s, window_s) >= cap_left_s else 2
+
+
 def deviation(rates: Sequence[float]) -> float:
     """How far the first of ``rates`` (samples/sec, two or more) lies from the median of the
     others, as a fraction of the larger of the two: negative when it is slower; 0.0 when both

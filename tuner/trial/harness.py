@@ -386,13 +386,16 @@ def _warm_up(stepper: "Stepper", device: torch.device, settings: TrialSettings,
     # first holds the one-time costs, so the windows judge the steady state.
     long_steps = settings.warmup_steps > 1 and rule.long_step(step_s, settings.window_s)
     left_s = cap_s - (clock.elapsed() - first_step_s)
-    by_windows = settings.windows >= 2
     judged = not long_steps and left_s > 0 and settings.max_steady_probes > 0
-    steady, probes = ((None, 0) if not judged or by_windows
-                      else _probe_until_steady(stepper.step, device, settings, left_s))
+    # the rule the cost model prices a trial's probes with (``budget.trial_cost_s``)
+    probing = rule.least_steady_probes(
+        step_s, settings.window_s, windows=settings.windows, warmup_steps=settings.warmup_steps,
+        max_probes=settings.max_steady_probes, cap_left_s=left_s) > 0
+    steady, probes = (_probe_until_steady(stepper.step, device, settings, left_s) if probing
+                      else (None, 0))
     synchronize(device)
     sofar.update(warmup_s=clock.elapsed(), steady_state=steady, steady_probes=probes)
-    settle_s = left_s if judged and by_windows else 0.0
+    settle_s = left_s if judged and settings.windows >= 2 else 0.0
     return last if long_steps else None, settle_s
 
 
