@@ -140,7 +140,7 @@ def test_two_runs_at_once_into_one_results_directory(tmp_path, env, space):
 
 # ----------------------------------------------------------------- a trial process dies
 
-def test_trial_process_killed_while_measuring(tmp_path, env, space):
+def test_trial_process_killed_while_measuring(tmp_path, env, space, monkeypatch):
     results, pid_dir = tmp_path / "results", Path(env["TUNER_TEST_PID_DIR"])
     hold = tmp_path / "hold"    # the first trial waits in its first step until it is killed
     hold.touch()
@@ -176,12 +176,26 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space):
     top = answer_of(rows)
     assert top.baseline.samples_per_sec == retry["samples_per_sec"]
     assert top.baseline.ratio is not None
-    # The run can still be resumed (it is complete: nothing left to run) ...
+    # The run can still be resumed (it is complete: nothing left to run, so the resume ends
+    # without starting Ray) ...
+    from tuner import driver
     from tuner.plan import make_plan
     from tuner.settings import RunOptions
     plan = make_plan(RunOptions(workload=SLOW, space_file=space, trials=3, device="cpu",
-                           results=str(results), resume="latest"))
+                                results=str(results), resume="latest", confirm=0,
+                                ceiling=False))
     assert plan.run_id == killed["run_id"] and plan.remaining_trials == 0
+
+    def no_ray(address):
+        raise AssertionError("Ray started for a run with nothing left")
+    monkeypatch.setattr(driver, "ray_session", no_ray)
+    events = []
+    summary = driver.run(plan, on_event=lambda kind, data: events.append(kind))
+    assert events == ["start", "complete"] and summary.rows == rows
+    # (with the re-measurement the run did not do, there is something left: Ray starts)
+    assert not driver.nothing_left(make_plan(RunOptions(
+        workload=SLOW, space_file=space, trials=3, device="cpu", results=str(results),
+        resume="latest", confirm=3, ceiling=False)))
     # ... and the failed trial's row says when it ran, like every other row.
     assert killed["started_at"] is not None and killed["finished_at"] is not None
 

@@ -94,6 +94,12 @@ def run(what: RunOptions | Plan, *,
     started = time.perf_counter()
     plan = plan.with_deadline(None if plan.time_budget_s is None
                               else plan.budget_start() + plan.time_budget_s)
+    if nothing_left(plan):
+        on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+        on_event("complete", {"run_id": plan.run_id})
+        return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale,
+                          list(plan.prior_rows), time.perf_counter() - started,
+                          plan.options.results)
     writer = None
     with registered(plan.run_id, plan.options.results, local=plan.options.address is None), \
             ray_session(plan.options.address), stop_signals_interrupt(), \
@@ -104,18 +110,7 @@ def run(what: RunOptions | Plan, *,
             if plan.should_probe:
                 plan, probe = _probe(plan, on_event)
             writer = _writer(plan, on_event)
-            types = accelerator_types() if plan.options.address is not None else []
-            for accelerator in (types if len(types) > 1 else [None]):
-                # Hardware is part of the answer: each type gets its own search state.
-                plan = _pinned_to(plan, accelerator)
-                writer.plan = plan  # this type's rows are assembled with its plan
-                on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
-                on_event("machine", {"text": machine_text(plan), "curve": plan.compute_curve,
-                                     "anchors": plan.anchors})
-                if probe is not None and not plan.prior_rows:
-                    record_machine_limit(plan, writer, probe)
-                    probe = None  # one row: the probe measured one accelerator type
-                _fit(plan, writer, on_event)
+            plan = _fit_each_type(plan, writer, probe, on_event)
             if writer.failed is not None:  # a row of the last experiment's end
                 raise writer.failed
             if plan.prior_rows and len(writer.rows) == len(plan.prior_rows):
@@ -131,6 +126,37 @@ def run(what: RunOptions | Plan, *,
                                recorded) from None
     return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale, writer.rows,
                       time.perf_counter() - started, plan.options.results)
+
+
+def _fit_each_type(plan: Plan, writer: "LeaderboardWriter", probe: ProbeResult | None,
+                   on_event: Callable[[str, dict], None]) -> Plan:
+    """``_fit`` for each accelerator type of the cluster (one search state each: hardware is
+    part of the answer), or once; the probe's machine-limit row recorded with the first
+    (a fresh run's). Returns the plan of the last type."""
+    types = accelerator_types() if plan.options.address is not None else []
+    for accelerator in (types if len(types) > 1 else [None]):
+        plan = _pinned_to(plan, accelerator)
+        writer.plan = plan  # this type's rows are assembled with its plan
+        on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+        on_event("machine", {"text": machine_text(plan), "curve": plan.compute_curve,
+                             "anchors": plan.anchors})
+        if probe is not None and not plan.prior_rows:
+            record_machine_limit(plan, writer, probe)
+            probe = None  # one row: the probe measured one accelerator type
+        _fit(plan, writer, on_event)
+    return plan
+
+
+def nothing_left(plan: Plan) -> bool:
+    """Whether a resumed run on this machine (no ``--address``) has nothing left to run: no
+    search trial, or no time for one, and no follow-up batch (``tuner.followups``, planned
+    from its rows as the run would). It then ends without Ray's start (5-10 s) or the memory
+    probe. On a cluster Ray says which accelerator types there are: the run connects first."""
+    if plan.options.address is not None or not plan.prior_rows:
+        return False
+    if plan.remaining_trials != 0 and budget.has_time(plan.time_left_s()):
+        return False
+    return next(followups(plan, list(plan.prior_rows), ignore_event), None) is None
 
 
 @contextlib.contextmanager
