@@ -315,8 +315,8 @@ def test_a_one_window_trial_runs_the_probes_its_price_counts(regression_data, st
     probes = rule.least_steady_probes(step_s, settings.window_s, windows=1, warmup_steps=1,
                                       max_probes=6, cap_left_s=2 * settings.window_s)
     assert probes == 2 and probed["steady_probes"] == probes and screen["steady_probes"] == 0
-    assert probed["warmup_s"] - screen["warmup_s"] == pytest.approx(
-        probes * rule.probe_s(step_s, settings.window_s), abs=step_s)
+    assert probed["warmup_s"] - screen["warmup_s"] == pytest.approx(   # a step past each
+        probes * rule.probe_s(step_s, settings.window_s), abs=probes * step_s)
     # two windows judge the steady state themselves: no probe, none priced
     assert trial(windows=2)["steady_probes"] == 0
     assert rule.least_steady_probes(step_s, settings.window_s, windows=2, warmup_steps=1,

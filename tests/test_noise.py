@@ -853,3 +853,42 @@ def test_each_trial_of_a_run_gets_the_tolerance_of_its_own_rows_so_far():
     assert driver._trial_settings(plan, other_run + other_card) == {"steady_tolerance": 0.10}
     widened = driver._trial_settings(plan, noisy + other_run)["steady_tolerance"]
     assert widened == pytest.approx(windows.STEADY_Z * math.sqrt(2) * 0.08 * math.sqrt(1.5))
+
+
+def test_a_resumed_run_has_nothing_left_only_when_no_batch_would_run():
+    """``driver.nothing_left`` lets a resumed run end without Ray's start or the memory
+    probe: only where the search is done and no follow-up batch would be planned from the
+    rows (a reference's retry, a round an impossible figure added, a ceiling the probe's
+    bound would size), on this machine."""
+    from tests.test_followups import fake_plan, make_row, run_all, search_rows
+
+    def plan_of(rows: list[dict], *, remaining: int = 0, left: float | None = None,
+                address: str | None = None, probe: bool = False) -> SimpleNamespace:
+        plan = fake_plan(left=left)
+        plan.prior_rows, plan.remaining_trials, plan.should_probe = tuple(rows), remaining, probe
+        plan.options.address = address
+        return plan
+
+    done = search_rows()
+    run_all(fake_plan(), done)                     # rounds and ceilings recorded
+    assert driver.nothing_left(plan_of(done))
+    assert not driver.nothing_left(plan_of([]))                        # a fresh run
+    assert not driver.nothing_left(plan_of(done, address="10.0.0.1:6379"))  # a cluster
+    assert not driver.nothing_left(plan_of(done, remaining=2))         # search trials left
+    assert driver.nothing_left(plan_of(done, remaining=2, left=budget.MIN_PHASE_S / 2))
+    assert not driver.nothing_left(plan_of(search_rows()))             # rounds to run
+    killed = [make_row(0, followups.Knobs(batch_size=8, num_workers=2, prefetch_factor=2),
+                       reference="baseline", status="error", error="The actor died")]
+    retry = killed + [r for r in done if r["reference"] != "baseline"]
+    assert not driver.nothing_left(plan_of(retry))                     # a reference retry
+    impossible = [dict(r) for r in done]
+    next(r for r in reversed(impossible) if r["phase"] == "remeasure")["mfu_pct"] = 140.0
+    assert not driver.nothing_left(plan_of(impossible))                # a fourth round
+    # the machine-compute ceiling left out for time: where the probe runs, its bound sizes
+    # that ceiling's batch (and time), so the run starts; a recorded one needs none
+    unmeasured = [r for r in done if r.get("ceiling") != "machine-compute"]
+    short = budget.MIN_PHASE_S + 0.5
+    assert not driver.nothing_left(plan_of(unmeasured))                # it would run
+    assert driver.nothing_left(plan_of(unmeasured, left=short))        # no time for it
+    assert not driver.nothing_left(plan_of(unmeasured, left=short, probe=True))
+    assert driver.nothing_left(plan_of(done, left=short, probe=True))

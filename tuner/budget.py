@@ -261,8 +261,12 @@ def _probes_s(row: Mapping, scale: float, step_s: float, windows: int, window_s:
               warmup_steps: int, max_steady_probes: int, max_warmup_s: float | None) -> float:
     """Seconds of the steady-state probes a trial of ``windows`` windows runs at the least
     (``tuner.windows.least_steady_probes``) beyond those of ``row``, whose wall time holds its
-    own (``steady_probes``), for steps of ``step_s`` seconds and ``row``'s warm-up steps after
-    its first scaled by ``scale``."""
+    own (``steady_probes``: a window it dropped as warm-up counts as one), for steps of
+    ``step_s`` seconds. The warm-up cap is taken less ``row``'s warm-up after its first step
+    scaled by ``scale`` (its probes and dropped windows included, so fewer probes may be
+    priced than run). A trial whose first step outlasts the whole cap (full scale, compile
+    off) times no second warm-up step and runs no probes for a long first step: priced from
+    its row's median step, it is priced as probing, about one window too many."""
     cap_s = max_warmup_s if max_warmup_s is not None else 2 * windows * window_s
     probes = rule.least_steady_probes(
         step_s, window_s, windows=windows, warmup_steps=warmup_steps,

@@ -26,7 +26,7 @@ import tuner.leaderboard as leaderboard
 import tuner.windows as windows
 from tuner._deprecated import moved
 from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
-from tuner.followups import Batch, followups
+from tuner.followups import Batch, followups, has_machine_compute
 from tuner.knobs import COMPUTE_SWITCHES, Knobs
 from tuner.plan import Plan, Resources, make_plan, resolve_workload
 from tuner.probe import (
@@ -94,17 +94,17 @@ def run(what: RunOptions | Plan, *,
     started = time.perf_counter()
     plan = plan.with_deadline(None if plan.time_budget_s is None
                               else plan.budget_start() + plan.time_budget_s)
-    if nothing_left(plan):
-        on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
-        on_event("complete", {"run_id": plan.run_id})
-        return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale,
-                          list(plan.prior_rows), time.perf_counter() - started,
-                          plan.options.results)
+    idle = nothing_left(plan)   # then neither Ray nor the memory probe starts
     writer = None
     with registered(plan.run_id, plan.options.results, local=plan.options.address is None), \
-            ray_session(plan.options.address), stop_signals_interrupt(), \
-            ray_messages_to(os.path.join(_ray_storage(plan), f"{plan.run_id}.log")):
-        try:  # (ray_session: local Ray started here; a cluster's connection made already)
+            (contextlib.nullcontext() if idle else _ray_for(plan)), stop_signals_interrupt():
+        if idle:
+            on_event("start", {"plan": plan, "concurrency": _concurrency(plan)})
+            on_event("complete", {"run_id": plan.run_id})
+            return RunSummary(plan.run_id, plan.workload.name, plan.device, plan.scale,
+                              list(plan.prior_rows), time.perf_counter() - started,
+                              plan.options.results)
+        try:  # (_ray_for: local Ray started here; a cluster's connection made already)
             plan = plan.with_hardware_key(hardware_key(plan))
             probe = None
             if plan.should_probe:
@@ -147,12 +147,27 @@ def _fit_each_type(plan: Plan, writer: "LeaderboardWriter", probe: ProbeResult |
     return plan
 
 
+@contextlib.contextmanager
+def _ray_for(plan: Plan) -> Iterator[None]:
+    """Ray for the run (``ray_session``: started here, or the cluster's connection), its
+    messages to the run's log under the results (``ray_messages_to``)."""
+    with ray_session(plan.options.address), \
+            ray_messages_to(os.path.join(_ray_storage(plan), f"{plan.run_id}.log")):
+        yield
+
+
 def nothing_left(plan: Plan) -> bool:
     """Whether a resumed run on this machine (no ``--address``) has nothing left to run: no
     search trial, or no time for one, and no follow-up batch (``tuner.followups``, planned
-    from its rows as the run would). It then ends without Ray's start (5-10 s) or the memory
-    probe. On a cluster Ray says which accelerator types there are: the run connects first."""
+    from its rows as the run would). It then says so without Ray's start (5-10 s), the
+    memory probe, or the line of what the search starts from. Not where the probe runs and
+    no machine-compute ceiling is recorded with ``--ceiling``: the probe's bound sets that
+    ceiling's batch (``followups.machine_compute_knobs``). On a cluster Ray says which
+    accelerator types there are: the run connects first."""
     if plan.options.address is not None or not plan.prior_rows:
+        return False
+    if (plan.should_probe and plan.options.ceiling
+            and not has_machine_compute(plan.prior_rows)):
         return False
     if plan.remaining_trials != 0 and budget.has_time(plan.time_left_s()):
         return False

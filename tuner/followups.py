@@ -7,7 +7,8 @@ them), each sized to the time left (``tuner.budget``).
 Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the columns of
 ``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
 ``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``references``,
-``settings.windows``, ``settings.window_s``, ``round_windows``, ``accelerator_type``,
+``settings.windows``, ``settings.window_s``, ``settings.warmup_steps``,
+``settings.max_steady_probes``, ``settings.max_warmup_s``, ``round_windows``, ``accelerator_type``,
 ``node_cpus``, ``device``, ``device_space``, ``reuses_trial_processes``,
 ``earlier_trial_ids`` and ``time_left_s()``.
 No Ray, no torch: the driver (``tuner.driver``) runs the batches as trials of its Ray Tune
