@@ -220,7 +220,7 @@ def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: 
         setup += cudnn_autotune_s(search)
     if same and reused and knobs.cudnn_benchmark and (tuned or r.get("trial_id") not in earlier):
         setup -= autotuned_s(r, search)
-    step_s = scale * (r.get("step_time_ms_p50") or 0.0) / 1000
+    step_s = _scaled_step_s(r, scale)
     return (setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
             + _probes_s(r, scale, step_s, windows, window_s, warmup_steps, max_steady_probes,
                         max_warmup_s))
@@ -231,9 +231,12 @@ def priced_step_s(rows: Sequence[Mapping], knobs: Knobs) -> float | None:
     trial's median step, or the nearest batch's scaled up to its batch; None without a timed
     search row."""
     priced = _priced_from(_timed_search(rows), knobs)
-    if priced is None:
-        return None
-    row, scale = priced
+    return None if priced is None else _scaled_step_s(*priced)
+
+
+def _scaled_step_s(row: Mapping, scale: float) -> float:
+    """``row``'s median step (``step_time_ms_p50``) in seconds, times the batch ratio
+    ``scale``."""
     return scale * (row.get("step_time_ms_p50") or 0.0) / 1000
 
 

@@ -94,12 +94,13 @@ def cost_s(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
     gone); ``tuned``: a trial of ``knobs`` planned before this one runs first. The run's
     ``TrialSettings``, with the trial's ``changes`` (``round_trial_settings``), say what
     steady-state probes a trial of one window adds."""
-    settings = {name: getattr(plan.settings, name)
-                for name in ("warmup_steps", "max_steady_probes", "max_warmup_s")}
-    settings.update((k, v) for k, v in (changes or {}).items() if k in settings)
-    return budget.trial_cost_s(rows, knobs, windows, plan.settings.window_s,
-                               reused=plan.reuses_trial_processes,
-                               earlier=plan.earlier_trial_ids, tuned=tuned, **settings)
+    run, changes = plan.settings, changes or {}
+    return budget.trial_cost_s(
+        rows, knobs, windows, run.window_s, reused=plan.reuses_trial_processes,
+        earlier=plan.earlier_trial_ids, tuned=tuned,
+        warmup_steps=changes.get("warmup_steps", run.warmup_steps),
+        max_steady_probes=changes.get("max_steady_probes", run.max_steady_probes),
+        max_warmup_s=changes.get("max_warmup_s", run.max_warmup_s))
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
