@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FLOORS = {
     6: {"tuner"},
     5: {"tuner.cli", "tuner.cli_options", "tuner.__main__", "tuner.api"},
-    4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.staging", "tuner.probe",
+    4: {"tuner.driver", "tuner.plan", "tuner.option_checks", "tuner.search_policy",
+        "tuner.searcher", "tuner.staging", "tuner.probe",
         "tuner.ray_runtime", "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.trial.distributed"},
     3: {"tuner.progress", "tuner.summary", "tuner.machine_load", "tuner.report", "tuner.diagnose",

@@ -12,7 +12,9 @@ Code map, top to bottom (``tests/test_architecture.py`` keeps each module on its
 import, even at run time, reaches a higher floor):
 
 * entry points: ``cli`` (+ ``cli_options``), ``api`` — the command line and ``tune()``;
-* the run, in the Ray driver (torch-free until a trial): ``driver`` (the phases), ``plan``,
+* the run, in the Ray driver (torch-free until a trial): ``driver`` (the phases), ``plan``
+  (the run's plan and its budget terms), ``option_checks`` (the options checked and made a
+  plan), ``search_policy`` (what the space keeps, where the search starts; above ``plan``),
   ``searcher`` (the Optuna search), ``staging`` (the run's phases as one Ray Tune
   experiment), ``probe`` (memory), ``followups`` (re-measurement,
   ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``;
