@@ -41,7 +41,8 @@ FLOORS = {
         "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
         "tuner.workloads.segmentation3d", "tuner.workloads.datasets",
         "tuner.workloads._patches", "tuner.workloads._augment"},
-    2: {"tuner.trial", "tuner.trial.harness", "tuner.trial.apply", "tuner.trial.measure",
+    2: {"tuner.trial", "tuner.trial.harness", "tuner.trial.result_columns", "tuner.trial.apply",
+        "tuner.trial.measure",
         "tuner.trial.failures", "tuner.trial.steppers", "tuner.trial.ranks",
         "tuner.trial.flops", "tuner.trial.validate", "tuner.hardware", "tuner.noise",
         "tuner.harness"},  # tuner.harness: the old path of tuner.trial.harness, for one release

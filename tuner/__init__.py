@@ -24,7 +24,8 @@ import, even at run time, reaches a higher floor):
   and drift notes), ``report`` (HTML), ``export``,
   ``diagnose``; the built-in workloads ``workloads/``;
 * the trial, torch side (runs in a Ray worker), the package ``trial/``: ``harness``,
-  ``apply`` (knobs onto the model), ``steppers``, ``measure``, ``flops``, ``failures``,
+  ``result_columns`` (the columns the loop does not measure), ``apply`` (knobs onto the
+  model), ``steppers``, ``measure``, ``flops``, ``failures``,
   ``ranks`` and ``distributed`` (data-parallel trials), ``validate`` (the plain loop); beside
   it ``hardware`` (the device's key and peak); ``harness`` at the top is the old path of
   ``trial/harness``, kept for one release;

@@ -93,7 +93,7 @@ class Timing(NamedTuple):
     compile: str
     """Its torch.compile mode ('off': none)."""
     compile_s: float
-    """The compile's seconds: its first step beyond a steady one (``harness.compile_s``)."""
+    """The compile's seconds: its first step beyond a steady one (``result_columns.compile_s``)."""
 
     @property
     def before_s(self) -> float:
