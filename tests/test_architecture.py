@@ -34,6 +34,7 @@ FLOORS = {
         "tuner.ray_runtime", "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.trial.distributed"},
     3: {"tuner.progress", "tuner.summary", "tuner.machine_load", "tuner.report", "tuner.diagnose",
+        "tuner.report_figures",
         "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",

@@ -21,7 +21,8 @@ import, even at run time, reaches a higher floor):
 * results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
   ``progress`` (the live printer), ``summary`` (the closing table), ``machine_load`` (busy
-  and drift notes), ``report`` (HTML), ``export``,
+  and drift notes), ``report`` (the HTML page; its figures
+  ``report_figures``), ``export``,
   ``diagnose``; the built-in workloads ``workloads/``;
 * the trial, torch side (runs in a Ray worker), the package ``trial/``: ``harness``,
   ``result_columns`` (the columns the loop does not measure), ``apply`` (knobs onto the
