@@ -1,20 +1,25 @@
 """What the README, the docs and ``--help`` say the code does, held against the code.
 
-Three kinds of claim are checked; none needs Ray or a trial:
+Four kinds of claim are checked; none needs Ray or a trial:
 
 * **Quoted output.** A line a command prints, quoted verbatim, must be one the source can print.
   Verbatim are: the lines of a ```` ```text ```` block and the inline code spans that begin with
-  ``error:``, ``warning:`` or ``note:`` (prefixes the command line prints), and the lines in
-  the second column of docs/exit-codes.md's "Exit code 2" table. In a quote ``...`` or ``…``
-  stands for a variable part; the message templates are the string literals and f-strings
-  under tuner/, whose ``{...}`` fields stand for theirs. A quote holds when some template and
-  the quote have a common instance. Click's own messages (``Invalid value for ...``) are
-  checked by giving ``run`` the quoted value.
+  ``error:``, ``warning:`` or ``note:`` (prefixes the command line prints: the rest is a whole
+  message), and the quotes in the second column of docs/exit-codes.md's "Exit code 2" table
+  (each the line or a part of it). In a quote ``...`` or ``…`` stands for a variable part; the
+  message templates are the string literals and f-strings under tuner/, whose ``{...}`` fields
+  stand for the values put in them (at most ``HOLE_CHARS`` characters each). A quote holds
+  when a template matches it with its fixed text giving at least ``ANCHORED_SHARE`` of the
+  quote's characters: a clause one function adds to another's message (a "did you mean") is
+  quoted apart. Click's own messages (``Invalid value for ...``) are checked by giving ``run``
+  the quoted value.
 * **Named defaults.** Each figure the pages give for a default (the time budgets, the default
   trial caps, the follow-ups' share, the budget's grace, the windows and warm-up per scale,
   and every "`CONSTANT` = value" of docs/defaults.md) equals the code's value, computed from
   the constants or through ``tuner.plan.make_plan``, never copied here.
 * **--help.** ``run --help`` and ``python -m tuner --help`` show the same defaults.
+* **Getting started** shows what ``best --format python`` prints for the stored run in
+  docs/sample/ (the README's sample).
 """
 
 from __future__ import annotations
