@@ -89,6 +89,11 @@ OLD_MODULE = textwrap.dedent('''\
         def sample_shape(self, scale):
             return {"x": [16]}
 
+        def check_data(self, data_dir, scale):
+            CALLS.append(("check_data", scale))
+            assert len(self.build_dataset(data_dir, scale)) >= FILES[scale]
+            return FILES[scale]
+
         def units_per_sample(self, scale):
             return {"features": {"tiny": 16, "seed": 16}[scale]}
 
@@ -148,6 +153,26 @@ def test_a_tuner_0_2_workload_gets_seed_for_full_with_one_warning_at_its_method(
     # the tiny scale is the same word in both releases: passed as it is
     (tiny, caught) = _recorded(lambda: w.build_model("tiny"))
     assert tiny[0].out_features == 8 and caught == []
+
+
+def test_its_own_methods_pass_the_word_tuner_gave_them_on_without_a_warning(old_module):
+    _, module = old_module
+    w = module.workload
+    write = inspect.unwrap(type(w).prepare_default_data)       # its own code, no tuner between
+    data = write(w, Path(module.__file__).parent, "seed")
+    count, caught = _recorded(lambda: w.check_data(data, "full"))
+    assert count == 32 and len(caught) == 1 and "(check_data takes 'seed'" in str(caught[0].message)
+    assert ("build_dataset", "seed") in module.CALLS           # from check_data, as it was given
+
+
+def test_a_caller_that_passes_seed_itself_is_warned_at_its_own_line(old_module):
+    _, module = old_module
+    model, caught = _recorded(lambda: module.workload.build_model("seed"))
+    assert model[0].out_features == 64
+    assert [str(w.message).split(" was ")[0] for w in caught] == [
+        "scale 'seed'", f"the scale word 'seed' in workload {old_module[0]!r} (build_model takes "
+        "'seed' and rejects 'full')"]
+    assert caught[0].filename == __file__
 
 
 def test_the_choice_travels_with_the_pickled_workload_to_a_trial_process(old_module):

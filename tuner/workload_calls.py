@@ -5,15 +5,17 @@ and every subclass's, when the class is made), so the call paths of the run (pla
 the trial harness in Ray's workers, ``validate``, ``profile``, the memory probe) all go through
 it without knowing it. It does two things:
 
-* **tuner 0.2's scale word** (``OLD_SCALES``: 'seed', which tuner 0.3 calls 'full'). A
-  scale-taking method called with 'full' that raises ``KeyError`` or ``ValueError`` whose
-  message names 'full' is called once more with 'seed'. When that call returns (or raises a
-  ``TunerError``, such as a ``DataError``: the method got past its scale), the method takes
-  'seed': it gets 'seed' for 'full' from then on, in this process and in every process the
-  workload is pickled to (the choice is kept in the workload object), and the first such
-  method of the workload warns once (``TunerDeprecationWarning``, deprecated in 0.3.0, removed
-  in 0.4.0, reported at the method's first line). Otherwise the first error stands. A method
-  that takes any word (one that treats every scale but 'tiny' as full-size) is never retried.
+* **tuner 0.2's scale word** (``OLD_SCALES``: 'seed', which tuner 0.3 calls 'full'). A caller
+  that passes 'seed' itself gets ``scale_word``'s warning at its own line, and the method is
+  called as with 'full'. A scale-taking method called with 'full' that raises ``KeyError`` or
+  ``ValueError`` whose message names 'full' is called once more with 'seed'. When that call
+  returns (or raises a ``TunerError``, such as a ``DataError``: the method got past its scale),
+  the method takes 'seed': it gets 'seed' for 'full' from then on, in this process and in every
+  process the workload is pickled to (the choice is kept in the workload object), and the first
+  such method of the workload warns once (``TunerDeprecationWarning``, deprecated in 0.3.0,
+  removed in 0.4.0, reported at the method's first line). Otherwise the first error stands. A
+  method that takes any word (one that treats every scale but 'tiny' as full-size) is never
+  retried.
 * **a workload method's error in one line.** An exception a method raises (other than a
   ``TunerError``, already a line for the user) leaves the method as it came, type and traceback
   kept (so a trial's row records it as before), marked with the method and the scale; outside
@@ -24,13 +26,14 @@ Torch-free at import (``tuner.progress`` imports it; ``meta_parameter_count`` im
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
 from typing import Any, Callable
 
 import tuner._deprecated as deprecation
 from tuner.errors import TunerError, WorkloadError, one_line
-from tuner.settings import OLD_SCALES
+from tuner.settings import OLD_SCALES, scale_word
 
 SCALE_ARGS: dict[str, int] = {
     "build_model": 0, "sample_shape": 0, "units_per_sample": 0, "parameter_count": 0,
@@ -50,6 +53,11 @@ _STATE = "_tuner_calls"
 _CALL = "_tuner_workload_call"
 """The attribute ``scale_taking`` sets on an exception a method raised: (label, method,
 scale, the method's module)."""
+
+_TRANSLATED: contextvars.ContextVar[bool] = contextvars.ContextVar("tuner_scale_translated",
+                                                                  default=False)
+"""True inside a method tuner called with 'seed' (the word the workload takes): the 'seed' its
+code passes on to another of its methods is that word, not a caller's deprecated one."""
 
 _MESSAGE_CHARS = 300
 """An exception's message is cut to this many characters in the one error line."""
@@ -83,6 +91,9 @@ def call_at_scale(workload: Any, name: str, function: Callable, args: tuple,
     """``function(workload, *args, **kwargs)`` with the scale word the workload takes (module
     docstring). Raises what the method raises, marked for ``user_error``."""
     scale = _scale_in(args, kwargs, SCALE_ARGS[name])
+    if scale in OLD_SCALES and not _TRANSLATED.get():  # the caller's own old word
+        scale = scale_word(scale, stacklevel=4)         # reported at the caller's line
+        args, kwargs = _with_scale(args, kwargs, name, scale)
     if scale != FULL:
         return _marked(workload, name, scale, function, args, kwargs)
     word = _state(workload)["words"].get(name, FULL)
@@ -103,12 +114,15 @@ def _old_word(workload: Any, name: str, function: Callable, args: tuple, kwargs:
     unless the method takes 'seed'."""
     old_args, old_kwargs = _with_scale(args, kwargs, name, OLD_FULL)
     error: Exception | None = None
+    token = _TRANSLATED.set(True)
     try:
         result = function(workload, *old_args, **old_kwargs)
     except TunerError as exc:  # past its scale: e.g. tuner 0.2's data check failing
         error = exc
     except Exception:  # noqa: BLE001  (the old word is no better: the first error stands)
         error = first
+    finally:
+        _TRANSLATED.reset(token)
     if error is first:
         raise first
     _takes_old_word(workload, name, function)
@@ -134,7 +148,9 @@ def _takes_old_word(workload: Any, name: str, function: Callable) -> None:
 def _marked(workload: Any, name: str, scale: Any, function: Callable, args: tuple,
             kwargs: dict) -> Any:
     """``function(workload, *args, **kwargs)``; an exception it raises (not a TunerError) is
-    marked with the workload, the method and the scale, once (the innermost method wins)."""
+    marked with the workload, the method and the scale, once (the innermost method wins).
+    Called with 'seed', the methods it calls pass 'seed' on as tuner gave it."""
+    token = _TRANSLATED.set(scale == OLD_FULL)
     try:
         return function(workload, *args, **kwargs)
     except TunerError:
@@ -146,6 +162,8 @@ def _marked(workload: Any, name: str, scale: Any, function: Callable, args: tupl
             except AttributeError:  # an exception type without attributes: no mark
                 pass
         raise
+    finally:
+        _TRANSLATED.reset(token)
 
 
 def user_error(exc: BaseException) -> WorkloadError | None:
