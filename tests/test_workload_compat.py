@@ -175,6 +175,15 @@ def test_a_caller_that_passes_seed_itself_is_warned_at_its_own_line(old_module):
     assert caught[0].filename == __file__
 
 
+def test_a_tiny_run_of_it_shows_its_full_size_from_the_meta_device_and_warns_once(old_module):
+    from tuner.progress import _parameters_text
+    _, module = old_module
+    text, caught = _recorded(lambda: _parameters_text(module.workload, "tiny"))
+    assert text == "145 parameters at tiny scale (1,153 at full)" and len(caught) == 1
+    assert ("build_model", "seed", "meta") in module.CALLS
+    assert not any(call[1:] in (("seed", "cpu"), ("full", "cpu")) for call in module.CALLS)
+
+
 def test_the_choice_travels_with_the_pickled_workload_to_a_trial_process(old_module):
     _, module = old_module
     _recorded(lambda: module.workload.build_model("full"))
