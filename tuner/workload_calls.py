@@ -91,8 +91,8 @@ def call_at_scale(workload: Any, name: str, function: Callable, args: tuple,
     """``function(workload, *args, **kwargs)`` with the scale word the workload takes (module
     docstring). Raises what the method raises, marked for ``user_error``."""
     scale = _scale_in(args, kwargs, SCALE_ARGS[name])
-    if scale in OLD_SCALES and not _TRANSLATED.get():  # the caller's own old word
-        scale = scale_word(scale, stacklevel=4)         # reported at the caller's line
+    if isinstance(scale, str) and scale in OLD_SCALES and not _TRANSLATED.get():  # the caller's
+        scale = scale_word(scale, stacklevel=4)  # own old word: reported at the caller's line
         args, kwargs = _with_scale(args, kwargs, name, scale)
     if scale != FULL:
         return _marked(workload, name, scale, function, args, kwargs)
