@@ -269,6 +269,24 @@ def test_a_method_error_keeps_its_type_and_becomes_one_line_naming_method_scale_
     assert user_error(ZeroDivisionError("not a workload's")) is None
 
 
+def test_profile_measures_it_at_full_and_says_so_once_in_one_line(old_module, tmp_path,
+                                                                  monkeypatch):
+    """``profile`` (a trial in this process, no Ray) as the command line shows it: the
+    deprecations tuner's own filters leave to the command line's (no test-suite filter)."""
+    spec, module = old_module
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        out = tuner_in_process("profile", "--workload", spec, "--device", "cpu", "--scale",
+                               "full", "--results", str(tmp_path / "r"), "--steps", "2",
+                               env={"TUNER_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr
+    about_full = [line for line in out.stderr.splitlines() if FULL_WARNING in line]
+    assert len(about_full) == 1 and about_full[0].startswith("warning: "), out.stderr
+    assert "samples/sec" in out.stdout and "(full scale on cpu)" in out.stdout
+    assert ("build_model", "seed", "cpu") in module.CALLS      # the trial's model: 'seed'-size
+
+
 def test_a_workload_method_error_in_a_command_is_one_line_and_exit_2(tmp_path, monkeypatch):
     (tmp_path / "bad_wl.py").write_text(textwrap.dedent('''\
         from tuner.knobs import Knobs
