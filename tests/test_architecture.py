@@ -47,7 +47,8 @@ FLOORS = {
         "tuner.trial.failures", "tuner.trial.steppers", "tuner.trial.ranks",
         "tuner.trial.flops", "tuner.trial.validate", "tuner.hardware", "tuner.noise",
         "tuner.harness"},  # tuner.harness: the old path of tuner.trial.harness, for one release
-    1: {"tuner.workload", "tuner.workload_loader", "tuner.space", "tuner.cluster", "tuner.data"},
+    1: {"tuner.workload", "tuner.workload_calls", "tuner.workload_loader", "tuner.space",
+        "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
         "tuner.budget", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
 }
@@ -57,7 +58,7 @@ TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.s
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.windows", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
-              "tuner.scaling", "tuner.summary", "tuner.machine_load"}
+              "tuner.scaling", "tuner.summary", "tuner.machine_load", "tuner.workload_calls"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 

@@ -30,8 +30,10 @@ import, even at run time, reaches a higher floor):
   ``ranks`` and ``distributed`` (data-parallel trials), ``validate`` (the plain loop); beside
   it ``hardware`` (the device's key and peak); ``harness`` at the top is the old path of
   ``trial/harness``, kept for one release;
-* contracts: ``workload`` (what a workload is), ``workload_loader`` (how one is found by
-  name or path), ``space`` (search spaces), ``data`` (data paths), ``cluster``;
+* contracts: ``workload`` (what a workload is), ``workload_calls`` (how its scale-taking
+  methods are called: tuner 0.2's scale word, their errors in one line), ``workload_loader``
+  (how one is found by name or path), ``space`` (search spaces), ``data`` (data paths),
+  ``cluster``;
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
   ``errors``, ``budget``, ``windows``, ``codegen``, ``_deprecated`` (moved names).
 """

@@ -16,7 +16,7 @@ import tuner._deprecated as deprecation
 from tuner._deprecated import moved
 from tuner.errors import TunerError
 
-VERSION = "0.2.0"
+VERSION = "0.3.0.dev0"
 """tuner's version (``tuner.__version__``; pyproject.toml says the same), recorded in every
 leaderboard row."""
 
