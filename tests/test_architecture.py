@@ -29,10 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 FLOORS = {
     6: {"tuner"},
     5: {"tuner.cli", "tuner.cli_options", "tuner.__main__", "tuner.api"},
-    4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.staging", "tuner.probe",
+    4: {"tuner.driver", "tuner.plan", "tuner.option_checks", "tuner.search_policy",
+        "tuner.searcher", "tuner.staging", "tuner.probe",
         "tuner.ray_runtime", "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.trial.distributed"},
     3: {"tuner.progress", "tuner.summary", "tuner.machine_load", "tuner.report", "tuner.diagnose",
+        "tuner.report_figures",
         "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
@@ -40,7 +42,8 @@ FLOORS = {
         "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
         "tuner.workloads.segmentation3d", "tuner.workloads.datasets",
         "tuner.workloads._patches", "tuner.workloads._augment"},
-    2: {"tuner.trial", "tuner.trial.harness", "tuner.trial.apply", "tuner.trial.measure",
+    2: {"tuner.trial", "tuner.trial.harness", "tuner.trial.result_columns", "tuner.trial.apply",
+        "tuner.trial.measure",
         "tuner.trial.failures", "tuner.trial.steppers", "tuner.trial.ranks",
         "tuner.trial.flops", "tuner.trial.validate", "tuner.hardware", "tuner.noise",
         "tuner.harness"},  # tuner.harness: the old path of tuner.trial.harness, for one release

@@ -16,7 +16,7 @@ Four kinds of claim are checked; none needs Ray or a trial:
 * **Named defaults.** Each figure the pages give for a default (the time budgets, the default
   trial caps, the follow-ups' share, the budget's grace, the windows and warm-up per scale,
   and every "`CONSTANT` = value" of docs/defaults.md) equals the code's value, computed from
-  the constants or through ``tuner.plan.make_plan``, never copied here.
+  the constants or through ``tuner.option_checks.make_plan``, never copied here.
 * **--help.** ``run --help`` and ``python -m tuner --help`` show the same defaults.
 * **Getting started** shows what ``best --format python`` prints for the stored run in
   docs/sample/ (the README's sample).
@@ -248,7 +248,8 @@ def test_every_quoted_output_line_is_one_the_source_prints(page, quote):
 def default_plans(tmp_path_factory) -> dict:
     """The default ddpm run's plan on CPU (2 cores) and on CUDA (one GPU, 16 CPUs), as
     ``make_plan`` resolves them (the embedded dataset written to a private cache)."""
-    from tuner.plan import Resources, make_plan
+    from tuner.option_checks import make_plan
+    from tuner.plan import Resources
     from tuner.settings import RunOptions
     cache = tmp_path_factory.mktemp("cache")
     results = str(tmp_path_factory.mktemp("results"))

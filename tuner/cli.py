@@ -121,7 +121,7 @@ _model_options = applied(model_options())
 
 def _configured(workload: str, model: str | None, image_size: int | None):
     """The workload ``--workload`` names, configured with --model / --image-size."""
-    from tuner.plan import resolve_workload
+    from tuner.option_checks import resolve_workload
     from tuner.settings import RunOptions
     return resolve_workload(RunOptions(workload=workload, workload_options={
         "model": model, "image_size": image_size}))
@@ -444,9 +444,9 @@ def _check_validatable(row: dict) -> None:
 
 def _data_for(workload, data: str | None, scale: str):
     """The data ``profile`` and ``validate`` read, checked as ``run`` checks it before
-    measuring (``tuner.plan.checked_data``: every image decoded for the built-ins).
+    measuring (``tuner.option_checks.checked_data``: every image decoded for the built-ins).
     Raises DataError naming the path or file."""
-    from tuner.plan import checked_data
+    from tuner.option_checks import checked_data
     with console.status("checking the data…"):
         return checked_data(workload, data, scale)[0]
 
@@ -532,7 +532,7 @@ def profile(
 
     Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
     from tuner.diagnose import bottleneck, breakdown_table
-    from tuner.plan import local_cpus, resolve_device
+    from tuner.option_checks import local_cpus, resolve_device
     from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings, default_scale
     from tuner.trial.harness import run_trial
     w = _configured(workload, model, image_size)

@@ -126,7 +126,7 @@ def _per_scale(index: int) -> str:
 
 
 def _time_budget_default() -> str:
-    """The rule of ``tuner.plan.default_time_budget_s``, in words."""
+    """The rule of ``tuner.budget.default_time_budget_s``, in words."""
     return (f"{DEFAULT_CUDA_TIME_BUDGET_S:g} on CUDA; on CPU {DEFAULT_CPU_TIME_BUDGET_S:g} "
             f"without --trials, none with it")
 
