@@ -46,7 +46,7 @@ FLOORS = {
         "tuner.harness"},  # tuner.harness: the old path of tuner.trial.harness, for one release
     1: {"tuner.workload", "tuner.workload_loader", "tuner.space", "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-        "tuner.budget", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
+        "tuner.budget", "tuner.costs", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 

@@ -29,7 +29,8 @@ import, even at run time, reaches a higher floor):
 * contracts: ``workload`` (what a workload is), ``workload_loader`` (how one is found by
   name or path), ``space`` (search spaces), ``data`` (data paths), ``cluster``;
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
-  ``errors``, ``budget``, ``windows``, ``codegen``, ``_deprecated`` (moved names).
+  ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``windows``,
+  ``codegen``, ``_deprecated`` (moved names).
 """
 
 from typing import Any

@@ -1,0 +1,167 @@
+"""One price per trial (``tuner.costs``): the search and the follow-ups price a trial alike, cuDNN's
+autotuning is paid once per process and shape (``tuner.knobs.CUDNN_SHAPE_KNOBS``), a compile
+by its mode, and every trial's configuration carries its price to its row (``priced_s``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+
+import pytest
+
+import tuner.costs as costs
+import tuner.followups as followups
+from tests.test_followups import BASE, BUSY, fake_plan, make_row
+from tuner.costs import CostModel, RowTimes, TrialCost, TrialShape
+from tuner.followups import Batch
+from tuner.knobs import Knobs
+from tuner.status import Phase
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def timed_row(n: int, knobs: Knobs, *, wall_s: float, measured_s: float, setup_s: float,
+              first_step_s: float, warmup_s: float, step_ms: float, **extra) -> dict:
+    """A search row whose parts add up: set-up, warm-up (first step included), windows, and
+    what follows them (wall less the three)."""
+    return {"trial_id": f"t{n}", "phase": "search", "started_at": T0,
+            "finished_at": T0 + dt.timedelta(seconds=wall_s), "measured_s": measured_s,
+            "setup_s": setup_s, "first_step_s": first_step_s, "warmup_s": warmup_s,
+            "step_time_ms_p50": step_ms, **knobs.to_dict(), **extra}
+
+
+def test_the_breakdown_adds_up_to_the_rows_wall_time_for_the_same_trial():
+    """The same knobs and windows as a row: its wall time again, plus Ray's overhead."""
+    knobs = Knobs(batch_size=16)
+    row = timed_row(0, knobs, wall_s=10.0, measured_s=4.0, setup_s=1.0, first_step_s=2.0,
+                    warmup_s=2.5, step_ms=100.0)
+    price = CostModel([row]).price(knobs, TrialShape(windows=4, window_s=1.0))
+    assert price == TrialCost(start_s=costs.TRIAL_OVERHEAD_S, setup_s=3.0, one_off_s=0.0,
+                              warmup_s=0.5, probes_s=0.0, window_s=1.0, windows_s=4.0,
+                              tail_s=2.5)
+    assert price.total_s == pytest.approx(10.0 + costs.TRIAL_OVERHEAD_S)
+    assert price.first_window_s == pytest.approx(3.0 + 0.5 + 1.0)
+    # twice the batch, from the same row: the warm-up steps and the steps double, the rest not
+    double = CostModel([row]).price(Knobs(batch_size=32), TrialShape(windows=4, window_s=0.1))
+    assert (double.setup_s, double.warmup_s, double.window_s) == (3.0, 1.0, 0.2)
+
+
+def test_the_search_and_the_followups_price_a_trial_alike(monkeypatch):
+    """The searcher's ``price`` and ``followups.cost_s`` are one price: the same rows, knobs
+    and settings give the same seconds."""
+    from tuner.searcher import ConstrainedSearch, SearchSpec
+    from tuner.space import Choices, Space
+    rows = [make_row(0, BASE, first_step_s=0.05, setup_s=0.5),
+            make_row(1, BUSY, first_step_s=0.05, setup_s=0.5)]
+    plan = fake_plan(windows=3)
+    space = Space("test", {"batch_size": Choices((8, 32, 256))}, {})
+    search = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec", mode="max",
+                                          sampler="random", settings=plan.settings))
+    for row in rows:
+        search.costs.add(row)
+    for knobs in (BASE, BUSY, Knobs(batch_size=256)):
+        assert search.price(knobs).total_s == pytest.approx(
+            followups.cost_s(plan, rows, knobs, 3))
+
+
+def test_cudnn_is_autotuned_once_per_process_and_shape():
+    """One definition of 'already tuned': a row of this command with cudnn_benchmark on at the
+    same batch, precision and layout. Another DataLoader (num_workers) is the same shape;
+    another batch is a new one; an earlier command's process is gone."""
+    off = Knobs(batch_size=32)
+    on = off.replace(cudnn_benchmark=True)
+    rows = [timed_row(0, off, wall_s=6.0, measured_s=2.0, setup_s=0.5, first_step_s=1.8,
+                      warmup_s=2.0, step_ms=50.0),
+            timed_row(1, on, wall_s=16.0, measured_s=2.0, setup_s=0.5, first_step_s=12.2,
+                      warmup_s=12.4, step_ms=50.0)]
+    model = CostModel(rows)
+    assert costs.cudnn_autotune_s(model.search) == pytest.approx(10.4)
+    shape = TrialShape(windows=2, window_s=1.0)
+    assert model.tuned_in_process(on.replace(num_workers=2))
+    assert model.price(on.replace(num_workers=2), shape).one_off_s == 0.0
+    assert not model.tuned_in_process(on.replace(batch_size=64))
+    assert model.price(on.replace(batch_size=64), shape).one_off_s == pytest.approx(10.4)
+    assert model.price(on.replace(amp="bf16"), shape).one_off_s == pytest.approx(10.4)
+    gone = CostModel(rows, earlier={"t1"})
+    assert gone.price(on, shape).one_off_s == pytest.approx(10.4)
+    fresh = CostModel(rows, reused=False)
+    assert fresh.price(on, shape).one_off_s == pytest.approx(10.4)
+    # a trial planned before it in the process tunes the shape for it
+    new = on.replace(batch_size=64)
+    assert model.price(new, shape, planned=[new]).one_off_s == 0.0
+    assert model.price(new, shape, planned=[new.replace(cudnn_benchmark=False)]).one_off_s > 0
+
+
+def test_a_compile_is_priced_by_its_mode_not_by_the_row_read():
+    """An eager trial read from a compiled row does not pay that compile; a compiled trial
+    read from an eager row pays the longest compile measured in its mode."""
+    eager = Knobs(batch_size=8)
+    compiled = eager.replace(compile="default")
+    rows = [timed_row(0, compiled, wall_s=90.0, measured_s=2.0, setup_s=1.0,
+                      first_step_s=80.1, warmup_s=81.0, step_ms=100.0, compile_s=80.0),
+            timed_row(1, eager.replace(batch_size=16), wall_s=6.0, measured_s=2.0,
+                      setup_s=1.0, first_step_s=0.2, warmup_s=1.0, step_ms=200.0)]
+    model = CostModel(rows)
+    shape = TrialShape(windows=2, window_s=1.0)
+    assert model.price(eager, shape).one_off_s == 0.0
+    assert model.price(eager, shape).setup_s == pytest.approx(1.1)
+    assert model.price(compiled.replace(batch_size=16), shape).one_off_s == 80.0
+    assert model.price(compiled.replace(compile="reduce-overhead"), shape).one_off_s == 0.0
+
+
+def test_without_a_row_a_trial_costs_its_windows():
+    price = CostModel().price(Knobs(batch_size=8), TrialShape(windows=3, window_s=2.0))
+    assert price.total_s == 6.0 + costs.TRIAL_OVERHEAD_S and price.first_window_s == 2.0
+    assert CostModel().step_s(Knobs(batch_size=8)) is None
+
+
+def test_the_row_view_reads_what_it_needs_once():
+    row = timed_row(0, Knobs(batch_size=8), wall_s=5.0, measured_s=1.0, setup_s=0.5,
+                    first_step_s=0.3, warmup_s=0.2, step_ms=20.0)
+    view = RowTimes.of(row)
+    assert view.wall_s == 5.0 and view.step_s == 0.02 and view.is_search
+    assert view.per_step_warmup_s == 0.0 and view.before_windows_s == pytest.approx(0.8)
+    assert RowTimes.of({"phase": "remeasure"}).wall_s is None
+    assert TrialShape.of(SimpleNamespace(windows=5, window_s=1.0, warmup_steps=5,
+                                         max_steady_probes=6, max_warmup_s=None),
+                         {"windows": 1, "max_steady_probes": 0, "ceiling": "compute"}) == (
+        TrialShape(1, 1.0, 5, 0, None))
+
+
+def test_each_followup_trial_carries_the_price_it_was_planned_at():
+    """The driver's configurations of a batch carry ``priced_s``: the follow-ups' own price
+    of each trial, a configuration's second trial in the batch without its autotuning."""
+    from tuner.driver import _trial_configs
+    on = BUSY.replace(cudnn_benchmark=True)
+    rows = [make_row(0, BASE, first_step_s=1.8), make_row(1, BUSY, first_step_s=1.9)]
+    plan = fake_plan(windows=3)
+    plan.settings.deadline_unix_s = None
+    batch = Batch([(on, None), (BASE, "baseline"), (on, None)], Phase.REMEASURE,
+                  {"windows": 2})
+    writer = SimpleNamespace(expected=None, rows=rows)
+    configs = _trial_configs(plan, writer, batch)
+    prices = [c["priced_s"] for c in configs]
+    assert prices[0] == pytest.approx(followups.cost_s(plan, rows, on, 2))
+    assert prices[1] == pytest.approx(followups.cost_s(plan, rows, BASE, 2))
+    assert prices[2] == pytest.approx(followups.cost_s(plan, rows, on, 2, tuned=True))
+    assert prices[0] - prices[2] == pytest.approx(costs.CUDNN_AUTOTUNE_S)
+
+
+def test_the_recorder_writes_the_price_beside_the_wall_time(tmp_path):
+    """A trial's ``priced_s`` reaches its leaderboard row; one without (the memory probe's)
+    records null."""
+    import tuner.leaderboard as leaderboard
+    from tuner.recorder import LeaderboardWriter
+    plan = SimpleNamespace(
+        run_id="run-a", workload=SimpleNamespace(name="fake"), scale="tiny",
+        metric="samples_per_sec",
+        options=SimpleNamespace(train_steps=None, global_batch_size=None, address="ray://x",
+                                results=str(tmp_path)),
+        max_host_memory_mb=None, device="cpu", prior_rows=(), trials=None)
+    writer = LeaderboardWriter(plan, lambda kind, data: None, versions={})
+    result = {"status": "ok", "samples_per_sec": 10.0, "started_at": T0,
+              "finished_at": T0 + dt.timedelta(seconds=7.0), "trial_cpus": 2.0}
+    writer.record_result("t0", {**BASE.to_dict(), "priced_s": 6.5, "phase": "search"}, result)
+    writer.record_result("t1", {**BASE.to_dict(), "phase": "ceiling"}, result)
+    rows = {r["trial_id"]: r for r in leaderboard.read(tmp_path).to_pylist()}
+    assert rows["t0"]["priced_s"] == 6.5 and rows["t1"]["priced_s"] is None
