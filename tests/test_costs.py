@@ -165,3 +165,74 @@ def test_the_recorder_writes_the_price_beside_the_wall_time(tmp_path):
     writer.record_result("t1", {**BASE.to_dict(), "phase": "ceiling"}, result)
     rows = {r["trial_id"]: r for r in leaderboard.read(tmp_path).to_pylist()}
     assert rows["t0"]["priced_s"] == 6.5 and rows["t1"]["priced_s"] is None
+
+
+def priced_row(n: int, *, priced_s: float, wall_s: float, phase: str = "search",
+               reference: str | None = None, windows_planned: int = 5, status: str = "ok",
+               **extra) -> dict:
+    row = make_row(n, BASE, reference=reference, phase=phase, status=status, seconds=wall_s,
+                   windows_planned=windows_planned, priced_s=priced_s, **extra)
+    return row
+
+
+def fabricated_run() -> list[dict]:
+    """Two references (5 windows), three screens (1 window), a search trial of 5 windows, a
+    round of 2 windows, a ceiling priced 50 % high, the memory probe's row (no price) and a
+    pruned screen (left out)."""
+    return [priced_row(0, priced_s=10.0, wall_s=10.0, reference="baseline"),
+            priced_row(1, priced_s=11.0, wall_s=10.0, reference="recommended"),
+            priced_row(2, priced_s=4.0, wall_s=4.0, windows_planned=1),
+            priced_row(3, priced_s=4.4, wall_s=4.0, windows_planned=1),
+            priced_row(4, priced_s=3.0, wall_s=4.0, windows_planned=1),
+            priced_row(5, priced_s=6.0, wall_s=6.0),
+            priced_row(6, priced_s=5.0, wall_s=5.0, phase="remeasure", windows_planned=2),
+            priced_row(7, priced_s=9.0, wall_s=6.0, phase="ceiling", ceiling="compute"),
+            {**priced_row(8, priced_s=1.0, wall_s=3.0, phase="ceiling"),
+             "trial_id": "run-a-probe-64", "priced_s": None},
+            priced_row(9, priced_s=4.0, wall_s=1.0, windows_planned=1, status="pruned")]
+
+
+def test_the_price_error_is_measured_per_kind_of_trial():
+    errors = {e.kind: e for e in costs.price_errors(fabricated_run())}
+    assert list(errors) == ["reference", "screen", "search", "ceiling", "round of 2 windows"]
+    assert errors["reference"].count == 2
+    assert errors["reference"].median == pytest.approx(0.05)
+    assert errors["screen"].count == 3                      # the pruned one left out
+    assert errors["screen"].median == pytest.approx(0.1)
+    assert errors["screen"].p90 == pytest.approx(0.1 + 0.8 * (0.25 - 0.1))
+    assert errors["search"].median == 0.0 and errors["round of 2 windows"].count == 1
+    assert errors["ceiling"].median == pytest.approx(0.5)
+    assert errors["ceiling"].priced_s == 9.0 and errors["ceiling"].wall_s == 6.0
+
+
+def test_the_summary_names_a_kind_mispriced_by_more_than_a_quarter():
+    from rich.console import Console
+
+    from tuner.driver import RunSummary
+    from tuner.summary import print_summary
+    lines = costs.mispriced_lines(fabricated_run())
+    assert lines == ["the cost model mispriced ceiling trials by a median 50%: 1 priced at a "
+                     "median 9.0 s took 6.0 s (90th percentile of the error 50%)"]
+    assert costs.mispriced_lines(fabricated_run()[:7]) == []
+    console = Console(record=True, width=200)
+    print_summary(console, None, RunSummary("run-a", "fake", "cpu", "tiny", fabricated_run(),
+                                            60.0, "/tmp/results"))
+    assert "note: the cost model mispriced ceiling trials by a median 50%" in console.export_text()
+
+
+def test_the_bench_prints_the_error_of_each_kind_from_a_leaderboard(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    import tuner.leaderboard as leaderboard
+    leaderboard.append(tmp_path, fabricated_run())
+    path = Path(__file__).resolve().parent.parent / "bench" / "price_error.py"
+    spec = importlib.util.spec_from_file_location("price_error", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main([str(tmp_path), "--workload", "fake"]) == 0
+    out = capsys.readouterr().out
+    assert "run run-a:" in out
+    assert any(line.split()[:4] == ["ceiling", "1", "50.0%", "50.0%"]
+               for line in out.splitlines())
+    assert "10 rows, 1 without a price" in out
