@@ -52,7 +52,7 @@ FLOOR = {module: floor for floor, modules in FLOORS.items() for module in module
 
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
-              "tuner.budget", "tuner.windows", "tuner._deprecated",
+              "tuner.budget", "tuner.costs", "tuner.windows", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
               "tuner.scaling", "tuner.summary", "tuner.machine_load"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
