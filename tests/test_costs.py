@@ -236,3 +236,67 @@ def test_the_bench_prints_the_error_of_each_kind_from_a_leaderboard(tmp_path, ca
     assert any(line.split()[:4] == ["ceiling", "1", "50.0%", "50.0%"]
                for line in out.splitlines())
     assert "10 rows, 1 without a price" in out
+
+
+# ---------------------------------------------------------------- against a clocked trial
+
+class ClockedLinear:
+    """Steps on a ``StepClock`` whose time grows with the micro-batch (samples/sec held, as
+    the price assumes): ``PER_SAMPLE_S`` a sample, and ``FIRST_S`` more in a trial's first step
+    (a one-off: a cache fill, cuDNN's autotuning), paid once whatever the batch."""
+
+    PER_SAMPLE_S = 0.00125
+    FIRST_S = 0.3
+
+    @classmethod
+    def on(cls, clock):
+        from tests.fake_workloads import Regression
+
+        class Clocked(Regression):
+            name = "fake-clocked-linear"
+
+            def training_step(self, model, batch):
+                if batch[0].device.type != "meta":
+                    if not getattr(model, "clocked_first_step_done", False):
+                        model.clocked_first_step_done = True
+                        clock.now += cls.FIRST_S
+                    clock.now += cls.PER_SAMPLE_S * batch[0].shape[0]
+                return Regression.training_step(self, model, batch)
+        return Clocked()
+
+
+def clocked_trial(clock, knobs: Knobs, settings) -> dict:
+    """Run one trial on ``clock``; its row with the clock's seconds as its wall time."""
+    from tuner.trial.harness import run_trial
+    start = clock.now
+    result = run_trial(ClockedLinear.on(clock), knobs, settings)
+    assert result["status"] == "ok", result.get("error")
+    return {**result, **knobs.to_dict(), "phase": "search", "trial_id": f"t{start}",
+            "started_at": T0, "finished_at": T0 + dt.timedelta(seconds=clock.now - start)}
+
+
+@pytest.mark.parametrize("kind, knobs, changes", [
+    ("screen", Knobs(batch_size=16), {"windows": 1, "max_steady_probes": 0}),
+    ("search trial", Knobs(batch_size=16), {}),
+    ("round of 1 window", Knobs(batch_size=8), {"windows": 1, "breakdown_steps": 0}),
+    ("round of 2 windows", Knobs(batch_size=8), {"windows": 2, "breakdown_steps": 0}),
+    ("ceiling", Knobs(batch_size=8), {"compute_only": True, "ceiling": "compute",
+                                      "breakdown_steps": 0}),
+])
+def test_each_kind_of_trial_takes_its_price_on_a_step_clock(regression_data, step_clock, kind,
+                                                            knobs, changes):
+    """A reference of three windows at batch 8 is the row read; each kind of trial the
+    planner prices from it (a screen and a search trial at twice the batch, rounds of one and
+    two windows, a compute-only ceiling), run on the same clock, takes its price within 10 %
+    (Ray's overhead, ``start_s``, lies outside the trial)."""
+    from dataclasses import replace
+
+    from tuner.settings import TrialSettings
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.5, warmup_steps=5, max_steady_probes=6)
+    model = CostModel([clocked_trial(step_clock, Knobs(batch_size=8), settings)])
+    price = model.price(knobs, TrialShape.of(settings, changes))
+    row = clocked_trial(step_clock, knobs, replace(settings, **changes))
+    wall_s = RowTimes.of(row).wall_s
+    assert price.total_s - price.start_s == pytest.approx(wall_s, rel=0.10), (kind, price, row)
+    assert price.first_window_s < wall_s
