@@ -6,10 +6,10 @@ finish, or leaves time unused. How far off was it, per kind of trial?
 
 Design: reads a results directory's leaderboard (``priced_s``, the price the planner used when
 it decided to run the trial, and ``finished_at`` - ``started_at``, its wall time) and prints,
-per kind of trial (``tuner.costs.trial_kind``: reference, screen, search, each re-measurement
+per kind of trial (``tuner.price_errors.trial_kind``: reference, screen, search, each re-measurement
 round by its windows, ceiling, the memory probe where priced), the count of ``ok`` rows with a
 price and the median and 90th percentile of ``|priced_s / wall - 1|``
-(``tuner.costs.price_errors``), with the median price and wall time. Rows of leaderboards
+(``tuner.price_errors.price_errors``), with the median price and wall time. Rows of leaderboards
 written before ``priced_s`` have no price and are counted as unpriced.
 
 Prints figures, never pass/fail.
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tuner.leaderboard as leaderboard  # noqa: E402
-from tuner.costs import price_errors  # noqa: E402
+from tuner.price_errors import price_errors  # noqa: E402
 
 
 def table(rows: list[dict]) -> list[str]:

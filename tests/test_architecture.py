@@ -32,7 +32,8 @@ FLOORS = {
     4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.staging", "tuner.probe",
         "tuner.ray_runtime", "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.trial.distributed"},
-    3: {"tuner.progress", "tuner.summary", "tuner.machine_load", "tuner.report", "tuner.diagnose",
+    3: {"tuner.progress", "tuner.summary", "tuner.price_errors", "tuner.machine_load",
+        "tuner.report", "tuner.diagnose",
         "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
@@ -46,13 +47,15 @@ FLOORS = {
         "tuner.harness"},  # tuner.harness: the old path of tuner.trial.harness, for one release
     1: {"tuner.workload", "tuner.workload_loader", "tuner.space", "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-        "tuner.budget", "tuner.costs", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
+        "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
+              "tuner._deprecated", "tuner.codegen"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
-              "tuner.budget", "tuner.costs", "tuner.windows", "tuner._deprecated",
+              "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
+              "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
               "tuner.scaling", "tuner.summary", "tuner.machine_load"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""

@@ -11,6 +11,7 @@ import pytest
 
 import tuner.costs as costs
 import tuner.followups as followups
+import tuner.price_errors as price_errors
 from tests.test_followups import BASE, BUSY, fake_plan, make_row
 from tuner.costs import CostModel, RowTimes, TrialCost, TrialShape
 from tuner.followups import Batch
@@ -193,7 +194,7 @@ def fabricated_run() -> list[dict]:
 
 
 def test_the_price_error_is_measured_per_kind_of_trial():
-    errors = {e.kind: e for e in costs.price_errors(fabricated_run())}
+    errors = {e.kind: e for e in price_errors.price_errors(fabricated_run())}
     assert list(errors) == ["reference", "screen", "search", "ceiling", "round of 2 windows"]
     assert errors["reference"].count == 2
     assert errors["reference"].median == pytest.approx(0.05)
@@ -210,10 +211,10 @@ def test_the_summary_names_a_kind_mispriced_by_more_than_a_quarter():
 
     from tuner.driver import RunSummary
     from tuner.summary import print_summary
-    lines = costs.mispriced_lines(fabricated_run())
+    lines = price_errors.mispriced_lines(fabricated_run())
     assert lines == ["the cost model mispriced ceiling trials by a median 50%: 1 priced at a "
                      "median 9.0 s took 6.0 s (90th percentile of the error 50%)"]
-    assert costs.mispriced_lines(fabricated_run()[:7]) == []
+    assert price_errors.mispriced_lines(fabricated_run()[:7]) == []
     console = Console(record=True, width=200)
     print_summary(console, None, RunSummary("run-a", "fake", "cpu", "tiny", fabricated_run(),
                                             60.0, "/tmp/results"))

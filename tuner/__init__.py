@@ -19,8 +19,8 @@ import, even at run time, reaches a higher floor):
 * results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
   ``progress`` (the live printer), ``summary`` (the closing table), ``machine_load`` (busy
-  and drift notes), ``report`` (HTML), ``export``,
-  ``diagnose``; the built-in workloads ``workloads/``;
+  and drift notes), ``price_errors`` (the cost model's prices against the wall times),
+  ``report`` (HTML), ``export``, ``diagnose``; the built-in workloads ``workloads/``;
 * the trial, torch side (runs in a Ray worker), the package ``trial/``: ``harness``,
   ``apply`` (knobs onto the model), ``steppers``, ``measure``, ``flops``, ``failures``,
   ``ranks`` and ``distributed`` (data-parallel trials), ``validate`` (the plain loop); beside

@@ -31,11 +31,9 @@ import statistics
 from dataclasses import dataclass, fields
 from typing import Any, Container, Iterable, Mapping, NamedTuple, Sequence
 
-import numpy as np
-
 import tuner.windows as rule
 from tuner.knobs import Knobs, new_cudnn_shapes
-from tuner.status import Phase, Status
+from tuner.status import Phase
 
 TRIAL_OVERHEAD_S = 1.5
 """Seconds Ray Tune adds to a trial beyond what its row records, for sizing the follow-ups to
@@ -55,7 +53,8 @@ tell (``cudnn_autotune_s``). Source: ddpm's first step on one H200, 12.2 s with 
 @dataclass(frozen=True)
 class RowTimes:
     """The columns of a leaderboard row (or a trial's final result with its knobs) that the
-    price reads, typed once. Seconds unless named otherwise; None or 0 where not recorded."""
+    price and its error (``tuner.price_errors``) read, typed once. Seconds unless named
+    otherwise; None or 0 where not recorded."""
 
     trial_id: str | None = None
     phase: str | None = None
@@ -353,82 +352,6 @@ def cudnn_autotune_s(rows: Sequence[RowTimes | Mapping[str, Any]]) -> float:
 
 def _view(row: RowTimes | Mapping[str, Any]) -> RowTimes:
     return row if isinstance(row, RowTimes) else RowTimes.of(row)
-
-
-# ------------------------------------------------------------------------- the error
-
-MISPRICED = 0.25
-"""A kind of trial whose median price error (``PriceError.median``) passes this fraction is
-named in the run's summary: its time was planned a quarter off or more."""
-
-
-@dataclass(frozen=True)
-class PriceError:
-    """How far the price of one kind of trial was from its wall time: the error of a trial is
-    ``|priced_s / wall - 1|`` (wall: ``finished_at`` - ``started_at``), over its ``ok`` rows
-    with a price."""
-
-    kind: str
-    """'reference', 'screen', 'search', 'round of N windows', 'ceiling' or 'probe'
-    (``trial_kind``)."""
-    count: int
-    median: float
-    """The median error, a fraction."""
-    p90: float
-    """Its 90th percentile (linear interpolation, numpy's default), a fraction."""
-    priced_s: float
-    """The median price, s."""
-    wall_s: float
-    """The median wall time, s."""
-
-
-def trial_kind(row: RowTimes, full_windows: int | None) -> str:
-    """The kind of trial ``row`` is: the memory probe's ('probe'), a 'ceiling', a re-measurement
-    'round of N windows', a 'reference', a 'screen' (a searched trial planned with fewer
-    windows than ``full_windows``, the references'), else a 'search' trial."""
-    phase = Phase(row.phase or Phase.SEARCH)
-    if "-probe-" in (row.trial_id or ""):
-        return "probe"
-    if phase == Phase.CEILING:
-        return "ceiling"
-    if phase == Phase.REMEASURE:
-        return f"round of {row.windows_planned or '?'} windows"
-    if row.reference:
-        return "reference"
-    screened = full_windows and row.windows_planned and row.windows_planned < full_windows
-    return "screen" if screened else "search"
-
-
-def price_errors(rows: Iterable[Mapping[str, Any]]) -> list[PriceError]:
-    """The price error of each kind of trial (``trial_kind``) in ``rows`` (leaderboard rows of
-    one run), over its ``ok`` rows with a ``priced_s`` and a wall time; kinds without such a
-    row are left out. Ordered as a run measures them."""
-    views = [RowTimes.of(r) for r in rows]
-    full = max((r.windows_planned or 0 for r in views if r.reference), default=0) or None
-    by_kind: dict[str, list[tuple[float, float]]] = {}
-    for r in views:
-        if r.status == Status.OK and r.priced_s and r.wall_s:
-            by_kind.setdefault(trial_kind(r, full), []).append((r.priced_s, r.wall_s))
-    order = ["probe", "reference", "screen", "search"]
-    kinds = sorted(by_kind, key=lambda k: (order.index(k) if k in order else len(order), k))
-    return [_error(kind, by_kind[kind]) for kind in kinds]
-
-
-def _error(kind: str, pairs: list[tuple[float, float]]) -> PriceError:
-    priced, wall = np.array(pairs).T
-    errors = np.abs(priced / wall - 1)
-    return PriceError(kind, len(pairs), float(np.median(errors)),
-                      float(np.percentile(errors, 90)), float(np.median(priced)),
-                      float(np.median(wall)))
-
-
-def mispriced_lines(rows: Iterable[Mapping[str, Any]], limit: float = MISPRICED) -> list[str]:
-    """One line for each kind of trial whose median price error passes ``limit`` (a fraction,
-    ``MISPRICED``): the planner's time for it was that far off."""
-    return [f"the cost model mispriced {e.kind} trials by a median {e.median:.0%}: "
-            f"{e.count} priced at a median {e.priced_s:.1f} s took {e.wall_s:.1f} s "
-            f"(90th percentile of the error {e.p90:.0%})"
-            for e in price_errors(rows) if e.median > limit]
 
 
 # ------------------------------------------------------------------------- shortcuts

@@ -20,9 +20,9 @@ from tuner.ceilings import (
     machine_limit_hidden,
     machine_summary,
 )
-from tuner.costs import mispriced_lines
 from tuner.knobs import knob_text
 from tuner.machine_load import busy_note, drift_note
+from tuner.price_errors import mispriced_lines
 from tuner.status import STATUSES, Phase, Status, answers, phase_of
 
 
@@ -31,7 +31,7 @@ def print_summary(console: Console, plan, summary) -> None:
     plan, for the commands to paste, or None): the trials by phase and status, the best of each
     hardware key with its table (``print_best``), the commands to paste, the machine notes
     (``tuner.machine_load``) and a line for each kind of trial the cost model mispriced
-    (``tuner.costs.mispriced_lines``)."""
+    (``tuner.price_errors.mispriced_lines``)."""
     rows = summary.rows
     ok = [r for r in rows if answers(r)]  # a budget-stopped measurement may answer
     counts = ", ".join(f"{n} {s}" for s in leaderboard_statuses(rows)
