@@ -36,6 +36,11 @@ def table(rows: list[dict]) -> list[str]:
     for e in price_errors(rows):
         out.append(f"{e.kind:<22} {e.count:>3} {e.median:>7.1%} {e.p90:>7.1%} "
                    f"{e.priced_s:>9.2f} {e.wall_s:>8.2f}")
+    for r in rows:  # stopped or failed: not in the medians, but a price that let one start
+        if r["status"] != "ok" and r.get("priced_s") and r["started_at"] and r["finished_at"]:
+            wall_s = (r["finished_at"] - r["started_at"]).total_seconds()
+            out.append(f"  {r['status']}: {r['phase']} bs={r['batch_size']} priced "
+                       f"{r['priced_s']:.2f} s, stopped after {wall_s:.2f} s")
     unpriced = sum(r.get("priced_s") is None for r in rows)
     out.append(f"{len(rows)} rows, {unpriced} without a price (the memory probe's, failed "
                f"before planning, or written before schema 9)")

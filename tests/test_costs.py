@@ -236,6 +236,7 @@ def test_the_bench_prints_the_error_of_each_kind_from_a_leaderboard(tmp_path, ca
     assert "run run-a:" in out
     assert any(line.split()[:4] == ["ceiling", "1", "50.0%", "50.0%"]
                for line in out.splitlines())
+    assert "  pruned: search bs=8 priced 4.00 s, stopped after 1.00 s" in out.splitlines()
     assert "10 rows, 1 without a price" in out
 
 
