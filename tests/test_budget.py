@@ -395,7 +395,7 @@ def test_the_search_keeps_the_followups_share_of_what_is_left_once_a_trial_measu
     first = search.suggest("baseline")
     assert first["reference"] == "baseline"
     assert first["tuner"] == {"deadline_unix_s": run_deadline}
-    assert first["priced_s"] == 0.25 + 1.5          # one window and the overhead: no row yet
+    assert first["priced_s"] == 0.25                # one window: no row yet
     clock.now += 8.0
     search.on_trial_complete("baseline", {"status": "ok", "samples_per_sec": 40.0,
                                           "step_time_ms_p50": 100.0, "setup_s": 1.0,

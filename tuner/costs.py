@@ -177,10 +177,17 @@ class TrialCost:
         return self.setup_s + self.one_off_s + self.warmup_s + self.probes_s + self.window_s
 
     @property
+    def trial_s(self) -> float:
+        """Seconds the trial itself takes: what its row times (``finished_at`` -
+        ``started_at``), Ray Tune's overhead around it (``start_s``) left out. A row's
+        ``priced_s``."""
+        return (self.setup_s + self.one_off_s + self.warmup_s + self.probes_s + self.windows_s
+                + self.tail_s)
+
+    @property
     def total_s(self) -> float:
-        """Seconds the whole trial takes."""
-        return (self.start_s + self.setup_s + self.one_off_s + self.warmup_s + self.probes_s
-                + self.windows_s + self.tail_s)
+        """Seconds the whole trial takes in the run's time: ``trial_s`` and ``start_s``."""
+        return self.start_s + self.trial_s
 
 
 class CostModel:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import tuner.budget as budget
 import tuner.noise as noise
 import tuner.windows as rule
-from tuner.costs import CostModel, TrialShape
+from tuner.costs import CostModel, TrialCost, TrialShape
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS
 from tuner.space import candidates
@@ -89,14 +89,20 @@ def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Ba
 
 def cost_s(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
            tuned: bool = False, changes: Mapping[str, Any] | None = None) -> float:
+    """Seconds one more trial of ``knobs`` with ``windows`` windows of the run's length takes
+    in the run's time (``price``'s ``total_s``)."""
+    return price(plan, rows, knobs, windows, tuned, changes).total_s
+
+
+def price(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
+          tuned: bool = False, changes: Mapping[str, Any] | None = None) -> TrialCost:
     """``tuner.costs.CostModel.price`` of one more trial of ``knobs`` with ``windows``
-    windows of the run's length (``total_s``), in this command's trial processes
-    (``CostModel.of_plan``); ``tuned``: a trial of ``knobs`` planned before this one runs
-    first. The run's ``TrialSettings``, with the trial's ``changes``
-    (``round_trial_settings``), say what steady-state probes a trial of one window adds."""
+    windows of the run's length, in this command's trial processes (``CostModel.of_plan``);
+    ``tuned``: a trial of ``knobs`` planned before this one runs first. The run's
+    ``TrialSettings``, with the trial's ``changes`` (``round_trial_settings``), say what
+    steady-state probes a trial of one window adds."""
     shape = TrialShape.of(plan.settings, {**(changes or {}), "windows": windows})
-    return CostModel.of_plan(plan, rows).price(
-        knobs, shape, planned=[knobs] if tuned else ()).total_s
+    return CostModel.of_plan(plan, rows).price(knobs, shape, planned=[knobs] if tuned else ())
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
@@ -107,16 +113,17 @@ def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
 
 
 def batch_prices_s(plan: Any, rows: Sequence[dict], batch: Batch) -> list[float]:
-    """The price (``cost_s``, seconds) of each of ``batch``'s trials as planned: with the
-    batch's and its own settings changes, a configuration run earlier in the batch counted
-    as run in the same process (cuDNN's autotuning paid once)."""
+    """The price of each of ``batch``'s trials as planned, in seconds of the trial itself
+    (``TrialCost.trial_s``: its row's ``priced_s``): with the batch's and its own settings
+    changes, a configuration run earlier in the batch counted as run in the same process
+    (cuDNN's autotuning paid once)."""
     rows = type_rows(plan, rows)
     changes = batch.per_trial or [{} for _ in batch.configs]
     out, seen = [], set()
     for (knobs, _), change in zip(batch.configs, changes):
         settings = {**batch.settings, **change}
         windows = settings.get("windows", plan.settings.windows)
-        out.append(cost_s(plan, rows, knobs, windows, tuned=knobs in seen, changes=settings))
+        out.append(price(plan, rows, knobs, windows, knobs in seen, settings).trial_s)
         seen.add(knobs)
     return out
 

@@ -382,7 +382,7 @@ class ConstrainedSearch(Searcher):
                 self._out_of_time = True
                 return Searcher.FINISHED  # it would end before its first window: measure nothing
         config["priced_s"] = self.price(Knobs.from_dict(config, strict=False),
-                                        config.get("tuner")).total_s
+                                        config.get("tuner")).trial_s
         if deadline is not None:  # Ray Tune merges it into the trial's settings
             config["tuner"] = {**config.get("tuner", {}), "deadline_unix_s": deadline}
         self._live[trial_id] = trial
