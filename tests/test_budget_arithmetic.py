@@ -111,7 +111,8 @@ def test_the_machine_compute_ceiling_is_costed_without_scaling_a_one_off_first_s
     rows = [search_row(recommended, 23.22, measured_s=10.12, setup_s=0.14, first_step_s=12.19,
                        warmup_s=12.52, step_time_ms_p50=45.0)]
     cost = costs.trial_cost_s(rows, Knobs(batch_size=384), 5, 2.0)
-    assert cost == pytest.approx(13.1 + 11 * 0.33 + 5 * 2.0 + costs.TRIAL_OVERHEAD_S)
+    # each window of 2 s holds whole steps of 12 x 45 ms: four of them
+    assert cost == pytest.approx(13.1 + 11 * 0.33 + 5 * 4 * 0.54 + costs.TRIAL_OVERHEAD_S)
     assert cost < 30.0
 
 

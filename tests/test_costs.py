@@ -304,3 +304,21 @@ def test_each_kind_of_trial_takes_its_price_on_a_step_clock(regression_data, ste
     wall_s = RowTimes.of(row).wall_s
     assert price.trial_s == pytest.approx(wall_s, rel=0.10), (kind, price, row)
     assert price.first_window_s < wall_s
+
+
+def test_a_window_holds_whole_steps_on_a_step_clock(regression_data, step_clock, monkeypatch):
+    """A window ends on the first step past its length: with steps of 0.15 s a window of
+    0.25 s holds two, 0.3 s, not the 0.25 s a window at least one step long would say."""
+    from tuner.settings import TrialSettings
+    assert costs.window_of_s(0.15, 0.25) == pytest.approx(0.3)
+    assert costs.window_of_s(0.3, 0.25) == 0.3 and costs.window_of_s(0.0, 0.25) == 0.25
+    assert costs.window_of_s(0.05, 0.25) == pytest.approx(0.25)   # five steps, exactly
+    monkeypatch.setattr(ClockedLinear, "PER_SAMPLE_S", 0.15 / 8)
+    settings = TrialSettings(scale="tiny", device="cpu", data_dir=str(regression_data),
+                             windows=3, window_s=0.25, warmup_steps=2, breakdown_steps=0)
+    knobs = Knobs(batch_size=8)
+    price = CostModel([clocked_trial(step_clock, knobs, settings)]).price(
+        knobs, TrialShape.of(settings))
+    row = clocked_trial(step_clock, knobs, settings)
+    assert price.windows_s == pytest.approx(row["measured_s"], rel=0.02)
+    assert price.trial_s == pytest.approx(RowTimes.of(row).wall_s, rel=0.10)

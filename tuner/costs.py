@@ -237,7 +237,7 @@ class CostModel:
                              shape.windows * shape.window_s)
         r, scale = priced
         step_s = scale * r.step_s
-        window_s = max(shape.window_s, step_s)
+        window_s = window_of_s(step_s, shape.window_s)
         row_cudnn_s = autotuned_s(r, self.search)
         setup_s = ((r.setup_s or 0.0) + (r.first_step_s or 0.0) - row_cudnn_s
                    - r.compiled_s)
@@ -304,6 +304,15 @@ class CostModel:
             return None
         r = min(timed, key=lambda x: abs(math.log(x.batch_size / knobs.batch_size)))
         return r, max(1.0, knobs.batch_size / r.batch_size)
+
+
+def window_of_s(step_s: float, window_s: float) -> float:
+    """Seconds one window of ``window_s`` takes with steps of ``step_s``: it ends on the first
+    step past ``window_s`` (``tuner.trial.harness``), so it holds a whole number of steps, one
+    at least; ``window_s`` for steps too short to tell (0)."""
+    if step_s <= 0:
+        return window_s
+    return max(1, math.ceil(window_s / step_s - 1e-9)) * step_s
 
 
 def _probes_s(row: RowTimes, scale: float, step_s: float, shape: TrialShape) -> float:
