@@ -204,6 +204,8 @@ def test_the_price_error_is_measured_per_kind_of_trial():
     assert errors["screen"].median == pytest.approx(0.1)
     assert errors["screen"].p90 == pytest.approx(0.1 + 0.8 * (0.25 - 0.1))
     assert errors["search"].median == 0.0 and errors["round of 2 windows"].count == 1
+    one = {**fabricated_run()[6], "windows_planned": 1}
+    assert [e.kind for e in price_errors.price_errors([one])] == ["round of 1 window"]
     assert errors["ceiling"].median == pytest.approx(0.5)
     assert errors["ceiling"].priced_s == 9.0 and errors["ceiling"].wall_s == 6.0
 

@@ -48,7 +48,8 @@ def trial_kind(row: RowTimes, full_windows: int | None) -> str:
     if phase == Phase.CEILING:
         return "ceiling"
     if phase == Phase.REMEASURE:
-        return f"round of {row.windows_planned or '?'} windows"
+        n = row.windows_planned
+        return f"round of {n or '?'} window{'' if n == 1 else 's'}"
     if row.reference:
         return "reference"
     screened = full_windows and row.windows_planned and row.windows_planned < full_windows
