@@ -33,8 +33,8 @@ FLOORS = {
         "tuner.searcher", "tuner.staging", "tuner.probe",
         "tuner.ray_runtime", "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.trial.distributed"},
-    3: {"tuner.progress", "tuner.summary", "tuner.machine_load", "tuner.report", "tuner.diagnose",
-        "tuner.report_figures",
+    3: {"tuner.progress", "tuner.summary", "tuner.price_errors", "tuner.machine_load",
+        "tuner.report", "tuner.report_figures", "tuner.diagnose",
         "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
@@ -50,13 +50,15 @@ FLOORS = {
     1: {"tuner.workload", "tuner.workload_calls", "tuner.workload_loader", "tuner.space",
         "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-        "tuner.budget", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
+        "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
+              "tuner._deprecated", "tuner.codegen"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
-              "tuner.budget", "tuner.windows", "tuner._deprecated",
+              "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
+              "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
               "tuner.scaling", "tuner.summary", "tuner.machine_load", "tuner.workload_calls"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""

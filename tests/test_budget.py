@@ -22,12 +22,13 @@ from tuner.budget import (
     MAX_FOLLOWUP_SHARE,
     PLAN_AGE_S,
 )
+from tuner.costs import CostModel, TrialShape
 from tuner.knobs import Knobs
 from tuner.option_checks import make_plan
 from tuner.plan import Resources
 from tuner.pruning import MIN_MARGIN, EarlyStopping
 from tuner.search_policy import SCREENED_TRIALS_FACTOR
-from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
+from tuner.searcher import ConstrainedSearch, SearchSpec
 from tuner.settings import RunOptions, TrialSettings
 from tuner.space import load_space
 from tuner.status import budget_stopped
@@ -300,16 +301,21 @@ def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_starte
                                            sampler="random", window_s=0.25,
                                            deadline_unix_s=time.time() + left_s))
         one.suggest("first")
-        one._batch["first"] = 4
+        one._configs["first"]["batch_size"] = 4
         one.on_trial_complete("first", {"status": "ok", "samples_per_sec": 40.0,
                                         "step_time_ms_p50": 100.0, "setup_s": 1.5,
                                         "warmup_s": 0.5})
-        assert one.timings == [(4, 0.1, 1.5, 0.5, "off", 0.0)]
+        price = one.price(Knobs(batch_size=20))
+        assert (price.setup_s, price.warmup_s, price.one_off_s) == (1.5, 2.5, 0.0)
+        assert price.first_window_s == pytest.approx(4.5)
         return one
 
-    assert search(60.0)._first_window_fits(20) and search(60.0)._first_window_fits(4)
-    assert search(2.5)._first_window_fits(4) and not search(2.5)._first_window_fits(20)
-    assert search(4.5)._first_window_fits(20) and not search(4.4)._first_window_fits(20)
+    def fits(one: ConstrainedSearch, batch_size: int) -> bool:
+        return one._first_window_fits(Knobs(batch_size=batch_size))
+
+    assert fits(search(60.0), 20) and fits(search(60.0), 4)
+    assert fits(search(2.5), 4) and not fits(search(2.5), 20)
+    assert fits(search(4.5), 20) and not fits(search(4.4), 20)
     short = search(4.0)                       # batch 16 or less fits: 4, 5, 6 of the space
     answers = [short.suggest(f"t{i}") for i in range(8)]
     finished = answers.index("FINISHED")      # the first proposal of batch 20 or 32
@@ -320,7 +326,7 @@ def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_starte
     assert len(told) == 1 and told[0] >= 20                        # the sampler learns nothing
     no_deadline = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec",
                                                mode="max", sampler="random"))
-    assert no_deadline._first_window_fits(10_000)
+    assert no_deadline._first_window_fits(Knobs(batch_size=10_000))
 
 
 def test_a_compile_is_costed_for_compiled_proposals_only(paced_space):
@@ -332,19 +338,23 @@ def test_a_compile_is_costed_for_compiled_proposals_only(paced_space):
                                           sampler="random", window_s=0.25,
                                           deadline_unix_s=time.time() + 30.0))
     search.suggest("compiled")
-    search._batch["compiled"] = 8
+    search._configs["compiled"]["batch_size"] = 8
     search.on_trial_complete("compiled", {
         "status": "ok", "samples_per_sec": 80.0, "step_time_ms_p50": 100.0, "setup_s": 1.0,
         "warmup_s": 81.0, "first_step_s": 80.1, "compile": "default", "compile_s": 80.0})
-    assert search.timings == [(8, 0.1, pytest.approx(1.1), pytest.approx(0.9), "default",
-                               80.0)]
-    assert search._first_window_fits(8) and search._first_window_fits(8, "reduce-overhead")
-    assert not search._first_window_fits(8, "default")
+    compiled = Knobs(batch_size=8, compile="default")
+    price = search.price(compiled)
+    assert (price.setup_s, price.warmup_s, price.one_off_s) == (
+        pytest.approx(1.1), pytest.approx(0.9), 80.0)
+    assert search._first_window_fits(Knobs(batch_size=8))
+    assert search._first_window_fits(compiled.replace(compile="reduce-overhead"))
+    assert not search._first_window_fits(compiled)
     # A trial stopped between windows carries no compile_s: its first step tells it.
-    pruned = Timing.of(8, {"step_time_ms_p50": 100.0, "setup_s": 1.0, "warmup_s": 50.5,
-                           "first_step_s": 50.1, "compile": "reduce-overhead"})
-    assert pruned == (8, 0.1, pytest.approx(1.1), pytest.approx(0.4), "reduce-overhead",
-                      pytest.approx(50.0))
+    pruned = CostModel([{"batch_size": 8, "step_time_ms_p50": 100.0, "setup_s": 1.0,
+                         "warmup_s": 50.5, "first_step_s": 50.1, "compile": "reduce-overhead"}])
+    price = pruned.price(compiled.replace(compile="reduce-overhead"), TrialShape(1, 0.25))
+    assert (price.setup_s, price.warmup_s, price.one_off_s) == (
+        pytest.approx(1.1), pytest.approx(0.4), pytest.approx(50.0))
 
 
 def test_a_one_off_first_step_is_not_scaled_to_a_larger_batch(paced_space, monkeypatch):
@@ -359,10 +369,10 @@ def test_a_one_off_first_step_is_not_scaled_to_a_larger_batch(paced_space, monke
     search = ConstrainedSearch(SearchSpec(space=space, metric="samples_per_sec", mode="max",
                                           sampler="random", window_s=2.0,
                                           deadline_unix_s=1.8e9 + 19.26))
-    search.timings.append(Timing.of(32, {
-        "step_time_ms_p50": 45.0, "setup_s": 0.14, "first_step_s": 12.19, "warmup_s": 12.52}))
-    assert search._first_window_fits(45)
-    assert not search._first_window_fits(45, deadline_unix_s=1.8e9 + 14.7)
+    search.costs.add({"batch_size": 32, "step_time_ms_p50": 45.0, "setup_s": 0.14,
+                      "first_step_s": 12.19, "warmup_s": 12.52})
+    assert search._first_window_fits(Knobs(batch_size=45))
+    assert not search._first_window_fits(Knobs(batch_size=45), deadline_unix_s=1.8e9 + 14.7)
 
 
 def test_the_search_keeps_the_followups_share_of_what_is_left_once_a_trial_measured(
@@ -387,8 +397,8 @@ def test_the_search_keeps_the_followups_share_of_what_is_left_once_a_trial_measu
     first = search.suggest("baseline")
     assert first["reference"] == "baseline"
     assert first["tuner"] == {"deadline_unix_s": run_deadline}
+    assert first["priced_s"] == 0.25                # one window: no row yet
     clock.now += 8.0
-    search._batch["baseline"] = 4
     search.on_trial_complete("baseline", {"status": "ok", "samples_per_sec": 40.0,
                                           "step_time_ms_p50": 100.0, "setup_s": 1.0,
                                           "first_step_s": 0.5, "warmup_s": 0.5})
@@ -421,7 +431,6 @@ def test_a_reference_that_cannot_measure_a_window_before_the_runs_deadline_is_no
                                           sampler="random", window_s=2.0, references=refs,
                                           deadline_unix_s=1.8e9 + 30.0))
     assert search.suggest("baseline")["reference"] == "baseline"
-    search._batch["baseline"] = 4
     search.on_trial_complete("baseline", {"status": "ok", "samples_per_sec": 40.0,
                                           "step_time_ms_p50": 100.0, "setup_s": 0.2,
                                           "first_step_s": 2.3, "warmup_s": 2.3})

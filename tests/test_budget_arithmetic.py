@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import tuner.budget as budget
+import tuner.costs as costs
 from tuner.knobs import Knobs
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -85,19 +86,19 @@ def test_a_trial_costs_its_search_trials_set_up_plus_the_new_windows():
     knobs = Knobs(batch_size=16)
     rows = [search_row(knobs, 6.0, measured_s=2.0, step_time_ms_p50=100.0)]
     # 6 s of wall time less 2 s measured, 3 windows of 1 s, the overhead
-    assert budget.trial_cost_s(rows, knobs, 3, 1.0) == pytest.approx(
-        4 + 3 + budget.TRIAL_OVERHEAD_S
+    assert costs.trial_cost_s(rows, knobs, 3, 1.0) == pytest.approx(
+        4 + 3 + costs.TRIAL_OVERHEAD_S
     )
     # a batch four times larger: step and warm-up steps scaled up, windows of at least one step
     big = Knobs(batch_size=64)
     rows[0]["warmup_s"] = 1.0
-    assert budget.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
-        4 + 3 * 1.0 + 3 * 0.4 + budget.TRIAL_OVERHEAD_S)
+    assert costs.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
+        4 + 3 * 1.0 + 3 * 0.4 + costs.TRIAL_OVERHEAD_S)
     # its first step (worker start, cuDNN autotuning) is paid once: not scaled
     rows[0]["first_step_s"] = 0.75
-    assert budget.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
-        4 + 3 * 0.25 + 3 * 0.4 + budget.TRIAL_OVERHEAD_S)
-    assert budget.trial_cost_s([], big, 3, 1.0) == 3 + budget.TRIAL_OVERHEAD_S
+    assert costs.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
+        4 + 3 * 0.25 + 3 * 0.4 + costs.TRIAL_OVERHEAD_S)
+    assert costs.trial_cost_s([], big, 3, 1.0) == 3 + costs.TRIAL_OVERHEAD_S
     assert budget.trials_fit(None, [1e9]) and budget.trials_fit(10.0, [4.0, 6.0])
     assert not budget.trials_fit(9.9, [4.0, 6.0])
 
@@ -109,18 +110,19 @@ def test_the_machine_compute_ceiling_is_costed_without_scaling_a_one_off_first_s
     recommended = Knobs(batch_size=32)
     rows = [search_row(recommended, 23.22, measured_s=10.12, setup_s=0.14, first_step_s=12.19,
                        warmup_s=12.52, step_time_ms_p50=45.0)]
-    cost = budget.trial_cost_s(rows, Knobs(batch_size=384), 5, 2.0)
-    assert cost == pytest.approx(13.1 + 11 * 0.33 + 5 * 2.0 + budget.TRIAL_OVERHEAD_S)
+    cost = costs.trial_cost_s(rows, Knobs(batch_size=384), 5, 2.0)
+    # each window of 2 s holds whole steps of 12 x 45 ms: four of them
+    assert cost == pytest.approx(13.1 + 11 * 0.33 + 5 * 4 * 0.54 + costs.TRIAL_OVERHEAD_S)
     assert cost < 30.0
 
 
 def test_a_first_window_needs_the_one_offs_once_the_scaled_steps_and_one_window():
-    assert budget.first_window_need_s(once_s=1.5, warm_s=0.5, step_s=0.5, scale=2.0,
+    assert costs.first_window_need_s(once_s=1.5, warm_s=0.5, step_s=0.5, scale=2.0,
                                       compile_s=10.0, window_s=0.5) == pytest.approx(
         1.5 + 1.0 + 10.0 + 1.0)
     # the H200 search proposal bs=45 refused by 0.54 s (19.80 s needed, 19.26 s left), from
     # the recommended at bs=32: set-up 0.14 s, a 12.19-s first step, 0.33 s more warm-up
-    need_s = budget.first_window_need_s(once_s=0.14 + 12.19, warm_s=0.33, step_s=0.045,
+    need_s = costs.first_window_need_s(once_s=0.14 + 12.19, warm_s=0.33, step_s=0.045,
                                         scale=45 / 32, compile_s=0.0, window_s=2.0)
     assert need_s == pytest.approx(14.79, abs=0.01) and need_s < 19.26
 

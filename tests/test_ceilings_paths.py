@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+import tuner.costs as costs
 import tuner.followups as followups
 from tests.test_followups import BASE, fake_plan, make_row
 from tests.test_leaderboard import row
@@ -87,8 +88,8 @@ def test_a_resumed_run_measures_only_the_kinds_and_paths_its_rows_lack():
 def test_the_time_left_leaves_out_the_least_important_and_says_so():
     rows = path_rows()
     every = followups.planned_ceilings(fake_plan(), rows, CACHE)
-    costs = [followups.budget.trial_cost_s(rows, k, 3, 1.0) for _, k, _ in every]
-    left = sum(costs[:4]) + 0.5 * costs[4]                 # the winner's and machine limits
+    prices = [costs.trial_cost_s(rows, k, 3, 1.0) for _, k, _ in every]
+    left = sum(prices[:4]) + 0.5 * prices[4]                 # the winner's and machine limits
     batch, event = followups.ceilings_batch(fake_plan(left=left), rows)
     kept = event["ceilings"]
     assert kept[:4] == ["compute", "loader", "machine-loader", "machine-compute"]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import tuner.budget as budget
+import tuner.costs as costs
 import tuner.followups as followups
 import tuner.winner as winner_rule
 from tests.test_followups import BASE, BUSY, fake_plan, make_row
@@ -118,12 +118,12 @@ def test_an_on_variant_pays_the_autotuning_once_in_its_cost():
     first step with it on less the median with it off (12.2 - 1.85 s). Once a row of it
     exists, the process has its shapes: not again."""
     rows = screened_rows()
-    assert budget.cudnn_autotune_s(rows) == pytest.approx(10.35)
+    assert costs.cudnn_autotune_s(rows) == pytest.approx(10.35)
     on = A.replace(cudnn_benchmark=True)
-    screen = budget.trial_cost_s(rows, A, 2, 1.0)
-    assert budget.trial_cost_s(rows, on, 2, 1.0) == pytest.approx(screen + 10.35)
+    screen = costs.trial_cost_s(rows, A, 2, 1.0)
+    assert costs.trial_cost_s(rows, on, 2, 1.0) == pytest.approx(screen + 10.35)
     measured = rows + [make_row(5, on, phase="remeasure", first_step_s=12.0)]
-    assert budget.trial_cost_s(measured, on, 2, 1.0) == pytest.approx(screen)
+    assert costs.trial_cost_s(measured, on, 2, 1.0) == pytest.approx(screen)
 
 
 def test_the_autotuning_is_read_from_eager_rows_with_a_default_and_never_counted_twice():
@@ -135,22 +135,22 @@ def test_the_autotuning_is_read_from_eager_rows_with_a_default_and_never_counted
     rows = screened_rows()
     compiled = make_row(9, B.replace(cudnn_benchmark=True, compile="default"), sps=95.0,
                         first_step_s=100.0)
-    assert budget.cudnn_autotune_s([*rows, compiled]) == pytest.approx(10.35)
+    assert costs.cudnn_autotune_s([*rows, compiled]) == pytest.approx(10.35)
     off_only = [rows[0], *rows[2:]]
-    assert budget.cudnn_autotune_s(off_only) == budget.CUDNN_AUTOTUNE_S == 10.4
+    assert costs.cudnn_autotune_s(off_only) == costs.CUDNN_AUTOTUNE_S == 10.4
     on = A.replace(cudnn_benchmark=True)
-    assert budget.trial_cost_s(off_only, on, 2, 1.0) == pytest.approx(
-        budget.trial_cost_s(off_only, A, 2, 1.0) + 10.4)
+    assert costs.trial_cost_s(off_only, on, 2, 1.0) == pytest.approx(
+        costs.trial_cost_s(off_only, A, 2, 1.0) + 10.4)
     # read from the recommended's row (cudnn on, its wall time holds its autotune): no more
     near = BUSY.replace(cudnn_benchmark=True, batch_size=33)
     refs = rows[:2]
-    assert budget.trial_cost_s(refs, near, 2, 1.0) == pytest.approx(
-        budget.trial_cost_s(refs, near.replace(cudnn_benchmark=False), 2, 1.0))
+    assert costs.trial_cost_s(refs, near, 2, 1.0) == pytest.approx(
+        costs.trial_cost_s(refs, near.replace(cudnn_benchmark=False), 2, 1.0))
     measured = rows + [make_row(5, on, phase="remeasure", first_step_s=12.0)]
-    assert budget.trial_cost_s(measured, on, 2, 1.0, reused=False) == pytest.approx(
-        budget.trial_cost_s(rows, A, 2, 1.0) + 10.35)
+    assert costs.trial_cost_s(measured, on, 2, 1.0, reused=False) == pytest.approx(
+        costs.trial_cost_s(rows, A, 2, 1.0) + 10.35)
     assert followups.cost_s(fake_plan(reused=False), measured, on, 2) == pytest.approx(
-        budget.trial_cost_s(rows, A, 2, 1.0) + 10.35)
+        costs.trial_cost_s(rows, A, 2, 1.0) + 10.35)
 
 
 def test_a_configuration_run_again_in_its_process_does_not_pay_its_autotuning_again():
@@ -160,27 +160,27 @@ def test_a_configuration_run_again_in_its_process_does_not_pay_its_autotuning_ag
     of an earlier run, a compiling first step)."""
     rows = screened_rows()
     rec = BUSY.replace(cudnn_benchmark=True)
-    assert budget.autotuned_s(rows[1], rows) == pytest.approx(10.35)
-    assert budget.autotuned_s(rows[0], rows) == 0.0           # off: nothing autotuned
-    full = budget.trial_cost_s(rows, rec, 2, 1.0, reused=False)
-    assert full == pytest.approx(16 - 0.4 + 2 * 1.0 + budget.TRIAL_OVERHEAD_S)
-    assert budget.trial_cost_s(rows, rec, 2, 1.0) == pytest.approx(full - 10.35)
+    assert costs.autotuned_s(rows[1], rows) == pytest.approx(10.35)
+    assert costs.autotuned_s(rows[0], rows) == 0.0           # off: nothing autotuned
+    full = costs.trial_cost_s(rows, rec, 2, 1.0, reused=False)
+    assert full == pytest.approx(16 - 0.4 + 2 * 1.0 + costs.TRIAL_OVERHEAD_S)
+    assert costs.trial_cost_s(rows, rec, 2, 1.0) == pytest.approx(full - 10.35)
     assert followups.cost_s(fake_plan(), rows, rec, 2) == pytest.approx(full - 10.35)
     # a resumed run (--resume keeps the run id): the rows are an earlier command's, whose
     # process is gone, also once this command has recorded a row of its own
     earlier = frozenset(r["trial_id"] for r in rows)
     resumed = rows + [make_row(9, A, phase="remeasure")]
-    assert budget.trial_cost_s(resumed, rec, 2, 1.0, earlier=earlier) == pytest.approx(full)
+    assert costs.trial_cost_s(resumed, rec, 2, 1.0, earlier=earlier) == pytest.approx(full)
     assert followups.cost_s(fake_plan(earlier=earlier), resumed, rec, 2) == pytest.approx(full)
     # ... and a finalist an earlier command measured pays its autotuning in this one
     on = A.replace(cudnn_benchmark=True)
     before = rows + [make_row(5, on, phase="remeasure", first_step_s=12.0)]
-    assert budget.trial_cost_s(before, on, 2, 1.0) == pytest.approx(
-        budget.trial_cost_s(rows, A, 2, 1.0))
-    assert budget.trial_cost_s(before, on, 2, 1.0, earlier=earlier | {"run-a-5"}) == (
-        pytest.approx(budget.trial_cost_s(rows, A, 2, 1.0) + 10.35))
+    assert costs.trial_cost_s(before, on, 2, 1.0) == pytest.approx(
+        costs.trial_cost_s(rows, A, 2, 1.0))
+    assert costs.trial_cost_s(before, on, 2, 1.0, earlier=earlier | {"run-a-5"}) == (
+        pytest.approx(costs.trial_cost_s(rows, A, 2, 1.0) + 10.35))
     compiled = [*rows[:1], {**rows[1], "compile": "default"}, *rows[2:]]
-    assert budget.autotuned_s(compiled[1], compiled) == 0.0
+    assert costs.autotuned_s(compiled[1], compiled) == 0.0
 
 
 def test_the_rounds_price_the_autotuning_once_not_in_every_round():
@@ -190,7 +190,7 @@ def test_the_rounds_price_the_autotuning_once_not_in_every_round():
     rows = screened_rows()
     on = A.replace(cudnn_benchmark=True)
     configs = [(A, None), (on, None)]
-    screen = budget.trial_cost_s(rows, A, 2, 1.0)
+    screen = costs.trial_cost_s(rows, A, 2, 1.0)
     assert followups.cost_s(fake_plan(), rows, on, 2) == pytest.approx(screen + 10.35)
     assert followups.cost_s(fake_plan(), rows, on, 2, tuned=True) == pytest.approx(screen)
     plan = fake_plan(left=2 * REMEASURE_ROUNDS * screen + 10.35 + 0.1)

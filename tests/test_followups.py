@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import tuner.budget as budget
+import tuner.costs as costs
 import tuner.followups as followups
 import tuner.winner as winner_rule
 from tuner.knobs import Knobs
@@ -162,7 +163,7 @@ def test_round_batch_runs_the_rounds_from_the_first_one_missing():
 def test_rounds_todo_stops_at_the_first_round_the_time_left_cannot_hold():
     configs = [(FAST, None), (BASE, "baseline")]
     rows = search_rows()
-    one_round_s = sum(budget.trial_cost_s(rows, k, 2, 1.0) for k, _ in configs)
+    one_round_s = sum(costs.trial_cost_s(rows, k, 2, 1.0) for k, _ in configs)
     plan = fake_plan(left=2.5 * one_round_s)
     todo = followups.rounds_todo(plan, rows, configs, range(1, 4), 2)
     assert [r for r, _ in todo] == [1, 1, 2, 2]
@@ -176,9 +177,9 @@ def test_the_rounds_leave_the_compute_only_ceiling_its_time_when_they_fit_beside
     and the winner's rounds do not fit beside it, the rounds go first."""
     rows = search_rows()
     configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
-    round_s = {k: budget.trial_cost_s(rows, k, 2, 1.0) for k, _ in configs}
+    round_s = {k: costs.trial_cost_s(rows, k, 2, 1.0) for k, _ in configs}
     ceiling_s = followups.ceiling_reserve_s(fake_plan(), rows, configs)
-    assert ceiling_s == budget.trial_cost_s(rows, BUSY, 3, 1.0) > 0
+    assert ceiling_s == costs.trial_cost_s(rows, BUSY, 3, 1.0) > 0
     every_round_s = REMEASURE_ROUNDS * sum(round_s.values())
     plan = fake_plan(left=every_round_s + ceiling_s / 2)   # all rounds, or rounds less FAST
     kept, dropped = followups.fitting_configs(plan, rows, configs, 2)
@@ -251,14 +252,14 @@ def test_a_round_of_one_window_is_priced_with_its_steady_state_probes():
     plan = fake_plan()
     for knobs, _ in configs:
         assert followups.round_trial_settings(plan, rows, knobs, 1) == {}
-        screen_priced = budget.trial_cost_s(rows, knobs, 1, 1.0)   # no probes
+        screen_priced = costs.trial_cost_s(rows, knobs, 1, 1.0)   # no probes
         assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(screen_priced + 2 * 0.5)
         assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(
             followups.cost_s(plan, rows, knobs, 2))
-        assert followups.cost_s(plan, rows, knobs, 2) == budget.trial_cost_s(rows, knobs, 2, 1.0)
+        assert followups.cost_s(plan, rows, knobs, 2) == costs.trial_cost_s(rows, knobs, 2, 1.0)
     # a row that ran the probes already holds them in its wall time
     probed = [{**r, "steady_probes": 2} for r in rows]
-    assert followups.cost_s(plan, probed, FAST, 1) == budget.trial_cost_s(probed, FAST, 1, 1.0)
+    assert followups.cost_s(plan, probed, FAST, 1) == costs.trial_cost_s(probed, FAST, 1, 1.0)
     one_round_s = sum(followups.cost_s(plan, rows, k, 1) for k, _ in configs)
     for left in (0.5, 1.0, 2.0, 3.0, 3.5, 5.0):
         plan.time_left_s = lambda: left * one_round_s
@@ -281,10 +282,10 @@ def test_a_round_of_one_window_of_long_steps_runs_no_probes():
         assert followups.round_trial_settings(plan, rows, knobs, 2) == {}
         unprobed = followups.round_trial_settings(plan, rows, knobs, 1)
         assert followups.cost_s(plan, rows, knobs, 1, changes=unprobed) == (
-            budget.trial_cost_s(rows, knobs, 1, window_s))
+            costs.trial_cost_s(rows, knobs, 1, window_s))
         assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(   # were they run
-            budget.trial_cost_s(rows, knobs, 1, window_s) + 2 * 2.6)
-    round_s = {w: sum(budget.trial_cost_s(rows, k, w, window_s) for k, _ in configs)
+            costs.trial_cost_s(rows, knobs, 1, window_s) + 2 * 2.6)
+    round_s = {w: sum(costs.trial_cost_s(rows, k, w, window_s) for k, _ in configs)
                for w in (1, 2)}
     plan.time_left_s = lambda: REMEASURE_ROUNDS * round_s[1] + 0.1
     assert plan.time_left_s() < REMEASURE_ROUNDS * round_s[2]

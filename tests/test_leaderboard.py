@@ -41,14 +41,14 @@ COLUMNS = [
     "device", "hardware_key", "gpu_name",
     "gpu_memory_mb",
     "cuda_version", "cpu_model", "cpu_count", "host_memory_mb", "node_id", "node_ip", "error",
-    "traceback", "started_at", "finished_at", "tuner_version", "torch_version", "ray_version",
-    "optuna_version", "schema_version",
+    "traceback", "started_at", "finished_at", "priced_s", "tuner_version", "torch_version",
+    "ray_version", "optuna_version", "schema_version",
 ]
 
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 8
+    assert leaderboard.SCHEMA_VERSION == 9
 
 
 def test_schema_has_every_knob_as_a_column():
@@ -136,14 +136,15 @@ def test_older_files_without_newer_columns_read_as_null(tmp_path):
     """A file written before a column existed still reads; the column is null there."""
     leaderboard.append(tmp_path, [row(0)])
     old_schema = pa.schema([f for f in leaderboard.SCHEMA
-                            if f.name not in ("clamped", "phase", "windows_planned")])
+                            if f.name not in ("clamped", "phase", "windows_planned",
+                                              "priced_s")])
     old = pa.Table.from_pylist([leaderboard.normalise_row(row(1))], schema=old_schema)
     pq.write_table(old, tmp_path / "leaderboard" / "part-old.parquet")
     rows = {r["trial_id"]: r for r in leaderboard.read(tmp_path).to_pylist()}
     assert set(rows) == {"run-a-0", "run-a-1"}
     # a row from before the phase column is a search row (normalised once, on read)
     assert rows["run-a-1"]["phase"] == "search" and rows["run-a-1"]["clamped"] is None
-    assert rows["run-a-1"]["windows_planned"] is None
+    assert rows["run-a-1"]["windows_planned"] is None and rows["run-a-1"]["priced_s"] is None
     assert rows["run-a-1"]["samples_per_sec"] == 100.0
 
 

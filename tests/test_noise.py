@@ -17,6 +17,7 @@ from rich.console import Console
 from scipy import stats
 
 import tuner.budget as budget
+import tuner.costs as costs
 import tuner.driver as driver
 import tuner.followups as followups
 import tuner.leaderboard as leaderboard
@@ -685,11 +686,11 @@ def test_the_machines_compute_limit_never_searched_is_costed_from_the_nearest_ba
     rows = search_rows() + [row(9, knobs=near, sps=32.0, measured_s=0.4, warmup_s=1.0,
                                 step_time_ms_p50=2000.0)]
     big = Knobs(batch_size=256, num_workers=1)
-    assert budget.trial_cost_s(rows, big, 3, 1.0) == pytest.approx(32.95)
+    assert costs.trial_cost_s(rows, big, 3, 1.0) == pytest.approx(32.95)
     todo = [("compute", FAST, "compute_only"), ("machine-compute", big, "compute_only")]
     kept, left_out = followups.fitting_ceilings(plan_for(left=20.0), rows, todo)
     assert [label for label, _, _ in kept] == ["compute"] and left_out == ["machine-compute"]
-    assert budget.trial_cost_s([], big, 3, 1.0) == pytest.approx(4.5)   # nothing timed yet
+    assert costs.trial_cost_s([], big, 3, 1.0) == pytest.approx(4.5)   # nothing timed yet
 
 
 @pytest.mark.parametrize("error, status, retried", [

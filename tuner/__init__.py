@@ -21,9 +21,9 @@ import, even at run time, reaches a higher floor):
 * results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
   ``progress`` (the live printer), ``summary`` (the closing table), ``machine_load`` (busy
-  and drift notes), ``report`` (the HTML page; its figures
-  ``report_figures``), ``export``,
-  ``diagnose``; the built-in workloads ``workloads/``;
+  and drift notes), ``price_errors`` (the cost model's prices against the wall times),
+  ``report`` (the HTML page; its figures ``report_figures``), ``export``, ``diagnose``; the
+  built-in workloads ``workloads/``;
 * the trial, torch side (runs in a Ray worker), the package ``trial/``: ``harness``,
   ``result_columns`` (the columns the loop does not measure), ``apply`` (knobs onto the
   model), ``steppers``, ``measure``, ``flops``, ``failures``,
@@ -35,7 +35,8 @@ import, even at run time, reaches a higher floor):
   (how one is found by name or path), ``space`` (search spaces), ``data`` (data paths),
   ``cluster``;
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
-  ``errors``, ``budget``, ``windows``, ``codegen``, ``_deprecated`` (moved names).
+  ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``windows``,
+  ``codegen``, ``_deprecated`` (moved names).
 """
 
 from typing import Any

@@ -1,6 +1,6 @@
 """The run's time budget, in one place: its defaults, the share kept for the follow-ups, when a
-phase is worth starting, what one more trial costs, how long a compile needs, and how long past
-a deadline a trial may run.
+phase is worth starting, how long a compile needs, and how long past
+a deadline a trial may run. What one trial costs is ``tuner.costs``.
 
 Units: every ``*_S`` is seconds, every ``*_SHARE`` a fraction of the run's budget. Clocks: the
 driver keeps the run's deadline on its ``time.monotonic()`` (``Plan.deadline_monotonic``);
@@ -14,13 +14,9 @@ harness all read it.
 
 from __future__ import annotations
 
-import math
-import statistics
-from typing import Any, Container, Mapping, Sequence
+from typing import Any, Sequence
 
-import tuner.windows as rule
-from tuner.knobs import Knobs
-from tuner.status import Phase, phase_of
+from tuner._deprecated import moved
 
 # ---------------------------------------------------------------------- the run's budget
 
@@ -152,14 +148,6 @@ TUNE_STOP_GRACE_S = 4.0
 trial stops itself at the first step boundary past its deadline; the recorder kills one still
 inside a longer step (a compile) ``OVERDUE_S`` past it; Tune then stops what is left."""
 
-TRIAL_OVERHEAD_S = 1.5
-"""Seconds Ray Tune adds to a trial beyond what its row records, for sizing the follow-ups to
-the time left. Between trials of one experiment Ray reuses the trial process (18-26 ms on an
-H200); the first trial's process start (5.7-7 s on 2 CPU cores, 6.7-10.6 s on an H200) is
-spent before the budget is split (the search's deadline is set once a trial has measured,
-``split_deadline_unix_s``), so it is not counted here."""
-
-
 def has_time(seconds: float | None) -> bool:
     """Whether a phase with ``seconds`` left (None: no budget) is worth starting
     (``MIN_PHASE_S``)."""
@@ -172,160 +160,9 @@ def tune_time_budget_s(seconds: float | None) -> float | None:
     return None if seconds is None else seconds + TUNE_STOP_GRACE_S
 
 
-CUDNN_AUTOTUNE_S = 10.4
-"""Seconds cuDNN's benchmark mode adds to a first step at new shapes when a run's rows cannot
-tell (``cudnn_autotune_s``). Source: ddpm's first step on one H200, 12.2 s with it on against
-1.8 s off (docs/defaults.md)."""
-
-
-def trial_cost_s(rows: Sequence[Mapping], knobs: Knobs, windows: int, window_s: float, *,
-                 reused: bool = True, earlier: Container[str] = frozenset(),
-                 tuned: bool = False, warmup_steps: int = 1, max_steady_probes: int = 0,
-                 max_warmup_s: float | None = None) -> float:
-    """Seconds one more trial of ``knobs`` with ``windows`` windows of ``window_s`` takes.
-
-    Read from the search rows (``started_at``/``finished_at`` datetimes, ``measured_s``,
-    ``warmup_s``, ``first_step_s``, ``step_time_ms_p50``, ``batch_size``): the last search
-    trial of ``knobs``, its wall time less what it measured, plus the new windows (each at
-    least one of its steps) and ``TRIAL_OVERHEAD_S``. Knobs never searched take the search
-    trial nearest in batch size (log ratio), its step time and the warm-up steps after its
-    first scaled up to the larger batch (samples/sec held); its set-up and first step
-    (worker start, cuDNN autotuning, a compile, a cache fill: paid once) are not scaled.
-    Knobs with ``cudnn_benchmark`` on, read from a trial with it off, add its autotuning
-    (``cudnn_autotune_s``) once, where no row of this command has them yet and the trial
-    processes are ``reused`` (cuDNN keeps what it tuned in the process); in every trial where
-    they are not. Read from their own trial of this command with it on, in ``reused``
-    processes, they leave out the autotuning that trial's first step paid (``autotuned_s``):
-    its shapes are tuned. ``earlier``: the ``trial_id`` of rows an earlier command recorded
-    (a resumed run's), whose processes are gone. ``tuned``: a trial of ``knobs`` planned
-    before this one runs in this command's process (a round after the first), as if its row
-    were there. ``warmup_steps``, ``max_steady_probes``, ``max_warmup_s``: the trial's
-    ``TrialSettings``; a trial of one window runs steady-state probes before it
-    (``tuner.windows.least_steady_probes``, each ``tuner.windows.probe_s``), which a screen
-    (``max_steady_probes`` 0, the default here) does not: they are added where the row read
-    ran fewer. Without a timed search row: the windows and the overhead.
-    """
-    search = _timed_search(rows)
-    priced = _priced_from(search, knobs)
-    if priced is None:
-        return windows * window_s + TRIAL_OVERHEAD_S
-    r, scale = priced
-    same = Knobs.from_dict(r, strict=False) == knobs
-    setup = max(0.0, (r["finished_at"] - r["started_at"]).total_seconds()
-                - (r.get("measured_s") or 0.0))
-    setup += (scale - 1.0) * per_step_warmup_s(r)
-    in_process = reused and (tuned or any(Knobs.from_dict(x, strict=False) == knobs
-                                          for x in rows if x.get("trial_id") not in earlier))
-    if knobs.cudnn_benchmark and not r.get("cudnn_benchmark") and not in_process:
-        setup += cudnn_autotune_s(search)
-    if same and reused and knobs.cudnn_benchmark and (tuned or r.get("trial_id") not in earlier):
-        setup -= autotuned_s(r, search)
-    step_s = _scaled_step_s(r, scale)
-    return (setup + windows * max(window_s, step_s) + TRIAL_OVERHEAD_S
-            + _probes_s(r, scale, step_s, windows, window_s, warmup_steps, max_steady_probes,
-                        max_warmup_s))
-
-
-def priced_step_s(rows: Sequence[Mapping], knobs: Knobs) -> float | None:
-    """Seconds of one step of ``knobs`` as ``trial_cost_s`` prices it: its last search
-    trial's median step, or the nearest batch's scaled up to its batch; None without a timed
-    search row."""
-    priced = _priced_from(_timed_search(rows), knobs)
-    return None if priced is None else _scaled_step_s(*priced)
-
-
-def _scaled_step_s(row: Mapping, scale: float) -> float:
-    """``row``'s median step (``step_time_ms_p50``) in seconds, times the batch ratio
-    ``scale``."""
-    return scale * (row.get("step_time_ms_p50") or 0.0) / 1000
-
-
-def _timed_search(rows: Sequence[Mapping]) -> list[Mapping]:
-    """The search rows with ``started_at`` and ``finished_at``."""
-    return [r for r in rows if phase_of(r) == Phase.SEARCH and r.get("started_at")
-            and r.get("finished_at")]
-
-
-def _priced_from(search: Sequence[Mapping], knobs: Knobs) -> tuple[Mapping, float] | None:
-    """The search row ``trial_cost_s`` reads for ``knobs`` and the batch ratio its steps are
-    scaled by (>= 1): the last of ``knobs`` (1.0), else the nearest in batch size (log ratio)
-    with a step time; None without either."""
-    same = [r for r in search if Knobs.from_dict(r, strict=False) == knobs]
-    if same:
-        return same[-1], 1.0
-    timed = [r for r in search if r.get("step_time_ms_p50") and r.get("batch_size")]
-    if not timed:
-        return None
-    r = min(timed, key=lambda x: abs(math.log(x["batch_size"] / knobs.batch_size)))
-    return r, max(1.0, knobs.batch_size / r["batch_size"])
-
-
-def _probes_s(row: Mapping, scale: float, step_s: float, windows: int, window_s: float,
-              warmup_steps: int, max_steady_probes: int, max_warmup_s: float | None) -> float:
-    """Seconds of the steady-state probes a trial of ``windows`` windows runs at the least
-    (``tuner.windows.least_steady_probes``) beyond those of ``row``, whose wall time holds its
-    own (``steady_probes``: a window it dropped as warm-up counts as one), for steps of
-    ``step_s`` seconds. The warm-up cap is taken less ``row``'s warm-up after its first step
-    scaled by ``scale`` (its probes and dropped windows included, so fewer probes may be
-    priced than run). A trial whose first step outlasts the whole cap (full scale, compile
-    off) times no second warm-up step and runs no probes for a long first step: priced from
-    its row's median step, it is priced as probing, about one window too many."""
-    cap_s = max_warmup_s if max_warmup_s is not None else 2 * windows * window_s
-    probes = rule.least_steady_probes(
-        step_s, window_s, windows=windows, warmup_steps=warmup_steps,
-        max_probes=max_steady_probes, cap_left_s=cap_s - scale * per_step_warmup_s(row))
-    return max(0, probes - (row.get("steady_probes") or 0)) * rule.probe_s(step_s, window_s)
-
-
-def cudnn_autotune_s(rows: Sequence[Mapping]) -> float:
-    """Seconds cuDNN's benchmark mode adds to a trial's first step at shapes new to its
-    process, read from ``rows`` (search rows with ``first_step_s``; a compiling trial's first
-    step holds its compile and is left out): the longest first step with ``cudnn_benchmark``
-    on less the median with it off, >= 0; ``CUDNN_AUTOTUNE_S`` without both kinds (a run whose
-    references leave it off)."""
-    on = [r for r in _eager_first_steps(rows) if r.get("cudnn_benchmark")]
-    if not on or not _eager_first_steps(rows, cudnn_benchmark=False):
-        return CUDNN_AUTOTUNE_S
-    return max(autotuned_s(r, rows) for r in on)
-
-
-def autotuned_s(row: Mapping, rows: Sequence[Mapping]) -> float:
-    """Seconds of ``row``'s first step that cuDNN's benchmark mode spent autotuning: the first
-    step less the median of ``rows``' eager first steps with it off, >= 0; 0 for a row with it
-    off, a compiling row (its first step holds the compile), or without a row to compare."""
-    off = [r["first_step_s"] for r in _eager_first_steps(rows, cudnn_benchmark=False)]
-    if not off or not row.get("cudnn_benchmark") or not _eager_first_steps([row]):
-        return 0.0
-    return max(0.0, row["first_step_s"] - statistics.median(off))
-
-
-def _eager_first_steps(rows: Sequence[Mapping], cudnn_benchmark: bool | None = None
-                       ) -> list[Mapping]:
-    """The rows with a first step (``first_step_s``) that compiled nothing (a compile would
-    be in it), those with ``cudnn_benchmark`` at the value given (None: either)."""
-    return [r for r in rows if r.get("first_step_s") and (r.get("compile") or "off") == "off"
-            and (cudnn_benchmark is None or bool(r.get("cudnn_benchmark")) == cudnn_benchmark)]
-
-
-def per_step_warmup_s(result: Mapping) -> float:
-    """Seconds of a trial's warm-up that grow with its batch: ``warmup_s`` less its first step
-    (``first_step_s``: worker start, cuDNN autotuning, a compile, each paid once), >= 0."""
-    return max(0.0, (result.get("warmup_s") or 0.0) - (result.get("first_step_s") or 0.0))
-
-
 def trials_fit(left_s: float | None, costs_s: Sequence[float]) -> bool:
     """Whether ``left_s`` seconds (None: no budget) hold trials costing ``costs_s``."""
     return left_s is None or left_s >= sum(costs_s)
-
-
-def first_window_need_s(*, once_s: float, warm_s: float, step_s: float, scale: float,
-                        compile_s: float, window_s: float) -> float:
-    """Seconds a proposed search trial needs to end its first window, from the finished trial
-    nearest in batch size: its one-off costs (``once_s``: set-up and first step, the compile
-    left out; paid once whatever the batch), its warm-up steps after the first (``warm_s``)
-    and its step (``step_s``) scaled by ``scale`` (the batch ratio, >= 1), plus ``compile_s``
-    and one window of at least ``window_s``."""
-    return once_s + scale * warm_s + compile_s + max(window_s, scale * step_s)
 
 
 # ------------------------------------------------------------------------ torch.compile
@@ -410,3 +247,8 @@ def kill_at_unix_s(deadline_unix_s: float, run_deadline_unix_s: float | None,
         grace = max(grace, min(STEP_GRACE * step_ms / 1000, STEP_GRACE_MAX_S,
                                run_deadline_unix_s - deadline_unix_s))
     return deadline_unix_s + grace
+
+
+__getattr__ = moved(__name__, {name: "tuner.costs" for name in (
+    "TRIAL_OVERHEAD_S", "CUDNN_AUTOTUNE_S", "trial_cost_s", "priced_step_s", "cudnn_autotune_s",
+    "autotuned_s", "per_step_warmup_s", "first_window_need_s")})

@@ -26,7 +26,7 @@ import tuner.leaderboard as leaderboard
 import tuner.windows as windows
 from tuner._deprecated import moved
 from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
-from tuner.followups import Batch, followups, has_machine_compute
+from tuner.followups import Batch, batch_prices_s, followups, has_machine_compute
 from tuner.knobs import COMPUTE_SWITCHES, Knobs
 from tuner.option_checks import make_plan, resolve_workload
 from tuner.plan import Plan, Resources
@@ -459,19 +459,22 @@ def _trial_configs(plan: Plan, writer: "LeaderboardWriter", batch: Batch) -> lis
     ``"tuner"`` entries into the experiment's settings, which are the search's): the run's
     deadline, not the search's; only search-phase trials time the per-phase breakdown
     (``breakdown_*`` columns; null in re-measurement and ceiling rows: they repeat a
-    configuration the search measured, or one a compute knob away from it)."""
+    configuration the search measured, or one a compute knob away from it). Each carries
+    ``priced_s``, what the planner priced it at (``tuner.followups.batch_prices_s``), for its
+    row."""
     if writer.expected is not None:
         writer.expected += len(batch.configs)
     follow_up = {} if batch.phase == Phase.SEARCH else {"breakdown_steps": 0}
     settings = {"deadline_unix_s": plan.settings.deadline_unix_s, **follow_up, **batch.settings}
     changes = batch.per_trial or [{} for _ in batch.configs]
+    prices = batch_prices_s(plan, writer.rows, batch)
     return [{**knobs.to_dict(), "reference": ref, "phase": batch.phase.value,
-             "tuner": {**settings, **change}}
-            for (knobs, ref), change in zip(batch.configs, changes)]
+             "priced_s": priced_s, "tuner": {**settings, **change}}
+            for (knobs, ref), change, priced_s in zip(batch.configs, changes, prices)]
 
 
 __getattr__ = moved(__name__, {
     "MIN_PHASE_S": "tuner.budget", "TUNE_STOP_GRACE_S": "tuner.budget",
-    "TRIAL_OVERHEAD_S": "tuner.budget", "tune_time_budget_s": "tuner.budget",
+    "TRIAL_OVERHEAD_S": "tuner.costs", "tune_time_budget_s": "tuner.budget",
     "CAN_WIN_FRACTION": "tuner.followups",
     "REMEASURE_ROUNDS": "tuner.plan"})

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import tuner.budget as budget
 import tuner.noise as noise
 import tuner.windows as rule
+from tuner.costs import CostModel, TrialCost, TrialShape
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS
 from tuner.space import candidates
@@ -88,26 +89,43 @@ def followups(plan: Any, rows: Sequence[dict], on_event: OnEvent) -> Iterator[Ba
 
 def cost_s(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
            tuned: bool = False, changes: Mapping[str, Any] | None = None) -> float:
-    """``budget.trial_cost_s`` of one more trial of ``knobs`` with ``windows`` windows of the
-    run's length, in this command's trial processes (``Plan.reuses_trial_processes``; a
-    resumed run's earlier rows, ``Plan.earlier_trial_ids``, were measured in processes now
-    gone); ``tuned``: a trial of ``knobs`` planned before this one runs first. The run's
+    """Seconds one more trial of ``knobs`` with ``windows`` windows of the run's length takes
+    in the run's time (``price``'s ``total_s``)."""
+    return price(plan, rows, knobs, windows, tuned, changes).total_s
+
+
+def price(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
+          tuned: bool = False, changes: Mapping[str, Any] | None = None) -> TrialCost:
+    """``tuner.costs.CostModel.price`` of one more trial of ``knobs`` with ``windows``
+    windows of the run's length, in this command's trial processes (``CostModel.of_plan``);
+    ``tuned``: a trial of ``knobs`` planned before this one runs first. The run's
     ``TrialSettings``, with the trial's ``changes`` (``round_trial_settings``), say what
     steady-state probes a trial of one window adds."""
-    run, changes = plan.settings, changes or {}
-    return budget.trial_cost_s(
-        rows, knobs, windows, run.window_s, reused=plan.reuses_trial_processes,
-        earlier=plan.earlier_trial_ids, tuned=tuned,
-        warmup_steps=changes.get("warmup_steps", run.warmup_steps),
-        max_steady_probes=changes.get("max_steady_probes", run.max_steady_probes),
-        max_warmup_s=changes.get("max_warmup_s", run.max_warmup_s))
+    shape = TrialShape.of(plan.settings, {**(changes or {}), "windows": windows})
+    return CostModel.of_plan(plan, rows).price(knobs, shape, planned=[knobs] if tuned else ())
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
-    """Whether the time left holds one more trial of each of ``knobs``
-    (``budget.trial_cost_s``); always without a budget."""
+    """Whether the time left holds one more trial of each of ``knobs`` (``cost_s``); always
+    without a budget."""
     return budget.trials_fit(plan.time_left_s(), [
         cost_s(plan, rows, k, plan.settings.windows) for k in knobs])
+
+
+def batch_prices_s(plan: Any, rows: Sequence[dict], batch: Batch) -> list[float]:
+    """The price of each of ``batch``'s trials as planned, in seconds of the trial itself
+    (``TrialCost.trial_s``: its row's ``priced_s``): with the batch's and its own settings
+    changes, a configuration run earlier in the batch counted as run in the same process
+    (cuDNN's autotuning paid once)."""
+    rows = type_rows(plan, rows)
+    changes = batch.per_trial or [{} for _ in batch.configs]
+    out, seen = [], set()
+    for (knobs, _), change in zip(batch.configs, changes):
+        settings = {**batch.settings, **change}
+        windows = settings.get("windows", plan.settings.windows)
+        out.append(price(plan, rows, knobs, windows, knobs in seen, settings).trial_s)
+        seen.add(knobs)
+    return out
 
 
 # ------------------------------------------------------------------------- the retry
@@ -196,14 +214,14 @@ def round_trial_settings(plan: Any, rows: Sequence[dict], knobs: Knobs, windows:
                          ) -> dict[str, Any]:
     """Trial settings changes of a re-measurement round's trial of ``knobs`` with ``windows``
     windows: none, or for one window of steps the search timed as long
-    (``tuner.windows.long_step`` of ``budget.priced_step_s``), no steady-state probes
+    (``tuner.windows.long_step`` of ``CostModel.step_s``), no steady-state probes
     (``max_steady_probes`` 0). Such steps judge no steady state (the rule), yet after one
     warm-up step (the tiny scale's) the trial cannot tell them long and would probe with one
     step each: two steps more than its window, a round of one window dearer than one of
     two."""
     if windows != 1:
         return {}
-    step_s = budget.priced_step_s(rows, knobs)
+    step_s = CostModel(rows).step_s(knobs)
     if step_s is None or not rule.long_step(step_s, plan.settings.window_s):
         return {}
     return {"max_steady_probes": 0}
@@ -243,7 +261,7 @@ def rounds_todo(plan: Any, rows: Sequence[dict], configs: list[Config], rounds: 
 
 def ceiling_reserve_s(plan: Any, rows: Sequence[dict], configs: list[Config]) -> float:
     """Seconds the re-measurement leaves for the winner's compute-only ceiling: one trial of
-    the first-ranked configuration (``budget.trial_cost_s``), or 0 without ``--ceiling`` or
+    the first-ranked configuration (``cost_s``), or 0 without ``--ceiling`` or
     when the run's rows hold a compute-only ceiling already. Without it a short budget spends
     its follow-up share on the rounds and the summary shows no ceiling at all."""
     if not configs or not plan.options.ceiling or any(
@@ -398,7 +416,7 @@ def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
 def fitting_ceilings(plan: Any, rows: Sequence[dict], todo: list[Ceiling]
                      ) -> tuple[list[Ceiling], list[str]]:
     """The ceilings of ``todo`` (``Ceiling``: name, knobs, mode) whose trials the time left
-    holds, one after another in order (``budget.trial_cost_s``), and the names of those left
+    holds, one after another in order (``cost_s``), and the names of those left
     out: a ceiling started without the time for it measures nothing."""
     left = plan.time_left_s()
     if left is None:

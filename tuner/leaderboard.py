@@ -39,18 +39,21 @@ from tuner.knobs import KNOB_INFO
 from tuner.settings import OLD_SCALES, scale_word
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 8
-"""8: ``omp_num_threads`` (the training process's ``OMP_NUM_THREADS``; null where unset, and in
-files of earlier versions) and ``windows_planned`` (the windows a trial was to measure; a
-``timeout`` row with fewer ``windows`` is a measurement the time budget cut short; null in
-earlier files). 7: ``world_size``, ``backend``, ``rank_samples_per_sec``, ``slowest_rank``,
-``slowest_rank_data_wait_s`` (data-parallel trials; files of earlier versions read with world
-size null, meaning 1) and the DDP knobs. 2: ``memory_exceeded`` (which memory an oom /
-over_limit trial ran out of). 4: ``compile_s`` (torch.compile's time, kept out of throughput)
-and ``other_runs`` (other tuner runs active on
+SCHEMA_VERSION = 9
+"""9: ``priced_s`` (the seconds the planner priced a trial at when it decided to run it,
+``tuner.costs.TrialCost.trial_s``, Ray's overhead around a trial left out; its wall time is
+``finished_at`` - ``started_at``; null for a trial run outside the planner's pricing, the memory
+probe's, and in earlier files). 8: ``omp_num_threads`` (the training process's
+``OMP_NUM_THREADS``; null where unset, and in files of earlier versions) and ``windows_planned``
+(the windows a trial was to measure; a ``timeout`` row with fewer ``windows`` is a measurement
+the time budget cut short; null in earlier files). 7: ``world_size``, ``backend``,
+``rank_samples_per_sec``, ``slowest_rank``, ``slowest_rank_data_wait_s`` (data-parallel trials;
+files of earlier versions read with world size null, meaning 1) and the DDP knobs. 2:
+``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
+(torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
 the machine when the trial was recorded). 5: ``skipped_steps`` (optimizer steps the fp16
-GradScaler skipped inside the windows, not counted as measured). 6: ``other_cpu_pct`` (the
-share of the machine's CPU time processes other than the trial's own used while it measured). 3:
+GradScaler skipped inside the windows, not counted as measured). 6: ``other_cpu_pct`` (the share
+of the machine's CPU time processes other than the trial's own used while it measured). 3:
 ``model_flops_per_sample``, ``achieved_tflops``, ``mfu_pct``, ``mfu_impossible``, and
 ``ceiling`` (which ceiling a ceiling-phase row measured), ``load_avg_1m``, ``cpu_steal_pct``,
 ``gpu_other_processes`` (the machine's load while a trial measured). Files of earlier versions
@@ -153,6 +156,7 @@ SCHEMA = pa.schema(
         ("traceback", pa.string()),
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("priced_s", pa.float64()),         # s: the planner's price of the trial (tuner.costs)
         ("tuner_version", pa.string()),
         ("torch_version", pa.string()),
         ("ray_version", pa.string()),

@@ -200,7 +200,8 @@ class Plan:
             deadline_unix_s=self.settings.deadline_unix_s,
             followup_share=self.followup_share(),
             window_s=self.settings.window_s, anchors=tuple(self.anchor_params),
-            screen_windows=self.screen_windows, screen_window_s=self.screen_window_s)
+            screen_windows=self.screen_windows, screen_window_s=self.screen_window_s,
+            settings=self.settings, reused=self.reuses_trial_processes)
 
     def _seed_rows(self) -> list[tuple[dict, bool]]:
         """Rows the search starts from, each with whether a proposal equal to it is answered

@@ -102,7 +102,8 @@ class LeaderboardWriter(Callback):
                    phase=Phase(config.get("phase", Phase.SEARCH)).value, objective=self.plan.metric,
                    train_steps=self.plan.options.train_steps,
                    max_host_memory_mb=self.plan.max_host_memory_mb,
-                   global_batch_size=self.plan.options.global_batch_size)
+                   global_batch_size=self.plan.options.global_batch_size,
+                   priced_s=config.get("priced_s"))
         if row.get("trial_cpus") is None:  # died before its first report: Ray's record of it
             given = trial.placement_group_factory.required_resources
             row.update(trial_cpus=None if not given.get("CPU") else float(given["CPU"]),

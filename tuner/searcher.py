@@ -42,7 +42,8 @@
   the fixed start-up (plan, Ray, probe, the trial process) is spent by then, not assumed. No
   trial is started past its deadline, nor one whose first window would end past it (its
   set-up and first step, paid once, its warm-up steps and one window scaled to the batch, from
-  the finished trial nearest in batch size: ``tuner.budget.first_window_need_s``).
+  the finished trial nearest in batch size: ``tuner.costs.TrialCost.first_window_s``). Each
+  trial's configuration carries its price (``priced_s``), for its row.
 * A resumed run's rows (and, with warm start, earlier runs' rows) seed the study; their
   constraint is worked out against this run's limits.
 """
@@ -53,12 +54,13 @@ import math
 import pickle
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, Sequence
 
 from ray.tune.search import Searcher
 
 from tuner._deprecated import moved
-from tuner.budget import first_window_need_s, per_step_warmup_s, split_deadline_unix_s
+from tuner.budget import split_deadline_unix_s
+from tuner.costs import CostModel, TrialCost, TrialShape
 from tuner.errors import TunerError
 from tuner.knobs import COMPUTE_SWITCHES, HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
 from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
@@ -78,40 +80,6 @@ RANDOM_ATTEMPTS = 32
 """Random draws looking for an unknown configuration (``KnownInfeasible.risky`` ones not taken)
 before the best configuration is measured again instead."""
 
-
-
-class Timing(NamedTuple):
-    """What a finished trial took, for costing the next proposals against the deadline."""
-    batch_size: int
-    step_s: float
-    """Median step time, s."""
-    once_s: float
-    """Set-up and first step, s, less the compile: paid once whatever the batch (dataset,
-    model, a cache fill, DataLoader worker start, cuDNN autotuning at new shapes)."""
-    warm_s: float
-    """Warm-up after the first step, s: steps, which grow with the batch."""
-    compile: str
-    """Its torch.compile mode ('off': none)."""
-    compile_s: float
-    """The compile's seconds: its first step beyond a steady one (``result_columns.compile_s``)."""
-
-    @property
-    def before_s(self) -> float:
-        """Set-up and warm-up before its windows, s, less the compile."""
-        return self.once_s + self.warm_s
-
-    @classmethod
-    def of(cls, batch_size: int, result: Mapping[str, Any]) -> "Timing":
-        """From a trial's last result (final, or a window's report when it was stopped). A
-        result without ``first_step_s`` has all of its warm-up counted as steps."""
-        step_s = result["step_time_ms_p50"] / 1000
-        mode = result.get("compile") or "off"
-        first_s = result.get("first_step_s") or 0.0
-        compile_s = 0.0 if mode == "off" else (
-            result.get("compile_s") or max(0.0, first_s - step_s))
-        once_s = (result.get("setup_s") or 0.0) + first_s - compile_s
-        return cls(batch_size, step_s, max(0.0, once_s), per_step_warmup_s(result), mode,
-                   compile_s)
 
 
 def screening_settings(windows: int, window_s: float | None = None) -> dict:
@@ -301,8 +269,14 @@ class SearchSpec:
     """Windows of a screening trial (the structured points and the sampler's proposals); 0:
     every trial measures the run's full windows."""
     screen_window_s: float = 0.0
-    """Seconds of a screening trial's window, 0 without screening; a proposal is costed with
-    it, else with ``window_s``."""
+    """Seconds of a screening trial's window, 0 without screening (a screening trial's
+    settings, ``screening_settings``, carry it)."""
+    settings: Any = None
+    """The run's ``TrialSettings``, which a proposal's price reads with its own changes over
+    them (None: one window of ``window_s``, no steady-state probes)."""
+    reused: bool = True
+    """Whether trials run in processes earlier trials ran in (``Plan.reuses_trial_processes``):
+    cuDNN's autotuning at a shape is then paid once (``tuner.costs.CostModel``)."""
 
     @property
     def worst(self) -> float:
@@ -338,10 +312,10 @@ class ConstrainedSearch(Searcher):
         self.infeasible = KnownInfeasible()
         self.answered = 0
         """Proposals answered without a trial (known outcome)."""
-        self._batch: dict[str, int] = {}
-        """Ray trial id -> its batch size."""
-        self.timings: list[Timing] = []
-        """Finished trials' times (``Timing``), for costing a proposal (``_first_window_fits``)."""
+        self._configs: dict[str, dict] = {}
+        """Ray trial id -> its configuration (knobs and settings changes)."""
+        self.costs = CostModel(reused=spec.reused)
+        """The prices of proposals (``price``), read from the finished trials' results."""
         self._out_of_time = False
         """A proposal's first window would have ended past the deadline: nothing more starts."""
         self._split_unix_s: float | None = None
@@ -378,7 +352,7 @@ class ConstrainedSearch(Searcher):
             return Searcher.FINISHED
         deadline = self.spec.deadline_unix_s
         while self._references and not self._first_window_fits(
-                self._references[0][2].batch_size, self._references[0][2].compile, deadline):
+                self._references[0][2], deadline_unix_s=deadline):
             # A reference runs to the run's deadline, if it can measure one window by then;
             # a smaller batch searched after it may still.
             self.skipped_references.append(self._references.pop(0)[0])
@@ -393,30 +367,34 @@ class ConstrainedSearch(Searcher):
             trial = self.study.ask()
             config = {**self._config(trial), **knobs.to_dict(), "reference": None,
                       "anchor": name}
-            if self.spec.screen_windows:  # a candidate as any other: screened, then finalist
-                config["tuner"] = screening_settings(self.spec.screen_windows,
-                                                       self.spec.screen_window_s)
+            self._screened(config)  # a candidate as any other: screened, then finalist
         else:
             deadline = self.deadline_unix_s()
             if deadline is not None and time.time() >= deadline:
                 return Searcher.FINISHED  # the search's time is up: start nothing more
             trial, config = self._propose()
             config["reference"] = None
-            if self.spec.screen_windows:  # screened: the finalists are measured in full later
-                config["tuner"] = screening_settings(self.spec.screen_windows,
-                                                       self.spec.screen_window_s)
-            if not self._first_window_fits(int(config["batch_size"]),
-                                           config.get("compile") or "off", deadline):
+            self._screened(config)  # the finalists are measured in full later
+            if not self._first_window_fits(Knobs.from_dict(config, strict=False),
+                                           config.get("tuner"), deadline):
                 from optuna.trial import TrialState
                 self.study.tell(trial, state=TrialState.FAIL)
                 self._out_of_time = True
                 return Searcher.FINISHED  # it would end before its first window: measure nothing
+        config["priced_s"] = self.price(Knobs.from_dict(config, strict=False),
+                                        config.get("tuner")).trial_s
         if deadline is not None:  # Ray Tune merges it into the trial's settings
             config["tuner"] = {**config.get("tuner", {}), "deadline_unix_s": deadline}
         self._live[trial_id] = trial
-        self._batch[trial_id] = int(config["batch_size"])
+        self._configs[trial_id] = config
         self._params[trial_id] = dict(trial.params)
         return config
+
+    def _screened(self, config: dict) -> None:
+        """With screening (``SearchSpec.screen_windows``), ``config``'s trial screens."""
+        if self.spec.screen_windows:
+            config["tuner"] = screening_settings(self.spec.screen_windows,
+                                                   self.spec.screen_window_s)
 
     def _next_anchor(self) -> tuple[str, dict, Knobs] | None:
         """The next anchor still to measure (one whose parameters the study has measured, or
@@ -425,33 +403,31 @@ class ConstrainedSearch(Searcher):
             self._anchors.pop(0)
         return self._anchors[0] if self._anchors else None
 
-    def _first_window_fits(self, batch_size: int, compile_mode: str = "off",
+    def price(self, knobs: Knobs, changes: Mapping[str, Any] | None = None) -> TrialCost:
+        """The price of a trial of ``knobs`` with the settings ``changes`` it runs with
+        (``tuner.costs.CostModel.price`` over the trials finished so far): the finished trial
+        nearest in batch size gives its one-off set-up and first step (not scaled: worker
+        start, cuDNN autotuning, a cache fill are paid once), its warm-up steps and step time,
+        scaled up to a larger batch (samples/sec held), and a compiling proposal adds the
+        longest compile measured in its mode (none measured yet: the trial's own set-up
+        check, ``tuner.budget.compile_refusal``, refuses a compile that cannot finish). A
+        compile of 80-100 s (the ddpm U-Net on an H100) so neither ends the search for an
+        uncompiled proposal near its batch nor is forgotten for a compiled one. Without a
+        finished trial to go by: its windows."""
+        base = self.spec.settings
+        shape = (TrialShape.of(base, changes) if base is not None
+                 else TrialShape.of(TrialShape(1, self.spec.window_s), changes))
+        return self.costs.price(knobs, shape)
+
+    def _first_window_fits(self, knobs: Knobs, changes: Mapping[str, Any] | None = None,
                            deadline_unix_s: float | None = None) -> bool:
-        """Whether a trial at ``batch_size`` with torch.compile ``compile_mode`` started now
-        ends its first window before ``deadline_unix_s`` (None: the search's,
-        ``deadline_unix_s()``): the finished trial nearest in batch size (log ratio) gives its
-        one-off set-up and first step (not scaled: worker start, cuDNN autotuning, a cache
-        fill are paid once), its warm-up steps and step time, scaled up to a larger batch
-        (samples/sec held), and a compiling proposal adds the longest compile measured in its
-        mode (none measured yet: the trial's own set-up check,
-        ``tuner.budget.compile_refusal``, refuses a compile that cannot finish). A compile of
-        80-100 s (the ddpm U-Net on an H100) so neither ends the search for an uncompiled
-        proposal near its batch nor is forgotten for a compiled one. Without a finished trial
-        to go by, one window must fit. True without a deadline."""
+        """Whether a trial of ``knobs`` with the settings ``changes`` started now ends its
+        first window (``TrialCost.first_window_s`` of ``price``) before ``deadline_unix_s``
+        (None: the search's, ``deadline_unix_s()``). True without a deadline."""
         deadline = self.deadline_unix_s() if deadline_unix_s is None else deadline_unix_s
         if deadline is None:
             return True
-        window_s = self.spec.screen_window_s or self.spec.window_s  # 0 unless screening
-        if not self.timings:
-            return time.time() + window_s <= deadline
-        near = min(self.timings, key=lambda t: abs(math.log(t.batch_size / batch_size)))
-        scale = max(1.0, batch_size / near.batch_size)
-        compile_s = 0.0 if compile_mode == "off" else max(
-            (t.compile_s for t in self.timings if t.compile == compile_mode), default=0.0)
-        need_s = first_window_need_s(once_s=near.once_s, warm_s=near.warm_s, step_s=near.step_s,
-                                     scale=scale, compile_s=compile_s,
-                                     window_s=window_s)
-        return time.time() + need_s <= deadline
+        return time.time() + self.price(knobs, changes).first_window_s <= deadline
 
     def _config(self, trial) -> dict:
         """The trial's knob values: the sampled parameters and the space's constants."""
@@ -519,9 +495,9 @@ class ConstrainedSearch(Searcher):
         if trial is None:  # completed already, or not ours
             return
         result = result or {}
-        batch = self._batch.pop(trial_id, None)
-        if batch and result.get("step_time_ms_p50"):
-            self.timings.append(Timing.of(batch, result))
+        config = self._configs.pop(trial_id, None)
+        if config is not None and result.get("step_time_ms_p50"):
+            self.costs.add({**config, **result, "phase": "search"})
         status, value = result.get("status"), result.get(self.metric)
         key = _params_key(trial.params)
         if status in (Status.OOM, Status.OVER_LIMIT):
@@ -593,4 +569,4 @@ def make_searcher(spec: SearchSpec) -> ConstrainedSearch:
     return ConstrainedSearch(spec)
 
 
-__getattr__ = moved(__name__, {"Staged": "tuner.staging"})
+__getattr__ = moved(__name__, {"Staged": "tuner.staging", "Timing": "tuner.costs"})

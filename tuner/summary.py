@@ -22,14 +22,16 @@ from tuner.ceilings import (
 )
 from tuner.knobs import knob_text
 from tuner.machine_load import busy_note, drift_note
+from tuner.price_errors import mispriced_lines
 from tuner.status import STATUSES, Phase, Status, answers, phase_of
 
 
 def print_summary(console: Console, plan, summary) -> None:
     """The closing summary of a run (``summary``: a ``tuner.driver.RunSummary``; ``plan``: its
     plan, for the commands to paste, or None): the trials by phase and status, the best of each
-    hardware key with its table (``print_best``), the commands to paste and the machine notes
-    (``tuner.machine_load``)."""
+    hardware key with its table (``print_best``), the commands to paste, the machine notes
+    (``tuner.machine_load``) and a line for each kind of trial the cost model mispriced
+    (``tuner.price_errors.mispriced_lines``)."""
     rows = summary.rows
     ok = [r for r in rows if answers(r)]  # a budget-stopped measurement may answer
     counts = ", ".join(f"{n} {s}" for s in leaderboard_statuses(rows)
@@ -49,6 +51,8 @@ def print_summary(console: Console, plan, summary) -> None:
     for note in (busy_note(rows), drift_note(rows)):
         if note:
             console.print(f"[yellow]warning:[/] {note}", highlight=False)
+    for line in mispriced_lines(rows):
+        console.print(f"note: {line}", highlight=False, soft_wrap=True)
 
 def print_best(console: Console, rows: list[dict], summary) -> None:
     """The best of ``rows`` (one hardware key) as the summary table: the best, the references,
