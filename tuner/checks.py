@@ -152,6 +152,12 @@ class ValidationPlan:
         return own is not Workload.trainer_samples_per_sec and self.ranks == 1
 
     @property
+    def trainer(self) -> str:
+        """The workload's trainer as ``validate`` names it (its ``trainer_name``, e.g.
+        'Lightning Trainer.fit()'; else 'its own trainer')."""
+        return getattr(self.workload, "trainer_name", "its own trainer")
+
+    @property
     def where(self) -> str:
         """'2 CPU threads', 'CUDA', or '2 ranks, each on CUDA'."""
         import torch
@@ -249,6 +255,11 @@ class TrainerValidation:
     def speedup(self) -> float:
         """The answer over the baseline in the trainer (median ÷ median)."""
         return self.measured_samples_per_sec / self.baseline_measured_samples_per_sec
+
+    @property
+    def round_speedups(self) -> list[float]:
+        """The answer over the baseline in each round (the spread of ``speedup``)."""
+        return [a / b for a, b in zip(self.answer_samples_per_sec, self.baseline_samples_per_sec)]
 
     @property
     def trial_speedup(self) -> float | None:

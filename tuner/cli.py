@@ -403,7 +403,7 @@ def validate(steps: int | None, **where: Any) -> None:
     row = plan.row
     console.print(f"validating trial {row['trial_id']} ({row['phase']}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
-    what = "the trainer's rounds" if plan.in_trainer else plan.where
+    what = f"in {plan.trainer}, answer and baseline in turn" if plan.in_trainer else plan.where
     with console.status(f"training {what}…"):
         v = run_validation(plan, steps=steps)
     if plan.in_trainer:
@@ -436,7 +436,7 @@ def _print_loop(plan: Any, v: Any) -> None:
 
 def _print_trainer(plan: Any, v: Any) -> None:
     """The trainer's rounds against the trials (a ``tuner.checks.TrainerValidation``)."""
-    t = _figures_table(f"{plan.workload.name}: its own trainer vs the trial")
+    t = _figures_table(f"{plan.workload.name}: {plan.trainer} vs the trial")
     n = len(v.answer_samples_per_sec)
     t.add_row("predicted (trial median)", f"{v.predicted_samples_per_sec:,.1f}")
     t.add_row(f"measured in the trainer (median of {n} rounds, {v.answer_steps} steps each)",
@@ -446,11 +446,14 @@ def _print_trainer(plan: Any, v: Any) -> None:
     t.add_row(f"baseline in the trainer (median of {n}, {v.baseline_steps} steps each)",
               f"{v.baseline_measured_samples_per_sec:,.1f}")
     t.add_row("baseline predicted (its trial)", "" if base is None else f"{base:,.1f}")
-    t.add_row("[bold]speed-up over the baseline in the trainer[/]", f"[bold]{v.speedup:.2f}x[/]")
+    low, high = min(v.round_speedups), max(v.round_speedups)
+    t.add_row(f"[bold]speed-up over the baseline in the trainer[/] (rounds {low:.2f}-{high:.2f}x"
+              + (", within the noise)" if low <= 1.0 <= high else ")"),
+              f"[bold]{v.speedup:.2f}x[/]")
     if v.trial_speedup is not None:
         t.add_row("speed-up over the baseline in the trials", f"{v.trial_speedup:.2f}x")
     console.print(t)
-    rounds = ", ".join(f"{a:,.1f} / {b:,.1f}" for a, b in
+    rounds = "; ".join(f"{a:,.1f} / {b:,.1f}" for a, b in
                        zip(v.answer_samples_per_sec, v.baseline_samples_per_sec))
     console.print(f"rounds in order (answer / baseline samples/sec): {rounds}", highlight=False)
 

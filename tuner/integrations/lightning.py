@@ -124,6 +124,8 @@ class LightningWorkload(Workload):
     description = "a LightningModule on its datamodule's train_dataloader()"
     source = "the user's LightningModule and datamodule (tuner.integrations.lightning)"
     space = "lightning"
+    trainer_name = "Lightning Trainer.fit()"
+    """The trainer ``trainer_samples_per_sec`` runs, as ``validate`` names it."""
 
     def __init__(self, module_or_class: Any, datamodule: Any, *, name: str,
                  recipe: "OptimizerRecipe", baseline: Knobs, collate: Callable | None,
