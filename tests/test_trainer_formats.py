@@ -145,24 +145,46 @@ class _Recorded(type(workload)):
     """The Lightning workload with its trainer replaced by a record of the calls."""
 
     def trainer_samples_per_sec(self, knobs, *, steps, device, scale):
-        self.calls.append((knobs.batch_size, steps))
+        self.calls.append((knobs.batch_size, steps, torch.get_num_threads()))
         return float(100 * knobs.batch_size + len(self.calls))
 
 
 def test_validate_interleaves_the_answer_and_the_baseline_in_the_trainer(tmp_path):
     recorded = _Recorded.__new__(_Recorded)
     recorded.__dict__.update(workload.__dict__, calls=[])
-    answer = row(1, knobs=Knobs(batch_size=32), sps=400.0, workload=workload.name)
-    base = row(0, knobs=Knobs(batch_size=8), sps=100.0, reference="baseline")
-    plan = ValidationPlan(recorded, answer, Knobs(batch_size=32), 1, None, tmp_path, base)
+    answer = row(1, knobs=Knobs(batch_size=32), sps=400.0, workload=workload.name,
+                 trial_cpus=2.0, torch_threads=1)
+    base = row(0, knobs=Knobs(batch_size=8), sps=100.0, reference="baseline", trial_cpus=2.0,
+               torch_threads=2)
+    plan = ValidationPlan(recorded, answer, Knobs(batch_size=32), 1, 1, tmp_path, base)
     assert plan.in_trainer
+    threads = torch.get_num_threads()
     v = trainer_validation(plan, steps=5, rounds=3)
-    assert recorded.calls == [(32, 5), (8, 5)] * 3           # answer, baseline, answer, ...
+    # answer, baseline, answer, ...: each on the threads its own trial trained with
+    assert recorded.calls == [(32, 5, 1), (8, 5, 2)] * 3
+    assert torch.get_num_threads() == threads                 # put back
     assert v.answer_samples_per_sec == [3201.0, 3203.0, 3205.0]
     assert v.baseline_samples_per_sec == [802.0, 804.0, 806.0]
     assert v.ratio == pytest.approx(3203.0 / 400.0)
     assert v.speedup == pytest.approx(3203.0 / 804.0)
+    assert v.round_speedups == pytest.approx([3201 / 802, 3203 / 804, 3205 / 806])
     assert v.trial_speedup == pytest.approx(4.0)
+
+
+def test_the_baseline_figure_is_its_re_measured_rounds_geometric_mean_as_best_reads_it():
+    from tuner.checks import _baseline_row
+    rows = [row(0, knobs=Knobs(batch_size=8), sps=68.9, reference="baseline"),
+            row(1, knobs=Knobs(batch_size=64), sps=7000.0),
+            row(2, knobs=Knobs(batch_size=8), sps=75.4, reference="baseline",
+                phase="remeasure"),
+            row(3, knobs=Knobs(batch_size=8), sps=138.4, reference="baseline",
+                phase="remeasure"),
+            row(4, knobs=Knobs(batch_size=8), sps=500.0, reference="baseline", run="run-b")]
+    base = _baseline_row(rows, rows[1])
+    assert base["trial_id"] == "run-a-3"
+    assert base["samples_per_sec"] == pytest.approx(math.sqrt(75.4 * 138.4))
+    assert _baseline_row(rows[:2], rows[1])["samples_per_sec"] == pytest.approx(68.9)
+    assert _baseline_row(rows[1:2], rows[1]) is None
 
 
 def test_the_validate_command_runs_lightnings_trainer_against_the_trials(tmp_path,

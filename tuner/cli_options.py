@@ -196,7 +196,7 @@ def validate_options() -> list[Callable]:
                help="Trial whose configuration to train."),
         option("--steps", type=click.IntRange(min=1), metavar="N",
                show_default="an epoch (23 or more), and as long as the trial measured",
-               help="Optimizer steps to train."),
+               help="Optimizer steps to train (in a trainer: per round)."),
         option("--data", type=click.Path(), metavar="PATH",
                show_default="the workload's embedded data", help="Your dataset."),
         option("--world-size", "world_size", type=click.IntRange(min=1), metavar="N",
