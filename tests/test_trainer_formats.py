@@ -65,6 +65,8 @@ def test_knobs_without_a_trainer_setting_get_their_lines_beside_it():
                         world_size=2)
     assert "strategy=DDPStrategy(bucket_cap_mb=100, gradient_as_bucket_view=False, " \
            "static_graph=False)" in two and "devices=2" in two
+    assert "torch.set_num_threads(1)" in format_answer(knobs, [], device="cpu", torch_threads=1)
+    assert "set_num_threads" not in format_answer(knobs, [], device="cuda", torch_threads=1)
 
 
 def _printed(tmp_path, knobs: Knobs, fmt: str) -> str:

@@ -312,7 +312,8 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
     if fmt == "lightning":
         from tuner.integrations.lightning_args import format_answer
         text = format_answer(knobs, header, device=device, scale=row.get("scale"),
-                             world_size=int(row.get("world_size") or 1))
+                             world_size=int(row.get("world_size") or 1),
+                             torch_threads=row.get("torch_threads"))
     elif fmt == "transformers":
         from tuner.integrations.transformers_args import format_answer
         text = format_answer(knobs, header)

@@ -66,7 +66,8 @@ def dataloader_arguments(knobs: Knobs) -> dict[str, Any]:
 
 
 def format_answer(knobs: Knobs, header_lines: list[str], *, device: str = "cuda",
-                  world_size: int = 1, scale: str | None = None) -> str:
+                  world_size: int = 1, scale: str | None = None,
+                  torch_threads: int | None = None) -> str:
     """What ``tuner best --format lightning`` prints: ``header_lines`` as comments, the
     ``Trainer(...)`` and ``DataLoader(...)`` blocks to paste, the lines for the knobs that
     have no Trainer or DataLoader setting, and the ``trainer.fit`` call.
@@ -75,7 +76,9 @@ def format_answer(knobs: Knobs, header_lines: list[str], *, device: str = "cuda"
     dataset; for the 'cache' and 'device' data paths ``workload`` and ``data_dir`` instead)
     bound. ``knobs`` are clamped to ``device`` ('cpu' or 'cuda'); ``world_size`` > 1 adds a
     ``DDPStrategy`` with the knobs' DistributedDataParallel settings; ``scale`` is the
-    workload scale the 'cache' and 'device' paths read (None: the name ``scale``, the user's).
+    workload scale the 'cache' and 'device' paths read (None: the name ``scale``, the user's);
+    ``torch_threads``, the torch threads a CPU trial trained on (its row's), is printed as
+    ``torch.set_num_threads`` for a CPU answer (``tuner validate`` trains with them too).
     """
     applied, _ = knobs.clamp(device)
     yours = ["model (your LightningModule)"]
@@ -88,6 +91,10 @@ def format_answer(knobs: Knobs, header_lines: list[str], *, device: str = "cuda"
     lines += ["", *_trainer_block(applied, device, world_size), ""]
     lines += _data_lines(applied, device, scale)
     lines += _beside_lines(applied, device)
+    if device == "cpu" and torch_threads:
+        lines += [f"# the trial trained on {torch_threads} torch thread(s) beside its "
+                  f"{applied.num_workers} DataLoader worker(s)",
+                  f"torch.set_num_threads({torch_threads})"]
     lines += ["", "trainer.fit(model, train_dataloaders=train_loader)"]
     return "\n".join(lines) + "\n"
 
