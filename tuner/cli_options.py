@@ -58,7 +58,7 @@ SHORT_HELP = {
     "best": "The winning configuration and its speed-up (95 % CI).",
     "leaderboard": "Every trial ranked by samples/sec, failures last.",
     "report": "PNG figures and one HTML page from a leaderboard.",
-    "validate": "Train the winner in a plain loop: measured vs predicted.",
+    "validate": "Train the winner (loop or trainer): measured vs predicted.",
     "profile": "Per-phase breakdown and bottleneck of one configuration.",
     "export": "The leaderboard as an Optuna study for optuna-dashboard.",
     "workloads": "Built-in and installed workloads, their size and shapes.",
