@@ -40,8 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner.followups import remeasure_configs  # noqa: E402
 from tuner.knobs import Knobs, new_cudnn_shapes  # noqa: E402
-from tuner.plan import Resources, make_plan  # noqa: E402
+from tuner.option_checks import make_plan  # noqa: E402
+from tuner.plan import Resources  # noqa: E402
 from tuner.probe import ComputeCurve, fit_step_time, knee_batch  # noqa: E402
+from tuner.search_policy import with_compute_curve  # noqa: E402
 from tuner.searcher import make_searcher  # noqa: E402
 from tuner.settings import RunOptions  # noqa: E402
 
@@ -148,8 +150,9 @@ def main(argv=None) -> int:
     # offline)
     plans = {"finalists": make_plan(options, Resources("cuda", 1, 16)),
              "searched": make_plan(replace(options, screen_windows=0), Resources("cuda", 1, 16))}
-    plans = {rule: plan.with_batch_bound(max_batch).with_compute_curve(
-        curve, Knobs(batch_size=max_batch, amp="bf16")) for rule, plan in plans.items()}
+    plans = {rule: with_compute_curve(plan.with_batch_bound(max_batch), curve,
+                                      Knobs(batch_size=max_batch, amp="bf16"))
+             for rule, plan in plans.items()}
     assert plans["finalists"].cudnn_at_finalists and not plans["searched"].cudnn_at_finalists
     optimum = rate({"batch_size": max_batch, "amp": "bf16", "channels_last": True,
                     "cudnn_benchmark": True, "fused_optimizer": True, "data_path": "cache",

@@ -80,7 +80,7 @@ sys.path.insert(0, str(ROOT))
 import tuner  # noqa: E402
 from tuner.driver import RunInterrupted  # noqa: E402
 from tuner.knobs import Knobs, knob_text, new_cudnn_shapes  # noqa: E402
-from tuner.plan import make_plan  # noqa: E402
+from tuner.option_checks import make_plan  # noqa: E402
 from tuner.probe import candidates  # noqa: E402
 from tuner.settings import SCALES, RunOptions, default_scale  # noqa: E402
 from tuner.status import Status  # noqa: E402

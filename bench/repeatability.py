@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from tuner.knobs import Knobs
-from tuner.plan import local_cpus
+from tuner.option_checks import local_cpus
 from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings
 from tuner.trial.harness import run_trial
 from tuner.workload import Workload, default_cache_dir

@@ -29,11 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FLOORS = {
     6: {"tuner"},
     5: {"tuner.cli", "tuner.cli_options", "tuner.__main__", "tuner.api"},
-    4: {"tuner.driver", "tuner.plan", "tuner.searcher", "tuner.staging", "tuner.probe",
+    4: {"tuner.driver", "tuner.plan", "tuner.option_checks", "tuner.search_policy",
+        "tuner.searcher", "tuner.staging", "tuner.probe",
         "tuner.ray_runtime", "tuner.followups",
         "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.trial.distributed",
         "tuner.checks"},
     3: {"tuner.progress", "tuner.summary", "tuner.machine_load", "tuner.report", "tuner.diagnose",
+        "tuner.report_figures",
         "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
@@ -42,11 +44,13 @@ FLOORS = {
         "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
         "tuner.workloads.segmentation3d", "tuner.workloads.datasets",
         "tuner.workloads._patches", "tuner.workloads._augment"},
-    2: {"tuner.trial", "tuner.trial.harness", "tuner.trial.apply", "tuner.trial.measure",
+    2: {"tuner.trial", "tuner.trial.harness", "tuner.trial.result_columns", "tuner.trial.apply",
+        "tuner.trial.measure",
         "tuner.trial.failures", "tuner.trial.steppers", "tuner.trial.ranks",
         "tuner.trial.flops", "tuner.trial.validate", "tuner.hardware", "tuner.noise",
         "tuner.harness"},  # tuner.harness: the old path of tuner.trial.harness, for one release
-    1: {"tuner.workload", "tuner.workload_loader", "tuner.space", "tuner.cluster", "tuner.data"},
+    1: {"tuner.workload", "tuner.workload_calls", "tuner.workload_loader", "tuner.space",
+        "tuner.cluster", "tuner.data"},
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
         "tuner.budget", "tuner.windows", "tuner._deprecated", "tuner.codegen"},
 }
@@ -56,7 +60,7 @@ TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.s
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.windows", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
-              "tuner.scaling", "tuner.summary", "tuner.machine_load",
+              "tuner.scaling", "tuner.summary", "tuner.machine_load", "tuner.workload_calls",
               "tuner.integrations.lightning_args"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 

@@ -23,8 +23,10 @@ from tuner.budget import (
     PLAN_AGE_S,
 )
 from tuner.knobs import Knobs
-from tuner.plan import SCREENED_TRIALS_FACTOR, Resources, make_plan
+from tuner.option_checks import make_plan
+from tuner.plan import Resources
 from tuner.pruning import MIN_MARGIN, EarlyStopping
+from tuner.search_policy import SCREENED_TRIALS_FACTOR
 from tuner.searcher import ConstrainedSearch, SearchSpec, Timing
 from tuner.settings import RunOptions, TrialSettings
 from tuner.space import load_space

@@ -21,7 +21,7 @@ from tuner import leaderboard
 from tuner.cli import main
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
-from tuner.plan import make_plan
+from tuner.option_checks import make_plan
 from tuner.progress import Progress
 from tuner.settings import RunOptions, TrialSettings
 from tuner.trial.flops import model_flops_per_sample

@@ -16,9 +16,11 @@ import tuner.followups as followups
 import tuner.winner as winner_rule
 from tests.test_followups import BASE, BUSY, fake_plan, make_row
 from tuner.knobs import Knobs
-from tuner.plan import REMEASURE_ROUNDS, Resources, make_plan
+from tuner.option_checks import make_plan
+from tuner.plan import REMEASURE_ROUNDS, Resources
 from tuner.probe import ComputeCurve
 from tuner.progress import _followups_text
+from tuner.search_policy import with_compute_curve
 from tuner.settings import RunOptions
 from tuner.space import builtin_path
 
@@ -42,7 +44,7 @@ def test_a_screened_cuda_search_holds_cudnn_benchmark_off_and_its_anchors_too(op
     assert "cudnn_benchmark" not in plan.device_space.domains
     assert plan.device_space.constants["cudnn_benchmark"] is False
     assert dict(plan.references)["recommended"].cudnn_benchmark
-    anchored = plan.with_compute_curve(CURVE, Knobs(batch_size=512, amp="fp16"))
+    anchored = with_compute_curve(plan, CURVE, Knobs(batch_size=512, amp="fp16"))
     assert [name for name, _ in anchored.anchors][:1] == ["machine"]
     assert "machine+cudnn_benchmark" not in dict(anchored.anchors)
     assert not any(knobs.cudnn_benchmark for _, knobs in anchored.anchors)

@@ -21,7 +21,7 @@ from tuner.data import (
 )
 from tuner.errors import DataError
 from tuner.knobs import Knobs
-from tuner.plan import make_plan
+from tuner.option_checks import make_plan
 from tuner.settings import RunOptions, TrialSettings
 from tuner.trial.harness import run_trial
 
@@ -317,12 +317,12 @@ def test_a_dataset_over_the_device_memory_limit_is_not_made_resident(
     import dataclasses
 
     import tuner.data
-    import tuner.plan
+    import tuner.search_policy
     plan = _plan(tmp_path, regression_data, paths_space)
     monkeypatch.setattr(tuner.data, "cache_bytes", lambda path: 3 * 2**30)
-    monkeypatch.setattr(tuner.plan, "_device_memory_mb", lambda max_memory: 2 * 1024.0)
-    monkeypatch.setattr(tuner.plan, "_machine_ram_mb", lambda: 64 * 1024.0)
-    on_gpu = tuner.plan._data_paths(dataclasses.replace(plan, device="cuda"))
+    monkeypatch.setattr(tuner.search_policy, "_device_memory_mb", lambda max_memory: 2 * 1024.0)
+    monkeypatch.setattr(tuner.search_policy, "_machine_ram_mb", lambda: 64 * 1024.0)
+    on_gpu = tuner.search_policy._data_paths(dataclasses.replace(plan, device="cuda"))
     assert on_gpu.device_space.domains["data_path"].values == ("loader", "cache")
     (note,) = [n for n in on_gpu.notes if "data_path=" in n]
     assert note.startswith("data_path=device is not searched: the decoded samples need "

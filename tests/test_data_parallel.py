@@ -67,7 +67,7 @@ def test_a_fake_oom_on_one_rank_ends_the_trial_oom_and_the_run_goes_on(two_rank_
 
 def test_more_ranks_than_cpus_is_refused_in_one_line(tmp_path, regression_data):
     from tuner.errors import TunerError
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.settings import RunOptions
     n = (os.cpu_count() or 1) + 1
     with pytest.raises(TunerError, match=rf"--world-size {n}: this machine has \d+ CPUs"):
@@ -77,7 +77,7 @@ def test_more_ranks_than_cpus_is_refused_in_one_line(tmp_path, regression_data):
 
 def test_the_ddp_knobs_are_sampled_only_at_world_size_above_one(tmp_path, regression_data):
     from tuner.knobs import DDP_KNOBS
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.settings import RunOptions
     common = dict(workload=RANK_OOM, device="cpu", data=str(regression_data),
                   results=str(tmp_path / "r"))
@@ -272,7 +272,7 @@ def test_validate_refuses_another_world_size_in_one_line(tmp_path):
 
 
 def test_a_multi_rank_run_measures_no_ceiling_and_says_so(tmp_path, regression_data):
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.settings import RunOptions
     plan = make_plan(RunOptions(workload=RANK_OOM, device="cpu", data=str(regression_data),
                                 results=str(tmp_path / "r"), world_size=2))
@@ -287,7 +287,8 @@ def test_a_multi_rank_run_measures_no_ceiling_and_says_so(tmp_path, regression_d
 def test_each_rank_asks_for_its_share_of_the_node(tmp_path, regression_data):
     """The ranks of a node share its CPUs: on a 16-CPU node with 8 GPUs, 2 ranks ask for 8
     CPUs each (their workers and training threads), not 1."""
-    from tuner.plan import Resources, make_plan
+    from tuner.option_checks import make_plan
+    from tuner.plan import Resources
     from tuner.settings import RunOptions
     from tuner.trial.distributed import _rank_cpus
     resources = Resources(device="cuda", gpus=8, node_cpus=16)

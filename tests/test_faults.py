@@ -179,7 +179,7 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space, monkeypatch)
     # The run can still be resumed (it is complete: nothing left to run, so the resume ends
     # without starting Ray) ...
     from tuner import driver
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.settings import RunOptions
     plan = make_plan(RunOptions(workload=SLOW, space_file=space, trials=3, device="cpu",
                                 results=str(results), resume="latest", confirm=0,

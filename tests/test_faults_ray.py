@@ -78,7 +78,7 @@ def test_an_address_where_another_service_listens_stops_in_seconds(tmp_path, htt
 
 @pytest.fixture
 def plan(tmp_path, regression_data):
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.settings import RunOptions
     return make_plan(RunOptions(workload=REGRESSION, trials=3, device="cpu",
                                 data=str(regression_data), results=str(tmp_path / "results")))

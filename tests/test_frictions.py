@@ -75,7 +75,7 @@ def _no_data_module(directory: Path, name: str, data_is_file: bool = False) -> P
 
 def test_a_workload_without_embedded_data_runs_on_given_data(tmp_path, regression_data,
                                                               monkeypatch):
-    from tuner.plan import checked_data
+    from tuner.option_checks import checked_data
     monkeypatch.setattr(sys, "path", list(sys.path))  # the file's directory goes on it
     path = _no_data_module(tmp_path, "frictions_no_data")
     w = resolve(f"{path}:workload")           # an abstract method would refuse to instantiate
@@ -364,7 +364,7 @@ def test_trial_counter_keeps_the_search_budget_as_its_denominator():
 
 
 def test_the_header_says_what_the_budget_covers(tmp_path, regression_data):
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.progress import Progress
     from tuner.settings import RunOptions
     plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", trials=3,
@@ -402,7 +402,7 @@ def test_without_trials_the_count_is_a_cap_and_the_counter_has_no_denominator(
     """On CPU without --trials the time budget ends the run: the trial count it plans (three
     times 12 with screening) is a cap, printed as one, and the trial lines count up without it
     ('search 2', not 'search 2/36', which would promise 36 trials)."""
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.settings import RunOptions
     plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
                                 data=str(regression_data), probe="off",

@@ -292,7 +292,7 @@ def short_plan(tmp_path):
     """A plan of the fake regression workload on CPU, its trials measuring 2 windows of 0.2 s."""
     from dataclasses import replace
 
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.settings import RunOptions
     plan = make_plan(RunOptions(workload="tests.fake_workloads:regression", device="cpu",
                                 scale="tiny", results=str(tmp_path), probe="off"))

@@ -16,7 +16,8 @@ from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 from tuner.trial.apply import keep_cpu_trial_off_the_gpus
 from tuner.trial.failures import free_device_memory, is_oom, oom_memory
-from tuner.trial.harness import WINDOW_REPORT_KEYS, run_trial
+from tuner.trial.harness import run_trial
+from tuner.trial.result_columns import WINDOW_REPORT_KEYS
 
 
 @pytest.fixture

@@ -167,7 +167,7 @@ def test_a_landscape_is_probed_as_a_gpu_is(tmp_path, tuner_cache):
     """A landscape declares a device memory of its own (``Workload.device_memory_bound``), so a
     CPU run probes it under ``--probe auto`` as a CUDA run probes the card; a workload without
     one is not probed on the CPU device, and ``--probe off`` wins over the declaration."""
-    from tuner.plan import make_plan
+    from tuner.option_checks import make_plan
     from tuner.settings import RunOptions
     results = str(tmp_path / "results")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.plan import make_plan
+from tuner.option_checks import make_plan
 from tuner.settings import RunOptions
 from tuner.trial.flops import has_image_layout
 from tuner.workload_loader import resolve
@@ -89,8 +89,8 @@ def test_bf16_is_not_searched_on_a_cpu_that_only_emulates_it(tmp_path, regressio
     """ddpm's default CPU runs spent 15-22 s of their 3 min 30 s on one bf16 proposal at
     ~5 samples/sec (fp32: ~50), pruned after one step: on a CPU without native bf16 the
     search leaves it out and says so; references keep what they use."""
-    import tuner.plan
-    monkeypatch.setattr(tuner.plan, "cpu_has_native_bf16", lambda: native)
+    import tuner.option_checks
+    monkeypatch.setattr(tuner.option_checks, "cpu_has_native_bf16", lambda: native)
     space = tmp_path / "space.yaml"
     space.write_text("knobs:\n  batch_size: {choices: [4, 16]}\n  num_workers: 0\n"
                      "  amp: {choices: [\"off\", fp16, bf16]}\n")

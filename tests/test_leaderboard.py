@@ -252,7 +252,7 @@ def test_rows_written_with_the_old_scale_word_read_as_full(tmp_path):
 
 
 def test_a_run_written_with_the_old_scale_word_resumes_as_full(tmp_path):
-    from tuner.plan import _resumed_run
+    from tuner.option_checks import _resumed_run
     from tuner.settings import RunOptions
     _written_before_the_rename(tmp_path, [row(i, run="old-run", scale="seed") for i in range(3)])
     options = RunOptions(workload="fake-regression", results=str(tmp_path), resume="latest")

@@ -21,7 +21,7 @@ from tuner.driver import run
 from tuner.errors import TunerError
 from tuner.integrations.lightning import LightningWorkload, from_lightning
 from tuner.knobs import Knobs
-from tuner.plan import make_plan
+from tuner.option_checks import make_plan
 from tuner.settings import RunOptions
 
 FEATURES = 8

@@ -18,7 +18,8 @@ from tuner.driver import run
 from tuner.errors import TunerError
 from tuner.followups import CAN_WIN_FRACTION
 from tuner.knobs import Knobs
-from tuner.plan import REMEASURE_ROUNDS, make_plan
+from tuner.option_checks import make_plan
+from tuner.plan import REMEASURE_ROUNDS
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions, TrialSettings, parse_memory
 from tuner.trial.harness import PHASES, run_trial

@@ -204,7 +204,7 @@ def test_one_configuration_on_two_cards_is_two_configurations_not_drift():
 
 def test_compile_time_is_the_first_step_beyond_a_steady_one():
     from tuner.knobs import Knobs
-    from tuner.trial.harness import compile_s
+    from tuner.trial.result_columns import compile_s
     measured = {"first_step_s": 41.5, "step_time_ms_p50": 500.0}
     assert compile_s(Knobs(batch_size=8, compile="max-autotune"), measured) == 41.0
     assert compile_s(Knobs(batch_size=8, compile="off"), measured) is None  # no compile: no figure

@@ -18,7 +18,7 @@ from tests.test_leaderboard import row as leaderboard_row
 from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
-from tuner.plan import check_limits, make_plan
+from tuner.option_checks import check_limits, make_plan
 from tuner.settings import RunOptions
 
 REGRESSION = "tests.fake_workloads:regression"

@@ -11,7 +11,8 @@ import pytest
 from tuner import leaderboard, winner
 from tuner.errors import TunerError
 from tuner.noise import Speedup
-from tuner.report import (
+from tuner.report import write_report
+from tuner.report_figures import (
     FIGURES,
     knob_importances,
     memory_column,
@@ -19,7 +20,6 @@ from tuner.report import (
     plot_throughput_vs_batch,
     plot_throughput_vs_memory,
     training_trials,
-    write_report,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

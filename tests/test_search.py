@@ -10,7 +10,7 @@ import pytest
 
 from tuner import leaderboard
 from tuner.driver import run
-from tuner.plan import make_plan
+from tuner.option_checks import make_plan
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions
 from tuner.winner import best as answer_of

@@ -13,9 +13,10 @@ import pytest
 from tuner import leaderboard
 from tuner.errors import TunerError
 from tuner.knobs import Knobs
-from tuner.plan import make_plan
+from tuner.option_checks import make_plan
 from tuner.probe import ComputeCurve
 from tuner.ray_runtime import hardware_key_task as _hardware_key_task
+from tuner.search_policy import with_compute_curve
 from tuner.searcher import OOM_VIOLATION, KnownInfeasible, MemoryLimits, make_sampler, make_searcher
 from tuner.settings import SAMPLERS, RunOptions
 
@@ -331,7 +332,7 @@ def test_the_machine_s_points_follow_the_references_and_proposals_are_screened(t
     is recorded at the low end."""
     plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
                                 results=str(tmp_path / "results")))
-    plan = plan.with_compute_curve(CURVE, Knobs(batch_size=4))
+    plan = with_compute_curve(plan, CURVE, Knobs(batch_size=4))
     assert plan.device_space.domains["batch_size"].low == 12
     assert [(name, k.batch_size) for name, k in plan.anchors] == [("machine", 48),
                                                                   ("doubling", 64)]
@@ -358,7 +359,7 @@ def test_each_compute_switch_gets_a_structured_point_beside_the_machine_s(tmp_pa
                                 device="cpu", probe="off", results=str(tmp_path / "results")))
     curve = ComputeCurve(alpha_ms=180.0, beta_ms=0.5, points=((4, 182.0), (192, 276.0)),
                          max_batch=192, knee_batch=96, limit_samples_per_sec=695.0)
-    plan = plan.with_compute_curve(curve, Knobs(batch_size=4))
+    plan = with_compute_curve(plan, curve, Knobs(batch_size=4))
     names = [name for name, _ in plan.anchors]
     assert names == ["machine", "machine+channels_last", "machine+fused_optimizer", "doubling"]
     machine = dict(plan.anchors)["machine"]
@@ -385,17 +386,17 @@ def test_the_machine_point_takes_the_cheapest_input_pipeline_that_feeds_the_knee
     workers = plan.device_space.domains["num_workers"].high
     rates = [InputRate("device", 0, 96, 0.5 * knee_rate), InputRate("cache", 0, 48, 300.0),
              InputRate("cache", workers, 24, 2 * knee_rate)]
-    fed = plan.with_compute_curve(curve, Knobs(batch_size=4), rates)
+    fed = with_compute_curve(plan, curve, Knobs(batch_size=4), rates)
     machine = dict(fed.anchors)["machine"]
     assert (machine.batch_size, machine.data_path, machine.num_workers) == (96, "cache", workers)
     assert machine.persistent_workers
     assert dict(fed.anchors)["machine+channels_last"] == machine.replace(channels_last=True)
     assert (f"input pipeline alone: data=device {0.5 * knee_rate:,.1f} · data=cache nw=0 300.0,"
             f" nw={workers} {2 * knee_rate:,.1f} samples/sec") in machine_text(fed)
-    starved = plan.with_compute_curve(curve, Knobs(batch_size=4), rates[:2])
+    starved = with_compute_curve(plan, curve, Knobs(batch_size=4), rates[:2])
     assert dict(starved.anchors)["machine"].data_path == "cache"     # 300 > 210: the fastest
     assert dict(starved.anchors)["machine"].num_workers == 0
-    unmeasured = plan.with_compute_curve(curve, Knobs(batch_size=4))
+    unmeasured = with_compute_curve(plan, curve, Knobs(batch_size=4))
     assert dict(unmeasured.anchors)["machine"].data_path == "device"  # by order alone
 
 
@@ -405,7 +406,7 @@ def test_a_run_with_a_time_budget_still_screens_its_proposals(tmp_path, tuner_ca
     must not replace them, or every searched trial measures the full windows."""
     plan = make_plan(RunOptions(workload=REGRESSION, device="cpu", probe="off",
                                 time_budget_s=600, results=str(tmp_path / "results")))
-    plan = plan.with_compute_curve(CURVE, Knobs(batch_size=4)).with_deadline(
+    plan = with_compute_curve(plan, CURVE, Knobs(batch_size=4)).with_deadline(
         time.monotonic() + 600)
     searcher = make_searcher(plan.search_spec())
     configs = [searcher.suggest(f"t{i}") for i in range(6)]
@@ -422,7 +423,7 @@ def test_without_finalists_or_a_curve_nothing_is_screened_or_anchored(tmp_path, 
     results = str(tmp_path / "results")
     plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
                                 results=results, confirm=0))
-    assert plan.screen_windows == 0 and plan.with_compute_curve(None, None) is plan
+    assert plan.screen_windows == 0 and with_compute_curve(plan, None, None) is plan
     searcher = make_searcher(plan.search_spec())
     configs = [searcher.suggest(f"t{i}") for i in range(4)]
     assert all("tuner" not in c for c in configs)
@@ -433,7 +434,7 @@ def test_an_anchor_already_measured_is_not_measured_again(tmp_path, tuner_cache)
     """An anchor equal to a configuration the study holds (a resumed run's row) is skipped."""
     plan = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", probe="off",
                                 results=str(tmp_path / "results")))
-    plan = plan.with_compute_curve(CURVE, Knobs(batch_size=4))
+    plan = with_compute_curve(plan, CURVE, Knobs(batch_size=4))
     searcher = make_searcher(plan.search_spec())
     machine = plan.anchor_params[0][1]
     searcher.measured[tuple(sorted(machine.items()))] = (500.0, -0.5)
@@ -488,7 +489,7 @@ def test_the_machine_line_names_the_knee_the_limit_and_the_points_or_why_there_a
         machine_text(plan))
     auto = make_plan(RunOptions(workload=REGRESSION, trials=8, device="cpu", results=results))
     assert "on the CPU device it runs with --max-host-memory or --probe on" in machine_text(auto)
-    text = machine_text(plan.with_compute_curve(CURVE, Knobs(batch_size=4)))
+    text = machine_text(with_compute_curve(plan, CURVE, Knobs(batch_size=4)))
     assert "5,614.0 samples/sec compute-only at batch_size 64" in text
     assert "step 5.0 ms + 100.0 us/sample · knee batch_size 48" in text
     assert "searched batch_size [12, 64] log" in text

@@ -8,7 +8,7 @@ import pytest
 
 from tuner import leaderboard
 from tuner.knobs import Knobs
-from tuner.plan import make_plan
+from tuner.option_checks import make_plan
 from tuner.ray_runtime import hardware_key_task as _hardware_key_task
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions

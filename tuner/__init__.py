@@ -12,7 +12,9 @@ Code map, top to bottom (``tests/test_architecture.py`` keeps each module on its
 import, even at run time, reaches a higher floor):
 
 * entry points: ``cli`` (+ ``cli_options``), ``api`` — the command line and ``tune()``;
-* the run, in the Ray driver (torch-free until a trial): ``driver`` (the phases), ``plan``,
+* the run, in the Ray driver (torch-free until a trial): ``driver`` (the phases), ``plan``
+  (the run's plan and its budget terms), ``option_checks`` (the options checked and made a
+  plan), ``search_policy`` (what the space keeps, where the search starts; above ``plan``),
   ``searcher`` (the Optuna search), ``staging`` (the run's phases as one Ray Tune
   experiment), ``probe`` (memory), ``followups`` (re-measurement,
   ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``; beside them ``checks``
@@ -20,17 +22,21 @@ import, even at run time, reaches a higher floor):
 * results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
   ``progress`` (the live printer), ``summary`` (the closing table), ``machine_load`` (busy
-  and drift notes), ``report`` (HTML), ``export``,
+  and drift notes), ``report`` (the HTML page; its figures
+  ``report_figures``), ``export``,
   ``diagnose``; the built-in workloads ``workloads/``; the adapters ``integrations/``
   (``lightning``, its ``Trainer.fit()`` measurement ``lightning_fit``, and the answer in
   Lightning's terms ``lightning_args``, torch-free);
 * the trial, torch side (runs in a Ray worker), the package ``trial/``: ``harness``,
-  ``apply`` (knobs onto the model), ``steppers``, ``measure``, ``flops``, ``failures``,
+  ``result_columns`` (the columns the loop does not measure), ``apply`` (knobs onto the
+  model), ``steppers``, ``measure``, ``flops``, ``failures``,
   ``ranks`` and ``distributed`` (data-parallel trials), ``validate`` (the plain loop); beside
   it ``hardware`` (the device's key and peak); ``harness`` at the top is the old path of
   ``trial/harness``, kept for one release;
-* contracts: ``workload`` (what a workload is), ``workload_loader`` (how one is found by
-  name or path), ``space`` (search spaces), ``data`` (data paths), ``cluster``;
+* contracts: ``workload`` (what a workload is), ``workload_calls`` (how its scale-taking
+  methods are called: tuner 0.2's scale word, their errors in one line), ``workload_loader``
+  (how one is found by name or path), ``space`` (search spaces), ``data`` (data paths),
+  ``cluster``;
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
   ``errors``, ``budget``, ``windows``, ``codegen``, ``_deprecated`` (moved names).
 """

@@ -6,7 +6,9 @@ use instead.
   ``__getattr__ = moved(__name__, {"NAME": "new.module"})`` (PEP 562): reading ``old.NAME``
   imports ``new.module`` at that moment (so no import cycle is made at import time), warns and
   returns the value. A name replaced by something else maps to a ``Replacement``.
-* Anything else deprecated (an argument's value, a key) calls ``warn``.
+* Anything else deprecated (an argument's value, a key) calls ``warn``; a value the user's
+  own code takes where tuner calls it (a workload method that takes an old scale word) calls
+  ``warn_at`` with that code.
 
 Every warning is a ``tuner.errors.TunerDeprecationWarning`` (a ``DeprecationWarning``), with
 the text of ``message``. The removal version is ``REMOVED_IN`` unless a name says otherwise;
@@ -16,6 +18,7 @@ CHANGELOG.md states the same version.
 from __future__ import annotations
 
 import importlib
+import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -23,7 +26,7 @@ from typing import Any, Callable, Mapping
 from tuner.errors import TunerDeprecationWarning
 
 __all__ = ["DEPRECATED_IN", "REMOVED_IN", "DEPRECATIONS", "Replacement", "TunerDeprecationWarning",
-           "message", "moved", "warn"]
+           "message", "moved", "warn", "warn_at"]
 
 DEPRECATED_IN = "0.3.0"
 """The release the current deprecations are made in (the default of ``deprecated``)."""
@@ -69,6 +72,29 @@ def warn(old: str, instead: str, *, deprecated: str = DEPRECATED_IN, removed: st
     """
     warnings.warn(message(old, instead, deprecated=deprecated, removed=removed),
                   TunerDeprecationWarning, stacklevel=stacklevel + 1)
+
+
+def warn_at(old: str, instead: str, function: Callable, *, deprecated: str = DEPRECATED_IN,
+            removed: str = REMOVED_IN) -> None:
+    """``warn``, reported at the first line of ``function``, the user's code that uses ``old``
+    (a workload method that takes an old scale word), rather than at a caller's line: tuner's
+    own code calls it, so a stack level would name tuner. The warning filters see the
+    function's module (a workload defined in a script run as ``__main__`` shows it under
+    Python's default filters), and the function module's registry shows it once there.
+
+    Warns:
+        TunerDeprecationWarning: the text of ``message``.
+    """
+    target = inspect.unwrap(function)
+    code = getattr(target, "__code__", None)
+    namespace = getattr(target, "__globals__", None)
+    warnings.warn_explicit(
+        message(old, instead, deprecated=deprecated, removed=removed), TunerDeprecationWarning,
+        filename=code.co_filename if code else "<unknown>",
+        lineno=code.co_firstlineno if code else 0,
+        module=getattr(target, "__module__", None) or "tuner",
+        registry=None if namespace is None else namespace.setdefault("__warningregistry__", {}),
+        module_globals=namespace)
 
 
 def moved(module: str, names: Mapping[str, str | Replacement], *,

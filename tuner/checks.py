@@ -46,7 +46,7 @@ def configured_workload(workload: str, model: str | None = None,
                         image_size: int | None = None) -> "Workload":
     """The workload ``workload`` names (a name or import path), configured with ``model`` and
     ``image_size`` (``--model``, ``--image-size``). Raises TunerError."""
-    from tuner.plan import resolve_workload
+    from tuner.option_checks import resolve_workload
     from tuner.settings import RunOptions
     return resolve_workload(RunOptions(workload=workload, workload_options={
         "model": model, "image_size": image_size}))
@@ -175,10 +175,10 @@ def plan_validation(workload: str, *, results: str = "tuner-results",
     """The trial to validate (``trial_id``, else the answer) of ``workload`` in ``results``,
     checked (``check_validatable``; a CUDA trial needs CUDA here; its data path needs the
     workload's ``sample_path``; ``world_size`` must be the trial's), and its data checked as
-    ``run`` checks it (``tuner.plan.checked_data``). Raises TunerError, DataError."""
+    ``run`` checks it (``tuner.option_checks.checked_data``). Raises TunerError, DataError."""
     import torch
 
-    from tuner.plan import checked_data
+    from tuner.option_checks import checked_data
     from tuner.trial.validate import check_data_path, ranks_for
     w = configured_workload(workload, model, image_size)
     table, hardware = load_rows(results, w.name, hardware, scale)
@@ -340,7 +340,7 @@ def plan_profile(workload: str, *, model: str | None = None, image_size: int | N
     trial ``trial_id``, else the best trial in ``results``, else the workload's baseline; on
     ``device`` at ``scale`` (None: ``tuner.settings.default_scale``), with ``steps``
     synchronised steps per phase, the data checked. Raises TunerError, DataError."""
-    from tuner.plan import checked_data, resolve_device
+    from tuner.option_checks import checked_data, resolve_device
     from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings, default_scale
     w = configured_workload(workload, model, image_size)
     device = resolve_device(device)
@@ -363,7 +363,7 @@ def run_profile(plan: ProfilePlan) -> dict:
     """The configuration measured as a local run's trial (``tuner.trial.harness.run_trial``
     with this machine's CPUs): its leaderboard row, with the per-phase breakdown
     (``tuner.diagnose`` reads it). Raises TunerError when the configuration failed."""
-    from tuner.plan import local_cpus
+    from tuner.option_checks import local_cpus
     from tuner.trial.harness import run_trial
     row = run_trial(plan.workload, plan.knobs, plan.settings, cpus=local_cpus())
     if row["status"] != Status.OK:

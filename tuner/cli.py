@@ -3,7 +3,8 @@ validate, profile, export, workloads or check-cluster.
 
 The options, their help and the order of the commands are declared in ``tuner.cli_options``.
 
-User errors (``TunerError``, bad flags) print one line and exit with code 2, no traceback.
+User errors (``TunerError``, bad flags, a workload method that raised outside a trial) print
+one line and exit with code 2, no traceback.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from tuner.cli_options import (
     run_options,
     validate_options,
 )
-from tuner.errors import TunerError, one_line
+from tuner.errors import TunerDeprecationWarning, TunerError, one_line
 from tuner.knobs import knob_text
 from tuner.status import MEASURED, Status
 
@@ -70,6 +71,14 @@ class TunerGroup(click.Group):
             err_console.print(f"[bold red]error:[/] {exc.format_message()}", highlight=False,
                               soft_wrap=True)
             ctx.exit(2)
+        except Exception as exc:  # a workload's own method raised (outside a trial): one line
+            from tuner.workload_calls import user_error
+            error = user_error(exc)
+            if error is None:
+                raise
+            err_console.print(f"[bold red]error:[/] {one_line(error)}", highlight=False,
+                              soft_wrap=True)
+            ctx.exit(2)
 
 
 @click.group(cls=TunerGroup, epilog=EPILOG,
@@ -82,6 +91,10 @@ def main(verbose: bool) -> None:
     if verbose:
         os.environ["TUNER_VERBOSE"] = "1"
     warnings.showwarning = _show_warning
+    # the deprecations the user's own code meets (a workload of tuner 0.2), once each, unless
+    # -W / PYTHONWARNINGS or a test suite's filters say otherwise
+    if not sys.warnoptions and not any(f[2] is TunerDeprecationWarning for f in warnings.filters):
+        warnings.filterwarnings("default", category=TunerDeprecationWarning)
 
 
 _default_showwarning = warnings.showwarning
@@ -89,9 +102,9 @@ _default_showwarning = warnings.showwarning
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """The warnings tuner raises for the user (a damaged leaderboard file, another run on this
-    machine) as one line."""
+    machine, a deprecated name or value the user's code uses) as one line."""
     if category.__name__ in ("DamagedLeaderboardWarning", "ConcurrentRunWarning",
-                             "RayNodeWarning"):
+                             "RayNodeWarning", "TunerDeprecationWarning"):
         err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
     else:
         _default_showwarning(message, category, filename, lineno, file, line)

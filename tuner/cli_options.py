@@ -35,7 +35,7 @@ the answer, look closer, check it, share it), then the look-ups."""
 _EXAMPLES = (
     ("python -m tuner workloads", "list the workloads"),
     ("python -m tuner run -w ddpm",
-     f"tune ddpm (on CPU: 12 trials or {DEFAULT_CPU_TIME_BUDGET_S:g} s)"),
+     f"tune ddpm (on CPU: 36 trials or {DEFAULT_CPU_TIME_BUDGET_S:g} s)"),
     ("python -m tuner best -w ddpm --format python", "the winner as code to paste"),
     ("python -m tuner report -w ddpm --out report", "figures and report.html"),
     ("python -m tuner run -w classifier --model resnet50 --max-memory 12GB", ""),
@@ -126,7 +126,7 @@ def _per_scale(index: int) -> str:
 
 
 def _time_budget_default() -> str:
-    """The rule of ``tuner.plan.default_time_budget_s``, in words."""
+    """The rule of ``tuner.budget.default_time_budget_s``, in words."""
     return (f"{DEFAULT_CUDA_TIME_BUDGET_S:g} on CUDA; on CPU {DEFAULT_CPU_TIME_BUDGET_S:g} "
             f"without --trials, none with it")
 
@@ -261,7 +261,8 @@ def _budget() -> list[Callable]:
     opt = grouped(BUDGET)
     return [
         opt("--trials", type=click.IntRange(min=1), metavar="N",
-            show_default="12 on CPU, 40 on CUDA; with --time-budget alone, until it ends",
+            show_default="36 on CPU, 120 on CUDA, a cap the time budget usually ends first; "
+                         "with --time-budget alone, until the budget ends",
             help="Search trials, references included; follow-up trials come on top."),
         opt("--time-budget", "time_budget", type=click.FloatRange(min=0, min_open=True),
             metavar="S", show_default=_time_budget_default(),

@@ -28,7 +28,8 @@ from tuner._deprecated import moved
 from tuner.errors import RecordFailed, RunInterrupted, TunerError  # noqa: F401  (re-exported)
 from tuner.followups import Batch, followups, has_machine_compute
 from tuner.knobs import COMPUTE_SWITCHES, Knobs
-from tuner.plan import Plan, Resources, make_plan, resolve_workload
+from tuner.option_checks import make_plan, resolve_workload
+from tuner.plan import Plan, Resources
 from tuner.probe import (
     InputRate,
     ProbeResult,
@@ -49,6 +50,7 @@ from tuner.ray_runtime import (
 )
 from tuner.recorder import LeaderboardWriter, ignore_event
 from tuner.runlock import registered
+from tuner.search_policy import with_compute_curve
 from tuner.searcher import make_searcher
 from tuner.settings import RunOptions, TrialSettings, default_cache_dir
 from tuner.staging import Staged
@@ -233,7 +235,7 @@ def _probe_trial(workload: Workload, knobs: Knobs, settings: TrialSettings) -> d
 
 def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> tuple[Plan, ProbeResult]:
     """The plan with its batch size bounded by the memory probe and its search started from
-    the machine's compute curve (``Plan.with_compute_curve``), and the probe's result: every
+    the machine's compute curve (``with_compute_curve``), and the probe's result: every
     short trial in one worker process (``probe_in_process``), or with a host memory limit each
     in a fresh one (a process keeps the heap it once held)."""
     import ray
@@ -263,7 +265,7 @@ def _probe(plan: Plan, on_event: Callable[[str, dict], None]) -> tuple[Plan, Pro
                          "lower the space's batch_size")
     plan = plan.with_batch_bound(result.max_batch)
     curve = compute_curve(result, candidates(plan.device_space))
-    return plan.with_compute_curve(curve, result.knobs, result.input_rates), result
+    return with_compute_curve(plan, curve, result.knobs, result.input_rates), result
 
 
 def machine_text(plan: Plan) -> str:

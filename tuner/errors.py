@@ -1,8 +1,9 @@
 """Every exception and warning class tuner raises, and ``one_line``, the one formatter of an
 error message shown or stored in one line.
 
-* User errors (``TunerError`` and its subclasses): bad input, missing data, a failed write. The
-  CLI prints their message in one line and exits 2, without a traceback.
+* User errors (``TunerError`` and its subclasses): bad input, missing data, a failed write, a
+  workload method that raised outside a trial. The CLI prints their message in one line and
+  exits 2, without a traceback.
 * A run stopped by the user: ``RunInterrupted`` (the CLI exits 130).
 * A trial's own outcomes, raised and caught inside the trial or the memory probe:
   ``TrialFailure``, ``DeadlineReached``, ``LimitExceeded``, ``ProbeOutOfTime``; each becomes a
@@ -35,6 +36,13 @@ class DataError(TunerError):
 
 class SpaceError(TunerError):
     """A search-space YAML file is malformed or describes an impossible range."""
+
+
+class WorkloadError(TunerError):
+    """A workload's own scale-taking method raised outside a trial (planning, the data check,
+    the parameter count): the message names the workload as the user gave it, the method, the
+    scale, the error and the workload's line (``tuner.workload_calls.user_error``). Inside a
+    trial the method's own exception stays the trial's error, traceback kept."""
 
 
 class RecordFailed(TunerError):

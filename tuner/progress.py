@@ -21,6 +21,7 @@ from tuner._deprecated import moved
 from tuner.knobs import knob_text
 from tuner.status import Phase, Status, phase_of
 from tuner.summary import print_summary
+from tuner.workload_calls import meta_parameter_count
 
 _SAMPLER_NAMES = {"gp": "Gaussian-process Bayesian optimisation", "tpe": "TPE",
                   "random": "random search"}
@@ -153,8 +154,7 @@ class Progress:
         compute = ("FLOPs: not countable for this model" if not flops else
                    f"{flops / 1e9:,.2f} GFLOP/sample (forward + backward)" if flops >= 1e9 else
                    f"{flops / 1e6:,.1f} MFLOP/sample (forward + backward)")
-        c.print(f"  model: {w.parameter_count(plan.scale):,} parameters at {plan.scale} scale "
-                f"({w.parameter_count('full'):,} at full) · {compute}")
+        c.print(f"  model: {_parameters_text(w, plan.scale)} · {compute}")
         c.print(f"  data: {plan.data_dir} ({plan.samples:,} samples) · space: {plan.space.source}")
         bounds = plan.device_space.bounds()
         shown = " · ".join(f"{name} {bounds[name]}" for name in ("batch_size", "num_workers")
@@ -284,6 +284,16 @@ def _followups_text(plan) -> str:
     if plan.options.ceiling:
         parts.append("the ceilings, one short trial each (--no-ceiling skips them)")
     return f"after the search, beyond its budget: {' · '.join(parts)}" if parts else ""
+
+
+def _parameters_text(workload, scale: str) -> str:
+    """'806,771 parameters at tiny scale (12,817,859 at full)': the count at ``scale``
+    (``Workload.parameter_count``: on torch's meta device, else built on the CPU) and, at another
+    scale, the full-size model's where it builds on the meta device (never built on the CPU: a
+    full-size model's memory and seconds at every start for one figure)."""
+    text = f"{workload.parameter_count(scale):,} parameters at {scale} scale"
+    full = None if scale == "full" else meta_parameter_count(workload, "full")
+    return text if full is None else f"{text} ({full:,} at full)"
 
 
 def _phase_text(data: dict) -> str:

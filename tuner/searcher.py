@@ -93,7 +93,7 @@ class Timing(NamedTuple):
     compile: str
     """Its torch.compile mode ('off': none)."""
     compile_s: float
-    """The compile's seconds: its first step beyond a steady one (``harness.compile_s``)."""
+    """The compile's seconds: its first step beyond a steady one (``result_columns.compile_s``)."""
 
     @property
     def before_s(self) -> float:
@@ -296,7 +296,7 @@ class SearchSpec:
     anchors: tuple[tuple[str, dict, Knobs], ...] = ()
     """The machine's structured points, measured after the references and before the
     sampler's proposals: (name, parameters in ``space``, knobs as run); see
-    ``tuner.plan.anchor_points``."""
+    ``tuner.search_policy.anchor_points``."""
     screen_windows: int = 0
     """Windows of a screening trial (the structured points and the sampler's proposals); 0:
     every trial measures the run's full windows."""

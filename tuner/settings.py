@@ -16,7 +16,7 @@ import tuner._deprecated as deprecation
 from tuner._deprecated import moved
 from tuner.errors import TunerError
 
-VERSION = "0.2.0"
+VERSION = "0.3.0.dev0"
 """tuner's version (``tuner.__version__``; pyproject.toml says the same), recorded in every
 leaderboard row."""
 
@@ -148,7 +148,7 @@ class RunOptions:
     workload_options: Mapping[str, Any] = field(default_factory=dict)
     """Options the workload is configured with (``Workload.configure``): 'model' (--model, a
     non-empty name) and 'image_size' (--image-size, pixels >= 1); None values are dropped.
-    Whether the workload takes them is checked where it is resolved (``tuner.plan``)."""
+    Whether the workload takes them is checked where it is resolved (``tuner.option_checks``)."""
     space_file: str | None = None
     trials: int | None = None
     """Trials in all, references included; None: 12 on CPU, 40 on CUDA, three times that when
@@ -177,10 +177,10 @@ class RunOptions:
     max_memory: MemoryLimit | None = None
     """Device memory limit: fraction ('0.9') or size ('12GB'), see TrialSettings.max_memory.
     Given as text or a MemoryLimit; held as a MemoryLimit. A size above the GPU's memory is
-    refused, and on the CPU device it is a note (``tuner.plan.check_limits``)."""
+    refused, and on the CPU device it is a note (``tuner.option_checks.check_limits``)."""
     max_host_memory: MemoryLimit | None = None
     """Host memory limit per trial (process + DataLoader workers): size ('8GB') or fraction of
-    this machine's RAM; a size above the RAM is refused (``tuner.plan.check_limits``)."""
+    this machine's RAM; a size above the RAM is refused (``tuner.option_checks.check_limits``)."""
     global_batch_size: int | None = None
     probe: ProbeMode = "auto"
     """Memory probe before the search: 'auto' (on CUDA, or with --max-host-memory), 'on', 'off'."""

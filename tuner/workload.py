@@ -42,6 +42,7 @@ from tuner._deprecated import Replacement, moved
 from tuner.errors import DataError, TunerError
 from tuner.knobs import Knobs
 from tuner.settings import SCALES, default_cache_dir  # noqa: F401  (public: workloads import them here)
+from tuner.workload_calls import meta_parameter_count, wrap_scale_methods
 
 if TYPE_CHECKING:
     from tuner.data import SamplePath
@@ -55,7 +56,23 @@ class Workload(abc.ABC):
       * ``training_step`` returns the scalar loss of one micro-batch already on the device; the
         harness runs it under autocast, calls backward and steps the optimizer.
       * Nothing here reads or applies knobs.
+      * The scale-taking methods (``build_model``, ``build_dataset``, ``prepare_default_data``,
+        ``check_data``, ``sample_shape``, ``sample_path``, ``units_per_sample``,
+        ``parameter_count``) take a scale of ``SCALES``: 'full' or 'tiny'. Every call goes
+        through ``tuner.workload_calls`` (put around them when the class is made), which keeps
+        a workload written for tuner 0.2 running: a method that raises KeyError or ValueError
+        naming 'full' is called once more with 'seed' (0.2's word for it) and, when it takes
+        that, gets 'seed' for 'full' from then on, with one ``TunerDeprecationWarning``
+        (deprecated in 0.3.0, removed in 0.4.0). A method that treats every word but 'tiny'
+        as full-size cannot be told apart, and gets 'full'.
+      * An exception one of them raises outside a trial (planning, the data check, the
+        parameter count) ends a command with one line naming the method, the scale, the error
+        and its line (exit code 2); inside a trial it is the trial's error, traceback kept.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        wrap_scale_methods(cls)
 
     name: ClassVar[str]
     """Short name used on the command line and in the leaderboard."""
@@ -207,6 +224,11 @@ class Workload(abc.ABC):
         return self.references["baseline"]
 
     def parameter_count(self, scale: str) -> int:
+        """Parameters of ``build_model(scale)``: counted on torch's ``meta`` device (no
+        memory, no initialisation), else on the model built on the CPU."""
+        count = meta_parameter_count(self, scale)
+        if count is not None:
+            return count
         return sum(p.numel() for p in self.build_model(scale).parameters())
 
     def trainer_samples_per_sec(
@@ -222,6 +244,9 @@ class Workload(abc.ABC):
 def option_flag(option: str) -> str:
     """The command-line flag of a workload option: 'image_size' -> '--image-size'."""
     return "--" + option.replace("_", "-")
+
+
+wrap_scale_methods(Workload)  # the defaults too (check_data builds the dataset, reads a sample)
 
 
 LOADER_NAMES = ("ENTRY_POINT_GROUP", "BUILTINS", "available", "resolve", "configured")

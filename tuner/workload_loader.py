@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from tuner.errors import TunerError, one_line
 from tuner.workload import Workload, option_flag
+from tuner.workload_calls import named_by
 
 ENTRY_POINT_GROUP = "tuner.workloads"
 
@@ -260,4 +261,4 @@ def _checked(obj: Any, spec: str) -> Workload:
         )
     if "baseline" not in obj.references:
         raise TunerError(f"workload {spec!r} has no 'baseline' reference configuration")
-    return obj
+    return named_by(obj, spec)  # its methods' errors name it as the user did

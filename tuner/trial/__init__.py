@@ -3,6 +3,8 @@ data-parallel trial) and measures one configuration.
 
 * ``harness``: one trial top to bottom (build, warm up, timed windows, the result row) and
   ``make_trainable``, the Ray Tune trainable of a workload;
+* ``result_columns``: the result row's columns the loop does not measure (environment, rates
+  and MFU, compile time, a failed or stopped trial's columns);
 * ``steppers``: one optimizer step of each kind (plain, AMP, compiled, data-parallel);
 * ``apply``: the knobs applied to torch and restored after (cuDNN, TF32, threads, ...);
 * ``measure``: windows, step times, memory and the breakdown of a step;

@@ -14,7 +14,6 @@ import datetime as dt
 import math
 import statistics
 import time
-import traceback
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -24,9 +23,9 @@ import torch
 import tuner.budget as budget
 import tuner.windows as rule
 from tuner.errors import DeadlineReached, TrialFailure  # noqa: F401  (re-exported)
-from tuner.hardware import fingerprint, node_id, node_ip
+from tuner.hardware import node_id
 from tuner.knobs import Knobs
-from tuner.settings import PHASES, VERSION, TrialSettings, default_cache_dir
+from tuner.settings import PHASES, TrialSettings, default_cache_dir
 from tuner.status import Status
 from tuner.trial.apply import (
     build_training,
@@ -35,8 +34,6 @@ from tuner.trial.apply import (
     move_batch,
     trial_state,
 )
-from tuner.trial.failures import classify
-from tuner.trial.flops import precision_of, utilisation
 from tuner.trial.measure import (
     GpuTelemetry,
     HostMemorySampler,
@@ -50,6 +47,13 @@ from tuner.trial.measure import (
     synchronize,
 )
 from tuner.trial.ranks import Rank, RankFigures, follow
+from tuner.trial.result_columns import (
+    WINDOW_REPORT_KEYS,
+    environment_columns,
+    failure_columns,
+    rate_columns,
+    timeout_columns,
+)
 from tuner.trial.steppers import (
     LoaderStepper,
     Stepper,
@@ -70,11 +74,6 @@ def _check_deadline(settings: TrialSettings, where: str) -> None:
     """Raise DeadlineReached("<where>") once the trial's deadline has passed."""
     if settings.deadline_unix_s is not None and time.time() >= settings.deadline_unix_s:
         raise DeadlineReached(where)
-
-
-WINDOW_REPORT_KEYS = ("window", "window_samples_per_sec", "window_settling", "windows_dropped",
-                      "windows_long")
-"""Keys of a window's report (early stopping reads them) that are no leaderboard column."""
 
 
 def _check_compile_fits(workload: Workload, knobs: Knobs, settings: TrialSettings) -> None:
@@ -167,7 +166,7 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     result: dict[str, Any] = {"status": Status.ERROR, "error": None, "samples_per_sec": 0.0,
                               "windows_planned": settings.windows,
                               "world_size": settings.world_size,
-                              **_environment(device, settings.accelerator_type)}
+                              **environment_columns(device, settings.accelerator_type)}
     try:
         applied, clamped = _clamp(knobs, device)
     except ValueError as exc:
@@ -197,68 +196,14 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
                                        sofar, rank), status=Status.OK)
             _check_limits(result["peak_device_memory_mb"], state.limit_mb, sampler)
         except DeadlineReached as exc:  # the run's time budget: the finished windows are kept
-            result.update(_timed_out(sofar, str(exc), settings))
+            result.update(timeout_columns(sofar, str(exc), settings))
         except Exception as exc:  # recorded with its traceback and status; the run goes on
-            result.update(_failure(exc, device))
+            result.update(failure_columns(exc, device))
     if result["status"] in (Status.OK, Status.TIMEOUT) and result["samples_per_sec"] is not None:
-        result.update(_rates(units, settings, applied, result))
+        result.update(rate_columns(units, settings, applied, result))
     result.update(peak_host_memory_mb=sampler.peak_mb, started_at=started_at, finished_at=_now())
     report(result)
     return result
-
-
-def _failure(exc: Exception, device: torch.device) -> dict:
-    """The result columns of a failed trial (call inside the ``except``): status, one-line
-    error, traceback and, for oom and over_limit, which memory ran out."""
-    status, memory, error = classify(exc, device)
-    out = dict(status=status, error=error, traceback=traceback.format_exc(limit=20),
-               samples_per_sec=0.0, time_to_train_s=None)
-    if memory is not None:
-        out["memory_exceeded"] = memory
-    return out
-
-
-def _timed_out(sofar: dict, where: str, settings: TrialSettings) -> dict:
-    """The result columns of a trial stopped by the time budget during ``where``: set-up,
-    compile (``first_step_s``) and warm-up times and the windows it finished, as measured so
-    far (``windows`` of ``windows_planned``: a measurement over fewer windows,
-    ``tuner.status.budget_stopped``); no throughput when no window finished."""
-    done = int(sofar.get("windows") or 0)
-    out = {"samples_per_sec": None, "windows": 0, "time_to_train_s": None, **sofar,
-           "windows_planned": settings.windows}
-    out.update(status=Status.TIMEOUT, error=f"stopped by the time budget during {where}, "
-               f"after {done} of {settings.windows} windows")
-    for key in WINDOW_REPORT_KEYS:
-        out.pop(key, None)
-    return out
-
-
-def compile_s(knobs: Knobs, result: dict) -> float | None:
-    """torch.compile's cost, s: the first step's time beyond a steady step (``first_step_s`` -
-    ``step_time_ms_p50``), where dynamo traces and Inductor compiles (``reduce-overhead`` also
-    records its CUDA graphs there; cuDNN autotuning of the first shapes lands there too).
-    Part of ``warmup_s``, never of the measured windows. None with compile off or before a
-    step time is known."""
-    first, step_ms = result.get("first_step_s"), result.get("step_time_ms_p50")
-    if knobs.compile == "off" or first is None or step_ms is None:
-        return None
-    return max(0.0, first - step_ms / 1000)
-
-
-def _rates(units: dict[str, int], settings: TrialSettings, knobs: Knobs, result: dict) -> dict:
-    """From a measured ``result``: throughput in the workload's other units
-    (``tokens_per_sec``), the model's FLOP per sample (counted once per run), achieved TFLOP/s
-    and, on a card whose peak is known (or given with --peak-tflops), MFU for the knobs'
-    precision; ``compile_s``. A loader-only trial ran no model: no FLOPs, nothing compiled."""
-    samples_per_sec = result["samples_per_sec"]
-    flops = None if settings.loader_only else settings.model_flops_per_sample
-    out = {f"{unit}_per_sec": samples_per_sec * per_sample for unit, per_sample in units.items()}
-    out.update(utilisation(flops, samples_per_sec, result.get("gpu_name"),
-                           precision_of(knobs.amp, knobs.tf32), settings.peak_tflops,
-                           settings.conv_flops_share),
-               model_flops_per_sample=flops,
-               compile_s=None if settings.loader_only else compile_s(knobs, result))
-    return out
 
 
 def _clamp(knobs: Knobs | dict, device: torch.device) -> tuple[Knobs, list[str]]:
@@ -618,19 +563,6 @@ def _breakdown_after(stepper: "Stepper | LoaderStepper", device: torch.device,
             and time.time() + steps * slowest_s >= settings.deadline_unix_s):
         steps = 0
     return _breakdown(stepper.step, device, steps)
-
-
-def _environment(device: torch.device, accelerator_type: str | None) -> dict:
-    """Hardware and versions; the hardware key names the accelerator type when Ray gave one."""
-    info = fingerprint(device)
-    # torch.__version__ is a TorchVersion: a plain str keeps torch out of every process
-    # that unpickles the result (a data-parallel trial's result queue imports it in 3 s)
-    info.update(node_id=node_id(), node_ip=node_ip(), tuner_version=VERSION,
-                torch_version=str(torch.__version__))
-    if accelerator_type is not None:
-        info["accelerator_type"] = accelerator_type
-        info["hardware_key"] = f"{info['hardware_key']}@{accelerator_type}"
-    return info
 
 
 def _now() -> dt.datetime:

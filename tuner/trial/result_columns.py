@@ -1,0 +1,89 @@
+"""A trial's result columns that its loop does not measure (``tuner.trial.harness``): the
+machine and versions it ran on, its rate in the workload's other units with the FLOPs, MFU and
+torch.compile's cost, and the columns of a trial that failed or that the time budget stopped.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import torch
+
+from tuner.hardware import fingerprint, node_id, node_ip
+from tuner.knobs import Knobs
+from tuner.settings import VERSION, TrialSettings
+from tuner.status import Status
+from tuner.trial.failures import classify
+from tuner.trial.flops import precision_of, utilisation
+
+WINDOW_REPORT_KEYS = ("window", "window_samples_per_sec", "window_settling", "windows_dropped",
+                      "windows_long")
+"""Keys of a window's report (early stopping reads them) that are no leaderboard column."""
+
+
+def failure_columns(exc: Exception, device: torch.device) -> dict:
+    """The result columns of a failed trial (call inside the ``except``): status, one-line
+    error, traceback and, for oom and over_limit, which memory ran out."""
+    status, memory, error = classify(exc, device)
+    out = dict(status=status, error=error, traceback=traceback.format_exc(limit=20),
+               samples_per_sec=0.0, time_to_train_s=None)
+    if memory is not None:
+        out["memory_exceeded"] = memory
+    return out
+
+
+def timeout_columns(sofar: dict, where: str, settings: TrialSettings) -> dict:
+    """The result columns of a trial stopped by the time budget during ``where``: set-up,
+    compile (``first_step_s``) and warm-up times and the windows it finished, as measured so
+    far (``windows`` of ``windows_planned``: a measurement over fewer windows,
+    ``tuner.status.budget_stopped``); no throughput when no window finished."""
+    done = int(sofar.get("windows") or 0)
+    out = {"samples_per_sec": None, "windows": 0, "time_to_train_s": None, **sofar,
+           "windows_planned": settings.windows}
+    out.update(status=Status.TIMEOUT, error=f"stopped by the time budget during {where}, "
+               f"after {done} of {settings.windows} windows")
+    for key in WINDOW_REPORT_KEYS:
+        out.pop(key, None)
+    return out
+
+
+def compile_s(knobs: Knobs, result: dict) -> float | None:
+    """torch.compile's cost, s: the first step's time beyond a steady step (``first_step_s`` -
+    ``step_time_ms_p50``), where dynamo traces and Inductor compiles (``reduce-overhead`` also
+    records its CUDA graphs there; cuDNN autotuning of the first shapes lands there too).
+    Part of ``warmup_s``, never of the measured windows. None with compile off or before a
+    step time is known."""
+    first, step_ms = result.get("first_step_s"), result.get("step_time_ms_p50")
+    if knobs.compile == "off" or first is None or step_ms is None:
+        return None
+    return max(0.0, first - step_ms / 1000)
+
+
+def rate_columns(units: dict[str, int], settings: TrialSettings, knobs: Knobs,
+                 result: dict) -> dict:
+    """From a measured ``result``: throughput in the workload's other units
+    (``tokens_per_sec``), the model's FLOP per sample (counted once per run), achieved TFLOP/s
+    and, on a card whose peak is known (or given with --peak-tflops), MFU for the knobs'
+    precision; ``compile_s``. A loader-only trial ran no model: no FLOPs, nothing compiled."""
+    samples_per_sec = result["samples_per_sec"]
+    flops = None if settings.loader_only else settings.model_flops_per_sample
+    out = {f"{unit}_per_sec": samples_per_sec * per_sample for unit, per_sample in units.items()}
+    out.update(utilisation(flops, samples_per_sec, result.get("gpu_name"),
+                           precision_of(knobs.amp, knobs.tf32), settings.peak_tflops,
+                           settings.conv_flops_share),
+               model_flops_per_sample=flops,
+               compile_s=None if settings.loader_only else compile_s(knobs, result))
+    return out
+
+
+def environment_columns(device: torch.device, accelerator_type: str | None) -> dict:
+    """Hardware and versions; the hardware key names the accelerator type when Ray gave one."""
+    info = fingerprint(device)
+    # torch.__version__ is a TorchVersion: a plain str keeps torch out of every process
+    # that unpickles the result (a data-parallel trial's result queue imports it in 3 s)
+    info.update(node_id=node_id(), node_ip=node_ip(), tuner_version=VERSION,
+                torch_version=str(torch.__version__))
+    if accelerator_type is not None:
+        info["accelerator_type"] = accelerator_type
+        info["hardware_key"] = f"{info['hardware_key']}@{accelerator_type}"
+    return info
