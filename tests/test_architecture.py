@@ -32,12 +32,14 @@ FLOORS = {
     4: {"tuner.driver", "tuner.plan", "tuner.option_checks", "tuner.search_policy",
         "tuner.searcher", "tuner.staging", "tuner.probe",
         "tuner.ray_runtime", "tuner.followups",
-        "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.trial.distributed"},
+        "tuner.recorder", "tuner.pruning", "tuner.runlock", "tuner.trial.distributed",
+        "tuner.checks"},
     3: {"tuner.progress", "tuner.summary", "tuner.price_errors", "tuner.machine_load",
         "tuner.report", "tuner.report_figures", "tuner.diagnose",
         "tuner.leaderboard", "tuner.export",
         "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
+        "tuner.integrations.lightning_args", "tuner.integrations.lightning_fit",
         "tuner.workloads", "tuner.workloads._data", "tuner.workloads.ddpm",
         "tuner.workloads.classifier", "tuner.workloads.headpose", "tuner.workloads.chargpt",
         "tuner.workloads.segmentation3d", "tuner.workloads.datasets",
@@ -60,7 +62,8 @@ TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.s
               "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
               "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
-              "tuner.scaling", "tuner.summary", "tuner.machine_load", "tuner.workload_calls"}
+              "tuner.scaling", "tuner.summary", "tuner.machine_load", "tuner.workload_calls",
+              "tuner.integrations.lightning_args"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 

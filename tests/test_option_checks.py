@@ -102,7 +102,7 @@ def test_knobs_that_no_longer_apply_are_dropped_and_named():
 
 
 def test_profile_knobs_json_must_be_an_object_of_known_knobs():
-    from tuner.cli import _knobs_over
+    from tuner.checks import knobs_over as _knobs_over
     baseline = Knobs(batch_size=8, num_workers=2)
     assert _knobs_over(baseline, '{"num_workers": 0}') == (Knobs(batch_size=8),
                                                            ["prefetch_factor=2"])

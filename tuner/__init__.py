@@ -17,13 +17,16 @@ import, even at run time, reaches a higher floor):
   plan), ``search_policy`` (what the space keeps, where the search starts; above ``plan``),
   ``searcher`` (the Optuna search), ``staging`` (the run's phases as one Ray Tune
   experiment), ``probe`` (memory), ``followups`` (re-measurement,
-  ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``;
+  ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``; beside them ``checks``
+  (``validate`` and ``profile`` of one configuration, as values);
 * results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
   ``progress`` (the live printer), ``summary`` (the closing table), ``machine_load`` (busy
   and drift notes), ``price_errors`` (the cost model's prices against the wall times),
   ``report`` (the HTML page; its figures ``report_figures``), ``export``, ``diagnose``; the
-  built-in workloads ``workloads/``;
+  built-in workloads ``workloads/``; the adapters ``integrations/`` (``lightning``, its
+  ``Trainer.fit()`` measurement ``lightning_fit``, and the answer in Lightning's terms
+  ``lightning_args``, torch-free);
 * the trial, torch side (runs in a Ray worker), the package ``trial/``: ``harness``,
   ``result_columns`` (the columns the loop does not measure), ``apply`` (knobs onto the
   model), ``steppers``, ``measure``, ``flops``, ``failures``,

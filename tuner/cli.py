@@ -37,8 +37,8 @@ from tuner.cli_options import (
     validate_options,
 )
 from tuner.errors import TunerDeprecationWarning, TunerError, one_line
-from tuner.knobs import Knobs, knob_text
-from tuner.status import MEASURED, Phase, Status, phase_of
+from tuner.knobs import knob_text
+from tuner.status import MEASURED, Status
 
 
 def _console(stderr: bool = False) -> Console:
@@ -117,14 +117,6 @@ def _note(text: str) -> None:
 
 _model_options = applied(model_options())
 """--model and --image-size of ``validate`` and ``profile``."""
-
-
-def _configured(workload: str, model: str | None, image_size: int | None):
-    """The workload ``--workload`` names, configured with --model / --image-size."""
-    from tuner.option_checks import resolve_workload
-    from tuner.settings import RunOptions
-    return resolve_workload(RunOptions(workload=workload, workload_options={
-        "model": model, "image_size": image_size}))
 
 
 @main.command(short_help=SHORT_HELP["run"])
@@ -226,32 +218,10 @@ _common_filters = applied(common_filter_options())
 """--workload, --results, --hardware and --scale of the commands that read a leaderboard."""
 
 
-def _workload_name(spec: str) -> str:
-    """Leaderboard rows carry the workload's name; an import path is resolved to it."""
-    if ":" in spec:
-        from tuner.workload_loader import resolve
-        return resolve(spec).name
-    return spec
-
-
 def _load(results: str, workload: str, hardware: str | None, scale: str | None = None):
-    """``leaderboard.select`` for a read command: an import path is resolved to its name, with
-    rows from several machines this machine's key is taken, and with ``--scale`` only that
-    scale's rows are read."""
-    import tuner.leaderboard as leaderboard
-    return leaderboard.select(results, _workload_name(workload), hardware, scale=scale,
-                              this_machine=_this_machine_key)
-
-
-def _this_machine_key(keys: list[str]) -> str | None:
-    import torch
-
-    from tuner.hardware import fingerprint
-    for device in (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]:
-        key = fingerprint(torch.device(device))["hardware_key"]
-        if key in keys:
-            return key
-    return None
+    """The rows a read command shows and their hardware key (``tuner.checks.load_rows``)."""
+    from tuner.checks import load_rows
+    return load_rows(results, workload, hardware, scale)
 
 
 @main.command(name="leaderboard", short_help=SHORT_HELP["leaderboard"])
@@ -311,8 +281,11 @@ def _num(v: float | None, digits: int) -> str:
 
 @main.command(short_help=SHORT_HELP["best"])
 @_common_filters
-@click.option("--format", "fmt", type=click.Choice(["json", "yaml", "python"]), default="json",
-              show_default=True)
+@option("--format", "fmt", type=click.Choice(["json", "yaml", "python", "lightning",
+                                               "transformers"]), default="json",
+        show_default=True, help="json/yaml: the whole answer; python: a plain training loop "
+        "to paste; lightning: Trainer(...) and DataLoader(...) arguments; transformers: "
+        "TrainingArguments(...).")
 @option("--gpu-hour-cost", "gpu_hour_cost", type=click.FloatRange(min=0, min_open=True),
         metavar="PRICE", show_default="none",
         help="Price of a GPU-hour: cost per million samples at each world size.")
@@ -323,7 +296,8 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
     simpler one (no compile, fewer workers, closer to the baseline: docs/concepts.md, "Tie").
 
     `--format python` prints the lines to paste for its data path (`tuner.data`), the lines
-    `validate` trains with."""
+    `validate` trains with; `lightning` and `transformers` the same answer in those trainers'
+    own settings (docs/use-the-answer.md)."""
     from tuner.winner import best as winner
     table, hardware = _load(results, workload, hardware, scale)
     answer = winner(table)
@@ -338,24 +312,41 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
     doc["world_sizes"] = [asdict(size) for size in sizes]
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2, default=str))
-    elif fmt == "yaml":
+        return
+    if fmt == "yaml":
         import yaml
         click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+        return
+    row = answer.row
+    header = [f"tuner best for {workload} on {hardware}: {_speed(answer)} (run {row['run_id']})",
+              *scaling_lines(sizes)]
+    device = row.get("device") or "cuda"
+    knobs = answer.knobs.clamp(device)[0]  # as the trial's device applied them
+    if fmt == "lightning":
+        from tuner.integrations.lightning_args import format_answer
+        text = format_answer(knobs, header, device=device, scale=row.get("scale"),
+                             world_size=int(row.get("world_size") or 1),
+                             torch_threads=row.get("torch_threads"))
+    elif fmt == "transformers":
+        from tuner.integrations.transformers_args import format_answer
+        text = format_answer(knobs, header)
     else:
-        speed = f"{answer.samples_per_sec:.1f} samples/sec"
-        if answer.baseline.is_best:
-            speed += ", the baseline itself"
-        elif answer.baseline.tie:
-            speed += ", a tie with the baseline within the noise"
-        elif answer.baseline.ratio:
-            speed += f", {answer.baseline.ratio:.2f}x the baseline"
         from tuner.trial.validate import best_code
-        code = best_code(workload, answer.knobs, answer.row)  # what `validate` runs
-        click.echo(f"# tuner best for {workload} on {hardware}: {speed} "
-                   f"(run {answer.row['run_id']})")
-        for line in scaling_lines(sizes):
-            click.echo(f"# {line}")
-        click.echo(code, nl=False)
+        text = "".join(f"# {line}\n" for line in header)
+        text += best_code(workload, answer.knobs, row)  # what `validate` runs
+    click.echo(text, nl=False)
+
+
+def _speed(answer: Any) -> str:
+    """'139.7 samples/sec, 2.66x the baseline' (or the baseline itself, or a tie)."""
+    speed = f"{answer.samples_per_sec:.1f} samples/sec"
+    if answer.baseline.is_best:
+        speed += ", the baseline itself"
+    elif answer.baseline.tie:
+        speed += ", a tie with the baseline within the noise"
+    elif answer.baseline.ratio:
+        speed += f", {answer.baseline.ratio:.2f}x the baseline"
+    return speed
 
 
 @main.command(short_help=SHORT_HELP["report"])
@@ -387,7 +378,8 @@ def export_cmd(workload: str, results: str, hardware: str | None, scale: str | N
 
     from tuner.export import default_study_name, shown_url, write_study
     table, hardware = _load(results, workload, hardware, scale)
-    name = _workload_name(workload)
+    from tuner.checks import workload_name
+    name = workload_name(workload)
     rows = table.to_pylist()
     if run_id is not None:
         runs = sorted({r["run_id"] for r in rows})
@@ -407,95 +399,38 @@ def export_cmd(workload: str, results: str, hardware: str | None, scale: str | N
     console.print(f"open it with: optuna-dashboard {url}", highlight=False, soft_wrap=True)
 
 
-def _pick_row(table, trial_id: str | None) -> dict:
-    from tuner.winner import best
-    rows = table.to_pylist()
-    if trial_id is None:
-        answer = best(rows)
-        if answer is None:
-            raise TunerError("no successful trial to take the configuration from")
-        return dict(answer.row)
-    match = [r for r in rows if r["trial_id"] == trial_id]
-    if not match:
-        raise TunerError(f"--trial {trial_id}: no such trial; trials here: "
-                         f"{', '.join(r['trial_id'] for r in rows[:20])}")
-    return match[0]
-
-
-def _check_validatable(row: dict) -> None:
-    """Raise TunerError unless ``row`` is a whole training measurement ``validate`` can check:
-    status ok (a pruned or timed-out trial holds a partial figure, a failed one none), not a
-    ceiling (no configuration trains at a compute-only or loader-only rate), no impossible
-    figure (``tuner.noise.impossible``)."""
-    import tuner.noise as noise
-    what = f"--trial {row['trial_id']}"
-    if row["status"] != Status.OK or row["samples_per_sec"] is None:
-        raise TunerError(f"{what} ended {row['status']} and has no whole measurement to "
-                         f"validate; accepted: a trial whose status is ok")
-    if phase_of(row) == Phase.CEILING:
-        raise TunerError(f"{what} is a {row.get('ceiling') or 'compute'}-only ceiling, not a "
-                         f"configuration's training rate; accepted: a search or re-measured trial")
-    reason = noise.impossible(row)
-    if reason:
-        raise TunerError(f"{what} was disturbed ({reason}); accepted: a trial with no "
-                         f"impossible figure")
-
-
-
-def _data_for(workload, data: str | None, scale: str):
-    """The data ``profile`` and ``validate`` read, checked as ``run`` checks it before
-    measuring (``tuner.option_checks.checked_data``: every image decoded for the built-ins).
-    Raises DataError naming the path or file."""
-    from tuner.option_checks import checked_data
-    with console.status("checking the data…"):
-        return checked_data(workload, data, scale)[0]
-
-
 @main.command(short_help=SHORT_HELP["validate"])
 @_common_filters
 @_model_options
 @applied(validate_options())
-def validate(workload: str, results: str, hardware: str | None, scale: str | None,
-             model: str | None, image_size: int | None, trial_id: str | None,
-             steps: int | None, data: str | None, world_size: int | None) -> None:
-    """Train with the best configuration as a plain loop; measured vs predicted samples/sec.
+def validate(steps: int | None, **where: Any) -> None:
+    """Train with the best configuration; measured vs predicted samples/sec.
 
-    Its batches come from the very lines `best --format python` prints for the configuration's
-    data path (a DataLoader, the decoded cache, or the dataset resident on the device). A
-    multi-rank trial is checked by a plain DDP loop of as many local processes."""
-    import torch
-
-    from tuner.trial.validate import check_data_path, loop_for_row, ranks_for
-    w = _configured(workload, model, image_size)
-    table, hardware = _load(results, w.name, hardware, scale)
-    row = _pick_row(table, trial_id)
-    _check_validatable(row)
-    if row["device"] == "cuda" and not torch.cuda.is_available():
-        raise TunerError(f"trial {row['trial_id']} ran on CUDA ({hardware}); no CUDA device here")
-    knobs = Knobs.from_dict(row, strict=False)
-    check_data_path(w, knobs)
-    ranks = ranks_for(row, world_size)
-    data_dir = _data_for(w, data, row["scale"])
+    A workload with a trainer of its own (a LightningModule: `Trainer.fit()`) trains in it,
+    the answer's knobs and the baseline's in interleaved rounds. Any other trains as a plain
+    loop whose batches come from the very lines `best --format python` prints for the
+    configuration's data path (a DataLoader, the decoded cache, or the dataset resident on the
+    device); a multi-rank trial as a plain DDP loop of as many local processes."""
+    from tuner.checks import plan_validation, run_validation
+    with console.status("checking the data…"):
+        plan = plan_validation(where.pop("workload"), **where)
+    row = plan.row
     console.print(f"validating trial {row['trial_id']} ({row['phase']}, run {row['run_id']}): "
                   f"{knob_text(row)} · {row['scale']} scale on {row['device']}")
-    from tuner.trial.harness import training_threads
-    threads = None
-    if row["device"] == "cpu" and row.get("trial_cpus"):
-        # Train with the threads the trial's training process had.
-        threads = row.get("torch_threads") or training_threads(knobs.num_workers,
-                                                               int(row["trial_cpus"]))
-    where = (
-        f"{threads or torch.get_num_threads()} CPU threads" if row["device"] == "cpu" else "CUDA"
-    )
-    what = f"{ranks} ranks, each on {where}" if ranks > 1 else where
+    what = f"in {plan.trainer}, answer and baseline in turn" if plan.in_trainer else plan.where
     with console.status(f"training {what}…"):
-        v = loop_for_row(w, knobs, row, data_dir=data_dir, steps=steps, threads=threads,
-                         ranks=ranks)
-    predicted = row["samples_per_sec"]
-    t = Table(title=f"{w.name}: plain training loop vs the trial", title_justify="left")
-    for col in ("", "samples/sec"):
-        t.add_column(col, justify="right" if col else "left")
-    t.add_row("predicted (trial median" + (f", {ranks} ranks)" if ranks > 1 else ")"),
+        v = run_validation(plan, steps=steps)
+    if plan.in_trainer:
+        _print_trainer(plan, v)
+    else:
+        _print_loop(plan, v)
+
+
+def _print_loop(plan: Any, v: Any) -> None:
+    """The plain loop's figures against the trial's (a ``tuner.trial.validate.Validation``)."""
+    row, predicted = plan.row, plan.row["samples_per_sec"]
+    t = _figures_table(f"{plan.workload.name}: plain training loop vs the trial")
+    t.add_row("predicted (trial median" + (f", {plan.ranks} ranks)" if plan.ranks > 1 else ")"),
               f"{predicted:,.1f}")
     t.add_row(f"measured ({v.steps} steps, {v.epochs:.1f} epochs, first {v.warmup_steps} left out)",
               f"{v.samples_per_sec:,.1f}")
@@ -507,65 +442,60 @@ def validate(workload: str, results: str, hardware: str | None, scale: str | Non
         f"{v.omp_num_threads or 'unset'} (the trial's: {row.get('torch_threads') or '?'}, "
         f"{row.get('omp_num_threads') or 'unset'})"
     )
-    if knobs.data_path != "loader":  # the fill: one decoding pass, before the loop
+    if plan.knobs.data_path != "loader":  # the fill: one decoding pass, before the loop
         trial_fill = row.get("cache_fill_s")
-        console.print(f"cache fill ({knobs.data_path} path): {v.batches_s:.1f} s" + (
+        console.print(f"cache fill ({plan.knobs.data_path} path): {v.batches_s:.1f} s" + (
             f" (the trial's: {trial_fill:.1f} s)" if trial_fill is not None else ""))
+
+
+def _print_trainer(plan: Any, v: Any) -> None:
+    """The trainer's rounds against the trials (a ``tuner.checks.TrainerValidation``)."""
+    t = _figures_table(f"{plan.workload.name}: {plan.trainer} vs the trial")
+    n = len(v.answer_samples_per_sec)
+    t.add_row("predicted (trial median)", f"{v.predicted_samples_per_sec:,.1f}")
+    t.add_row(f"measured in the trainer (median of {n} rounds, {v.answer_steps} steps each)",
+              f"{v.measured_samples_per_sec:,.1f}")
+    t.add_row("[bold]measured ÷ predicted[/]", f"[bold]{v.ratio:.2f}[/]")
+    base = v.baseline_predicted_samples_per_sec
+    t.add_row(f"baseline in the trainer (median of {n}, {v.baseline_steps} steps each)",
+              f"{v.baseline_measured_samples_per_sec:,.1f}")
+    t.add_row("baseline predicted (its trial)", "" if base is None else f"{base:,.1f}")
+    low, high = min(v.round_speedups), max(v.round_speedups)
+    t.add_row(f"[bold]speed-up over the baseline in the trainer[/] (rounds {low:.2f}-{high:.2f}x"
+              + (", within the noise)" if low <= 1.0 <= high else ")"),
+              f"[bold]{v.speedup:.2f}x[/]")
+    if v.trial_speedup is not None:
+        t.add_row("speed-up over the baseline in the trials", f"{v.trial_speedup:.2f}x")
+    console.print(t)
+    rounds = "; ".join(f"{a:,.1f} / {b:,.1f}" for a, b in
+                       zip(v.answer_samples_per_sec, v.baseline_samples_per_sec))
+    console.print(f"rounds in order (answer / baseline samples/sec): {rounds}", highlight=False)
+
+
+def _figures_table(title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("", "samples/sec"):
+        t.add_column(col, justify="right" if col else "left")
+    return t
 
 
 @main.command(short_help=SHORT_HELP["profile"])
 @applied(profile_options())
-def profile(
-    workload: str,
-    model: str | None,
-    image_size: int | None,
-    knobs_json: str | None,
-    trial_id: str | None,
-    results: str,
-    hardware: str | None,
-    device: str,
-    scale: str | None,
-    data: str | None,
-    steps: int,
-) -> None:
+def profile(workload: str, **options: Any) -> None:
     """Per-phase breakdown of one configuration, and its bottleneck in one sentence.
 
     Knobs: --knobs, else --trial, else the best trial in --results, else the baseline."""
+    from tuner.checks import plan_profile, run_profile
     from tuner.diagnose import bottleneck, breakdown_table
-    from tuner.option_checks import local_cpus, resolve_device
-    from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings, default_scale
-    from tuner.trial.harness import run_trial
-    w = _configured(workload, model, image_size)
-    device = resolve_device(device)
-    scale = scale or default_scale(device)
-    source = "the workload's baseline"
-    knobs = w.baseline
-    if knobs_json is not None:
-        knobs, dropped = _knobs_over(w.baseline, knobs_json)
-        if dropped:
-            _note(f"--knobs: {', '.join(dropped)} of the baseline dropped: "
-                  f"{'it needs' if len(dropped) == 1 else 'they need'} num_workers > 0")
-        source = "--knobs"
-    elif trial_id is not None or _has_rows(results, w.name):
-        table, hardware = _load(results, w.name, hardware)
-        row = _pick_row(table, trial_id)
-        knobs, source = Knobs.from_dict(row, strict=False), f"trial {row['trial_id']}"
-    warmup, _, window_s = MEASUREMENT_DEFAULTS[scale]
-    settings = TrialSettings(
-        scale=scale,
-        device=device,
-        data_dir=str(_data_for(w, data, scale)),
-        warmup_steps=warmup,
-        windows=2,
-        window_s=window_s,
-        breakdown_steps=steps,
-    )
-    console.print(f"profiling {w.name} ({scale} scale on {device}) with {source}: "
-                  f"{knob_text(knobs.to_dict())}")
+    with console.status("checking the data…"):
+        plan = plan_profile(workload, **options)
+    if plan.dropped:
+        _note(f"--knobs: {', '.join(plan.dropped)} of the baseline dropped: "
+              f"{'it needs' if len(plan.dropped) == 1 else 'they need'} num_workers > 0")
+    console.print(f"profiling {plan.workload.name} ({plan.settings.scale} scale on "
+                  f"{plan.settings.device}) with {plan.source}: {knob_text(plan.knobs.to_dict())}")
     with console.status("measuring…"):
-        row = run_trial(w, knobs, settings, cpus=local_cpus())  # as a local run's trial
-    if row["status"] != Status.OK:
-        raise TunerError(f"the configuration failed ({row['status']}): {row['error']}")
+        row = run_profile(plan)  # as a local run's trial
     console.print(f"{row['samples_per_sec']:,.1f} samples/sec, step time p50 "
                   f"{row['step_time_ms_p50']:.1f} ms (unsynchronised windows)")
     console.print(breakdown_table(row))
@@ -574,24 +504,6 @@ def profile(
             f"GPU utilisation {row['gpu_util_pct']:.0f}%, power {row['gpu_power_w']:.0f} W"
         )
     console.print(bottleneck(row))
-
-
-def _knobs_over(baseline: Knobs, knobs_json: str) -> tuple[Knobs, list[str]]:
-    """``--knobs`` JSON over the baseline (``Knobs.updated``: knobs that no longer apply are
-    dropped, and listed). Raises TunerError naming the text."""
-    try:
-        changes = json.loads(knobs_json)
-        if not isinstance(changes, dict):
-            raise ValueError(f"expected a JSON object of knobs such as {{\"batch_size\": 64}}, "
-                             f"got a {type(changes).__name__}")
-        return baseline.updated(changes)
-    except (json.JSONDecodeError, ValueError, TypeError) as exc:
-        raise TunerError(f"--knobs {knobs_json!r}: {exc}") from None
-
-
-def _has_rows(results: str, workload: str) -> bool:
-    import tuner.leaderboard as leaderboard
-    return leaderboard.read(results, workload=workload).num_rows > 0
 
 
 @main.command(name="check-cluster", short_help=SHORT_HELP["check-cluster"])

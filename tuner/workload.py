@@ -231,6 +231,15 @@ class Workload(abc.ABC):
             return count
         return sum(p.numel() for p in self.build_model(scale).parameters())
 
+    def trainer_samples_per_sec(
+        self, knobs: "Knobs", *, steps: int, device: str, scale: str
+    ) -> float | None:
+        """Samples/sec of the framework's own trainer (Transformers ``Trainer.train()``,
+        Lightning ``Trainer.fit()``) run for ``steps`` optimizer steps with ``knobs`` applied
+        through the trainer's own settings; None for a workload that has no trainer (the
+        default)."""
+        return None
+
 
 def option_flag(option: str) -> str:
     """The command-line flag of a workload option: 'image_size' -> '--image-size'."""

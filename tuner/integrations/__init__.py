@@ -3,8 +3,11 @@
 Each adapter lives in its own module and needs its framework installed as an optional extra:
 
 * ``tuner.integrations.lightning``: ``from_lightning(module_or_class, datamodule)`` for a
-  LightningModule and its LightningDataModule (``pip install 'tuner[lightning]'``).
+  LightningModule and its LightningDataModule (``pip install 'tuner[lightning]'``);
+  ``tuner.integrations.lightning_args``: the answer as ``Trainer(...)`` and ``DataLoader(...)``
+  arguments (``best --format lightning``), torch-free; ``tuner.integrations.lightning_fit``:
+  a configuration measured in ``Trainer.fit()`` (``validate``).
 
-Nothing here is imported by the rest of tuner: a workload built by an adapter goes through the
-same registry, harness and knobs as any other.
+A workload built by an adapter goes through the same registry, harness and knobs as any
+other; the rest of tuner imports only the torch-free answer formats (``best --format``).
 """

@@ -124,6 +124,8 @@ class LightningWorkload(Workload):
     description = "a LightningModule on its datamodule's train_dataloader()"
     source = "the user's LightningModule and datamodule (tuner.integrations.lightning)"
     space = "lightning"
+    trainer_name = "Lightning Trainer.fit()"
+    """The trainer ``trainer_samples_per_sec`` runs, as ``validate`` names it."""
 
     def __init__(self, module_or_class: Any, datamodule: Any, *, name: str,
                  recipe: "OptimizerRecipe", baseline: Knobs, collate: Callable | None,
@@ -179,6 +181,33 @@ class LightningWorkload(Workload):
     def collate_fn(self) -> Callable | None:
         """The ``collate_fn`` of the datamodule's ``train_dataloader()``."""
         return self._collate
+
+    def trainer_samples_per_sec(self, knobs: Knobs, *, steps: int, device: str,
+                                scale: str) -> float | None:
+        """Steady-state samples/sec of ``lightning.pytorch.Trainer.fit()`` training a fresh
+        module for ``steps`` optimizer steps with ``knobs`` (clamped to ``device``) applied
+        through Lightning's own settings (``tuner.integrations.lightning_args``): the Trainer's
+        precision, accumulation and cuDNN benchmark, a DataLoader over the datamodule's
+        dataset (shuffled, last batch dropped, its ``collate_fn``), the optimizer of
+        ``configure_optimizers`` (fused per the knob, as a trial builds it), ``torch.compile``
+        of the module, channels_last module and inputs, TF32 matmuls, one device.
+
+        The rate counts the samples of the batches after ``warmup_steps`` of ``scale``
+        (``tuner.settings.MEASUREMENT_DEFAULTS``) over their wall time, timed by a Callback at
+        optimizer-step boundaries (the device synchronised). Raises ValueError for fewer steps
+        than the warm-up plus one; whatever ``fit`` raises."""
+        from tuner.integrations.lightning_fit import fit_samples_per_sec
+        return fit_samples_per_sec(self, knobs, steps=steps, device=device, scale=scale)
+
+    def trainer_parts(self, fused: bool) -> tuple[nn.Module, Dataset]:
+        """A fresh module for ``Trainer.fit`` (``cls()`` or a deep copy; Lightning calls its
+        ``configure_model`` and ``log`` works) whose ``configure_optimizers`` returns the
+        optimizer a trial builds (``fused`` as the knob), and the datamodule's dataset."""
+        module = (self._module() if isinstance(self._module, type)
+                  else copy.deepcopy(self._module))
+        recipe = self._recipe
+        module.configure_optimizers = lambda: recipe.build(module.parameters(), fused)
+        return module, train_loader(self._datamodule).dataset
 
 
 @dataclass(frozen=True)
