@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.knobs import Knobs
+from tuner.knobs import CUDA_ONLY_KNOBS, Knobs
 
 ADAMW_OPTIMS = ("adamw_torch", "adamw_torch_fused")
 """The ``optim`` names of torch's AdamW, unfused and fused: the ``fused_optimizer`` knob picks
@@ -113,7 +113,7 @@ def format_answer(knobs: Knobs, header_lines: list[str]) -> str:
         statement with ``output_dir="out"`` (the user's own output directory goes there) and
         ``training_arguments(knobs)`` for CUDA (a CPU answer's CUDA-only knobs are off, so
         it reads ``tf32=False``, which TrainingArguments accepts on a CPU), a comment when
-        bf16 may need ``use_cpu=True``, then ``extra_lines(knobs)``. Ends with a newline.
+        bf16 may need ``use_cpu=True`` (an answer with no CUDA-only knob on), then ``extra_lines(knobs)``. Ends with a newline.
     """
     lines = [f"# {line}" if line else "#" for line in header_lines]
     extra = extra_lines(knobs)
@@ -123,14 +123,23 @@ def format_answer(knobs: Knobs, header_lines: list[str]) -> str:
     lines.append("")
     lines.append("args = TrainingArguments(")
     lines.append('    output_dir="out",  # yours')
-    lines.extend(f"    {name}={value!r},{_COMMENTS.get(name, '')}"
+    lines.extend(f"    {name}={_literal(value)},{_COMMENTS.get(name, '')}"
                  for name, value in training_arguments(knobs, "cuda").items())
     lines.append("    # ... your other arguments (learning rate, schedule, logging, saving)")
     lines.append(")")
-    if knobs.amp == "bf16":
+    if knobs.amp == "bf16" and not any(getattr(knobs, name) for name in CUDA_ONLY_KNOBS):
         lines.append("# bf16 on a machine without a GPU: add use_cpu=True (TrainingArguments "
                      "refuses bf16 there otherwise)")
     if extra:
         lines.append("")
         lines.extend(extra)
     return "\n".join(lines) + "\n"
+
+
+def _literal(value: Any) -> str:
+    """``value`` as Python source, strings in double quotes (``"adamw_torch"``)."""
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    return repr(value)
