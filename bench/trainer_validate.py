@@ -7,8 +7,10 @@ speed-up in the trainer against the speed-up the run reported.
         --results /tmp/hf-results --rounds 2 --timed-s 30
 
 Each measurement runs enough optimizer steps for about ``--timed-s`` seconds of timed steps at
-the trial's rate (at least 4), after ``warmup_steps_of(steps)`` warm-up steps, with the torch
-threads the trial trained on (its ``torch_threads``).
+the trial's rate (at least ``MIN_TIMED_STEPS``), after ``warmup_steps_of(steps)`` warm-up
+steps, with the torch threads the trial trained on (its ``torch_threads``). ``--harness``
+re-measures each configuration with tuner's own harness in this process right after, so that
+the Trainer is compared with the trial's loop under the same machine load.
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ import torch
 
 from tuner.knobs import Knobs
 from tuner.leaderboard import read
+from tuner.settings import default_cache_dir
 from tuner.winner import best
 from tuner.workload_loader import resolve
+
+MIN_TIMED_STEPS = 2
+"""Timed optimizer steps of a measurement at the least."""
 
 
 def steps_for(row: dict, timed_s: float) -> int:
     """Optimizer steps giving about ``timed_s`` seconds of timed steps at the row's rate."""
     from tuner.integrations.transformers import warmup_steps_of
     per_step = row["batch_size"] * (row.get("grad_accum") or 1)
-    timed = max(4, math.ceil(timed_s * row["samples_per_sec"] / per_step))
+    timed = max(MIN_TIMED_STEPS, math.ceil(timed_s * row["samples_per_sec"] / per_step))
     steps = timed + 1
     while steps - warmup_steps_of(steps) < timed:
         steps += 1
@@ -52,6 +58,21 @@ def measure(workload, row: dict, device: str, timed_s: float) -> tuple[float, fl
     return rate, time.perf_counter() - start
 
 
+def harness_rate(workload, row: dict, device: str, data_dir: str) -> float:
+    """Samples/sec of one trial of the row's knobs run here by tuner's harness (1 warm-up
+    step, 3 windows of 2 s, the row's trial CPUs), in the same process and load as the
+    Trainer."""
+    from tuner.settings import TrialSettings
+    from tuner.trial.harness import run_trial
+    settings = TrialSettings(scale=row["scale"], device=device, data_dir=data_dir,
+                             warmup_steps=1, windows=3, window_s=2.0)
+    result = run_trial(workload, Knobs.from_dict(row, strict=False), settings,
+                       cpus=row.get("trial_cpus"))
+    if result["status"] != "ok":
+        raise SystemExit(f"the harness trial failed: {result['error']}")
+    return result["samples_per_sec"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", required=True, help="the run's --workload")
@@ -60,6 +81,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
     parser.add_argument("--timed-s", type=float, default=30.0,
                         help="seconds of timed steps per measurement, at the trial's rate")
+    parser.add_argument("--harness", action="store_true",
+                        help="also re-measure each configuration with tuner's harness here, "
+                        "right after its Trainer run (the ratio then compares like with like)")
     opts = parser.parse_args()
     workload = resolve(opts.workload)
     table = read(opts.results, workload=workload.name)
@@ -74,6 +98,8 @@ def main() -> None:
                  [r["samples_per_sec"] for r in baseline])}}
     print(f"{workload.name}: run {answer.row['run_id']}, device {opts.device}")
     rates: dict[str, list[float]] = {"baseline": [], "answer": []}
+    harness: dict[str, list[float]] = {"baseline": [], "answer": []}
+    data_dir = str(workload.prepare_default_data(default_cache_dir() / "data", "tiny"))
     for round_ in range(1, opts.rounds + 1):
         for label in ("baseline", "answer"):
             rate, wall_s = measure(workload, trial[label], opts.device, opts.timed_s)
@@ -83,11 +109,20 @@ def main() -> None:
                   f"(trial {row['samples_per_sec']:.2f}; ratio {rate / row['samples_per_sec']:.3f};"
                   f" {wall_s:.0f} s)  bs={row['batch_size']} acc={row.get('grad_accum') or 1} "
                   f"threads={row.get('torch_threads')}", flush=True)
+            if opts.harness:
+                here = harness_rate(workload, row, opts.device, data_dir)
+                harness[label].append(here)
+                print(f"round {round_} {label:8s} harness here    {here:8.2f} samples/sec "
+                      f"(Trainer/harness {rate / here:.3f})", flush=True)
     for label in ("baseline", "answer"):
         mean = statistics.geometric_mean(rates[label])
         print(f"{label}: Trainer.train() {mean:.2f} samples/sec (geometric mean of "
               f"{len(rates[label])}), trial {trial[label]['samples_per_sec']:.2f}: "
               f"ratio {mean / trial[label]['samples_per_sec']:.3f}")
+        if harness[label]:
+            here = statistics.geometric_mean(harness[label])
+            print(f"{label}: harness here {here:.2f} samples/sec: Trainer/harness "
+                  f"{mean / here:.3f}")
     in_trainer = (statistics.geometric_mean(rates["answer"])
                   / statistics.geometric_mean(rates["baseline"]))
     in_trials = trial["answer"]["samples_per_sec"] / trial["baseline"]["samples_per_sec"]
