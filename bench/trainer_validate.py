@@ -67,7 +67,7 @@ def harness_rate(workload, row: dict, device: str, data_dir: str) -> float:
     settings = TrialSettings(scale=row["scale"], device=device, data_dir=data_dir,
                              warmup_steps=1, windows=3, window_s=2.0)
     result = run_trial(workload, Knobs.from_dict(row, strict=False), settings,
-                       cpus=row.get("trial_cpus"))
+                       cpus=int(row["trial_cpus"]) if row.get("trial_cpus") else None)
     if result["status"] != "ok":
         raise SystemExit(f"the harness trial failed: {result['error']}")
     return result["samples_per_sec"]
