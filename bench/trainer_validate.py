@@ -9,8 +9,9 @@ speed-up in the trainer against the speed-up the run reported.
 Each measurement runs enough optimizer steps for about ``--timed-s`` seconds of timed steps at
 the trial's rate (at least ``MIN_TIMED_STEPS``), after ``warmup_steps_of(steps)`` warm-up
 steps, with the torch threads the trial trained on (its ``torch_threads``). ``--harness``
-re-measures each configuration with tuner's own harness in this process right after, so that
-the Trainer is compared with the trial's loop under the same machine load.
+re-measures each configuration with tuner's own harness in this process beside each Trainer
+run (after it in odd rounds, before it in even ones), so that the Trainer is compared with the
+trial's loop under the same machine load.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ def main() -> None:
     data_dir = str(workload.prepare_default_data(default_cache_dir() / "data", "tiny"))
     for round_ in range(1, opts.rounds + 1):
         for label in ("baseline", "answer"):
+            if opts.harness and round_ % 2 == 0:  # ABBA: the harness first in even rounds
+                harness[label].append(harness_rate(workload, trial[label], opts.device,
+                                                   data_dir))
             rate, wall_s = measure(workload, trial[label], opts.device, opts.timed_s)
             rates[label].append(rate)
             row = trial[label]
@@ -110,8 +114,9 @@ def main() -> None:
                   f" {wall_s:.0f} s)  bs={row['batch_size']} acc={row.get('grad_accum') or 1} "
                   f"threads={row.get('torch_threads')}", flush=True)
             if opts.harness:
-                here = harness_rate(workload, row, opts.device, data_dir)
-                harness[label].append(here)
+                if round_ % 2:
+                    harness[label].append(harness_rate(workload, row, opts.device, data_dir))
+                here = harness[label][-1]
                 print(f"round {round_} {label:8s} harness here    {here:8.2f} samples/sec "
                       f"(Trainer/harness {rate / here:.3f})", flush=True)
     for label in ("baseline", "answer"):

@@ -194,7 +194,7 @@ def _with_optimizer():
 
 @pytest.mark.parametrize("make, message", [
     (lambda: make_trainer(dataset=None), r"the Trainer has no train_dataset"),
-    (lambda: make_trainer(dataset=Stream()), r"trains on an IterableDataset"),
+    (lambda: make_trainer(dataset=Stream(), max_steps=10), r"trains on an IterableDataset"),
     (lambda: _with(deepspeed="ds_config.json"), r"uses DeepSpeed \(args.deepspeed\)"),
     (lambda: _with(fsdp=["full_shard"]), r"uses FSDP \(args.fsdp\)"),
     (_with_optimizer, r"was given optimizers=\(optimizer, scheduler\)"),
@@ -365,3 +365,13 @@ def test_a_trainer_trains_through_tuner_into_leaderboard_rows(tmp_path, tuner_ca
     assert all(r["batch_size"] * r["grad_accum"] == 16 for r in rows)  # the global batch held
     assert rows[0]["reference"] == "baseline" and rows[0]["batch_size"] == 8
     assert rows[0]["tokens_per_sec"] == pytest.approx(rows[0]["samples_per_sec"] * BLOCK)
+
+
+def test_the_docs_show_what_format_answer_prints_for_the_measured_answer():
+    """docs/transformers.md's printed answer is format_answer's text for the run it quotes."""
+    page = (REPO_ROOT / "docs" / "transformers.md").read_text(encoding="utf-8")
+    shown = page.split("```text\n", 1)[1].split("```\n", 1)[0]
+    knobs = Knobs(batch_size=617, num_workers=2, prefetch_factor=3, amp="bf16",
+                  fused_optimizer=True)
+    header = [line[2:] for line in shown.splitlines()[:2]]  # '# ...' lines
+    assert shown == format_answer(knobs, header)

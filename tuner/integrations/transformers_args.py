@@ -113,7 +113,8 @@ def format_answer(knobs: Knobs, header_lines: list[str]) -> str:
         statement with ``output_dir="out"`` (the user's own output directory goes there) and
         ``training_arguments(knobs)`` for CUDA (a CPU answer's CUDA-only knobs are off, so
         it reads ``tf32=False``, which TrainingArguments accepts on a CPU), a comment when
-        bf16 may need ``use_cpu=True`` (an answer with no CUDA-only knob on), then ``extra_lines(knobs)``. Ends with a newline.
+        bf16 may need ``use_cpu=True`` (an answer with no CUDA-only knob on), then
+        ``extra_lines(knobs)``. Ends with a newline.
     """
     lines = [f"# {line}" if line else "#" for line in header_lines]
     extra = extra_lines(knobs)
