@@ -351,13 +351,13 @@ def test_a_knob_without_a_training_arguments_field_says_so():
 # ------------------------------------------------------------------------------ through Ray
 
 @pytest.mark.slow
-def test_a_trainer_trains_through_tuner_into_leaderboard_rows(tmp_path, tuner_cache,
+def test_a_trainer_tunes_through_tuner_tune_into_leaderboard_rows(tmp_path, tuner_cache,
                                                               ray_session):
-    from tuner.driver import run
-    summary = run(RunOptions(workload="tests.test_transformers:trainer", trials=2,
-                             device="cpu", results=str(tmp_path / "results"), windows=2,
-                             window_s=0.2, warmup_steps=1, confirm=0, ceiling=False,
-                             early_stop=False, global_batch_size=16))
+    import tuner
+    summary = tuner.tune(from_transformers(trainer), trials=2, device="cpu",
+                         results=str(tmp_path / "results"), progress=False, windows=2,
+                         window_s=0.2, warmup_steps=1, confirm=0, ceiling=False,
+                         early_stop=False, global_batch_size=16)
     rows = summary.rows
     assert summary.workload == "gpt2lmheadmodel" and len(rows) == 2
     assert [r["status"] for r in rows] == ["ok", "ok"], [r["error"] for r in rows]
