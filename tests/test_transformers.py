@@ -30,7 +30,7 @@ from tuner.integrations.transformers import (
 )
 from tuner.integrations.transformers_args import format_answer, training_arguments
 from tuner.knobs import Knobs
-from tuner.plan import make_plan
+from tuner.option_checks import make_plan
 from tuner.settings import RunOptions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -166,6 +166,10 @@ def test_another_optim_is_kept_as_given_and_searched_without_fused():
 
 
 def test_the_workload_survives_pickling_as_ray_sends_it():
+    # A Trainer trained in this process first leaves weak references in Accelerate's shared
+    # state, which the workload must not carry.
+    from_transformers(trainer).trainer_samples_per_sec(Knobs(batch_size=2), steps=2,
+                                                       device="cpu", scale="tiny")
     w = from_transformers(trainer)
     copy = cloudpickle.loads(cloudpickle.dumps(w))
     assert isinstance(copy, TransformersWorkload) and copy.baseline == w.baseline

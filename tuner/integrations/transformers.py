@@ -436,19 +436,35 @@ def _train_data(trainer: Trainer) -> tuple[Dataset, Callable]:
 
 
 _NOT_CARRIED = ("model", "model_wrapped", "optimizer", "lr_scheduler", "train_dataset",
-                "eval_dataset", "callback_handler", "_train_dataloader")
+                "eval_dataset", "callback_handler", "_train_dataloader", "gather_function")
 """Attributes of the Trainer its ``compute_loss`` does not need; the workload holds its own
-model and data, so they are not carried to every trial."""
+model and data, so they are not carried to every trial (``gather_function`` is bound to the
+Accelerator, see ``_loss_trainer``)."""
 
 
 def _loss_trainer(trainer: Trainer) -> Trainer:
     """A shallow copy of ``trainer`` to call ``compute_loss`` on, without its model, data and
-    optimizer (``training_step`` sets ``model`` while the loss runs)."""
+    optimizer (``training_step`` sets ``model`` while the loss runs), and with a
+    ``LossAccelerator`` for its Accelerator: Accelerate's state is shared by every
+    Accelerator of the process, and a Trainer trained since (``trainer_samples_per_sec``)
+    leaves weak references in it that cannot be pickled to Ray's workers."""
     lean = copy.copy(trainer)
     for attr in _NOT_CARRIED:
         if attr in vars(lean):
             setattr(lean, attr, None)
+    lean.accelerator = LossAccelerator()
     return lean
+
+
+class LossAccelerator:
+    """What ``Trainer.compute_loss`` reads of its Accelerator in one process: no
+    ``parallelism_config``, and ``unwrap_model`` (its label smoother names the model)."""
+
+    parallelism_config = None
+    num_processes = 1
+
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
+        return _unwrapped(model)
 
 
 def _trainer_kwargs(trainer: Trainer) -> dict[str, Any]:
