@@ -50,10 +50,11 @@ FLOORS = {
         "tuner.trial.flops", "tuner.trial.validate", "tuner.hardware", "tuner.noise",
         "tuner.harness"},  # tuner.harness: the old path of tuner.trial.harness, for one release
     1: {"tuner.workload", "tuner.workload_calls", "tuner.workload_loader", "tuner.space",
-        "tuner.cluster", "tuner.data"},
+        "tuner.cluster", "tuner.data",
+        "tuner.integrations.transformers"},  # the loader wraps a transformers.Trainer with it
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
         "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
-              "tuner._deprecated", "tuner.codegen"},
+              "tuner._deprecated", "tuner.codegen", "tuner.integrations.transformers_args"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
@@ -63,7 +64,8 @@ TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.s
               "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
               "tuner.scaling", "tuner.summary", "tuner.machine_load", "tuner.workload_calls",
-              "tuner.integrations.lightning_args"}
+              "tuner.integrations.lightning_args",
+              "tuner.integrations.transformers_args"}
 """Modules that must not import torch at module level (the CLI starts in 0.2 s)."""
 
 

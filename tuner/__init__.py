@@ -36,10 +36,13 @@ import, even at run time, reaches a higher floor):
 * contracts: ``workload`` (what a workload is), ``workload_calls`` (how its scale-taking
   methods are called: tuner 0.2's scale word, their errors in one line), ``workload_loader``
   (how one is found by name or path), ``space`` (search spaces), ``data`` (data paths),
-  ``cluster``;
+  ``cluster``; ``integrations/transformers`` (a Transformers ``Trainer`` as a workload, which
+  the loader wraps; ``integrations/lightning``, which nothing below imports, sits with the
+  results);
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
   ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``windows``,
-  ``codegen``, ``_deprecated`` (moved names).
+  ``codegen``, ``_deprecated`` (moved names), ``integrations/transformers_args`` (knobs as
+  ``TrainingArguments``).
 """
 
 from typing import Any

@@ -244,6 +244,7 @@ def resolve(spec: "str | Workload") -> Workload:
         raise TunerError(
             f"unknown workload {spec!r}; known: {', '.join(sorted(known))} "
             f"(or an import path 'package.module:attribute'){hint}")
+    obj = _from_trainer(obj)
     if isinstance(obj, type) and issubclass(obj, Workload):
         try:
             obj = obj()
@@ -251,6 +252,17 @@ def resolve(spec: "str | Workload") -> Workload:
             raise TunerError(f"workload {spec!r}: creating {obj.__name__}() raised "
                              f"{_describe(exc, obj.__module__)}") from None
     return _checked(obj, spec)
+
+
+def _from_trainer(obj: Any) -> Any:
+    """A ``transformers.Trainer`` (or subclass) as a Workload
+    (``tuner.integrations.transformers.from_transformers``); any other object as it is.
+    Transformers is imported only for an object of one of its Trainer classes."""
+    if any(cls.__name__ == "Trainer" and cls.__module__ == "transformers.trainer"
+           for cls in type(obj).__mro__):
+        from tuner.integrations.transformers import from_transformers
+        return from_transformers(obj)
+    return obj
 
 
 def _checked(obj: Any, spec: str) -> Workload:
