@@ -30,7 +30,7 @@ COLUMNS = [
     "backward_ms", "backward_pct", "optimizer_ms", "optimizer_pct",
     "model_flops_per_sample", "achieved_tflops", "mfu_pct", "mfu_impossible",
     "load_avg_1m", "cpu_steal_pct", "other_cpu_pct", "gpu_other_processes", "other_runs",
-    "compile_s",
+    "compile_s", "recompiles", "compile_fallback",
     "gpu_util_pct", "gpu_power_w", "max_memory_mb", "max_host_memory_mb", "global_batch_size",
     "accelerator_type", "world_size", "backend", "rank_samples_per_sec", "slowest_rank",
     "slowest_rank_data_wait_s",
@@ -48,7 +48,7 @@ COLUMNS = [
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 8
+    assert leaderboard.SCHEMA_VERSION == 9
 
 
 def test_schema_has_every_knob_as_a_column():
@@ -136,7 +136,8 @@ def test_older_files_without_newer_columns_read_as_null(tmp_path):
     """A file written before a column existed still reads; the column is null there."""
     leaderboard.append(tmp_path, [row(0)])
     old_schema = pa.schema([f for f in leaderboard.SCHEMA
-                            if f.name not in ("clamped", "phase", "windows_planned")])
+                            if f.name not in ("clamped", "phase", "windows_planned",
+                                              "recompiles", "compile_fallback")])
     old = pa.Table.from_pylist([leaderboard.normalise_row(row(1))], schema=old_schema)
     pq.write_table(old, tmp_path / "leaderboard" / "part-old.parquet")
     rows = {r["trial_id"]: r for r in leaderboard.read(tmp_path).to_pylist()}
@@ -144,6 +145,7 @@ def test_older_files_without_newer_columns_read_as_null(tmp_path):
     # a row from before the phase column is a search row (normalised once, on read)
     assert rows["run-a-1"]["phase"] == "search" and rows["run-a-1"]["clamped"] is None
     assert rows["run-a-1"]["windows_planned"] is None
+    assert rows["run-a-1"]["recompiles"] is None and rows["run-a-1"]["compile_fallback"] is None
     assert rows["run-a-1"]["samples_per_sec"] == 100.0
 
 

@@ -39,8 +39,11 @@ from tuner.knobs import KNOB_INFO
 from tuner.settings import OLD_SCALES, scale_word
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 8
-"""8: ``omp_num_threads`` (the training process's ``OMP_NUM_THREADS``; null where unset, and in
+SCHEMA_VERSION = 9
+"""9: ``recompiles`` (torch._dynamo's recompilations in a compiled trial) and
+``compile_fallback`` (a frame hit dynamo's recompile limit and ran eagerly: the row is an
+``error``, never a compiled rate); null with compile off and in files of earlier versions.
+8: ``omp_num_threads`` (the training process's ``OMP_NUM_THREADS``; null where unset, and in
 files of earlier versions) and ``windows_planned`` (the windows a trial was to measure; a
 ``timeout`` row with fewer ``windows`` is a measurement the time budget cut short; null in
 earlier files). 7: ``world_size``, ``backend``, ``rank_samples_per_sec``, ``slowest_rank``,
@@ -120,6 +123,8 @@ SCHEMA = pa.schema(
         ("gpu_other_processes", pa.int32()),  # other processes on the trial's GPU (NVML)
         ("other_runs", pa.int32()),         # other tuner runs active on the machine (tuner.runlock)
         ("compile_s", pa.float64()),        # s: the first step beyond a steady one, with compile on
+        ("recompiles", pa.int32()),         # torch._dynamo recompilations (null: compile off)
+        ("compile_fallback", pa.bool_()),   # a frame hit dynamo's recompile limit: ran eagerly
         ("gpu_util_pct", pa.float64()),
         ("gpu_power_w", pa.float64()),
         ("max_memory_mb", pa.float64()),        # MiB: the device limit in force
