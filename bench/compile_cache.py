@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,9 @@ def one_case(workload: str, case: str, cache_dir: str, knobs_json: str) -> dict:
 
 
 def _num(value, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+    """``value`` in ``fmt`` (a width, then a precision and type: '10.1f'); '-' as wide for None."""
+    width = int(re.match(r"\d+", fmt).group())
+    return "-".rjust(width) if value is None else format(value, fmt)
 
 
 def table(rows: dict[tuple[str, str], dict]) -> None:
