@@ -183,7 +183,9 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     threads = None if cpus is None else training_threads(applied.num_workers, cpus)
 
     def on_window(window: dict) -> None:
-        report({**result, **window, "status": Status.RUNNING})
+        # the compile columns so far: a row the run writes from this report (stopped past
+        # the time budget) says whether the trial had fallen back to eager
+        report({**result, **window, **compile_columns(applied), "status": Status.RUNNING})
 
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb,
                                 held_bytes=held_cache_bytes(applied, settings.keep_cache))
