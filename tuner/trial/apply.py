@@ -341,7 +341,8 @@ def reset_compile_counts() -> None:
     may have compiled an earlier trial)."""
     from torch._dynamo import utils
     utils.counters.clear()
-    utils.set_compilation_metrics_limit(COMPILE_RECORDS)
+    if hasattr(utils, "set_compilation_metrics_limit"):  # absent in older torch
+        utils.set_compilation_metrics_limit(COMPILE_RECORDS)
     utils.clear_compilation_metrics()
 
 

@@ -76,7 +76,8 @@ def compile_columns(knobs: Knobs) -> dict:
     if knobs.compile == "off":
         return {"recompiles": None, "compile_fallback": None}
     from torch._dynamo import utils
-    recompiles = sum(m.recompile_reason is not None for m in utils.get_compilation_metrics())
+    recompiles = sum(getattr(m, "recompile_reason", None) is not None  # absent in older torch
+                     for m in utils.get_compilation_metrics())
     return {"recompiles": recompiles, "compile_fallback": _limit_hit() is not None}
 
 
