@@ -71,13 +71,14 @@ def compile_columns(knobs: Knobs) -> dict:
     ``tuner.trial.apply.reset_compile_counts`` (call before the compiler reset at the trial's
     end). ``recompiles``: compilations of a frame dynamo had compiled before, whose guards
     failed (a new input shape or dtype, a changed global), the one refused at the limit
-    included. ``compile_fallback``: some frame hit the recompile limit and ran eagerly. Both
-    None with compile off."""
+    included (None where torch's records lack the reason). ``compile_fallback``: some frame hit
+    the recompile limit and ran eagerly. Both None with compile off."""
     if knobs.compile == "off":
         return {"recompiles": None, "compile_fallback": None}
     from torch._dynamo import utils
-    recompiles = sum(getattr(m, "recompile_reason", None) is not None  # absent in older torch
-                     for m in utils.get_compilation_metrics())
+    metrics = utils.get_compilation_metrics()
+    recompiles = (sum(m.recompile_reason is not None for m in metrics)
+                  if all(hasattr(m, "recompile_reason") for m in metrics) else None)
     return {"recompiles": recompiles, "compile_fallback": _limit_hit() is not None}
 
 
