@@ -102,12 +102,12 @@ def fallback_columns(result: dict) -> dict:
         return {}
     import torch._dynamo.config as dynamo_config
     limit = _limit_hit() or "recompile_limit"
+    count = "" if result.get("recompiles") is None else f" after {result['recompiles']} recompiles"
     return dict(status=Status.ERROR, samples_per_sec=0.0, time_to_train_s=None,
                 error=f"torch.compile hit torch._dynamo.config.{limit} "
-                      f"({getattr(dynamo_config, limit, '?')}) after {result['recompiles']} "
-                      "recompiles: "
-                      "a frame ran eagerly from then on, so the rate is no compiled one "
-                      "(TORCH_LOGS=recompiles names the guards that failed)")
+                      f"({getattr(dynamo_config, limit, '?')}){count}: a frame ran eagerly from "
+                      "then on, so the rate is no compiled one (TORCH_LOGS=recompiles names the "
+                      "guards that failed)")
 
 
 def rate_columns(units: dict[str, int], settings: TrialSettings, knobs: Knobs,
