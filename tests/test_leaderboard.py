@@ -30,7 +30,7 @@ COLUMNS = [
     "backward_ms", "backward_pct", "optimizer_ms", "optimizer_pct",
     "model_flops_per_sample", "achieved_tflops", "mfu_pct", "mfu_impossible",
     "load_avg_1m", "cpu_steal_pct", "other_cpu_pct", "gpu_other_processes", "other_runs",
-    "compile_s",
+    "compile_s", "recompiles", "compile_fallback",
     "gpu_util_pct", "gpu_power_w", "max_memory_mb", "max_host_memory_mb", "global_batch_size",
     "accelerator_type", "world_size", "backend", "rank_samples_per_sec", "slowest_rank",
     "slowest_rank_data_wait_s",
@@ -137,7 +137,7 @@ def test_older_files_without_newer_columns_read_as_null(tmp_path):
     leaderboard.append(tmp_path, [row(0)])
     old_schema = pa.schema([f for f in leaderboard.SCHEMA
                             if f.name not in ("clamped", "phase", "windows_planned",
-                                              "priced_s")])
+                                              "priced_s", "recompiles", "compile_fallback")])
     old = pa.Table.from_pylist([leaderboard.normalise_row(row(1))], schema=old_schema)
     pq.write_table(old, tmp_path / "leaderboard" / "part-old.parquet")
     rows = {r["trial_id"]: r for r in leaderboard.read(tmp_path).to_pylist()}
@@ -145,6 +145,7 @@ def test_older_files_without_newer_columns_read_as_null(tmp_path):
     # a row from before the phase column is a search row (normalised once, on read)
     assert rows["run-a-1"]["phase"] == "search" and rows["run-a-1"]["clamped"] is None
     assert rows["run-a-1"]["windows_planned"] is None and rows["run-a-1"]["priced_s"] is None
+    assert rows["run-a-1"]["recompiles"] is None and rows["run-a-1"]["compile_fallback"] is None
     assert rows["run-a-1"]["samples_per_sec"] == 100.0
 
 

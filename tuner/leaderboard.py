@@ -43,14 +43,17 @@ SCHEMA_VERSION = 9
 """9: ``priced_s`` (the seconds the planner priced a trial at when it decided to run it,
 ``tuner.costs.TrialCost.trial_s``, Ray's overhead around a trial left out; its wall time is
 ``finished_at`` - ``started_at``; null for a trial run outside the planner's pricing, the memory
-probe's, and in earlier files). 8: ``omp_num_threads`` (the training process's
-``OMP_NUM_THREADS``; null where unset, and in files of earlier versions) and ``windows_planned``
-(the windows a trial was to measure; a ``timeout`` row with fewer ``windows`` is a measurement
-the time budget cut short; null in earlier files). 7: ``world_size``, ``backend``,
-``rank_samples_per_sec``, ``slowest_rank``, ``slowest_rank_data_wait_s`` (data-parallel trials;
-files of earlier versions read with world size null, meaning 1) and the DDP knobs. 2:
-``memory_exceeded`` (which memory an oom / over_limit trial ran out of). 4: ``compile_s``
-(torch.compile's time, kept out of throughput) and ``other_runs`` (other tuner runs active on
+probe's, and in earlier files), ``recompiles`` (torch._dynamo's recompilations in a compiled
+trial) and ``compile_fallback`` (a frame hit dynamo's recompile limit and ran eagerly: the row
+is an ``error``, never a compiled rate; both null with compile off and in earlier files).
+8: ``omp_num_threads`` (the training process's ``OMP_NUM_THREADS``; null where unset, and in
+files of earlier versions) and ``windows_planned`` (the windows a trial was to measure; a
+``timeout`` row with fewer ``windows`` is a measurement the time budget cut short; null in
+earlier files). 7: ``world_size``, ``backend``, ``rank_samples_per_sec``, ``slowest_rank``,
+``slowest_rank_data_wait_s`` (data-parallel trials; files of earlier versions read with world
+size null, meaning 1) and the DDP knobs. 2: ``memory_exceeded`` (which memory an oom /
+over_limit trial ran out of). 4: ``compile_s`` (torch.compile's time, kept out of throughput)
+and ``other_runs`` (other tuner runs active on
 the machine when the trial was recorded). 5: ``skipped_steps`` (optimizer steps the fp16
 GradScaler skipped inside the windows, not counted as measured). 6: ``other_cpu_pct`` (the share
 of the machine's CPU time processes other than the trial's own used while it measured). 3:
@@ -123,6 +126,8 @@ SCHEMA = pa.schema(
         ("gpu_other_processes", pa.int32()),  # other processes on the trial's GPU (NVML)
         ("other_runs", pa.int32()),         # other tuner runs active on the machine (tuner.runlock)
         ("compile_s", pa.float64()),        # s: the first step beyond a steady one, with compile on
+        ("recompiles", pa.int32()),         # torch._dynamo recompilations (null: compile off)
+        ("compile_fallback", pa.bool_()),   # a frame hit dynamo's recompile limit: ran eagerly
         ("gpu_util_pct", pa.float64()),
         ("gpu_power_w", pa.float64()),
         ("max_memory_mb", pa.float64()),        # MiB: the device limit in force

@@ -26,6 +26,7 @@ from tuner.settings import (
     MemoryLimit,
     RunOptions,
     TrialSettings,
+    compile_cache_path,
     default_cache_dir,
     default_scale,
 )
@@ -85,8 +86,8 @@ def make_plan(options: RunOptions, resources: Resources | None = None) -> Plan:
         model_flops_per_sample=model_flops_per_sample(workload, scale, data_dir),
         conv_flops_share=conv_flops_share(workload, scale, data_dir),
         peak_tflops=options.peak_tflops, world_size=options.world_size,
-        rank_cpus=_rank_cpus(options, resources),
-        keep_cache=max_host_memory_mb is None)  # as trial processes are reused (the driver)
+        rank_cpus=_rank_cpus(options, resources), keep_cache=max_host_memory_mb is None,
+        compile_cache_dir=compile_cache_path(options.results))  # keep_cache: processes are reused
     screened = options.screen_windows > 0 and options.confirm > 0
     trials = options.trials or (None if options.time_budget_s else (
         (40 if device == "cuda" else 12) * (SCREENED_TRIALS_FACTOR if screened else 1)))

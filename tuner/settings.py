@@ -402,6 +402,14 @@ class TrialSettings:
     recorded as ``first_step_s``): warm-up steps, steady-state probes and windows dropped as
     transients stop there (a window is dropped only while the cap holds it and the one
     measured in its place). None: twice the measurement's length, ``2 * windows * window_s``."""
+    compile_cache_dir: str | None = None
+    """Directory of torch.compile's on-disk caches for this trial (Inductor's FX-graph and
+    AOTAutograd caches, its generated code, and Triton's kernels in ``triton/`` inside it):
+    ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` point there while a compiled trial
+    runs (``tuner.trial.apply.compile_cache``), so every trial process of a run, and later runs
+    into the same results folder, reuse what an earlier trial compiled. A run's plan sets
+    ``compile_cache_path(results)``; None: torch's own default (a per-user temporary
+    directory, which a process with another ``TMPDIR`` does not share)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_scale(self.scale))
@@ -457,6 +465,21 @@ def device_limit_mb(max_memory: MemoryLimit | None, total_mb: float | None) -> f
     if max_memory is None:
         return total_mb
     return max_memory.resolve_mib(total_mb)
+
+
+COMPILE_CACHE_FOLDER = "compile-cache"
+"""The compile cache's folder inside a local results folder (``compile_cache_path``)."""
+
+
+def compile_cache_path(results: str | Path) -> str:
+    """Where a run into ``results`` keeps torch.compile's caches
+    (``TrialSettings.compile_cache_dir``): ``<results>/compile-cache`` for a local results
+    folder, as an absolute path (a Ray worker's working directory is not the CLI's); for a
+    URI results location (``s3://...``), which no compiler can write into,
+    ``<default_cache_dir()>/compile-cache``."""
+    if re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://", str(results)):
+        return str(default_cache_dir() / COMPILE_CACHE_FOLDER)
+    return str(Path(results).resolve() / COMPILE_CACHE_FOLDER)
 
 
 def default_cache_dir() -> Path:

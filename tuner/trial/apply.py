@@ -295,9 +295,66 @@ def omp_num_threads() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+COMPILE_CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+"""The environment variables through which torch.compile finds its on-disk caches: Inductor's
+(FX-graph and AOTAutograd caches, generated code) and Triton's compiled kernels."""
+
+
+@contextlib.contextmanager
+def compile_cache(directory: str | None) -> Iterator[None]:
+    """torch.compile's on-disk caches in ``directory`` while the block runs: Inductor's in it
+    (``TORCHINDUCTOR_CACHE_DIR``), Triton's in ``triton/`` inside it (``TRITON_CACHE_DIR``);
+    the directory is created when missing. Inductor's in-memory caches of its cache paths are
+    cleared on enter and on exit (``torch._inductor.utils.clear_caches``, as torch's own
+    ``temporary_cache_dir`` does), and both variables are put back on exit, so a Ray worker
+    reused by another run, or the CLI process of ``validate`` and ``profile``, compiles into
+    the directory its settings name. Compile workers started inside the block inherit it.
+    None: nothing changes (torch's default, a per-user temporary directory)."""
+    if directory is None:
+        yield
+        return
+    root = os.path.abspath(directory)
+    os.makedirs(root, exist_ok=True)
+    saved = {name: os.environ.get(name) for name in COMPILE_CACHE_ENV}
+    os.environ.update(TORCHINDUCTOR_CACHE_DIR=root, TRITON_CACHE_DIR=os.path.join(root, "triton"))
+    _clear_compile_caches()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _clear_compile_caches()
+
+
+COMPILE_RECORDS = 4096
+"""Compilations torch._dynamo keeps a record of (``get_compilation_metrics``) in a compiled
+trial's process; torch's own default, 64, would cut a recompile count off."""
+
+
+def reset_compile_counts() -> None:
+    """Zero torch._dynamo's counters (``torch._dynamo.utils.counters``) and its records of
+    compilations, and keep up to ``COMPILE_RECORDS`` of them, so that
+    ``tuner.trial.result_columns.compile_columns`` counts one trial's recompiles (a Ray worker
+    may have compiled an earlier trial)."""
+    from torch._dynamo import utils
+    utils.counters.clear()
+    if hasattr(utils, "set_compilation_metrics_limit"):  # absent in older torch
+        utils.set_compilation_metrics_limit(COMPILE_RECORDS)
+    utils.clear_compilation_metrics()
+
+
+def _clear_compile_caches() -> None:
+    from torch._inductor.utils import clear_caches
+    clear_caches()
+
+
 @contextlib.contextmanager
 def trial_state(knobs: Knobs, device: torch.device, *, threads: int | None = None,
-                max_memory: MemoryLimit | None = None) -> Iterator[TrialState]:
+                max_memory: MemoryLimit | None = None,
+                compile_cache_dir: str | None = None) -> Iterator[TrialState]:
     """The process-wide state of one training run, set on enter and put back on exit (also
     after an exception: a Ray actor may run the next trial in the same process).
 
@@ -305,10 +362,23 @@ def trial_state(knobs: Knobs, device: torch.device, *, threads: int | None = Non
     leave torch's setting) and the device memory limit. On exit it releases the limit,
     restores the flags and threads, resets the compiler caches when the knobs compiled, and
     frees cached device memory and host heap memory. ``knobs`` must be clamped to the device.
+    With compile on, torch.compile's caches live in ``compile_cache_dir`` meanwhile
+    (``compile_cache``; None: torch's default directory), and dynamo's counts start from zero
+    (``reset_compile_counts``).
     """
+    with compile_cache(compile_cache_dir if knobs.compile != "off" else None):
+        yield from _flags_threads_limit(knobs, device, threads, max_memory)
+
+
+def _flags_threads_limit(knobs: Knobs, device: torch.device, threads: int | None,
+                         max_memory: MemoryLimit | None) -> Iterator[TrialState]:
+    """``trial_state`` inside its compile cache: flags, threads and memory limit set, then
+    put back (the compiler reset while the cache directory still holds)."""
     restore_flags = set_global_flags(knobs, device)
     saved_threads = torch.get_num_threads()
     limit_mb = None
+    if knobs.compile != "off":
+        reset_compile_counts()
     try:
         if threads is not None and device.type == "cpu":
             torch.set_num_threads(threads)

@@ -49,8 +49,10 @@ from tuner.trial.measure import (
 from tuner.trial.ranks import Rank, RankFigures, follow
 from tuner.trial.result_columns import (
     WINDOW_REPORT_KEYS,
+    compile_columns,
     environment_columns,
     failure_columns,
+    fallback_columns,
     rate_columns,
     timeout_columns,
 )
@@ -181,11 +183,14 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
     threads = None if cpus is None else training_threads(applied.num_workers, cpus)
 
     def on_window(window: dict) -> None:
-        report({**result, **window, "status": Status.RUNNING})
+        # the compile columns so far: a row the run writes from this report (stopped past
+        # the time budget) says whether the trial had fallen back to eager
+        report({**result, **window, **compile_columns(applied), "status": Status.RUNNING})
 
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb,
                                 held_bytes=held_cache_bytes(applied, settings.keep_cache))
-    with trial_state(applied, device, threads=threads, max_memory=settings.max_memory) as state:
+    with trial_state(applied, device, threads=threads, max_memory=settings.max_memory,
+                     compile_cache_dir=settings.compile_cache_dir) as state:
         result.update(torch_threads=state.threads, omp_num_threads=state.omp_num_threads,
                       max_memory_mb=state.limit_mb,
                       max_host_memory_mb=settings.max_host_memory_mb)
@@ -199,6 +204,8 @@ def run_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSettings,
             result.update(timeout_columns(sofar, str(exc), settings))
         except Exception as exc:  # recorded with its traceback and status; the run goes on
             result.update(failure_columns(exc, device))
+        result.update(compile_columns(applied))  # before trial_state's compiler reset
+        result.update(fallback_columns(result))
     if result["status"] in (Status.OK, Status.TIMEOUT) and result["samples_per_sec"] is not None:
         result.update(rate_columns(units, settings, applied, result))
     result.update(peak_host_memory_mb=sampler.peak_mb, started_at=started_at, finished_at=_now())
@@ -401,7 +408,8 @@ def follow_trial(workload: Workload, knobs: Knobs | dict, settings: TrialSetting
     threads = None if cpus is None else training_threads(applied.num_workers, cpus)
     sampler = HostMemorySampler(limit_mb=settings.max_host_memory_mb,
                                 held_bytes=held_cache_bytes(applied, settings.keep_cache))
-    with trial_state(applied, device, threads=threads, max_memory=settings.max_memory), sampler:
+    with trial_state(applied, device, threads=threads, max_memory=settings.max_memory,
+                     compile_cache_dir=settings.compile_cache_dir), sampler:
         stepper, _ = _build(workload, applied, settings, device, sampler, {}, rank)
         follow(stepper, rank)
         return RankFigures(rank.rank, rank.samples, rank.data_wait_s,

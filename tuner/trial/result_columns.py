@@ -5,6 +5,7 @@ torch.compile's cost, and the columns of a trial that failed or that the time bu
 
 from __future__ import annotations
 
+import re
 import traceback
 
 import torch
@@ -57,6 +58,56 @@ def compile_s(knobs: Knobs, result: dict) -> float | None:
     if knobs.compile == "off" or first is None or step_ms is None:
         return None
     return max(0.0, first - step_ms / 1000)
+
+
+RECOMPILE_LIMIT_BREAK = "Dynamo recompile limit exceeded"
+"""The graph break torch._dynamo (torch >= 2.6) records in ``counters["unimplemented"]`` when a
+frame hits ``recompile_limit`` (or ``accumulated_recompile_limit``): it runs that frame
+eagerly from then on."""
+
+
+def compile_columns(knobs: Knobs) -> dict:
+    """``recompiles`` and ``compile_fallback`` of a trial, from torch._dynamo's records since
+    ``tuner.trial.apply.reset_compile_counts`` (call before the compiler reset at the trial's
+    end). ``recompiles``: compilations of a frame dynamo had compiled before, whose guards
+    failed (a new input shape or dtype, a changed global), the one refused at the limit
+    included (None where torch's records lack the reason). ``compile_fallback``: some frame hit
+    the recompile limit and ran eagerly. Both None with compile off."""
+    if knobs.compile == "off":
+        return {"recompiles": None, "compile_fallback": None}
+    from torch._dynamo import utils
+    metrics = utils.get_compilation_metrics()
+    recompiles = (sum(m.recompile_reason is not None for m in metrics)
+                  if all(hasattr(m, "recompile_reason") for m in metrics) else None)
+    return {"recompiles": recompiles, "compile_fallback": _limit_hit() is not None}
+
+
+def _limit_hit() -> str | None:
+    """The name of the torch._dynamo limit a frame hit since the counters were zeroed
+    ('recompile_limit', 'accumulated_recompile_limit'); None when none was."""
+    from torch._dynamo import utils
+    for key in utils.counters["unimplemented"]:
+        if key.startswith(RECOMPILE_LIMIT_BREAK):
+            found = re.search(r"Limit type: (\w+)", key)
+            return found.group(1) if found else "recompile_limit"
+    return None
+
+
+def fallback_columns(result: dict) -> dict:
+    """The columns that make a measured trial whose ``compile_fallback`` is true an ``error``
+    row: its rate is partly eager's, never a compiled rate to rank. Empty for any other
+    result (a trial that failed already keeps its own status and error)."""
+    if not result.get("compile_fallback") or result.get("status") not in (Status.OK,
+                                                                           Status.TIMEOUT):
+        return {}
+    import torch._dynamo.config as dynamo_config
+    limit = _limit_hit() or "recompile_limit"
+    count = "" if result.get("recompiles") is None else f" after {result['recompiles']} recompiles"
+    return dict(status=Status.ERROR, samples_per_sec=0.0, time_to_train_s=None,
+                error=f"torch.compile hit torch._dynamo.config.{limit} "
+                      f"({getattr(dynamo_config, limit, '?')}){count}: a frame ran eagerly from "
+                      "then on, so the rate is no compiled one (TORCH_LOGS=recompiles names the "
+                      "guards that failed)")
 
 
 def rate_columns(units: dict[str, int], settings: TrialSettings, knobs: Knobs,
