@@ -115,6 +115,14 @@ def test_the_plan_puts_the_compile_cache_in_the_results_folder(tmp_path):
     assert compile_cache_path("s3://bucket/runs").endswith(os.sep + "compile-cache")
 
 
+def test_profile_compiles_into_the_results_folders_cache(tmp_path):
+    from tuner.checks import plan_profile
+    results = tmp_path / "results"
+    plan = plan_profile("tests.fake_workloads:regression", device="cpu", results=str(results),
+                        knobs_json='{"compile": "default"}')
+    assert plan.settings.compile_cache_dir == str(results.resolve() / "compile-cache")
+
+
 class ShapeShifting(Regression):
     """Each micro-batch trains on a different number of its features (the model pads them
     back to ``FEATURES``): a new input shape every step, so a compiled model with static

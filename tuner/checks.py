@@ -143,6 +143,9 @@ class ValidationPlan:
     baseline_row: dict | None = None
     """The trial's run's baseline reference row, ``samples_per_sec`` as the answer reads it
     (``_baseline_row``; None: not in the leaderboard), for a trainer."""
+    compile_cache_dir: str | None = None
+    """torch.compile's cache of the results folder the trial ran into
+    (``tuner.settings.compile_cache_path``): a compiled loop starts from the run's compiles."""
 
     @property
     def in_trainer(self) -> bool:
@@ -190,8 +193,9 @@ def plan_validation(workload: str, *, results: str = "tuner-results",
     check_data_path(w, knobs)
     ranks = ranks_for(row, world_size)
     data_dir = checked_data(w, data, row["scale"])[0]
+    from tuner.settings import compile_cache_path
     return ValidationPlan(w, row, knobs, ranks, training_threads(row), data_dir,
-                          _baseline_row(table.to_pylist(), row))
+                          _baseline_row(table.to_pylist(), row), compile_cache_path(results))
 
 
 def _baseline_row(rows: list[dict], row: dict) -> dict | None:
@@ -219,7 +223,8 @@ def run_validation(plan: ValidationPlan, *, steps: int | None = None,
         return trainer_validation(plan, steps=steps, rounds=rounds)
     from tuner.trial.validate import loop_for_row
     return loop_for_row(plan.workload, plan.knobs, plan.row, data_dir=plan.data_dir,
-                        steps=steps, threads=plan.threads, ranks=plan.ranks)
+                        steps=steps, threads=plan.threads, ranks=plan.ranks,
+                        compile_cache_dir=plan.compile_cache_dir)
 
 
 def validate(workload: str, *, steps: int | None = None, **where: Any
@@ -341,7 +346,12 @@ def plan_profile(workload: str, *, model: str | None = None, image_size: int | N
     ``device`` at ``scale`` (None: ``tuner.settings.default_scale``), with ``steps``
     synchronised steps per phase, the data checked. Raises TunerError, DataError."""
     from tuner.option_checks import checked_data, resolve_device
-    from tuner.settings import MEASUREMENT_DEFAULTS, TrialSettings, default_scale
+    from tuner.settings import (
+        MEASUREMENT_DEFAULTS,
+        TrialSettings,
+        compile_cache_path,
+        default_scale,
+    )
     w = configured_workload(workload, model, image_size)
     device = resolve_device(device)
     scale = scale or default_scale(device)
@@ -355,7 +365,8 @@ def plan_profile(workload: str, *, model: str | None = None, image_size: int | N
     warmup, _, window_s = MEASUREMENT_DEFAULTS[scale]
     settings = TrialSettings(scale=scale, device=device,
                              data_dir=str(checked_data(w, data, scale)[0]), warmup_steps=warmup,
-                             windows=2, window_s=window_s, breakdown_steps=steps)
+                             windows=2, window_s=window_s, breakdown_steps=steps,
+                             compile_cache_dir=compile_cache_path(results))
     return ProfilePlan(w, knobs, source, settings, dropped)
 
 

@@ -56,7 +56,8 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
                steps: int | None = None, warmup_steps: int = 3, seed: int = 0,
                threads: int | None = None, warmup_s: float = 0.0,
                min_measured_s: float = 0.0, fill_workers: int = 0,
-               world_size: int = 1, omp_threads: int | None = None) -> Validation:
+               world_size: int = 1, omp_threads: int | None = None,
+               compile_cache_dir: str | None = None) -> Validation:
     """Train ``steps`` optimizer steps (default: one epoch, at least warm-up + 20 steps) as a
     plain loop and time it, in a trial's process-wide state (``trial_state``), on ``threads``
     torch intra-op threads on any device (None: torch's setting) with ``OMP_NUM_THREADS`` set
@@ -72,6 +73,8 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     given the trial's, it warms up and measures as long as the trial did (a short loop would
     measure the batches prefetched during the warm-up: 1.17x the trial's figure in 20 steps
     of ddpm on an H100). ``world_size`` > 1: one rank of a process group (``train_loop_ranks``).
+    With compile on, torch.compile's caches live in ``compile_cache_dir`` (None: torch's
+    default directory), as a trial's do (``trial_state``).
 
     Raises:
         DataError: the dataset holds fewer samples than one batch, or its decoded samples
@@ -82,7 +85,8 @@ def train_loop(workload: Workload, knobs: Knobs, *, scale: str, device: str, dat
     torch.manual_seed(seed)
     dev = torch.device(device)
     applied, _ = knobs.clamp(dev.type)
-    with same_threads(threads, omp_threads), trial_state(applied, dev, threads=threads) as state:
+    with same_threads(threads, omp_threads), trial_state(
+            applied, dev, threads=threads, compile_cache_dir=compile_cache_dir) as state:
         code = data_code(applied, device=str(dev), scale=scale, workers=fill_workers,
                          collate=workload.collate_fn() is not None, world_size=world_size)
         loader, batches_s = _batches(code, workload, applied, Path(data_dir), scale)
@@ -233,12 +237,13 @@ def ranks_for(row: dict, world_size: int | None) -> int:
 
 
 def loop_for_row(workload: Workload, knobs: Knobs, row: dict, *, data_dir: Path,
-                 steps: int | None, threads: int | None, ranks: int) -> Validation:
+                 steps: int | None, threads: int | None, ranks: int,
+                 compile_cache_dir: str | None = None) -> Validation:
     """The plain loop for a leaderboard ``row``: its scale and device, its scale's warm-up
     steps, the trial's CPUs as the cache's fill workers, its torch threads (``threads``, else
     the row's ``torch_threads``) and ``OMP_NUM_THREADS`` (the row's ``omp_num_threads``); one
     rank: warmed up and measured as long as the trial was, without ``steps``; ``ranks`` > 1:
-    ``train_loop_ranks``."""
+    ``train_loop_ranks``. One rank compiles into ``compile_cache_dir`` (the run's cache)."""
     from tuner.settings import MEASUREMENT_DEFAULTS
     threads = threads or row.get("torch_threads")
     common = dict(scale=row["scale"], data_dir=data_dir, steps=steps, threads=threads,
@@ -250,7 +255,8 @@ def loop_for_row(workload: Workload, knobs: Knobs, row: dict, *, data_dir: Path,
                                 **common)
     return train_loop(workload, knobs, device=row["device"],
                       warmup_s=0.0 if steps else row.get("warmup_s") or 0.0,
-                      min_measured_s=0.0 if steps else row.get("measured_s") or 0.0, **common)
+                      min_measured_s=0.0 if steps else row.get("measured_s") or 0.0,
+                      compile_cache_dir=compile_cache_dir, **common)
 
 
 @dataclass
