@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 TRAINER_ROUNDS = 3
 """Rounds of ``trainer_validation``: each the answer's knobs, then the baseline's."""
 
+TRAINER_WARMUP_ROUNDS = 1
+"""Rounds of ``trainer_validation`` trained first and not counted: a side's first trainer
+run in a process reads low (Lightning, the answer of ``bench/lit_example.py`` at bs=928 on 2
+CPUs: 25.9k samples/sec first, then 30.5k, 31.5k, 28.7k)."""
+
 MIN_TRAINER_STEPS = 20
 """Optimizer steps a trainer round measures at least, after the warm-up."""
 
@@ -299,7 +304,8 @@ def trainer_validation(plan: ValidationPlan, *, steps: int | None = None,
     each the answer's knobs then the baseline's (the run's baseline row's knobs, else the
     workload's baseline), each side on the threads its trial trained with
     (``training_threads``: on a busy 2-core machine one thread ran a batch-16 baseline 7-10x
-    faster than its trial's two did). Each round trains ``steps`` optimizer steps
+    faster than its trial's two did), after ``TRAINER_WARMUP_ROUNDS`` rounds not counted.
+    Each round trains ``steps`` optimizer steps
     (None: ``trainer_steps`` of its row). Raises TunerError when the trainer returns None;
     what training raises."""
     from tuner.trial.validate import same_threads
@@ -312,7 +318,7 @@ def trainer_validation(plan: ValidationPlan, *, steps: int | None = None,
         baseline_predicted_samples_per_sec=base["samples_per_sec"] if base else None)
     sides = ((plan.knobs, out.answer_steps, out.answer_samples_per_sec, plan.row),
              (base_knobs, out.baseline_steps, out.baseline_samples_per_sec, base or plan.row))
-    for _ in range(rounds):
+    for round_ in range(TRAINER_WARMUP_ROUNDS + rounds):
         for knobs, n, rates, row in sides:  # each on its own trial's threads
             with same_threads(training_threads(row), row.get("omp_num_threads")):
                 rate = plan.workload.trainer_samples_per_sec(
@@ -320,7 +326,8 @@ def trainer_validation(plan: ValidationPlan, *, steps: int | None = None,
             if rate is None:
                 raise TunerError(f"workload {plan.workload.name!r}: its trainer measured "
                                  "nothing (trainer_samples_per_sec returned None)")
-            rates.append(rate)
+            if round_ >= TRAINER_WARMUP_ROUNDS:
+                rates.append(rate)
     return out
 
 
