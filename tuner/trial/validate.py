@@ -14,6 +14,7 @@ import re
 import statistics
 import time
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -156,15 +157,16 @@ def train_loop_ranks(workload: Workload, knobs: Knobs, *, world_size: int, devic
     Raises:
         TunerError: a rank failed (its error), or none reported within ``RANKS_TIMEOUT_S``.
     """
-    import socket
-
+    import torch.distributed as dist
     import torch.multiprocessing as mp
     # spawn, never fork: a fork of a process whose torch thread pools have run can crash in
     # the child (both ranks ended with SIGSEGV on a loaded 2-core machine)
     ctx = mp.get_context("spawn")
-    with socket.socket() as sock:  # a free port for the process group's rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    # the rendezvous store listens here, on a port the OS picks, for the whole job: a port
+    # found free and released before the ranks bind it can be taken in between
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
+    port = store.port
     results = ctx.SimpleQueue()
     procs = [
         ctx.Process(
@@ -194,6 +196,10 @@ def train_loop_ranks(workload: Workload, knobs: Knobs, *, world_size: int, devic
 RANKS_TIMEOUT_S = 1800.0
 """The longest ``train_loop_ranks`` waits for rank 0's figures."""
 
+RENDEZVOUS_TIMEOUT_S = 300.0
+"""The longest a rank waits for the others at the process group's rendezvous (a loaded host
+starts a spawned rank in tens of seconds)."""
+
 
 def _rank_loop(rank: int, world_size: int, port: int, results: Any, workload: Workload,
                knobs: Knobs, device: str, loop: dict) -> None:
@@ -205,8 +211,14 @@ def _rank_loop(rank: int, world_size: int, port: int, results: Any, workload: Wo
     if device == "cuda":
         torch.cuda.set_device(rank)
         dev = f"cuda:{rank}"
-    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank,
-                            world_size=world_size)
+    try:
+        store = dist.TCPStore("127.0.0.1", port, is_master=False,
+                              timeout=timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", store=store,
+                                rank=rank, world_size=world_size)
+    except Exception as exc:  # the parent says it in one line
+        results.put(f"rank {rank}: joining the process group: {type(exc).__name__}: {exc}")
+        raise SystemExit(1) from None
     try:
         v = train_loop(workload, knobs, device=dev, world_size=world_size, **loop)
         if rank == 0:
