@@ -1,0 +1,160 @@
+"""The simulated H200 (``tests.simulated_gpu``, ``tests.simulated_h200``): its own contract,
+driven through the product's own knob application (``tuner.trial.apply``) and failure
+classification, and one end-to-end run of tuner's planner and harness on it (``slow``).
+
+The contract tests read what the card charged (``simulated_gpu.STATE.charges``, the model's
+``sim_last_step``), not the wall clock; their one-off costs are slept at 1 % of the measured
+seconds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tests import simulated_gpu
+from tests.simulated_h200 import CUDNN_AUTOTUNE_S, FIRST_STEP_S, SimulatedH200, applied_precision
+from tuner.knobs import Knobs
+from tuner.settings import MemoryLimit
+from tuner.status import Status
+from tuner.trial.apply import (
+    apply_device_limit,
+    build_training,
+    move_batch,
+    release_device_limit,
+    set_global_flags,
+)
+from tuner.trial.failures import classify, free_device_memory
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture
+def card(monkeypatch):
+    """The simulated card in this process, one-offs slept at 1 %; put back afterwards."""
+    monkeypatch.setenv(simulated_gpu.SCALE_ENV, "0.01")
+    monkeypatch.setenv(simulated_gpu.RAY_RESOURCES_ENV, "{}")  # install() must not set it
+    simulated_gpu.install()
+    yield simulated_gpu
+    simulated_gpu.uninstall()
+
+
+def _step(workload: SimulatedH200, knobs: Knobs) -> dict:
+    """One training step of ``knobs`` as the harness applies them (flags, model, autocast,
+    batch moved to the card); returns what the card modelled for it."""
+    restore = set_global_flags(knobs, CUDA)
+    try:
+        training = build_training(workload, knobs, "full", CUDA)
+        image = torch.randint(0, 256, (knobs.batch_size, 2, 4, 4), dtype=torch.uint8)
+        batch = move_batch((image, torch.rand(knobs.batch_size)), CUDA, knobs)
+        with training.autocast():
+            workload.training_step(training.step_model, batch)
+        return training.model.sim_last_step
+    finally:
+        restore()
+
+
+def test_the_card_answers_as_an_h200_and_keeps_tensors_on_the_host(card):
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+    assert torch.cuda.get_device_name(0) == "NVIDIA H200"
+    assert round(torch.cuda.get_device_properties(0).total_memory / 2**30) == 140
+    assert torch.zeros(3).to(CUDA).device.type == "cpu"
+    card.uninstall()
+    assert not torch.cuda.is_available()  # put back: the rest of the suite sees no card
+    card.install()
+
+
+def test_cudnn_benchmark_pays_its_autotuning_once_per_new_shape(card):
+    """cuDNN's autotuning at a shape new to the process with cudnn_benchmark on; the same
+    shape later (a new model) pays the first step alone, as does a new shape with it off."""
+    w = SimulatedH200()
+    on = Knobs(batch_size=32, amp="fp16", cudnn_benchmark=True)
+    assert _step(w, on)["one_off_s"] == pytest.approx(FIRST_STEP_S + CUDNN_AUTOTUNE_S)
+    assert _step(w, on)["one_off_s"] == pytest.approx(FIRST_STEP_S)
+    assert _step(w, on.replace(batch_size=64))["one_off_s"] == pytest.approx(
+        FIRST_STEP_S + CUDNN_AUTOTUNE_S)
+    assert _step(w, on.replace(batch_size=128, cudnn_benchmark=False))["one_off_s"] == \
+        pytest.approx(FIRST_STEP_S)
+    assert CUDNN_AUTOTUNE_S == pytest.approx(12.19 - 2.16, abs=0.05)  # the measured pair
+
+
+def test_memory_past_the_max_memory_cap_is_a_cuda_out_of_memory(card):
+    """``--max-memory 12GB`` through the harness's own limit: the largest batch that fits runs,
+    one more sample fails with CUDA's error, which the harness classifies as device OOM."""
+    limit_mb = apply_device_limit(MemoryLimit.parse("12GB"), CUDA)
+    try:
+        w = SimulatedH200(memory_limit_mb=limit_mb)
+        top = w.max_batch_at("bf16")
+        assert 300 < top < 652  # 990 MiB + 26.5 MiB a sample under 11,444 MiB
+        knobs = Knobs(batch_size=top, amp="bf16")
+        _step(w, knobs)
+        assert torch.cuda.max_memory_allocated() / 2**20 == pytest.approx(
+            w.memory_mb_at(top, "bf16"))
+        with pytest.raises(torch.OutOfMemoryError, match="CUDA out of memory") as caught:
+            _step(w, knobs.replace(batch_size=top + 1))
+        status, memory, _ = classify(caught.value, CUDA)
+        assert (status, memory) == (Status.OOM, "device")
+    finally:
+        release_device_limit(limit_mb, CUDA)
+    _step(w, Knobs(batch_size=top + 1, amp="bf16"))  # the whole card: it fits again
+    free_device_memory()
+    assert torch.cuda.memory_allocated() == 0
+
+
+def test_the_step_reads_precision_and_layout_from_what_the_harness_applied(card):
+    """bf16 autocast and channels_last, applied by ``build_training``, shorten a step above
+    the knee; fp32 doubles its memory; below the knee the flat 45 ms holds."""
+    w = SimulatedH200()
+    fast = _step(w, Knobs(batch_size=512, amp="bf16", channels_last=True))
+    plain = _step(w, Knobs(batch_size=512))
+    assert (fast["precision"], fast["channels_last"]) == ("bf16", True)
+    assert (plain["precision"], plain["channels_last"]) == ("fp32", False)
+    assert fast["step_s"] == pytest.approx(0.189e-3 * 512)
+    assert plain["step_s"] > 2 * fast["step_s"]
+    assert _step(w, Knobs(batch_size=8, amp="fp16"))["step_s"] == pytest.approx(0.045)
+    assert w.memory_mb_at(8, "fp32") > w.memory_mb_at(8, "bf16")
+    with torch.autocast("cuda", dtype=torch.float16):
+        assert applied_precision() == "fp16"
+
+
+def test_the_model_answers_follow_the_measured_figures():
+    """The machine limit is the measured eager compute ceiling's (5,304 samples/sec at batch
+    652) less the device path's augmentation; doubling the recommended stops at the cap."""
+    w = SimulatedH200()
+    assert 4900 < w.machine_limit().samples_per_sec < 5304
+    capped = SimulatedH200(memory_limit_mb=MemoryLimit.parse("12GB").resolve_mib(
+        simulated_gpu.TOTAL_MB))
+    assert capped.doubling_answer().knobs.batch_size == 256
+    assert capped.machine_limit().knobs.batch_size == capped.max_batch_at("bf16")
+
+
+@pytest.mark.slow
+def test_a_capped_run_on_the_card_decides_cudnn_at_the_finalists_and_keeps_the_cap(tmp_path):
+    """``tuner run --device cuda --max-memory 12GB`` on the simulated card (one-offs at 5 %):
+    the probe's bound and every measured trial stay under the cap; screens run with
+    cudnn_benchmark off and the re-measured finalists with it on."""
+    env = {**os.environ, **simulated_gpu.hook_environment(),
+           simulated_gpu.SCALE_ENV: "0.05", "PYTHONPATH": str(ROOT)}
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--workload", "tests.simulated_h200:ddpm",
+         "--device", "cuda", "--max-memory", "12GB", "--time-budget", "45",
+         "--results", str(results)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = pq.read_table(results / "leaderboard").to_pandas()
+    cap = SimulatedH200(memory_limit_mb=MemoryLimit.parse("12GB").resolve_mib(
+        simulated_gpu.TOTAL_MB))
+    assert set(rows["gpu_name"].dropna()) == {"NVIDIA H200"}
+    measured = rows[rows["status"].isin(["ok", "timeout"]) & rows["batch_size"].notna()]
+    assert (measured["peak_device_memory_mb"].dropna() <= cap.memory_limit_mb).all()
+    assert (measured["batch_size"] <= cap.max_batch_at("bf16")).all()
+    screens = rows[rows["phase"] == "search"]
+    assert len(screens) >= 3
+    print(done.stdout[-3000:])
