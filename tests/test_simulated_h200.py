@@ -1,6 +1,7 @@
 """The simulated H200 (``tests.simulated_gpu``, ``tests.simulated_h200``): its own contract,
 driven through the product's own knob application (``tuner.trial.apply``) and failure
-classification, and one end-to-end run of tuner's planner and harness on it (``slow``).
+classification, trial harness and planner, all in this process (a whole run on it is
+``bench/simulated_h200.py``).
 
 The contract tests read what the card charged (``simulated_gpu.STATE.charges``, the model's
 ``sim_last_step``), not the wall clock; their one-off costs are slept at 1 % of the measured
@@ -8,19 +9,14 @@ seconds."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pyarrow.parquet as pq
 import pytest
 import torch
 
 from tests import simulated_gpu
 from tests.simulated_h200 import CUDNN_AUTOTUNE_S, FIRST_STEP_S, SimulatedH200, applied_precision
 from tuner.knobs import Knobs
-from tuner.settings import MemoryLimit
+from tuner.option_checks import local_resources, make_plan
+from tuner.settings import MemoryLimit, RunOptions, TrialSettings
 from tuner.status import Status
 from tuner.trial.apply import (
     apply_device_limit,
@@ -30,8 +26,8 @@ from tuner.trial.apply import (
     set_global_flags,
 )
 from tuner.trial.failures import classify, free_device_memory
+from tuner.trial.harness import run_trial
 
-ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.device("cuda")
 
 
@@ -134,27 +130,40 @@ def test_the_model_answers_follow_the_measured_figures():
     assert capped.machine_limit().knobs.batch_size == capped.max_batch_at("bf16")
 
 
-@pytest.mark.slow
-def test_a_capped_run_on_the_card_decides_cudnn_at_the_finalists_and_keeps_the_cap(tmp_path):
-    """``tuner run --device cuda --max-memory 12GB`` on the simulated card (one-offs at 5 %):
-    the probe's bound and every measured trial stay under the cap; screens run with
-    cudnn_benchmark off and the re-measured finalists with it on."""
-    env = {**os.environ, **simulated_gpu.hook_environment(),
-           simulated_gpu.SCALE_ENV: "0.05", "PYTHONPATH": str(ROOT)}
-    results = tmp_path / "results"
-    done = subprocess.run(
-        [sys.executable, "-m", "tuner", "run", "--workload", "tests.simulated_h200:ddpm",
-         "--device", "cuda", "--max-memory", "12GB", "--time-budget", "45",
-         "--results", str(results)],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = pq.read_table(results / "leaderboard").to_pandas()
-    cap = SimulatedH200(memory_limit_mb=MemoryLimit.parse("12GB").resolve_mib(
-        simulated_gpu.TOTAL_MB))
-    assert set(rows["gpu_name"].dropna()) == {"NVIDIA H200"}
-    measured = rows[rows["status"].isin(["ok", "timeout"]) & rows["batch_size"].notna()]
-    assert (measured["peak_device_memory_mb"].dropna() <= cap.memory_limit_mb).all()
-    assert (measured["batch_size"] <= cap.max_batch_at("bf16")).all()
-    screens = rows[rows["phase"] == "search"]
-    assert len(screens) >= 3
-    print(done.stdout[-3000:])
+def test_a_trial_on_the_card_runs_the_harness_unchanged_and_fails_oom_past_the_cap(
+        card, tuner_cache):
+    """``run_trial`` on ``--device cuda`` with ``--max-memory 12GB``: the row names the H200,
+    its peak device memory is the model's and under the cap; one sample more is an ``oom``
+    row charged to the device, as on a card."""
+    w = SimulatedH200()
+    settings = TrialSettings(scale="full", device="cuda", max_memory="12GB", windows=1,
+                             window_s=0.3, warmup_steps=2, breakdown_steps=0,
+                             max_steady_probes=0,
+                             data_dir=str(w.prepare_default_data(tuner_cache, "full")))
+    cap_mb = MemoryLimit.parse("12GB").resolve_mib(simulated_gpu.TOTAL_MB)
+    top = SimulatedH200(memory_limit_mb=cap_mb).max_batch_at("bf16")
+    knobs = Knobs(batch_size=top, data_path="device", amp="bf16", channels_last=True)
+    row = run_trial(w, knobs, settings)
+    assert row["status"] == "ok", row.get("error")
+    assert (row["device"], row["gpu_name"]) == ("cuda", "NVIDIA H200")
+    assert row["peak_device_memory_mb"] == pytest.approx(w.memory_mb_at(top, "bf16"))
+    assert row["peak_device_memory_mb"] <= cap_mb
+    over = run_trial(w, knobs.replace(batch_size=top + 1), settings)
+    assert over["status"] == "oom" and "CUDA out of memory" in over["error"]
+    assert torch.cuda.memory_allocated() == 0  # the harness freed the card after the trial
+
+
+def test_the_planner_on_the_card_plans_for_a_cuda_machine(card, tmp_path, tuner_cache):
+    """The product's own device resolution sees the simulated card, and its plan for a 300-s
+    ddpm-like run is a CUDA plan: the memory probe on, cuDNN benchmark held off while
+    screening and decided at the finalists, compile modes left out of a 300-s budget."""
+    resources = local_resources("auto")
+    assert (resources.device, resources.gpus) == ("cuda", 1)
+    options = RunOptions(workload="tests.simulated_h200:ddpm", device="cuda",
+                         time_budget_s=300, max_memory="12GB",
+                         results=str(tmp_path / "results"))
+    plan = make_plan(options, resources)
+    assert plan.should_probe
+    assert plan.screen_windows and plan.cudnn_at_finalists
+    assert plan.device_space.constants["cudnn_benchmark"] is False
+    assert "compile" not in plan.device_space.domains
