@@ -13,7 +13,13 @@ import pytest
 import torch
 
 from tests import simulated_gpu
-from tests.simulated_h200 import CUDNN_AUTOTUNE_S, FIRST_STEP_S, SimulatedH200, applied_precision
+from tests.simulated_h200 import (
+    COMPILE_S,
+    CUDNN_AUTOTUNE_S,
+    FIRST_STEP_S,
+    SimulatedH200,
+    applied_precision,
+)
 from tuner.knobs import Knobs
 from tuner.option_checks import local_resources, make_plan
 from tuner.settings import MemoryLimit, RunOptions, TrialSettings
@@ -117,6 +123,17 @@ def test_the_step_reads_precision_and_layout_from_what_the_harness_applied(card)
     assert w.memory_mb_at(8, "fp32") > w.memory_mb_at(8, "bf16")
     with torch.autocast("cuda", dtype=torch.float16):
         assert applied_precision() == "fp16"
+
+
+def test_a_compiled_model_pays_its_compile_at_the_first_step_then_runs_faster(card):
+    """``build_training`` compiles as the knob says; the card charges the compile once, at
+    the model's first step, and the compiled step's compute is 1/1.65 of eager's."""
+    w = SimulatedH200()
+    eager = _step(w, Knobs(batch_size=512, amp="bf16"))
+    compiled = _step(w, Knobs(batch_size=512, amp="bf16", compile="default"))
+    assert compiled["compile"] == "default"
+    assert compiled["one_off_s"] == pytest.approx(FIRST_STEP_S + COMPILE_S["default"])
+    assert compiled["step_s"] == pytest.approx(eager["step_s"] / 1.65)
 
 
 def test_the_model_answers_follow_the_measured_figures():
