@@ -14,7 +14,9 @@ What the device answers (the H200 of 2026-11-27: ``cuda:NVIDIA H200:140GiB``, 14
 * ``is_available``, ``device_count`` (1), ``current_device``, ``get_device_name``,
   ``get_device_properties`` (name, ``total_memory``, compute capability 9.0, 132 SMs),
   ``is_bf16_supported``, ``is_initialized`` (True after the first use in the process);
-* ``synchronize``: nothing to wait for (the simulated work is slept when issued);
+* ``synchronize``: nothing to wait for (the simulated work is slept when issued), but the
+  queue is empty from then on (``synced_at``): a step after it cannot count time spent before
+  it, as the workload's pacing otherwise would (a window would read faster than the card);
 * memory: ``mem_get_info``, ``memory_allocated``/``memory_reserved`` (the ledger),
   ``max_memory_allocated``/``max_memory_reserved`` (its peak), ``reset_peak_memory_stats``,
   ``empty_cache``, ``set_per_process_memory_fraction``;
@@ -75,6 +77,8 @@ class DeviceState:
     fraction: float = 1.0
     """``set_per_process_memory_fraction``: the allocator's limit is this share of the card."""
     initialized: bool = False
+    synced_at: float = 0.0
+    """``time.perf_counter()`` of the last ``synchronize``: the card's queue was empty then."""
     cudnn_shapes: set = field(default_factory=set)
     """Shapes cuDNN has autotuned in this process (benchmark mode keeps its choices)."""
     charges: list = field(default_factory=list)
@@ -144,6 +148,11 @@ def _set_fraction(fraction: float, device=None) -> None:
     STATE.fraction = float(fraction)
 
 
+def _synchronize(_device=None) -> None:
+    _first_use()
+    STATE.synced_at = time.perf_counter()
+
+
 def _reset_peak(_device=None) -> None:
     STATE.peak_mb = STATE.allocated_mb
 
@@ -206,7 +215,7 @@ def _patches() -> list[tuple[object, str, object]]:
         "is_bf16_supported": lambda *_a, **_k: True,
         "is_initialized": lambda: STATE.initialized,
         "init": _first_use,
-        "synchronize": lambda _d=None: _first_use(),
+        "synchronize": _synchronize,
         "mem_get_info": _mem_get_info,
         "memory_allocated": lambda _d=None: int(STATE.allocated_mb * 2**20),
         "memory_reserved": lambda _d=None: int(STATE.allocated_mb * 2**20),

@@ -130,9 +130,12 @@ class SimulatedH200(Landscape):
 
     def _pace(self, model: nn.Module, step_s: float, one_off_s: float) -> None:
         """Sleep so that this step ends ``step_s`` (+ host work in this process) after the
-        previous one's modelled end, or ``step_s + one_off_s`` after now when it has one-offs
-        (``tests.landscapes``' pacing: the real cost of a step is absorbed inside ``T``)."""
+        previous one's modelled end (or the last ``synchronize``, if later), or ``step_s +
+        one_off_s`` after now when it has one-offs (``tests.landscapes``' pacing: the real
+        cost of a step is absorbed inside ``T``)."""
         last = getattr(model, "landscape_step_end", None)
+        if last is not None:  # a synchronize emptied the queue: no time banked before it
+            last = max(last, simulated_gpu.STATE.synced_at)
         now = time.perf_counter()
         if last is None or one_off_s:
             if one_off_s:

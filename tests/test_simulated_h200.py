@@ -9,6 +9,8 @@ seconds."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -134,6 +136,29 @@ def test_a_compiled_model_pays_its_compile_at_the_first_step_then_runs_faster(ca
     assert compiled["compile"] == "default"
     assert compiled["one_off_s"] == pytest.approx(FIRST_STEP_S + COMPILE_S["default"])
     assert compiled["step_s"] == pytest.approx(eager["step_s"] / 1.65)
+
+
+def test_a_step_after_a_synchronize_takes_its_full_time(card):
+    """Time the host spends between windows is not device time banked for the next window:
+    after ``torch.cuda.synchronize`` a step sleeps its whole modelled time (a lower bound on
+    the wall clock, which a loaded machine can only lengthen)."""
+    w = SimulatedH200()
+    knobs = Knobs(batch_size=512, amp="bf16", channels_last=True)
+    restore = set_global_flags(knobs, CUDA)
+    try:
+        training = build_training(w, knobs, "full", CUDA)
+        batch = move_batch((torch.zeros(512, 2, 4, 4, dtype=torch.uint8), torch.rand(512)),
+                           CUDA, knobs)
+        with training.autocast():
+            w.training_step(training.step_model, batch)
+            step_s = training.model.sim_last_step["step_s"]
+            time.sleep(2 * step_s)  # the harness between two windows
+            torch.cuda.synchronize(CUDA)
+            started = time.perf_counter()
+            w.training_step(training.step_model, batch)
+            assert time.perf_counter() - started >= 0.95 * step_s
+    finally:
+        restore()
 
 
 def test_the_model_answers_follow_the_measured_figures():
