@@ -9,7 +9,11 @@ seconds."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +41,7 @@ from tuner.trial.failures import classify, free_device_memory
 from tuner.trial.harness import run_trial
 
 CUDA = torch.device("cuda")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -72,6 +77,23 @@ def test_the_card_answers_as_an_h200_and_keeps_tensors_on_the_host(card):
     card.uninstall()
     assert not torch.cuda.is_available()  # put back: the rest of the suite sees no card
     card.install()
+
+
+def test_the_device_hook_gives_every_process_that_imports_tuner_the_card(tmp_path):
+    """``TUNER_DEVICE_HOOK`` (what the bench sets, and Ray's workers inherit) installs the card
+    when ``tuner`` is imported; unset, importing tuner stays as light as before (no torch)."""
+    code = (
+        "import tuner, torch; print(torch.cuda.is_available() and torch.cuda.get_device_name(0))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    hooked = subprocess.run([sys.executable, "-c", code],
+                            env={**env, **simulated_gpu.hook_environment()},
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert hooked.stdout.strip() == "NVIDIA H200", hooked.stderr[-2000:]
+    env.pop(simulated_gpu.HOOK_ENV, None)  # unset: importing tuner loads nothing more
+    plain = subprocess.run(
+        [sys.executable, "-c", "import sys, tuner; print('torch' in sys.modules)"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert plain.stdout.strip() == "False", plain.stderr[-2000:]
 
 
 def test_cudnn_benchmark_pays_its_autotuning_once_per_new_shape(card):
