@@ -45,9 +45,20 @@ import, even at run time, reaches a higher floor):
   ``TrainingArguments``).
 """
 
+import os
 from typing import Any
 
 from tuner.settings import VERSION as __version__
+
+DEVICE_HOOK_ENV = "TUNER_DEVICE_HOOK"
+"""``module:function`` called once in every process that imports tuner, before anything else
+of it runs (the driver and Ray's workers, which inherit the environment): a test seam that
+installs a simulated device (``tests.simulated_gpu:install``). Unset: nothing happens."""
+if os.environ.get(DEVICE_HOOK_ENV):
+    import importlib
+
+    _module, _, _function = os.environ[DEVICE_HOOK_ENV].partition(":")
+    getattr(importlib.import_module(_module), _function)()
 
 __all__ = ["tune", "TuneResult", "ScalingResult", "__version__"]
 
