@@ -6,7 +6,8 @@ them), each sized to the time left (``tuner.budget``).
 
 Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the columns of
 ``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
-``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``references``,
+``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``compile_at_finalists``
+(where present), ``references``,
 ``settings.windows``, ``settings.window_s``, ``settings.warmup_steps``,
 ``settings.max_steady_probes``, ``settings.max_warmup_s``, ``round_windows``, ``accelerator_type``,
 ``node_cpus``, ``device``, ``device_space``, ``reuses_trial_processes``,
@@ -18,12 +19,13 @@ recorded, so a resumed run measures only what its rows lack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tuner.budget as budget
 import tuner.noise as noise
 import tuner.windows as rule
+from tuner.compile_finalists import compile_price_s, with_compiled
 from tuner.costs import CostModel, TrialCost, TrialShape
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS
@@ -100,9 +102,17 @@ def price(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
     windows of the run's length, in this command's trial processes (``CostModel.of_plan``);
     ``tuned``: a trial of ``knobs`` planned before this one runs first. The run's
     ``TrialSettings``, with the trial's ``changes`` (``round_trial_settings``), say what
-    steady-state probes a trial of one window adds."""
+    steady-state probes a trial of one window adds. A compile is priced by
+    ``tuner.compile_finalists.compile_price_s`` (warm after a trial of the same knobs)."""
     shape = TrialShape.of(plan.settings, {**(changes or {}), "windows": windows})
-    return CostModel.of_plan(plan, rows).price(knobs, shape, planned=[knobs] if tuned else ())
+    model = CostModel.of_plan(plan, rows)
+    cost = model.price(knobs, shape, planned=[knobs] if tuned else ())
+    if (knobs.compile or "off") == "off":
+        return cost
+    warm = tuned or any(Knobs.from_dict(r, strict=False) == knobs for r in rows)
+    prior_s = budget.compile_needs_s(knobs.compile, getattr(plan, "workload", None), plan.device)
+    return replace(cost, one_off_s=cost.one_off_s - model.compile_s(knobs)
+                   + compile_price_s(rows, knobs, prior_s, warm))
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
@@ -187,6 +197,8 @@ def remeasure_configs(plan: Any, rows: Sequence[dict]) -> tuple[list[Knobs], lis
     top = top[:plan.options.confirm]
     if plan.cudnn_at_finalists:
         top = with_cudnn_benchmark(top)
+    if getattr(plan, "compile_at_finalists", None):
+        top = with_compiled(top, plan.compile_at_finalists)
     refs: dict[Knobs, str] = {}
     for r in ok:
         if r["reference"] and r["reference"] not in refs.values():

@@ -120,6 +120,10 @@ class Plan:
     """``cudnn_benchmark`` is decided at the finalists (``tuner.search_policy``): the screening
     trials run with it off, and the re-measurement measures each finalist with it on and the
     first-ranked with it off too (``tuner.followups.remeasure_configs``)."""
+    compile_at_finalists: str | None = None
+    """The ``torch.compile`` mode decided at the finalists (``tuner.search_policy``; None: not):
+    the search screens eager, and the re-measurement measures the first-ranked compiled in this
+    mode beside its eager self (``tuner.compile_finalists``, ``tuner.compile_payback``)."""
 
     @property
     def metric(self) -> str:
@@ -316,7 +320,8 @@ class Plan:
             trials=self.trials, windows=self.screen_windows or self.settings.windows,
             round_windows=self.round_windows,
             remeasured=(self.options.confirm + len(self.references)
-                        + (1 if self.cudnn_at_finalists else 0)) if confirm else 0,
+                        + (1 if self.cudnn_at_finalists else 0)
+                        + (1 if self.compile_at_finalists else 0)) if confirm else 0,
             rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0,
             budget_s=self.time_budget_s)
 

@@ -279,6 +279,8 @@ def _followups_text(plan) -> str:
     if plan.options.confirm:
         cudnn = (" with cudnn_benchmark on (off while screening), the first also without it,"
                  if getattr(plan, "cudnn_at_finalists", False) else "")
+        if getattr(plan, "compile_at_finalists", None):  # tuner.compile_finalists
+            cudnn += f" the first also compiled (mode={plan.compile_at_finalists}),"
         parts.append(f"the {plan.options.confirm} best re-measured{cudnn} beside the "
                      f"references (--confirm {plan.options.confirm})")
     if plan.options.ceiling:

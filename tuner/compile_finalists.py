@@ -1,0 +1,92 @@
+"""``torch.compile`` decided at the finalists, as the plan and the cost model see it: which mode
+the re-measurement measures (``finalist_mode``), where the compiled configuration stands among
+the finalists (``with_compiled``), what its compile costs in a round (``compile_price_s``:
+cold once, then warm from the run's shared compile cache) and what time budget would have
+held it (``budget_to_measure_s``).
+
+The search screens eager configurations; the first-ranked is then measured compiled beside its
+eager self in the interleaved rounds, and ``tuner.compile_payback`` decides from the paired
+rates whether the answer is compiled.
+
+Torch-free and Ray-free (base floor, beside ``budget`` and ``costs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import tuner.budget as budget
+from tuner.costs import CostModel, RowTimes, TrialShape
+from tuner.knobs import Knobs
+
+WARM_COMPILE_SHARE = 0.3
+"""A compile whose FX-graph and AOTAutograd caches an earlier trial of the run filled (the
+run's one compile cache, ``TrialSettings.compile_cache_dir``) is priced at this share of the
+cold compile until a warm one is measured. Source: on 2 CPU cores the warm first step took
+3.5 % of the cold one for ddpm and 8-20 % for chargpt (bench/results/compile-cache-2026-12-02.txt);
+30 % leaves room for dynamo's tracing, which no cache skips."""
+
+
+def finalist_mode(modes: Iterable[str], device: str) -> str | None:
+    """The ``torch.compile`` mode measured at the finalists, from the ``modes`` a workload's
+    space offers (its ``compile`` choices, before a device's override): on CUDA
+    'reduce-overhead' where the space offers it (a built-in space offers it where its shapes
+    are static, so CUDA graphs apply), else 'default'; on any other device 'default' (CUDA
+    graphs do not exist there). None: the space offers no compile mode this rule measures."""
+    offered = set(modes)
+    if device == "cuda" and "reduce-overhead" in offered:
+        return "reduce-overhead"
+    return "default" if "default" in offered else None
+
+
+def with_compiled(top: Sequence[Knobs], mode: str) -> list[Knobs]:
+    """The finalists ``top`` (rank order) with the first-ranked also compiled in ``mode``,
+    right after it: where the time left cannot hold every round, the lowest-ranked finalists
+    are left out first (``tuner.followups.fitting_configs``), and the compiled twin goes only
+    after every other searched finalist. Unchanged for an empty ``top`` or a first-ranked that
+    is compiled already."""
+    if not top or (top[0].compile or "off") != "off":
+        return list(top)
+    twin = top[0].replace(compile=mode)
+    return [top[0], twin, *(k for k in top[1:] if k != twin)]
+
+
+def compile_price_s(rows: Sequence[Mapping[str, Any]], knobs: Knobs, cold_prior_s: float,
+                    warm: bool) -> float:
+    """Seconds the first step of one more trial of ``knobs`` spends compiling: 0 eager.
+    ``warm``: a trial of the same knobs ran (or is planned to run) earlier in the run, so the
+    run's compile cache holds its graphs: the shortest compile measured for the same knobs
+    after their first, else ``WARM_COMPILE_SHARE`` of the cold one. Cold: the longest compile
+    measured in the mode (``CostModel.compile_s``), else ``cold_prior_s``
+    (``tuner.budget.compile_needs_s``)."""
+    mode = knobs.compile or "off"
+    if mode == "off":
+        return 0.0
+    cold_s = CostModel(rows).compile_s(knobs) or cold_prior_s
+    if not warm:
+        return cold_s
+    same = [RowTimes.of(r).compiled_s for r in rows if RowTimes.of(r).knobs == knobs]
+    later = [s for s in same[1:] if s > 0]
+    return min(later) if later else WARM_COMPILE_SHARE * cold_s
+
+
+def budget_to_measure_s(plan: Any, rows: Sequence[Mapping[str, Any]], knobs: Knobs,
+                        rounds: int) -> float | None:
+    """The ``--time-budget`` (seconds, whole tens) whose follow-ups would also hold ``rounds``
+    rounds of the compiled ``knobs``: the run's budget plus those rounds' price
+    (``CostModel.price`` of a round trial, its compile by ``compile_price_s``) over the share
+    of the budget kept for the follow-ups (``plan.followup_share()``). None without a time
+    budget. ``plan``: a ``tuner.plan.Plan`` (reads ``time_budget_s``, ``followup_share``,
+    ``settings``, ``round_windows``, ``workload``, ``device``)."""
+    if plan.time_budget_s is None:
+        return None
+    model = CostModel(rows)
+    shape = TrialShape.of(plan.settings, {"windows": plan.round_windows})
+    prior_s = budget.compile_needs_s(knobs.compile, getattr(plan, "workload", None), plan.device)
+    extra_s = 0.0
+    for r in range(rounds):
+        cost = model.price(knobs, shape)
+        extra_s += (cost.total_s - model.compile_s(knobs)
+                    + compile_price_s(rows, knobs, prior_s, warm=r > 0))
+    share = max(plan.followup_share(), budget.FOLLOWUP_SHARE)
+    return float(-(-(plan.time_budget_s + extra_s / share) // 10) * 10)
