@@ -20,13 +20,16 @@ import tuner.compile_payback as payback
 import tuner.followups as followups
 import tuner.summary as summary
 import tuner.winner as winner
-from tests.test_followups import BASE, BUSY, FAST, fake_plan, search_rows
+from tests.test_followups import BASE, BUSY, FAST, fake_plan, make_row, search_rows
 from tuner.budget import COMPILE_NEEDS_S
 from tuner.compile_finalists import (
+    COMPILE_OVERRUN,
     WARM_COMPILE_SHARE,
     budget_to_measure_s,
+    compile_deadlines,
     finalist_mode,
     with_compiled,
+    with_deadlines,
 )
 from tuner.knobs import Knobs
 from tuner.option_checks import make_plan
@@ -218,27 +221,66 @@ def compile_plan(left: float | None) -> SimpleNamespace:
     return plan
 
 
+def drive(plan, rows: list[dict], configs, compiled: dict) -> list:
+    """Run ``followups.rounds`` as the driver does: each trial appends its row before the next
+    batch is planned; a compiled trial's row has ``compiled`` (its columns: compile_s, status)."""
+    batches = []
+    for batch in followups.rounds(plan, rows, configs, lambda kind, data: None):
+        batches.append(batch)
+        for knobs, ref in batch.configs:
+            extra = compiled if knobs.compile != "off" else {}
+            rows.append(make_row(len(rows), knobs, reference=ref, phase="remeasure", **extra))
+    return batches
+
+
 def test_the_finalists_include_the_compiled_one_when_the_time_left_holds_its_rounds():
     """The compiled twin of the first-ranked is priced cold (COMPILE_NEEDS_S: no compile
-    measured yet) in its first round and warm from the run's compile cache in the next
-    (WARM_COMPILE_SHARE of cold); with time for that it is measured in every round, without
-    it the rounds leave it out and measure the eager ones."""
+    measured yet) in a first round of its own, then, from its row, warm from the run's compile
+    cache (WARM_COMPILE_SHARE of the measured cold one) in the next; without the time for it
+    the rounds leave it out and measure the eager ones."""
     rows = search_rows()
     top, configs = followups.remeasure_configs(compile_plan(None), rows)
     twin = BUSY.replace(compile="default")             # the recommended ranked first
     assert top[:3] == [BUSY, twin, FAST] and (twin, None) in configs
-    events = []
-    (batch,) = followups.rounds(compile_plan(600.0), rows, configs,
-                                lambda kind, data: events.append(data))
-    assert batch.configs.count((twin, None)) == 3
-    prices = [p for p, config in zip(followups.batch_prices_s(compile_plan(600.0), rows, batch),
-                                     batch.configs) if config == (twin, None)]
-    cold_s = COMPILE_NEEDS_S["default"]
-    assert prices[0] > cold_s
-    assert prices[1] == pytest.approx(prices[0] - (1 - WARM_COMPILE_SHARE) * cold_s)
-    short = list(followups.rounds(compile_plan(100.0), rows, configs, lambda k, d: None))
+    plan = compile_plan(600.0)
+    first, *later = batches = drive(plan, rows, configs, {"compile_s": 40.0})
+    assert first.configs.count((twin, None)) == 1 and first.event["last_round"] == 1
+    assert sum(b.configs.count((twin, None)) for b in batches) == 3
+    cold = [p for p, c in zip(followups.batch_prices_s(plan, search_rows(), first),
+                              first.configs) if c == (twin, None)]
+    assert cold[0] > COMPILE_NEEDS_S["default"]
+    measured = rows[:len(search_rows()) + len(first.configs)]
+    warm = [p for p, c in zip(followups.batch_prices_s(plan, measured, later[0]),
+                              later[0].configs) if c == (twin, None)]
+    assert warm[0] == pytest.approx(cold[0] - COMPILE_NEEDS_S["default"]
+                                    + WARM_COMPILE_SHARE * 40.0, rel=0.05)
+    short = drive(compile_plan(100.0), search_rows(), configs, {"compile_s": 40.0})
     assert short and all(config != (twin, None) for b in short for config in b.configs)
     assert {config for config, _ in short[0].configs} == {BASE, BUSY}   # the references stay
+
+
+def test_a_compiled_finalist_that_measured_nothing_is_not_measured_again():
+    """A compile stopped at its own deadline (or refused, or fallen back to eager) leaves a row
+    without a rate: the later rounds measure the eager finalists only."""
+    rows = search_rows()
+    _, configs = followups.remeasure_configs(compile_plan(None), rows)
+    twin = BUSY.replace(compile="default")
+    batches = drive(compile_plan(600.0), rows, configs,
+                    {"status": "timeout", "sps": None, "compile_s": None})
+    assert [b.configs.count((twin, None)) for b in batches] == [1, 0]
+    assert sum(b.configs.count((BUSY, "recommended")) for b in batches) == 3
+
+
+def test_a_compiled_trial_stops_at_its_own_deadline_the_others_at_the_runs():
+    knobs = [BASE, BASE.replace(compile="default"), FAST]
+    ends = compile_deadlines(1000.0, 1500.0, knobs, [10.0, 100.0, 10.0])
+    assert ends == [None, 1000.0 + 10.0 + COMPILE_OVERRUN * 100.0, None]
+    assert compile_deadlines(1000.0, 1100.0, knobs, [10.0, 100.0, 10.0])[1] == 1100.0
+    plan = compile_plan(500.0)
+    plan.settings.deadline_unix_s = 2000.0
+    changes = with_deadlines(plan, knobs, [{}, {}, {"max_steady_probes": 0}], [8.5, 98.5, 8.5])
+    assert changes == [{}, {"deadline_unix_s": 1500.0 + 10.0 + COMPILE_OVERRUN * 100.0},
+                       {"max_steady_probes": 0}]
 
 
 def test_the_summary_says_what_budget_would_measure_a_compiled_finalist_it_left_out():

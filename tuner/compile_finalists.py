@@ -13,11 +13,13 @@ Torch-free and Ray-free (base floor, beside ``budget`` and ``costs``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import tuner.budget as budget
-from tuner.costs import CostModel, RowTimes, TrialShape
+from tuner.costs import TRIAL_OVERHEAD_S, CostModel, RowTimes, TrialCost, TrialShape
 from tuner.knobs import Knobs
+from tuner.status import Phase, answers, phase_of
 
 WARM_COMPILE_SHARE = 0.3
 """A compile whose FX-graph and AOTAutograd caches an earlier trial of the run filled (the
@@ -90,3 +92,75 @@ def budget_to_measure_s(plan: Any, rows: Sequence[Mapping[str, Any]], knobs: Kno
                     + compile_price_s(rows, knobs, prior_s, warm=r > 0))
     share = max(plan.followup_share(), budget.FOLLOWUP_SHARE)
     return float(-(-(plan.time_budget_s + extra_s / share) // 10) * 10)
+
+
+COMPILE_OVERRUN = 2.0
+"""A compiled finalist's trial is stopped (its own ``deadline_unix_s``) once it has run this
+many times its price: the cold compile is priced from a guess where nothing was measured
+(``tuner.budget.COMPILE_NEEDS_S``, 90 s, where ddpm's first compile took 878 s on the loaded
+2-core CPU, bench/results/compile-cache-2026-12-02.txt), and a compile that runs on would
+take the other finalists' rounds."""
+
+
+def _remeasured(rows: Sequence[Mapping[str, Any]], knobs: Knobs) -> list[Mapping[str, Any]]:
+    return [r for r in rows if phase_of(r) == Phase.REMEASURE
+            and Knobs.from_dict(r, strict=False) == knobs]
+
+
+def compiles_cold(rows: Sequence[Mapping[str, Any]], knobs: Iterable[Knobs]) -> bool:
+    """Whether one of ``knobs`` is compiled and has no re-measurement row yet: its first round
+    compiles cold, at a price not measured, so the rounds after it are planned from its row
+    (``tuner.followups.round_batch`` plans that round alone)."""
+    return any((k.compile or "off") != "off" and not _remeasured(rows, k) for k in knobs)
+
+
+def compile_failed(rows: Sequence[Mapping[str, Any]], knobs: Knobs) -> bool:
+    """Whether compiled ``knobs`` have a re-measurement row that measured nothing (stopped at
+    its compile, refused, fallen back to eager): not measured again in later rounds."""
+    return (knobs.compile or "off") != "off" and any(
+        not answers(r) for r in _remeasured(rows, knobs))
+
+
+def compile_deadlines(now_unix_s: float, run_deadline_unix_s: float, knobs: Sequence[Knobs],
+                      prices_s: Sequence[float]) -> list[float | None]:
+    """Each trial's own deadline (``time.time()``), for trials of ``knobs`` run in order from
+    ``now_unix_s``, each priced ``prices_s`` (seconds in the run's time): a compiled one stops
+    ``COMPILE_OVERRUN`` times its price after the trials before it were priced to end, never
+    past the run's deadline; None (the run's) for an eager one."""
+    out: list[float | None] = []
+    start = now_unix_s
+    for k, price_s in zip(knobs, prices_s):
+        compiled = (k.compile or "off") != "off"
+        out.append(min(run_deadline_unix_s, start + COMPILE_OVERRUN * price_s)
+                   if compiled else None)
+        start += price_s
+    return out
+
+
+def with_deadlines(plan: Any, knobs: Sequence[Knobs], per_trial: Sequence[dict],
+                   trial_prices_s: Sequence[float]) -> list[dict]:
+    """The trials' settings changes ``per_trial``, a compiled one's with its own
+    ``deadline_unix_s`` (``compile_deadlines``; each trial priced ``trial_prices_s`` plus
+    ``TRIAL_OVERHEAD_S``) where the run has a deadline (``plan.settings.deadline_unix_s``,
+    ``plan.time_left_s()``)."""
+    left, deadline = plan.time_left_s(), getattr(plan.settings, "deadline_unix_s", None)
+    if left is None or deadline is None:
+        return list(per_trial)
+    ends = compile_deadlines(deadline - left, deadline, knobs,
+                             [p + TRIAL_OVERHEAD_S for p in trial_prices_s])
+    return [{**change, **({"deadline_unix_s": end} if end else {})}
+            for change, end in zip(per_trial, ends)]
+
+
+def repriced(plan: Any, rows: Sequence[Mapping[str, Any]], model: CostModel, knobs: Knobs,
+             tuned: bool, cost: TrialCost) -> TrialCost:
+    """``cost`` (``model.price`` of a trial of ``knobs``) with its compile priced by
+    ``compile_price_s``: warm after a trial of the same knobs (``tuned``: one planned before
+    it; or one in ``rows``), cold from ``tuner.budget.compile_needs_s`` of ``plan``'s workload
+    and device until one is measured. Unchanged for eager ``knobs``."""
+    if (knobs.compile or "off") == "off":
+        return cost
+    warm = tuned or any(Knobs.from_dict(r, strict=False) == knobs for r in rows)
+    prior_s = budget.compile_needs_s(knobs.compile, getattr(plan, "workload", None), plan.device)
+    return replace(cost, one_off_s=cost.one_off_s - model.compile_s(knobs)
+                   + compile_price_s(rows, knobs, prior_s, warm))

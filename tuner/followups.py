@@ -19,13 +19,13 @@ recorded, so a resumed run measures only what its rows lack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tuner.budget as budget
+import tuner.compile_finalists as compiling
 import tuner.noise as noise
 import tuner.windows as rule
-from tuner.compile_finalists import compile_price_s, with_compiled
 from tuner.costs import CostModel, TrialCost, TrialShape
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS
@@ -106,13 +106,8 @@ def price(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
     ``tuner.compile_finalists.compile_price_s`` (warm after a trial of the same knobs)."""
     shape = TrialShape.of(plan.settings, {**(changes or {}), "windows": windows})
     model = CostModel.of_plan(plan, rows)
-    cost = model.price(knobs, shape, planned=[knobs] if tuned else ())
-    if (knobs.compile or "off") == "off":
-        return cost
-    warm = tuned or any(Knobs.from_dict(r, strict=False) == knobs for r in rows)
-    prior_s = budget.compile_needs_s(knobs.compile, getattr(plan, "workload", None), plan.device)
-    return replace(cost, one_off_s=cost.one_off_s - model.compile_s(knobs)
-                   + compile_price_s(rows, knobs, prior_s, warm))
+    return compiling.repriced(plan, rows, model, knobs, tuned,
+                              model.price(knobs, shape, planned=[knobs] if tuned else ()))
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
@@ -198,7 +193,7 @@ def remeasure_configs(plan: Any, rows: Sequence[dict]) -> tuple[list[Knobs], lis
     if plan.cudnn_at_finalists:
         top = with_cudnn_benchmark(top)
     if getattr(plan, "compile_at_finalists", None):
-        top = with_compiled(top, plan.compile_at_finalists)
+        top = compiling.with_compiled(top, plan.compile_at_finalists)
     refs: dict[Knobs, str] = {}
     for r in ok:
         if r["reference"] and r["reference"] not in refs.values():
@@ -366,8 +361,10 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
     rows = type_rows(plan, rows)
     total = rounds_total(rows)
     # the rounds leave the compute-only ceiling its time when all of them fit beside it; when
-    # they do not, the rounds go first (a speed-up matters more than what bounds it)
-    wanted = range(first, total + 1)
+    # they do not, the rounds go first (a speed-up matters more than what bounds it); a cold
+    # compile's round alone: the next ones are planned from its row
+    cold = compiling.compiles_cold(rows, [k for k, _ in configs])
+    wanted = range(first, (first if cold else total) + 1)
     reserve_s = ceiling_reserve_s(plan, rows, configs)
     todo = rounds_todo(plan, rows, configs, wanted, windows, reserve_s=reserve_s)
     ceiling_kept = reserve_s > 0
@@ -375,13 +372,23 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
         todo, ceiling_kept = rounds_todo(plan, rows, configs, wanted, windows), False
     if not todo:
         return None
-    per_trial = [round_trial_settings(plan, rows, k, windows) for _, (k, _) in todo]
+    per_trial = _compile_capped(plan, rows, [c for _, c in todo], windows)
     return Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows},
                  per_trial=per_trial if any(per_trial) else None,
                  event={"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
                         "last_round": todo[-1][0], "rounds": total, "windows": windows,
                         "round_windows": plan.round_windows, "dropped": dropped,
                         "ceiling_kept": ceiling_kept})
+
+
+def _compile_capped(plan: Any, rows: Sequence[dict], configs: list[Config],
+                    windows: int) -> list[dict]:
+    """Each round trial's settings changes (``round_trial_settings``), a compiled one's with
+    its own deadline (``tuner.compile_finalists.with_deadlines``)."""
+    per_trial = [round_trial_settings(plan, rows, k, windows) for k, _ in configs]
+    batch = Batch(configs, Phase.REMEASURE, {"windows": windows}, per_trial=per_trial)
+    return compiling.with_deadlines(plan, [k for k, _ in configs], per_trial,
+                                    batch_prices_s(plan, rows, batch))
 
 
 def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> dict | None:
@@ -411,7 +418,8 @@ def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
     windows = fitting_round_windows(plan, typed, required_configs(typed, configs))
     configs, dropped = fitting_configs(plan, typed, configs, windows)
     first = 1
-    while True:
+    while True:  # a compiled one whose trial measured nothing is not measured again
+        configs = [c for c in configs if not compiling.compile_failed(type_rows(plan, rows), c[0])]
         batch = round_batch(plan, rows, configs, first, dropped if first == 1 else 0, windows)
         if batch is None:
             event = no_round_event(plan, rows, configs) if first == 1 else None

@@ -280,7 +280,8 @@ def _followups_text(plan) -> str:
         cudnn = (" with cudnn_benchmark on (off while screening), the first also without it,"
                  if getattr(plan, "cudnn_at_finalists", False) else "")
         if getattr(plan, "compile_at_finalists", None):  # tuner.compile_finalists
-            cudnn += f" the first also compiled (mode={plan.compile_at_finalists}),"
+            cudnn += (f"{'' if cudnn else ','} the first-ranked also compiled "
+                      f"(mode={plan.compile_at_finalists}, to weigh its pay-back),")
         parts.append(f"the {plan.options.confirm} best re-measured{cudnn} beside the "
                      f"references (--confirm {plan.options.confirm})")
     if plan.options.ceiling:

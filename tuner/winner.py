@@ -7,6 +7,11 @@ returns a frozen ``Answer``: typed fields read by attribute, and ``Answer.to_dic
 stable document ``python -m tuner best --format json|yaml`` prints. The rows stay the
 leaderboard's (``tuner.leaderboard.SCHEMA``); this module only reads them.
 
+Compile at the finalists: a compiled configuration re-measured beside the same knobs eager
+(``tuner.compile_finalists``) does not compete by the tie rule; where the eager one wins,
+``tuner.compile_payback.decide`` weighs the pair, and the answer is the compiled one exactly
+when it says 'compiled' (``Answer.compile``).
+
 Torch-free: the CLI, the report and the progress printer use it.
 """
 
@@ -270,11 +275,6 @@ def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
 
     A reference is compared in the winner's phase where it was measured there, else in the
     search.
-
-    Compile at the finalists: a compiled configuration re-measured beside the same knobs
-    eager (``tuner.compile_finalists``) does not compete by the tie rule; where the eager one
-    wins, ``tuner.compile_payback.decide`` weighs the pair, and the answer is the compiled one
-    exactly when it says 'compiled' (``Answer.compile``).
 
     Returns:
         The ``Answer``, or None when no trial measured a window.
