@@ -287,12 +287,12 @@ def test_the_summary_says_what_budget_would_measure_a_compiled_finalist_it_left_
     rows = [r for r in FAST_ROUNDS if r["compile"] == "off"]
     plan = SimpleNamespace(compile_at_finalists="default", time_budget_s=900.0,
                            followup_share=lambda: 0.5, device="cpu", workload=None,
-                           round_windows=2, settings=SimpleNamespace(
+                           round_windows=2, remeasure_rounds=3, settings=SimpleNamespace(
                                windows=3, window_s=2.0, warmup_steps=1, max_steady_probes=0,
                                max_warmup_s=None))
     answer = winner.best(rows)
     assert answer.compile is None and answer.to_dict()["compile"] is None
-    need_s = budget_to_measure_s(plan, rows, COMPILED, 3)
+    need_s = budget_to_measure_s(plan, rows, COMPILED)
     assert need_s >= 900 + (1 + 2 * WARM_COMPILE_SHARE) * COMPILE_NEEDS_S["default"] / 0.5
     line = summary.compile_line(answer, plan, rows)
     assert line == (f"compile (default): not measured: the time left held no compiled "

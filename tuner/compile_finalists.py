@@ -73,19 +73,23 @@ def compile_price_s(rows: Sequence[Mapping[str, Any]], knobs: Knobs, cold_prior_
 
 
 def budget_to_measure_s(plan: Any, rows: Sequence[Mapping[str, Any]], knobs: Knobs,
-                        rounds: int) -> float | None:
-    """The ``--time-budget`` (seconds, whole tens) whose follow-ups would also hold ``rounds``
-    rounds of the compiled ``knobs``: the run's budget plus those rounds' price
-    (``CostModel.price`` of a round trial, its compile by ``compile_price_s``) over the share
-    of the budget kept for the follow-ups (``plan.followup_share()``). None without a time
-    budget. ``plan``: a ``tuner.plan.Plan`` (reads ``time_budget_s``, ``followup_share``,
-    ``settings``, ``round_windows``, ``workload``, ``device``)."""
+                        also: Iterable[Knobs] = ()) -> float | None:
+    """The ``--time-budget`` (seconds, whole tens) whose follow-ups would also hold the
+    re-measurement's rounds (``plan.remeasure_rounds``) of the compiled ``knobs``, and of
+    each of ``also`` (configurations whose rounds did not run either): the run's budget plus
+    those rounds' price (``CostModel.price`` of a round trial, a compile by
+    ``compile_price_s``) over the share of the budget kept for the follow-ups
+    (``plan.followup_share()``, at least ``tuner.budget.FOLLOWUP_SHARE``). None without a
+    time budget. ``plan``: a ``tuner.plan.Plan`` (reads ``time_budget_s``,
+    ``followup_share``, ``settings``, ``round_windows``, ``remeasure_rounds``, ``workload``,
+    ``device``)."""
     if plan.time_budget_s is None:
         return None
+    rounds = plan.remeasure_rounds
     model = CostModel(rows)
     shape = TrialShape.of(plan.settings, {"windows": plan.round_windows})
     prior_s = budget.compile_needs_s(knobs.compile, getattr(plan, "workload", None), plan.device)
-    extra_s = 0.0
+    extra_s = sum(model.price(k, shape).total_s for k in dict.fromkeys(also)) * rounds
     for r in range(rounds):
         cost = model.price(knobs, shape)
         extra_s += (cost.total_s - model.compile_s(knobs)

@@ -303,6 +303,11 @@ class Plan:
         return frozenset(r["trial_id"] for r in self.prior_rows if r.get("trial_id"))
 
     @property
+    def remeasure_rounds(self) -> int:
+        """The re-measurement's rounds, ``REMEASURE_ROUNDS`` (for the modules below this one)."""
+        return REMEASURE_ROUNDS
+
+    @property
     def round_windows(self) -> int:
         """Windows per re-measurement round: the rounds together about twice the search's
         windows (as one re-measurement with twice the windows was), at least 2 per round (a

@@ -22,7 +22,7 @@ from tuner.ceilings import (
 )
 from tuner.compile_finalists import budget_to_measure_s
 from tuner.compile_payback import decide
-from tuner.knobs import knob_text
+from tuner.knobs import Knobs, knob_text
 from tuner.machine_load import busy_note, drift_note
 from tuner.price_errors import mispriced_lines
 from tuner.status import STATUSES, Phase, Status, answers, phase_of
@@ -167,13 +167,16 @@ def compile_line(best: winner.Answer, plan, rows: list[dict]) -> str | None:
     if best.compile is not None:
         return best.compile.text()
     mode = getattr(plan, "compile_at_finalists", None)
-    if not mode or best.phase != Phase.REMEASURE:
+    if not mode:
         return None
-    if any(phase_of(r) == Phase.REMEASURE and (r.get("compile") or "off") != "off"
-           for r in rows):
+    remeasured = [r for r in rows if phase_of(r) == Phase.REMEASURE]
+    if any((r.get("compile") or "off") != "off" for r in remeasured):
         return (f"compile ({mode}): measured for the search's first-ranked configuration, "
                 "which the re-measurement did not choose -> eager answer")
-    need_s = budget_to_measure_s(plan, rows, best.knobs.replace(compile=mode), best.rounds)
+    # without any round, the rounds of the winner and the references are wanted too
+    also = [] if remeasured else [best.knobs, *(Knobs.from_dict(r, strict=False)
+                                                for r in rows if r.get("reference"))]
+    need_s = budget_to_measure_s(plan, rows, best.knobs.replace(compile=mode), also)
     return decide([], [], mode=mode, budget_needed_s=need_s).text()
 
 
