@@ -34,6 +34,7 @@ from tuner.compile_finalists import (
 from tuner.knobs import Knobs
 from tuner.option_checks import make_plan
 from tuner.plan import Resources
+from tuner.progress import _phase_text
 from tuner.settings import RunOptions
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -245,6 +246,9 @@ def test_the_finalists_include_the_compiled_one_when_the_time_left_holds_its_rou
     plan = compile_plan(600.0)
     first, *later = batches = drive(plan, rows, configs, {"compile_s": 40.0})
     assert first.configs.count((twin, None)) == 1 and first.event["last_round"] == 1
+    assert "round 1 of 3 (alone: the next are planned from its cold compile's time)" in (
+        _phase_text(first.event))
+    assert not later[0].event["compile_cold"]
     assert sum(b.configs.count((twin, None)) for b in batches) == 3
     cold = [p for p, c in zip(followups.batch_prices_s(plan, search_rows(), first),
                               first.configs) if c == (twin, None)]

@@ -378,7 +378,7 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
                  event={"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
                         "last_round": todo[-1][0], "rounds": total, "windows": windows,
                         "round_windows": plan.round_windows, "dropped": dropped,
-                        "ceiling_kept": ceiling_kept})
+                        "ceiling_kept": ceiling_kept, "compile_cold": cold})
 
 
 def _compile_capped(plan: Any, rows: Sequence[dict], configs: list[Config],
