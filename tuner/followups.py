@@ -383,12 +383,13 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
 
 def _compile_capped(plan: Any, rows: Sequence[dict], configs: list[Config],
                     windows: int) -> list[dict]:
-    """Each round trial's settings changes (``round_trial_settings``), a compiled one's with
-    its own deadline (``tuner.compile_finalists.with_deadlines``)."""
+    """Each round trial's settings changes (``round_trial_settings``), a compiled searched
+    one's with its own deadline (``tuner.compile_finalists.with_deadlines``; a reference runs
+    as written, to the run's)."""
     per_trial = [round_trial_settings(plan, rows, k, windows) for k, _ in configs]
     batch = Batch(configs, Phase.REMEASURE, {"windows": windows}, per_trial=per_trial)
-    return compiling.with_deadlines(plan, [k for k, _ in configs], per_trial,
-                                    batch_prices_s(plan, rows, batch))
+    capped = [k if ref is None else k.replace(compile="off") for k, ref in configs]
+    return compiling.with_deadlines(plan, capped, per_trial, batch_prices_s(plan, rows, batch))
 
 
 def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> dict | None:
@@ -418,8 +419,9 @@ def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
     windows = fitting_round_windows(plan, typed, required_configs(typed, configs))
     configs, dropped = fitting_configs(plan, typed, configs, windows)
     first = 1
-    while True:  # a compiled one whose trial measured nothing is not measured again
-        configs = [c for c in configs if not compiling.compile_failed(type_rows(plan, rows), c[0])]
+    while True:  # a compiled finalist whose trial measured nothing is not measured again
+        configs = [c for c in configs if c[1] is not None
+                   or not compiling.compile_failed(type_rows(plan, rows), c[0])]
         batch = round_batch(plan, rows, configs, first, dropped if first == 1 else 0, windows)
         if batch is None:
             event = no_round_event(plan, rows, configs) if first == 1 else None
