@@ -276,10 +276,16 @@ def test_a_compiled_finalist_that_measured_nothing_is_not_measured_again():
 
 
 def test_a_compiled_trial_stops_at_its_own_deadline_the_others_at_the_runs():
+    """Twice its price, or where later its price and the time its set-up check wants left
+    for a compile (``tuner.budget.compile_refusal``): a warm compile priced at a few seconds
+    is not refused at its set-up."""
     knobs = [BASE, BASE.replace(compile="default"), FAST]
-    ends = compile_deadlines(1000.0, 1500.0, knobs, [10.0, 100.0, 10.0])
+    needs = {"default": 90.0}
+    ends = compile_deadlines(1000.0, 1500.0, knobs, [10.0, 100.0, 10.0], needs)
     assert ends == [None, 1000.0 + 10.0 + COMPILE_OVERRUN * 100.0, None]
-    assert compile_deadlines(1000.0, 1100.0, knobs, [10.0, 100.0, 10.0])[1] == 1100.0
+    warm = compile_deadlines(1000.0, 1500.0, knobs, [10.0, 20.0, 10.0], needs)
+    assert warm[1] == 1000.0 + 10.0 + 90.0 + 20.0
+    assert compile_deadlines(1000.0, 1100.0, knobs, [10.0, 100.0, 10.0], needs)[1] == 1100.0
     plan = compile_plan(500.0)
     plan.settings.deadline_unix_s = 2000.0
     changes = with_deadlines(plan, knobs, [{}, {}, {"max_steady_probes": 0}], [8.5, 98.5, 8.5])

@@ -126,17 +126,20 @@ def compile_failed(rows: Sequence[Mapping[str, Any]], knobs: Knobs) -> bool:
 
 
 def compile_deadlines(now_unix_s: float, run_deadline_unix_s: float, knobs: Sequence[Knobs],
-                      prices_s: Sequence[float]) -> list[float | None]:
+                      prices_s: Sequence[float], needs_s: Mapping[str, float]
+                      ) -> list[float | None]:
     """Each trial's own deadline (``time.time()``), for trials of ``knobs`` run in order from
     ``now_unix_s``, each priced ``prices_s`` (seconds in the run's time): a compiled one stops
-    ``COMPILE_OVERRUN`` times its price after the trials before it were priced to end, never
-    past the run's deadline; None (the run's) for an eager one."""
+    ``COMPILE_OVERRUN`` times its price after the trials before it were priced to end, or,
+    where that is later, its price plus ``needs_s[mode]`` after (the time its set-up check
+    wants left before it starts a compile, ``tuner.budget.compile_refusal``), never past the
+    run's deadline; None (the run's) for an eager one."""
     out: list[float | None] = []
     start = now_unix_s
     for k, price_s in zip(knobs, prices_s):
-        compiled = (k.compile or "off") != "off"
-        out.append(min(run_deadline_unix_s, start + COMPILE_OVERRUN * price_s)
-                   if compiled else None)
+        mode = k.compile or "off"
+        out.append(None if mode == "off" else min(
+            run_deadline_unix_s, start + max(COMPILE_OVERRUN * price_s, needs_s[mode] + price_s)))
         start += price_s
     return out
 
@@ -145,13 +148,17 @@ def with_deadlines(plan: Any, knobs: Sequence[Knobs], per_trial: Sequence[dict],
                    trial_prices_s: Sequence[float]) -> list[dict]:
     """The trials' settings changes ``per_trial``, a compiled one's with its own
     ``deadline_unix_s`` (``compile_deadlines``; each trial priced ``trial_prices_s`` plus
-    ``TRIAL_OVERHEAD_S``) where the run has a deadline (``plan.settings.deadline_unix_s``,
-    ``plan.time_left_s()``)."""
+    ``TRIAL_OVERHEAD_S``, a mode's compile needing ``tuner.budget.compile_needs_s`` of
+    ``plan``'s workload and device) where the run has a deadline
+    (``plan.settings.deadline_unix_s``, ``plan.time_left_s()``)."""
     left, deadline = plan.time_left_s(), getattr(plan.settings, "deadline_unix_s", None)
     if left is None or deadline is None:
         return list(per_trial)
+    needs = {k.compile: budget.compile_needs_s(k.compile, getattr(plan, "workload", None),
+                                               plan.device)
+             for k in knobs if (k.compile or "off") != "off"}
     ends = compile_deadlines(deadline - left, deadline, knobs,
-                             [p + TRIAL_OVERHEAD_S for p in trial_prices_s])
+                             [p + TRIAL_OVERHEAD_S for p in trial_prices_s], needs)
     return [{**change, **({"deadline_unix_s": end} if end else {})}
             for change, end in zip(per_trial, ends)]
 
