@@ -173,6 +173,21 @@ def test_recompiles_and_fallbacks_are_recorded_never_as_a_compiled_rate():
     assert answer.knobs == EAGER and answer.compile.outcome == "not measured"
 
 
+def test_a_pair_of_another_configuration_than_the_answer_says_so_and_the_answer_stays_eager():
+    """The re-measurement chose a configuration other than the search's first-ranked (whose
+    compiled twin it measured): the line gives that pair's figures, never a compiled answer."""
+    faster = Knobs(batch_size=128)
+    rows = FAST_ROUNDS + [row(20 + r, faster, 300.0 + r) for r in range(3)]
+    answer = winner.best(rows)
+    assert answer.knobs == faster
+    assert (answer.compile.outcome, answer.compile.reason) == (
+        "eager", "measured for another configuration")
+    assert answer.compile.speedup.low > 1.0
+    assert answer.compile.text().endswith(
+        "measured for bs=64, the search's first-ranked, not the answer's configuration "
+        "-> eager answer")
+
+
 # ------------------------------------------------------------------------- the plan
 
 def test_finalist_mode_takes_cuda_graphs_on_cuda_only():

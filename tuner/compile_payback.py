@@ -39,8 +39,10 @@ class CompileDecision:
     """One of ``OUTCOMES``."""
     reason: str
     """Why, one phrase: 'pays back within the horizon', 'no gain', 'pay-back beyond the
-    horizon', 'pays back within --train-steps', 'pay-back beyond --train-steps', or for 'not
-    measured' what happened to the compiled trials."""
+    horizon', 'pays back within --train-steps', 'pay-back beyond --train-steps', 'measured
+    for another configuration' (the figures are of the search's first-ranked, which the
+    re-measurement did not choose: ``tuner.winner``), or for 'not measured' what happened to
+    the compiled trials."""
     mode: str | None
     """The ``torch.compile`` mode measured."""
     batch_size: int | None
@@ -100,6 +102,9 @@ class CompileDecision:
             parts.append(f"first step {self.compile_s_cold:,.0f} s cold{warm}")
         if self.reason == "no gain":
             parts.append("no gain inside the noise")
+        elif self.reason == "measured for another configuration":
+            parts.append(f"measured for bs={self.batch_size}, the search's first-ranked, "
+                         "not the answer's configuration")
         elif self.payback_steps is not None:
             judge = (f"--train-steps {self.train_steps:,}" if self.train_steps else
                      f"the {self.horizon_s / 60:.0f}-min horizon")

@@ -328,17 +328,23 @@ def _compile_decision(chosen: tuple[tuple, dict, tuple | None],
                       groups: dict[tuple, list[dict]], twins: dict[tuple, tuple], metric: str
                       ) -> tuple[tuple, dict, tuple | None, CompileDecision | None]:
     """(key, mean row, tied faster, compile decision) of the answer: the eager winner
-    ``chosen`` (``_winner``'s) with no decision where it was not re-measured beside its
-    compiled self (``twins``); with one where it was, and its compiled twin instead (no tied
-    faster) exactly when the decision is 'compiled'. With a time-to-train objective the row's
-    ``train_steps`` judge the pay-back."""
+    ``chosen`` (``_winner``'s) with no decision where its run re-measured no configuration
+    beside its compiled self (``twins``); with one where it was, and its compiled twin
+    instead (no tied faster) exactly when the decision is 'compiled'; where another
+    configuration of its run was, that pair's figures, outcome 'eager'. With a time-to-train
+    objective the row's ``train_steps`` judge the pay-back."""
     key, top, tied_faster = chosen
     twin = next((c for c, e in twins.items() if e == key), None)
-    if twin is None:
+    other = next((c for c, e in twins.items() if c[0] == key[0]), None)
+    if twin is None and other is None:
         return key, top, tied_faster, None
     steps = top.get("train_steps") if metric == "time_to_train_s" else None
-    decision = decide(pairs(groups[twin], groups[key]), groups[twin],
-                      mode=twin[2][_COMPILE_AT], train_steps=steps)
+    measured = twin or other
+    decision = decide(pairs(groups[measured], groups[twins[measured]]), groups[measured],
+                      mode=measured[2][_COMPILE_AT], train_steps=steps)
+    if twin is None:  # the first-ranked's pair, of another configuration than the answer
+        return key, top, tied_faster, dataclasses.replace(
+            decision, outcome="eager", reason="measured for another configuration")
     mean = _mean_row(groups[twin], metric)
     if decision.outcome == "compiled" and mean is not None:  # a valid pair: a mean row
         return twin, mean, None, decision
