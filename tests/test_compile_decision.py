@@ -323,6 +323,12 @@ def test_the_summary_says_what_budget_would_measure_a_compiled_finalist_it_left_
     assert line == (f"compile (default): not measured: the time left held no compiled "
                     f"finalist; --time-budget {need_s:,.0f} would measure it -> eager answer")
     assert summary.compile_line(answer, None, rows) is None   # compile not at the finalists
+    # no round ran at all: the budget named holds the winner's and the references' rounds too
+    searched = [{**r, "phase": "search"} for r in rows[:2]]
+    line = summary.compile_line(winner.best(searched), plan, searched)
+    need_all_s = budget_to_measure_s(plan, searched, COMPILED, [EAGER, Knobs(batch_size=8)])
+    assert need_all_s > budget_to_measure_s(plan, searched, COMPILED)
+    assert f"--time-budget {need_all_s:,.0f} would measure it" in line
 
 
 def test_the_summary_prints_the_pay_back_under_the_table():
