@@ -275,6 +275,11 @@ def test_the_finalists_include_the_compiled_one_when_the_time_left_holds_its_rou
                                     + WARM_COMPILE_SHARE * 40.0, rel=0.05)
     short = drive(compile_plan(100.0), search_rows(), configs, {"compile_s": 40.0})
     assert short and all(config != (twin, None) for b in short for config in b.configs)
+    assert not short[0].event["compile_cold"]  # a compiled reference runs all its rounds
+    compiled_refs = [(k.replace(compile="default") if ref else k, ref) for k, ref in configs]
+    (whole,) = followups.rounds(compile_plan(None), search_rows(), compiled_refs[2:],
+                                lambda kind, data: None)
+    assert whole.event["last_round"] == 3 and not whole.event["compile_cold"]
     assert {config for config, _ in short[0].configs} == {BASE, BUSY}   # the references stay
 
 

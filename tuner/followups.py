@@ -362,8 +362,8 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
     total = rounds_total(rows)
     # the rounds leave the compute-only ceiling its time when all of them fit beside it; when
     # they do not, the rounds go first (a speed-up matters more than what bounds it); a cold
-    # compile's round alone: the next ones are planned from its row
-    cold = compiling.compiles_cold(rows, [k for k, _ in configs])
+    # searched compile's round alone: the next ones are planned from its row
+    cold = compiling.compiles_cold(rows, [k for k, ref in configs if ref is None])
     wanted = range(first, (first if cold else total) + 1)
     reserve_s = ceiling_reserve_s(plan, rows, configs)
     todo = rounds_todo(plan, rows, configs, wanted, windows, reserve_s=reserve_s)
