@@ -328,6 +328,11 @@ def test_the_summary_says_what_budget_would_measure_a_compiled_finalist_it_left_
     assert line == (f"compile (default): not measured: the time left held no compiled "
                     f"finalist; --time-budget {need_s:,.0f} would measure it -> eager answer")
     assert summary.compile_line(answer, None, rows) is None   # compile not at the finalists
+    # a compiled reference's rounds are not the compiled finalist's (chargpt's recommended)
+    with_ref = rows + [row(30 + r, Knobs(batch_size=16, compile="default"), 50.0,
+                           compile_s=20.0, reference="recommended") for r in range(3)]
+    assert summary.compile_line(winner.best(with_ref), plan, with_ref).startswith(
+        "compile (default): not measured: the time left held no compiled finalist")
     # no round ran at all: the budget named holds the winner's and the references' rounds too
     searched = [{**r, "phase": "search"} for r in rows[:2]]
     line = summary.compile_line(winner.best(searched), plan, searched)

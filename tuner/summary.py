@@ -170,7 +170,7 @@ def compile_line(best: winner.Answer, plan, rows: list[dict]) -> str | None:
     if not mode:
         return None
     remeasured = [r for r in rows if phase_of(r) == Phase.REMEASURE]
-    if any((r.get("compile") or "off") != "off" for r in remeasured):
+    if any((r.get("compile") or "off") != "off" and not r.get("reference") for r in remeasured):
         return (f"compile ({mode}): measured for the search's first-ranked configuration, "
                 "which the re-measurement did not choose -> eager answer")
     # without any round, the rounds of the winner and the references are wanted too
