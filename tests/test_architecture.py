@@ -37,7 +37,8 @@ FLOORS = {
     3: {"tuner.progress", "tuner.summary", "tuner.price_errors", "tuner.machine_load",
         "tuner.report", "tuner.report_figures", "tuner.diagnose",
         "tuner.leaderboard", "tuner.export",
-        "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.scaling",
+        "tuner.winner", "tuner.compile_payback", "tuner.ceilings", "tuner._best_row",
+        "tuner.scaling",
         "tuner.integrations", "tuner.integrations.lightning",
         "tuner.integrations.lightning_args", "tuner.integrations.lightning_fit",
         "tuner.workloads", "tuner.workloads._data", "tuner.workloads.ddpm",
@@ -53,8 +54,9 @@ FLOORS = {
         "tuner.cluster", "tuner.data",
         "tuner.integrations.transformers"},  # the loader wraps a transformers.Trainer with it
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-        "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
-              "tuner._deprecated", "tuner.codegen", "tuner.integrations.transformers_args"},
+        "tuner.budget", "tuner.costs", "tuner.compile_finalists", "tuner.price_errors",
+        "tuner.windows", "tuner._deprecated", "tuner.codegen",
+        "tuner.integrations.transformers_args"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
@@ -63,6 +65,7 @@ TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.s
               "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
               "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
+              "tuner.compile_finalists", "tuner.compile_payback",
               "tuner.scaling", "tuner.summary", "tuner.machine_load", "tuner.workload_calls",
               "tuner.integrations.lightning_args",
               "tuner.integrations.transformers_args"}

@@ -522,8 +522,10 @@ def test_the_command_lines_budget_counts_from_the_launch(regression_data, tmp_pa
 
 def test_a_compile_mode_the_search_cannot_hold_three_times_is_not_searched(regression_data,
                                                                           tmp_path):
-    """A compile mode is searched when the search holds COMPILE_TRIALS_IN_SEARCH of its
-    compiles. With 300 s and 20 % kept for the follow-ups the search has 240 s: default (90 s
+    """Without finalists (--confirm 0: with them compile is decided at the finalists,
+    tests/test_compile_decision.py) a compile mode is searched when the search holds
+    COMPILE_TRIALS_IN_SEARCH of its compiles. With 300 s and 20 % kept for the follow-ups the
+    search has 240 s: default (90 s
     assumed without a workload hint: 270 s for three), reduce-overhead (120 s) and max-autotune
     (600 s) are not searched, and one note names the budget that searches the cheapest of them;
     that budget does. CUDA's default budget (10 minutes) keeps default and reduce-overhead, drops
@@ -533,9 +535,10 @@ def test_a_compile_mode_the_search_cannot_hold_three_times_is_not_searched(regre
     space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n"
                      "  compile: {choices: ['off', default, reduce-overhead, max-autotune]}\n")
     options = RunOptions(workload=PACED, data=str(regression_data), device="cpu",
-                         results=str(tmp_path / "r"), time_budget_s=300, space_file=str(space))
+                         results=str(tmp_path / "r"), time_budget_s=300, space_file=str(space),
+                         confirm=0)
     plan = make_plan(options, Resources("cuda", 1, 16))
-    assert "compile" not in plan.device_space.domains
+    assert "compile" not in plan.device_space.domains and plan.compile_at_finalists is None
     assert plan.device_space.constants["compile"] == "off"
     (note,) = [n for n in plan.notes if "compile" in n]
     assert note == ("compile=default/reduce-overhead/max-autotune are not searched: they need "

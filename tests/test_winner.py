@@ -257,9 +257,11 @@ def test_to_dict_is_the_whole_answer_in_plain_values():
     assert doc["chosen_over_faster"] is None
     # Every field of the answer is in the document (the row's columns are the leaderboard's).
     fields = {f.name for f in dataclasses.fields(winner.Answer)} - {"row"}
-    named = {"baseline", "recommended", "tied_faster", "disturbed", "ceilings", "attainable"}
+    named = {"baseline", "recommended", "tied_faster", "disturbed", "ceilings", "attainable",
+             "compile"}
     assert fields == named
-    assert {"ceilings", "attainable", "disturbed", "chosen_over_faster"} <= set(doc)
+    assert {"ceilings", "attainable", "disturbed", "chosen_over_faster", "compile"} <= set(doc)
+    assert doc["compile"] is None                     # measured eager only
     assert all(any(key.startswith(f"{ref}_") or key.endswith(f"_vs_{ref}") for key in doc)
                for ref in ("baseline", "recommended"))
 

@@ -19,7 +19,8 @@ import, even at run time, reaches a higher floor):
   experiment), ``probe`` (memory), ``followups`` (re-measurement,
   ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``; beside them ``checks``
   (``validate`` and ``profile`` of one configuration, as values);
-* results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer), ``ceilings``
+* results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer),
+  ``compile_payback`` (whether ``torch.compile`` pays for it), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
   ``progress`` (the live printer), ``summary`` (the closing table), ``machine_load`` (busy
   and drift notes), ``price_errors`` (the cost model's prices against the wall times),
@@ -40,7 +41,8 @@ import, even at run time, reaches a higher floor):
   the loader wraps; ``integrations/lightning``, which nothing below imports, sits with the
   results);
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
-  ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``windows``,
+  ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial),
+  ``compile_finalists`` (compile measured at the finalists: mode, place, price), ``windows``,
   ``codegen``, ``_deprecated`` (moved names), ``integrations/transformers_args`` (knobs as
   ``TrainingArguments``).
 """

@@ -6,7 +6,8 @@ them), each sized to the time left (``tuner.budget``).
 
 Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the columns of
 ``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
-``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``references``,
+``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``compile_at_finalists``
+(where present), ``references``,
 ``settings.windows``, ``settings.window_s``, ``settings.warmup_steps``,
 ``settings.max_steady_probes``, ``settings.max_warmup_s``, ``round_windows``, ``accelerator_type``,
 ``node_cpus``, ``device``, ``device_space``, ``reuses_trial_processes``,
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tuner.budget as budget
+import tuner.compile_finalists as compiling
 import tuner.noise as noise
 import tuner.windows as rule
 from tuner.costs import CostModel, TrialCost, TrialShape
@@ -100,9 +102,12 @@ def price(plan: Any, rows: Sequence[dict], knobs: Knobs, windows: int,
     windows of the run's length, in this command's trial processes (``CostModel.of_plan``);
     ``tuned``: a trial of ``knobs`` planned before this one runs first. The run's
     ``TrialSettings``, with the trial's ``changes`` (``round_trial_settings``), say what
-    steady-state probes a trial of one window adds."""
+    steady-state probes a trial of one window adds. A compile is priced by
+    ``tuner.compile_finalists.compile_price_s`` (warm after a trial of the same knobs)."""
     shape = TrialShape.of(plan.settings, {**(changes or {}), "windows": windows})
-    return CostModel.of_plan(plan, rows).price(knobs, shape, planned=[knobs] if tuned else ())
+    model = CostModel.of_plan(plan, rows)
+    return compiling.repriced(plan, rows, model, knobs, tuned,
+                              model.price(knobs, shape, planned=[knobs] if tuned else ()))
 
 
 def fits(plan: Any, rows: Sequence[dict], knobs: list[Knobs]) -> bool:
@@ -187,6 +192,8 @@ def remeasure_configs(plan: Any, rows: Sequence[dict]) -> tuple[list[Knobs], lis
     top = top[:plan.options.confirm]
     if plan.cudnn_at_finalists:
         top = with_cudnn_benchmark(top)
+    if getattr(plan, "compile_at_finalists", None):
+        top = compiling.with_compiled(top, plan.compile_at_finalists)
     refs: dict[Knobs, str] = {}
     for r in ok:
         if r["reference"] and r["reference"] not in refs.values():
@@ -354,8 +361,10 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
     rows = type_rows(plan, rows)
     total = rounds_total(rows)
     # the rounds leave the compute-only ceiling its time when all of them fit beside it; when
-    # they do not, the rounds go first (a speed-up matters more than what bounds it)
-    wanted = range(first, total + 1)
+    # they do not, the rounds go first (a speed-up matters more than what bounds it); a cold
+    # searched compile's round alone: the next ones are planned from its row
+    cold = compiling.compiles_cold(rows, [k for k, ref in configs if ref is None])
+    wanted = range(first, (first if cold else total) + 1)
     reserve_s = ceiling_reserve_s(plan, rows, configs)
     todo = rounds_todo(plan, rows, configs, wanted, windows, reserve_s=reserve_s)
     ceiling_kept = reserve_s > 0
@@ -363,13 +372,24 @@ def round_batch(plan: Any, rows: Sequence[dict], configs: list[Config], first: i
         todo, ceiling_kept = rounds_todo(plan, rows, configs, wanted, windows), False
     if not todo:
         return None
-    per_trial = [round_trial_settings(plan, rows, k, windows) for _, (k, _) in todo]
+    per_trial = _compile_capped(plan, rows, [c for _, c in todo], windows)
     return Batch([config for _, config in todo], Phase.REMEASURE, {"windows": windows},
                  per_trial=per_trial if any(per_trial) else None,
                  event={"phase": Phase.REMEASURE, "count": len(todo), "round": todo[0][0],
                         "last_round": todo[-1][0], "rounds": total, "windows": windows,
                         "round_windows": plan.round_windows, "dropped": dropped,
-                        "ceiling_kept": ceiling_kept})
+                        "ceiling_kept": ceiling_kept, "compile_cold": cold})
+
+
+def _compile_capped(plan: Any, rows: Sequence[dict], configs: list[Config],
+                    windows: int) -> list[dict]:
+    """Each round trial's settings changes (``round_trial_settings``), a compiled searched
+    one's with its own deadline (``tuner.compile_finalists.with_deadlines``; a reference runs
+    as written, to the run's)."""
+    per_trial = [round_trial_settings(plan, rows, k, windows) for k, _ in configs]
+    batch = Batch(configs, Phase.REMEASURE, {"windows": windows}, per_trial=per_trial)
+    capped = [k if ref is None else k.replace(compile="off") for k, ref in configs]
+    return compiling.with_deadlines(plan, capped, per_trial, batch_prices_s(plan, rows, batch))
 
 
 def no_round_event(plan: Any, rows: Sequence[dict], configs: list[Config]) -> dict | None:
@@ -399,7 +419,9 @@ def rounds(plan: Any, rows: Sequence[dict], configs: list[Config],
     windows = fitting_round_windows(plan, typed, required_configs(typed, configs))
     configs, dropped = fitting_configs(plan, typed, configs, windows)
     first = 1
-    while True:
+    while True:  # a compiled finalist whose trial measured nothing is not measured again
+        configs = [c for c in configs if c[1] is not None
+                   or not compiling.compile_failed(type_rows(plan, rows), c[0])]
         batch = round_batch(plan, rows, configs, first, dropped if first == 1 else 0, windows)
         if batch is None:
             event = no_round_event(plan, rows, configs) if first == 1 else None

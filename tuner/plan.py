@@ -120,6 +120,10 @@ class Plan:
     """``cudnn_benchmark`` is decided at the finalists (``tuner.search_policy``): the screening
     trials run with it off, and the re-measurement measures each finalist with it on and the
     first-ranked with it off too (``tuner.followups.remeasure_configs``)."""
+    compile_at_finalists: str | None = None
+    """The ``torch.compile`` mode decided at the finalists (``tuner.search_policy``; None: not):
+    the search screens eager, and the re-measurement measures the first-ranked compiled in this
+    mode beside its eager self (``tuner.compile_finalists``, ``tuner.compile_payback``)."""
 
     @property
     def metric(self) -> str:
@@ -299,6 +303,11 @@ class Plan:
         return frozenset(r["trial_id"] for r in self.prior_rows if r.get("trial_id"))
 
     @property
+    def remeasure_rounds(self) -> int:
+        """The re-measurement's rounds, ``REMEASURE_ROUNDS`` (for the modules below this one)."""
+        return REMEASURE_ROUNDS
+
+    @property
     def round_windows(self) -> int:
         """Windows per re-measurement round: the rounds together about twice the search's
         windows (as one re-measurement with twice the windows was), at least 2 per round (a
@@ -316,7 +325,8 @@ class Plan:
             trials=self.trials, windows=self.screen_windows or self.settings.windows,
             round_windows=self.round_windows,
             remeasured=(self.options.confirm + len(self.references)
-                        + (1 if self.cudnn_at_finalists else 0)) if confirm else 0,
+                        + (1 if self.cudnn_at_finalists else 0)
+                        + (1 if self.compile_at_finalists else 0)) if confirm else 0,
             rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0,
             budget_s=self.time_budget_s)
 

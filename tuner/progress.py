@@ -279,6 +279,9 @@ def _followups_text(plan) -> str:
     if plan.options.confirm:
         cudnn = (" with cudnn_benchmark on (off while screening), the first also without it,"
                  if getattr(plan, "cudnn_at_finalists", False) else "")
+        if getattr(plan, "compile_at_finalists", None):  # tuner.compile_finalists
+            cudnn += (f"{'' if cudnn else ','} the first-ranked also compiled "
+                      f"(mode={plan.compile_at_finalists}, to weigh its pay-back),")
         parts.append(f"the {plan.options.confirm} best re-measured{cudnn} beside the "
                      f"references (--confirm {plan.options.confirm})")
     if plan.options.ceiling:
@@ -310,7 +313,9 @@ def _phase_text(data: dict) -> str:
         first, last = data["round"], data.get("last_round", data["round"])
         which = (f"round {first} of {data['rounds']}" if first == last
                  else f"rounds {first}-{last} of {data['rounds']}")
-        if last < data["rounds"]:  # the rest run only where the time left then holds them
+        if data.get("compile_cold"):  # tuner.compile_finalists.compiles_cold
+            which += " (alone: the next are planned from its cold compile's time)"
+        elif last < data["rounds"]:  # the rest run only where the time left then holds them
             which += f" (the time left holds {'this one' if first == last else 'these'} now)"
         dropped = data.get("dropped") or 0
         left_out = (f"; {dropped} lower-ranked searched configuration(s) left out: the time "

@@ -3,8 +3,8 @@ where the search starts.
 
 * ``narrow_space``, as the plan is made: the data paths whose decoded samples fit in memory,
   ``cudnn_benchmark`` where it can change a rate (decided at the finalists when the search
-  screens), the ``torch.compile`` modes the time budget can hold; each value left out is said
-  once in the plan's notes.
+  screens), ``torch.compile`` decided at the finalists under a time budget (else the modes
+  the budget can hold); each value left out is said once in the plan's notes.
 * ``with_compute_curve``, once the memory probe has timed its steps: the batch range from
   ``KNEE_LOW_FRACTION`` of the knee, and the machine's structured points (``anchor_points``)
   the search starts from after the references.
@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 import tuner.budget as budget
+from tuner.compile_finalists import finalist_mode
 from tuner.errors import TunerError
 from tuner.knobs import COMPUTE_SWITCHES, Knobs
 from tuner.plan import Plan
@@ -40,9 +41,11 @@ log-uniform range down to the space's low end would spend most of its draws ther
 def narrow_space(plan: Plan) -> Plan:
     """The plan whose device space searches only what can change a rate on this run: the data
     paths that fit (``_data_paths``), ``cudnn_benchmark`` where it can (``_cudnn_benchmark``)
-    and the compile modes the time budget holds (``_without_unaffordable_compile``); each value
-    left out is said in ``Plan.notes``. A reference keeps its own values."""
-    return _without_unaffordable_compile(_cudnn_benchmark(_data_paths(plan)))
+    and ``torch.compile`` at the finalists (``_compile_at_finalists``), else the compile modes
+    the time budget holds (``_without_unaffordable_compile``); each value left out is said in
+    ``Plan.notes``. A reference keeps its own values."""
+    return _without_unaffordable_compile(_compile_at_finalists(_cudnn_benchmark(
+        _data_paths(plan))))
 
 
 def with_compute_curve(plan: Plan, curve: ComputeCurve | None, probe_knobs: Knobs | None,
@@ -88,6 +91,8 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
     base = plan.references[-1][1]
     if plan.cudnn_at_finalists:  # screened with it off, as the sampler's proposals are
         base = base.replace(cudnn_benchmark=False)
+    if plan.compile_at_finalists:  # screened eager: compile is decided at the finalists
+        base = base.replace(compile="off")
     space = plan.device_space
     amp = probe_knobs.amp if probe_knobs is not None else base.amp
     machine = base.replace(batch_size=curve.knee_batch, amp=amp).updated(
@@ -134,6 +139,29 @@ def _machine_input(space: Space, base: Knobs, fed: InputRate | None) -> dict[str
         if path == "device":
             change.update(num_workers=0, pin_memory=False)
     return change
+
+
+def _compile_at_finalists(plan: Plan) -> Plan:
+    """The plan that decides ``torch.compile`` at the finalists (``Plan.compile_at_finalists``)
+    under a time budget with finalists (``--confirm`` > 0): the search screens eager (compile
+    held 'off' for the sampler and the machine's structured points), and the re-measurement
+    measures the first-ranked compiled beside its eager self, in the mode
+    ``tuner.compile_finalists.finalist_mode`` picks from the space's compile choices as
+    loaded. A device's override that holds compile off (the built-in spaces' on CPU) holds it
+    off for the screening trials, which a compile would outlast, not for the finalists, whose
+    compile is recorded apart (``compile_s``) and weighed by its pay-back
+    (``tuner.compile_payback``). A compiled trial at one batch inside a screened search says
+    little of the mode; at the finalists its rate pairs with the eager one of the same knobs.
+    Unchanged without a time budget or finalists, or where the space offers no compile mode;
+    a reference keeps its own value."""
+    if plan.time_budget_s is None or plan.options.confirm <= 0:
+        return plan
+    dom = plan.space.domains.get("compile")
+    mode = finalist_mode(dom.values if isinstance(dom, Choices) else (), plan.device)
+    if mode is None:
+        return plan
+    return replace(plan, device_space=plan.device_space.fixed("compile", "off"),
+                   compile_at_finalists=mode)
 
 
 def _without_unaffordable_compile(plan: Plan) -> Plan:

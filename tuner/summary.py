@@ -20,7 +20,9 @@ from tuner.ceilings import (
     machine_limit_hidden,
     machine_summary,
 )
-from tuner.knobs import knob_text
+from tuner.compile_finalists import budget_to_measure_s
+from tuner.compile_payback import decide
+from tuner.knobs import Knobs, knob_text
 from tuner.machine_load import busy_note, drift_note
 from tuner.price_errors import mispriced_lines
 from tuner.status import STATUSES, Phase, Status, answers, phase_of
@@ -42,7 +44,7 @@ def print_summary(console: Console, plan, summary) -> None:
                        f"leaderboard: {summary.results_dir}/leaderboard")
     keys = sorted({r["hardware_key"] for r in ok})
     for key in keys:
-        print_best(console, [r for r in rows if r["hardware_key"] == key], summary)
+        print_best(console, [r for r in rows if r["hardware_key"] == key], summary, plan)
     if keys:
         console.print("ready to paste:")
     for key in keys:
@@ -54,10 +56,11 @@ def print_summary(console: Console, plan, summary) -> None:
     for line in mispriced_lines(rows):
         console.print(f"note: {line}", highlight=False, soft_wrap=True)
 
-def print_best(console: Console, rows: list[dict], summary) -> None:
+def print_best(console: Console, rows: list[dict], summary, plan=None) -> None:
     """The best of ``rows`` (one hardware key) as the summary table: the best, the references,
     the ceilings with their verdicts (``tuner.ceilings``), this machine's compute limit and the
-    attainable rate, then the verdict lines; or why there is no result."""
+    attainable rate, then the verdict lines and the compile decision (``compile_line``; ``plan``:
+    the run's plan, or None); or why there is no result."""
     best = winner.best(rows)
     if best is None:
         disturbed = sorted({why for r in rows if r["status"] == Status.OK
@@ -91,7 +94,7 @@ def print_best(console: Console, rows: list[dict], summary) -> None:
     _attainable_row(t, best.attainable)
     console.print(t)
     for line in filter(None, [winner.budget_stopped_text(best), drift_gap_line(best, compute, rows),
-                              *verdict_lines(best)]):
+                              *verdict_lines(best), compile_line(best, plan, rows)]):
         console.print(line, highlight=False)
     console.print(_compute_line(row), highlight=False)
     if row.get("time_to_train_s") is not None:
@@ -152,6 +155,29 @@ def verdict_lines(best: winner.Answer) -> list[str]:
     return lines
 
 
+
+
+def compile_line(best: winner.Answer, plan, rows: list[dict]) -> str | None:
+    """The compile decision's line (``tuner.compile_payback.CompileDecision.text``) where the
+    winner was measured compiled beside itself; where the run's ``plan`` decided compile at
+    the finalists (``Plan.compile_at_finalists``) and no compiled trial of the winner ran,
+    why: the compiled one was of another configuration, or the time left held none (with the
+    ``--time-budget`` that would, ``tuner.compile_finalists.budget_to_measure_s``). None
+    where compile was not decided at the finalists."""
+    if best.compile is not None:
+        return best.compile.text()
+    mode = getattr(plan, "compile_at_finalists", None)
+    if not mode:
+        return None
+    remeasured = [r for r in rows if phase_of(r) == Phase.REMEASURE]
+    if any((r.get("compile") or "off") != "off" and not r.get("reference") for r in remeasured):
+        return (f"compile ({mode}): measured for the search's first-ranked configuration, "
+                "which the re-measurement did not choose -> eager answer")
+    # without any round, the rounds of the winner and the references are wanted too
+    also = [] if remeasured else [best.knobs, *(Knobs.from_dict(r, strict=False)
+                                                for r in rows if r.get("reference"))]
+    need_s = budget_to_measure_s(plan, rows, best.knobs.replace(compile=mode), also)
+    return decide([], [], mode=mode, budget_needed_s=need_s).text()
 
 
 def paste_commands(plan, summary, hardware_key: str | None = None) -> list[str]:

@@ -7,6 +7,11 @@ returns a frozen ``Answer``: typed fields read by attribute, and ``Answer.to_dic
 stable document ``python -m tuner best --format json|yaml`` prints. The rows stay the
 leaderboard's (``tuner.leaderboard.SCHEMA``); this module only reads them.
 
+Compile at the finalists: a compiled configuration re-measured beside the same knobs eager
+(``tuner.compile_finalists``) does not compete by the tie rule; where the eager one wins,
+``tuner.compile_payback.decide`` weighs the pair, and the answer is the compiled one exactly
+when it says 'compiled' (``Answer.compile``).
+
 Torch-free: the CLI, the report and the progress printer use it.
 """
 
@@ -23,6 +28,7 @@ import tuner.noise as noise
 from tuner._deprecated import moved
 from tuner.ceilings import Attainable, Ceilings, lever_text  # public here: tuner.winner.Ceilings
 from tuner.ceilings import ceilings as _ceilings
+from tuner.compile_payback import CompileDecision, decide
 from tuner.knobs import Knobs
 from tuner.status import Phase, answers, budget_stopped, phase_of
 
@@ -107,6 +113,10 @@ class Answer:
     """What bounds the winner's own configuration."""
     attainable: Attainable
     """The machine's attainable rate and which limit binds."""
+    compile: CompileDecision | None = None
+    """Whether ``torch.compile`` pays for the winner's configuration, where its run measured it
+    compiled beside it in the re-measurement (``tuner.compile_payback``); None where not. The
+    winner is the compiled configuration exactly when ``compile.outcome`` is 'compiled'."""
 
     @property
     def samples_per_sec(self) -> float:
@@ -202,6 +212,7 @@ class Answer:
         doc["attainable"] = {**dataclasses.asdict(self.attainable),
                              "lever": lever_text(self.attainable)}
         doc["disturbed"] = [dataclasses.asdict(d) for d in self.disturbed]
+        doc["compile"] = self.compile.to_dict() if self.compile else None
         return doc
 
 
@@ -278,10 +289,12 @@ def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
     # A re-measured round's disturbed window is the host's (tuner.noise.undisturbed).
     rows = noise.undisturbed(_comparable(rows, latest, metric), RATE_COLUMNS)
     groups = _groups(rows)
-    chosen = _winner(groups, metric, higher=metric != "time_to_train_s")
+    twins = _compiled_twins(groups)  # compile decided at the finalists, not by the tie rule
+    chosen = _winner({k: g for k, g in groups.items() if k not in twins}, metric,
+                     higher=metric != "time_to_train_s")
     if chosen is None:
         return None
-    key, top, tied_faster = chosen
+    key, top, tied_faster, compiled = _compile_decision(chosen, groups, twins, metric)
     same_run = [r for r in rows if r["run_id"] == top["run_id"]]
     disturbed = tuple(Disturbed(r["trial_id"], why) for r in same_run
                       if answers(r) and (why := noise.impossible(r)))
@@ -291,7 +304,51 @@ def best(rows: Iterable[Mapping[str, Any]] | pa.Table) -> Answer | None:
                   recommended=_vs_reference(key, top, groups, "recommended"),
                   tied_faster=(TiedFaster(MappingProxyType(tied_faster[0]), tied_faster[1])
                                if tied_faster else None),
-                  disturbed=disturbed, ceilings=ceilings, attainable=attainable)
+                  disturbed=disturbed, ceilings=ceilings, attainable=attainable,
+                  compile=compiled)
+
+
+_COMPILE_AT = Knobs.names().index("compile")
+
+
+def _compiled_twins(groups: dict[tuple, list[dict]]) -> dict[tuple, tuple]:
+    """Compiled group key -> the key of the same knobs eager, for each compiled configuration
+    re-measured beside its eager self in one run (``tuner.compile_finalists``)."""
+    out = {}
+    for run, phase, values in groups:
+        if phase != Phase.REMEASURE or values[_COMPILE_AT] in (None, "off"):
+            continue
+        eager = (run, phase, (*values[:_COMPILE_AT], "off", *values[_COMPILE_AT + 1:]))
+        if eager in groups:
+            out[(run, phase, values)] = eager
+    return out
+
+
+def _compile_decision(chosen: tuple[tuple, dict, tuple | None],
+                      groups: dict[tuple, list[dict]], twins: dict[tuple, tuple], metric: str
+                      ) -> tuple[tuple, dict, tuple | None, CompileDecision | None]:
+    """(key, mean row, tied faster, compile decision) of the answer: the eager winner
+    ``chosen`` (``_winner``'s) with no decision where its run re-measured no configuration
+    beside its compiled self (``twins``); with one where it was, and its compiled twin
+    instead (no tied faster) exactly when the decision is 'compiled'; where another
+    configuration of its run was, that pair's figures, outcome 'eager'. With a time-to-train
+    objective the row's ``train_steps`` judge the pay-back."""
+    key, top, tied_faster = chosen
+    twin = next((c for c, e in twins.items() if e == key), None)
+    other = next((c for c, e in twins.items() if c[0] == key[0]), None)
+    if twin is None and other is None:
+        return key, top, tied_faster, None
+    steps = top.get("train_steps") if metric == "time_to_train_s" else None
+    measured = twin or other
+    decision = decide(pairs(groups[measured], groups[twins[measured]]), groups[measured],
+                      mode=measured[2][_COMPILE_AT], train_steps=steps)
+    if twin is None:  # the first-ranked's pair, of another configuration than the answer
+        return key, top, tied_faster, dataclasses.replace(
+            decision, outcome="eager", reason="measured for another configuration")
+    mean = _mean_row(groups[twin], metric)
+    if decision.outcome == "compiled" and mean is not None:  # a valid pair: a mean row
+        return twin, mean, None, decision
+    return key, top, tied_faster, decision
 
 
 def _comparable(rows: list[dict], latest: dict, metric: str) -> list[dict]:
