@@ -53,7 +53,7 @@ FLOORS = {
         "tuner.cluster", "tuner.data",
         "tuner.integrations.transformers"},  # the loader wraps a transformers.Trainer with it
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
-        "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
+        "tuner.budget", "tuner.costs", "tuner.step_fit", "tuner.price_errors", "tuner.windows",
               "tuner._deprecated", "tuner.codegen", "tuner.integrations.transformers_args"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
@@ -61,7 +61,7 @@ FLOOR = {module: floor for floor, modules in FLOORS.items() for module in module
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
-              "tuner._deprecated",
+              "tuner.step_fit", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
               "tuner.scaling", "tuner.summary", "tuner.machine_load", "tuner.workload_calls",
               "tuner.integrations.lightning_args",

@@ -40,7 +40,8 @@ import, even at run time, reaches a higher floor):
   the loader wraps; ``integrations/lightning``, which nothing below imports, sits with the
   results);
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
-  ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``windows``,
+  ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``step_fit``
+  (step time as a line in the batch), ``windows``,
   ``codegen``, ``_deprecated`` (moved names), ``integrations/transformers_args`` (knobs as
   ``TrainingArguments``).
 """
