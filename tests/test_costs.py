@@ -213,6 +213,18 @@ def test_a_compile_is_paid_cold_once_per_shape_then_as_the_warm_cache_measured()
     assert CostModel(rows).price(knobs, shape).one_off_s == pytest.approx(11.0)
 
 
+def test_a_fitted_model_pickles_with_the_searcher_that_holds_it():
+    """Ray Tune pickles the searcher, and with it its model and the lines it fitted."""
+    import pickle
+    rows = [timed_row(i, Knobs(batch_size=b), wall_s=5.0, measured_s=1.0, setup_s=0.1,
+                      first_step_s=0.5, warmup_s=0.5, step_ms=10.0 * b)
+            for i, b in enumerate((8, 16))]
+    model = CostModel(rows)
+    price = model.price(Knobs(batch_size=32), TrialShape(1, 1.0))
+    assert pickle.loads(pickle.dumps(model)).price(Knobs(batch_size=32), TrialShape(1, 1.0)) == (
+        price)
+
+
 def test_the_row_view_reads_what_it_needs_once():
     row = timed_row(0, Knobs(batch_size=8), wall_s=5.0, measured_s=1.0, setup_s=0.5,
                     first_step_s=0.3, warmup_s=0.2, step_ms=20.0)

@@ -40,7 +40,7 @@ from typing import Any, Callable, Container, Iterable, Mapping, NamedTuple, Sequ
 import tuner.windows as rule
 from tuner.knobs import CUDNN_SHAPE_KNOBS, Knobs, new_cudnn_shapes
 from tuner.status import Phase
-from tuner.step_fit import StepFit
+from tuner.step_fit import StepFit, every_row
 
 TRIAL_OVERHEAD_S = 1.5
 """Seconds Ray Tune adds to a trial beyond what its row records, for sizing the follow-ups to
@@ -280,7 +280,7 @@ class CostModel:
     def add(self, row: Mapping[str, Any]) -> None:
         """Read one more row (a trial just finished)."""
         self.rows.append(RowTimes.of(row))
-        self._fit = self._once = None
+        self._fit = self._once = self._timed = None
 
     @property
     def search(self) -> list[RowTimes]:
@@ -292,9 +292,11 @@ class CostModel:
         """The rows that timed a trial as the search and the rounds run one: search and
         re-measurement rows with knobs and a step time (not a ceiling's, whose batches are on
         the device, nor the memory probe's)."""
-        return [r for r in self.rows if r.knobs is not None and r.step_s
-                and Phase(r.phase or Phase.SEARCH) != Phase.CEILING
-                and "-probe-" not in (r.trial_id or "")]
+        if getattr(self, "_timed", None) is None:
+            self._timed = [r for r in self.rows if r.knobs is not None and r.step_s
+                           and Phase(r.phase or Phase.SEARCH) != Phase.CEILING
+                           and "-probe-" not in (r.trial_id or "")]
+        return self._timed
 
     @property
     def fit(self) -> StepFit:
@@ -414,14 +416,18 @@ def _shape(knobs: Knobs) -> tuple:
     return tuple(getattr(knobs, name) for name in CUDNN_SHAPE_KNOBS)
 
 
-ONE_OFF_GROUPINGS: tuple[Callable[[Knobs], Any], ...] = (
-    lambda k: (k.data_path, k.num_workers, k.persistent_workers),
-    lambda k: (k.data_path, k.num_workers == 0),
-    lambda k: (),
-)
+def _input_pipeline(k: Knobs) -> tuple:
+    return (k.data_path, k.num_workers, k.persistent_workers)
+
+
+def _data_path(k: Knobs) -> tuple:
+    return (k.data_path, k.num_workers == 0)
+
+
+ONE_OFF_GROUPINGS: tuple[Callable[[Knobs], Any], ...] = (_input_pipeline, _data_path, every_row)
 """Rows whose one-off costs (set-up, first step beyond a step, what follows the windows) price
-a trial, finest first: its own knobs; the same input pipeline; the same data path with or
-without workers; every row. The input pipeline is what they hold: worker start, a cache's
+a trial, finest first: the same input pipeline; the same data path with or without workers;
+every row. The input pipeline is what they hold: worker start, a cache's
 fill, the first batch's load."""
 
 RECENT_ROWS = 5

@@ -47,8 +47,14 @@ def _pipeline(k: Knobs) -> tuple:
     return (*_layout(k), k.data_path, k.num_workers == 0)
 
 
-GROUPINGS: tuple[Callable[[Knobs], tuple], ...] = (_pipeline, _layout, lambda k: ())
-"""Keys of the groups a line is fitted in, finest first (see the module docstring)."""
+def every_row(k: Knobs) -> tuple:
+    """The group of every row."""
+    return ()
+
+
+GROUPINGS: tuple[Callable[[Knobs], tuple], ...] = (_pipeline, _layout, every_row)
+"""Keys of the groups a line is fitted in, finest first (see the module docstring); named
+functions, so that a model pickles with the searcher that holds it (Ray Tune)."""
 
 
 @dataclass(frozen=True)
