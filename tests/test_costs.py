@@ -169,6 +169,8 @@ def test_without_a_row_a_trial_costs_its_windows_and_the_priors_one_offs():
     assert hinted.price(compiled, TrialShape(1, 1.0)).one_off_s == 80.0
     assert hinted.price(Knobs(batch_size=8), TrialShape(1, 1.0)).one_off_s == 0.0
     assert costs.Prior.of(SimpleNamespace(compile_s_hint=None)).compile_s == 0.0
+    tuned = CostModel().price(Knobs(batch_size=8, cudnn_benchmark=True), TrialShape(1, 1.0))
+    assert tuned.one_off_s == costs.CUDNN_AUTOTUNE_S
 
 
 def test_the_fit_recovers_alpha_and_beta_from_noisy_rows_with_an_outlier():
@@ -350,6 +352,13 @@ def test_the_bench_prints_the_error_of_each_kind_from_a_leaderboard(tmp_path, ca
                for line in out.splitlines())
     assert "  pruned: search bs=8 priced 4.00 s, stopped after 1.00 s" in out.splitlines()
     assert "10 rows, 1 without a price" in out
+    assert bench.main([str(tmp_path), "--replay"]) == 0
+    replay = capsys.readouterr().out.split("priced again by this checkout's model:")[1]
+    # the first row has nothing before it: priced from the prior, its windows of 2 s
+    kinds = [line.split()[0] for line in replay.splitlines()[1:] if "%" in line]
+    assert kinds and set(kinds) <= {"reference", "screen", "search", "ceiling", "round"}
+    assert bench.main([str(tmp_path), "--pooled"]) == 0
+    assert "1 runs pooled:" in capsys.readouterr().out.splitlines()
 
 
 # ---------------------------------------------------------------- against a clocked trial

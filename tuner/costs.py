@@ -24,8 +24,9 @@ re-measurement rows; a ceiling's batches are on the device):
   input pipeline);
 * ``TRIAL_OVERHEAD_S`` per trial for what Ray Tune adds around it.
 
-Before any row, a trial costs its windows, the prior's set-up and worker start (``Prior``)
-and the overhead.
+Before any row, a trial costs its windows, the prior's set-up and worker start (``Prior``),
+cuDNN's autotuning (``CUDNN_AUTOTUNE_S``) and a compile as the workload's hint says, and the
+overhead.
 
 Torch-free and Ray-free (base floor, beside ``budget`` and ``windows``).
 """
@@ -313,7 +314,8 @@ class CostModel:
         step_s = self.step_s(knobs)
         if step_s is None:
             once_s = self.prior.once_s + knobs.num_workers * self.prior.worker_start_s
-            return TrialCost(TRIAL_OVERHEAD_S, once_s, self._compile_prior(knobs),
+            one_off_s = self._cudnn_s(knobs, planned) + self._compile_prior(knobs)
+            return TrialCost(TRIAL_OVERHEAD_S, once_s, one_off_s,
                              0.0, 0.0, shape.window_s, shape.windows * shape.window_s)
         window_s = window_of_s(step_s, shape.window_s)
         warmup_s = _warmup_s(step_s, shape)
