@@ -203,7 +203,7 @@ class TrialCost:
     probes_s: float
     """The steady-state probes the harness runs at the least."""
     window_s: float
-    """One window: the window's length, one step at least."""
+    """One window: whole steps, up to the first past the window's length (``window_of_s``)."""
     windows_s: float
     """Every window."""
     tail_s: float = 0.0
@@ -395,12 +395,15 @@ class CostModel:
         cuDNN's autotuning and a compile left out, as the timed rows measured them: the set-up
         the median of the latest rows of its group (``ONE_OFF_GROUPINGS``: the first trial
         of a cache fills it, once); the first step's one-offs (worker start, the first batch's
-        load, which grows with the batch) a line in the batch (``StepFit`` in the groups of
-        ``ONE_OFF_GROUPINGS``, flat for one batch size). 0 without a row."""
+        load, which grows with the batch) a line in the batch over the rows of its input
+        pipeline (``StepFit`` in the groups of ``ONE_OFF_GROUPINGS`` but the last, flat for
+        one batch size), else the median of the latest rows. 0 without a row."""
         if getattr(self, "_once", None) is None:
             self._once = StepFit([(r.knobs, self._first_step_once_s(r)) for r in self.timed],
-                                 ONE_OFF_GROUPINGS, proportional=False)
-        first_s = self._once.at(knobs) or 0.0
+                                 ONE_OFF_GROUPINGS[:-1], proportional=False)
+        first_s = self._once.at(knobs)
+        if first_s is None:        # no row of its input pipeline: the median of every row's
+            first_s = self._as_measured(knobs, self._first_step_once_s)
         return self._as_measured(knobs, lambda row: row.setup_s) + first_s
 
     def _as_measured(self, knobs: Knobs, value: Callable[[RowTimes], float | None]) -> float:
