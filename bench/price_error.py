@@ -12,10 +12,23 @@ price and the median and 90th percentile of ``|priced_s / wall - 1|``
 (``tuner.price_errors.price_errors``), with the median price and wall time. Rows of leaderboards
 written before ``priced_s`` have no price and are counted as unpriced.
 
+With ``--replay``, also prices every ``ok`` row the run priced again with this checkout's model
+(``tuner.costs.CostModel``) from the rows of its run recorded before it started, and prints
+the same table for those prices: the same trials on the same load, another model. The shape
+priced is read from the row where it can be (``windows_planned``) and otherwise from the
+flags: a screen (``tuner.price_errors.trial_kind``) ``--screen-window-s`` without probes,
+every other trial ``--window-s`` with up to 6 probes, one warm-up step (the defaults are the
+default CPU run's). A re-measurement round was priced in the run before the rounds before
+it finished, so its replayed price reads more rows than the run's did.
+
 Prints figures, never pass/fail.
 
 Usage:
-  python bench/price_error.py RESULTS [--workload W] [--run RUN_ID]
+  python bench/price_error.py RESULTS [RESULTS ...] [--workload W] [--run RUN_ID] [--replay]
+                               [--pooled]
+
+``--pooled`` prints one table over every run read (each run's rows kept to their own run
+for the replay).
 """
 
 from __future__ import annotations
@@ -27,7 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tuner.leaderboard as leaderboard  # noqa: E402
-from tuner.price_errors import price_errors  # noqa: E402
+from tuner.costs import CostModel, RowTimes, TrialShape  # noqa: E402
+from tuner.price_errors import price_errors, trial_kind  # noqa: E402
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -47,17 +61,53 @@ def table(rows: list[dict]) -> list[str]:
     return out
 
 
+def replayed(rows: list[dict], window_s: float, screen_window_s: float) -> list[dict]:
+    """``rows`` (one run's) with each ``ok`` row the run priced priced again by this
+    checkout's model from the rows that finished before it started (see the docstring)."""
+    rows = sorted(rows, key=lambda r: r["started_at"] or r["finished_at"])
+    views = [RowTimes.of(r) for r in rows]
+    full = max((v.windows_planned or 0 for v in views if v.reference), default=0) or None
+    out = []
+    for row, view in zip(rows, views):
+        if (row["status"] != "ok" or row.get("priced_s") is None or view.knobs is None
+                or not view.started_at):
+            continue
+        screen = trial_kind(view, full) == "screen"
+        shape = TrialShape(view.windows_planned or 1, screen_window_s if screen else window_s,
+                           1, 0 if screen else 6)
+        before = [r for r in rows if r["finished_at"] and r["finished_at"] <= view.started_at]
+        out.append({**row, "priced_s": CostModel(before).price(view.knobs, shape).trial_s})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", help="the run's --results directory")
+    parser.add_argument("results", nargs="+", help="the runs' --results directories")
     parser.add_argument("--workload", default=None, help="only this workload's rows")
     parser.add_argument("--run", default=None, help="only this run id (default: each run)")
+    parser.add_argument("--replay", action="store_true",
+                        help="also price each row again with this checkout's model")
+    parser.add_argument("--window-s", type=float, default=2.0,
+                        help="--replay: a trial's window, s (default 2.0, the CPU default)")
+    parser.add_argument("--screen-window-s", type=float, default=1.0,
+                        help="--replay: a screen's window, s (default 1.0)")
+    parser.add_argument("--pooled", action="store_true",
+                        help="one table over every run read, not one per run")
     args = parser.parse_args(argv)
-    rows = leaderboard.read(args.results, workload=args.workload).to_pylist()
+    rows = [r for results in args.results
+            for r in leaderboard.read(results, workload=args.workload).to_pylist()]
     runs = sorted({r["run_id"] for r in rows}) if args.run is None else [args.run]
-    for run in runs:
-        print(f"run {run}:")
-        print("\n".join(table([r for r in rows if r["run_id"] == run])))
+    groups = ({f"{len(runs)} runs pooled": runs} if args.pooled
+              else {f"run {r}": [r] for r in runs})
+    for name, members in groups.items():
+        of = [r for r in rows if r["run_id"] in members]
+        print(f"{name}:")
+        print("\n".join(table(of)))
+        if args.replay:
+            again = [r for run in members for r in replayed(
+                [r for r in of if r["run_id"] == run], args.window_s, args.screen_window_s)]
+            print(f"{name}, priced again by this checkout's model:")
+            print("\n".join(table(again)))
     return 0
 
 

@@ -22,7 +22,7 @@ from tuner.budget import (
     MAX_FOLLOWUP_SHARE,
     PLAN_AGE_S,
 )
-from tuner.costs import CostModel, TrialShape
+from tuner.costs import PRIOR_ONCE_S, CostModel, TrialShape
 from tuner.knobs import Knobs
 from tuner.option_checks import make_plan
 from tuner.plan import Resources
@@ -285,10 +285,10 @@ def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_starte
                                                                                    monkeypatch):
     """A default CPU run started batch 256 with 15 s of its search left: set-up and one 5.8-s
     step measured nothing before the budget stopped it. A proposal is costed from the finished
-    trial nearest in batch size (batch 4: 0.1 s steps, 1.5 s of set-up paid once, 0.5 s of
-    warm-up steps), its steps scaled to the batch: at batch 20 that is 1.5 + 2.5 s + a window
-    of 0.5 s. The searcher's clock stands still (a fixed ``time`` in tuner.searcher), so the
-    time left is exact however slow the machine is."""
+    trial nearest in batch size (batch 4: 0.1 s steps, 1.5 s of set-up paid once), its steps
+    scaled to the batch: at batch 20 that is 1.5 s, a first step of 0.5 s and a window of
+    0.5 s (one warm-up step: no more warm-up). The searcher's clock stands still (a fixed
+    ``time`` in tuner.searcher), so the time left is exact however slow the machine is."""
     from types import SimpleNamespace
 
     from tuner import searcher
@@ -306,17 +306,17 @@ def test_a_proposal_whose_first_window_would_end_past_the_deadline_is_not_starte
                                         "step_time_ms_p50": 100.0, "setup_s": 1.5,
                                         "warmup_s": 0.5})
         price = one.price(Knobs(batch_size=20))
-        assert (price.setup_s, price.warmup_s, price.one_off_s) == (1.5, 2.5, 0.0)
-        assert price.first_window_s == pytest.approx(4.5)
+        assert (price.setup_s, price.warmup_s, price.one_off_s) == (2.0, 0.0, 0.0)
+        assert price.first_window_s == pytest.approx(2.5)
         return one
 
     def fits(one: ConstrainedSearch, batch_size: int) -> bool:
         return one._first_window_fits(Knobs(batch_size=batch_size))
 
     assert fits(search(60.0), 20) and fits(search(60.0), 4)
-    assert fits(search(2.5), 4) and not fits(search(2.5), 20)
-    assert fits(search(4.5), 20) and not fits(search(4.4), 20)
-    short = search(4.0)                       # batch 16 or less fits: 4, 5, 6 of the space
+    assert fits(search(2.0), 4) and not fits(search(2.0), 20)
+    assert fits(search(2.5), 20) and not fits(search(2.4), 20)
+    short = search(2.0)                       # batch 10 or less fits: 4, 5, 6 of the space
     answers = [short.suggest(f"t{i}") for i in range(8)]
     finished = answers.index("FINISHED")      # the first proposal of batch 20 or 32
     assert all(a["batch_size"] <= 6 for a in answers[:finished])
@@ -344,8 +344,8 @@ def test_a_compile_is_costed_for_compiled_proposals_only(paced_space):
         "warmup_s": 81.0, "first_step_s": 80.1, "compile": "default", "compile_s": 80.0})
     compiled = Knobs(batch_size=8, compile="default")
     price = search.price(compiled)
-    assert (price.setup_s, price.warmup_s, price.one_off_s) == (
-        pytest.approx(1.1), pytest.approx(0.9), 80.0)
+    assert (price.setup_s, price.warmup_s, price.one_off_s) == (    # one warm-up step
+        pytest.approx(1.1), 0.0, 80.0)
     assert search._first_window_fits(Knobs(batch_size=8))
     assert search._first_window_fits(compiled.replace(compile="reduce-overhead"))
     assert not search._first_window_fits(compiled)
@@ -354,13 +354,14 @@ def test_a_compile_is_costed_for_compiled_proposals_only(paced_space):
                          "warmup_s": 50.5, "first_step_s": 50.1, "compile": "reduce-overhead"}])
     price = pruned.price(compiled.replace(compile="reduce-overhead"), TrialShape(1, 0.25))
     assert (price.setup_s, price.warmup_s, price.one_off_s) == (
-        pytest.approx(1.1), pytest.approx(0.4), pytest.approx(50.0))
+        pytest.approx(1.1), 0.0, pytest.approx(50.0))
 
 
 def test_a_one_off_first_step_is_not_scaled_to_a_larger_batch(paced_space, monkeypatch):
     """ddpm on an H200: the recommended (bs=32) had a 12.19-s first step (cuDNN autotuning at
     new shapes), 0.14 s of set-up and 0.33 s more warm-up; the proposal bs=45 was refused by
-    0.54 s with 19.26 s left, its first step scaled by 45/32. Priced once, it needs ~14.8 s."""
+    0.54 s with 19.26 s left, its first step scaled by 45/32. Its one-offs priced once, the
+    step in its first step and its window's steps scaled, it needs ~14.4 s."""
     from types import SimpleNamespace
 
     from tuner import searcher
@@ -372,7 +373,7 @@ def test_a_one_off_first_step_is_not_scaled_to_a_larger_batch(paced_space, monke
     search.costs.add({"batch_size": 32, "step_time_ms_p50": 45.0, "setup_s": 0.14,
                       "first_step_s": 12.19, "warmup_s": 12.52})
     assert search._first_window_fits(Knobs(batch_size=45))
-    assert not search._first_window_fits(Knobs(batch_size=45), deadline_unix_s=1.8e9 + 14.7)
+    assert not search._first_window_fits(Knobs(batch_size=45), deadline_unix_s=1.8e9 + 14.3)
 
 
 def test_the_search_keeps_the_followups_share_of_what_is_left_once_a_trial_measured(
@@ -397,7 +398,7 @@ def test_the_search_keeps_the_followups_share_of_what_is_left_once_a_trial_measu
     first = search.suggest("baseline")
     assert first["reference"] == "baseline"
     assert first["tuner"] == {"deadline_unix_s": run_deadline}
-    assert first["priced_s"] == 0.25                # one window: no row yet
+    assert first["priced_s"] == 0.25 + PRIOR_ONCE_S  # one window, the prior: no row yet
     clock.now += 8.0
     search.on_trial_complete("baseline", {"status": "ok", "samples_per_sec": 40.0,
                                           "step_time_ms_p50": 100.0, "setup_s": 1.0,

@@ -84,21 +84,22 @@ def test_a_phase_starts_only_with_the_least_time_it_needs():
 
 def test_a_trial_costs_its_search_trials_set_up_plus_the_new_windows():
     knobs = Knobs(batch_size=16)
-    rows = [search_row(knobs, 6.0, measured_s=2.0, step_time_ms_p50=100.0)]
+    rows = [search_row(knobs, 6.0, measured_s=2.0, step_time_ms_p50=100.0, first_step_s=0.1,
+                       warmup_s=0.1)]
     # 6 s of wall time less 2 s measured, 3 windows of 1 s, the overhead
     assert costs.trial_cost_s(rows, knobs, 3, 1.0) == pytest.approx(
         4 + 3 + costs.TRIAL_OVERHEAD_S
     )
-    # a batch four times larger: step and warm-up steps scaled up, windows of at least one step
+    # a batch four times larger: the step in its first step and its windows' steps scaled up
+    # (samples/sec held from one row), windows of whole steps; the rest as measured
     big = Knobs(batch_size=64)
-    rows[0]["warmup_s"] = 1.0
     assert costs.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
-        4 + 3 * 1.0 + 3 * 0.4 + costs.TRIAL_OVERHEAD_S)
-    # its first step (worker start, cuDNN autotuning) is paid once: not scaled
-    rows[0]["first_step_s"] = 0.75
+        0.4 + 3 * 0.4 + 3.9 + costs.TRIAL_OVERHEAD_S)
+    # its first step beyond a step (worker start, cuDNN autotuning) is paid once: not scaled
+    rows[0].update(first_step_s=0.75, warmup_s=0.75)
     assert costs.trial_cost_s(rows, big, 3, 0.2) == pytest.approx(
-        4 + 3 * 0.25 + 3 * 0.4 + costs.TRIAL_OVERHEAD_S)
-    assert costs.trial_cost_s([], big, 3, 1.0) == 3 + costs.TRIAL_OVERHEAD_S
+        0.65 + 0.4 + 3 * 0.4 + 3.25 + costs.TRIAL_OVERHEAD_S)
+    assert costs.trial_cost_s([], big, 3, 1.0) == 3 + costs.PRIOR_ONCE_S + costs.TRIAL_OVERHEAD_S
     assert budget.trials_fit(None, [1e9]) and budget.trials_fit(10.0, [4.0, 6.0])
     assert not budget.trials_fit(9.9, [4.0, 6.0])
 
@@ -111,8 +112,10 @@ def test_the_machine_compute_ceiling_is_costed_without_scaling_a_one_off_first_s
     rows = [search_row(recommended, 23.22, measured_s=10.12, setup_s=0.14, first_step_s=12.19,
                        warmup_s=12.52, step_time_ms_p50=45.0)]
     cost = costs.trial_cost_s(rows, Knobs(batch_size=384), 5, 2.0)
-    # each window of 2 s holds whole steps of 12 x 45 ms: four of them
-    assert cost == pytest.approx(13.1 + 11 * 0.33 + 5 * 4 * 0.54 + costs.TRIAL_OVERHEAD_S)
+    # set-up and the first step beyond a step as measured, one step of 12 x 45 ms in it, each
+    # window of 2 s holding four whole steps, what followed the row's windows
+    assert cost == pytest.approx(0.14 + 12.145 + 0.54 + 5 * 4 * 0.54 + 0.44
+                                 + costs.TRIAL_OVERHEAD_S)
     assert cost < 30.0
 
 

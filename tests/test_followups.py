@@ -203,20 +203,20 @@ def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
     both rounds printed "tie" (quantile 12.7). Where only one window per round lets all three
     rounds fit, the rounds have one, beside the compute-only ceiling's reserve when that
     fits too; where no number fits all three, the most that fits one round. One window is
-    cheaper where the warm-up timed the steps as long (ten warm-up steps, the full scale's):
-    such a trial runs no steady-state probes."""
+    cheaper where the warm-up timed the steps as long (two warm-up steps or more): such a
+    trial runs no steady-state probes."""
     configs = [(FAST, None), (BASE, "baseline")]
     rows = long_step_rows()
 
     def round_s(windows: int) -> float:
-        return sum(followups.cost_s(fake_plan(warmup_steps=10), rows, k, windows)
+        return sum(followups.cost_s(fake_plan(warmup_steps=2), rows, k, windows)
                    for k, _ in configs)
 
-    ceiling_s = followups.ceiling_reserve_s(fake_plan(warmup_steps=10), rows, configs)
+    ceiling_s = followups.ceiling_reserve_s(fake_plan(warmup_steps=2), rows, configs)
     assert round_s(1) < round_s(2) and ceiling_s > 0
 
     def windows_for(left: float) -> int:
-        return followups.fitting_round_windows(fake_plan(left=left, warmup_steps=10), rows,
+        return followups.fitting_round_windows(fake_plan(left=left, warmup_steps=2), rows,
                                                configs)
 
     assert fake_plan().round_windows == 2
@@ -229,14 +229,14 @@ def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
     assert windows_for(round_s(1) / 2) == 2            # none fits (no_round_event says so)
     assert windows_for(None) == 2                      # no budget
     # the rounds run with it, and the line says so
-    plan = fake_plan(left=REMEASURE_ROUNDS * round_s(1), warmup_steps=10)
+    plan = fake_plan(left=REMEASURE_ROUNDS * round_s(1), warmup_steps=2)
     events: list[dict] = []
     batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
     assert batch.settings == {"windows": 1} and len(batch.configs) == 2 * REMEASURE_ROUNDS
     assert (events[0]["windows"], events[0]["round_windows"]) == (1, 2)
     assert "1 window each, not 2, so that the time left holds the rounds (interleaved" in (
         _phase_text(events[0]))
-    full = next(followups.rounds(fake_plan(warmup_steps=10), rows, configs,
+    full = next(followups.rounds(fake_plan(warmup_steps=2), rows, configs,
                                  lambda _, data: events.append(data)))
     assert full.settings == {"windows": 2}
     assert "2 windows each (interleaved" in _phase_text(events[-1])
@@ -257,9 +257,10 @@ def test_a_round_of_one_window_is_priced_with_its_steady_state_probes():
         assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(
             followups.cost_s(plan, rows, knobs, 2))
         assert followups.cost_s(plan, rows, knobs, 2) == costs.trial_cost_s(rows, knobs, 2, 1.0)
-    # a row that ran the probes already holds them in its wall time
+    # a row that ran the probes holds them in its warm-up, not in what its price reads
     probed = [{**r, "steady_probes": 2} for r in rows]
-    assert followups.cost_s(plan, probed, FAST, 1) == costs.trial_cost_s(probed, FAST, 1, 1.0)
+    assert followups.cost_s(plan, probed, FAST, 1) == pytest.approx(
+        costs.trial_cost_s(probed, FAST, 1, 1.0) + 2 * 0.5)
     one_round_s = sum(followups.cost_s(plan, rows, k, 1) for k, _ in configs)
     for left in (0.5, 1.0, 2.0, 3.0, 3.5, 5.0):
         plan.time_left_s = lambda: left * one_round_s

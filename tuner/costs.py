@@ -5,21 +5,28 @@ ceilings).
 ``CostModel(rows, ...)`` reads the run's rows once (``RowTimes``, a typed view of the columns
 it needs) and ``CostModel.price(knobs, shape)`` answers a ``TrialCost``: a frozen breakdown
 whose ``total_s`` sizes the follow-ups and whose ``first_window_s`` decides whether the search
-starts a proposal. The rules, each in one place:
+starts a proposal. The rules, each in one place, read from the run's timed rows (search and
+re-measurement rows; a ceiling's batches are on the device):
 
-* step time: the last search row of the same knobs, else the search row nearest in batch size
-  (log ratio), its median step and its warm-up steps after the first scaled up to a larger
-  batch (samples/sec held, never scaled down);
-* one-off costs, paid once per process and shape and never scaled: cuDNN's autotuning at a
-  shape new to the process (``tuner.knobs.new_cudnn_shapes`` over the rows this command
-  recorded, where trial processes are reused: ``tuner.plan.Plan.reuses_trial_processes``), and
-  a ``torch.compile`` (the longest compile measured in the same mode);
-* the rest of the row's wall time outside its windows (set-up, first step, what follows the
-  windows) carried over as measured;
-* steady-state probes a one-window trial adds (``tuner.windows.least_steady_probes``);
+* step time: the median of the same knobs' last steps, else a line in the batch, ``α + β ·
+  batch_size``, fitted per precision, memory layout, compile mode and input pipeline
+  (``tuner.step_fit``: robust least squares, coarser groups where a group holds one batch
+  size);
+* the first step: one step at that time, and its one-off costs as measured (worker start, the
+  first batch's load: a line in the batch per input pipeline, ``CostModel.once_s``);
+* one-off costs paid once per process and shape: cuDNN's autotuning at a shape new to the
+  process (``tuner.knobs.new_cudnn_shapes`` over the rows this command recorded, where trial
+  processes are reused: ``tuner.plan.Plan.reuses_trial_processes``), and a ``torch.compile``
+  (cold, or from the results folder's warm cache as measured: ``CostModel.compile_s``);
+* the warm-up steps after the first, the steady-state probes the harness's own rule runs
+  (``tuner.windows.least_steady_probes``) and the windows, each of whole steps;
+* set-up and what follows the windows as measured (the median of the latest rows of the same
+  input pipeline);
 * ``TRIAL_OVERHEAD_S`` per trial for what Ray Tune adds around it.
 
-Without a search row with a step time, a trial costs its windows and the overhead.
+Before any row, a trial costs its windows, the prior's set-up and worker start (``Prior``),
+cuDNN's autotuning (``CUDNN_AUTOTUNE_S``) and a compile as the workload's hint says, and the
+overhead.
 
 Torch-free and Ray-free (base floor, beside ``budget`` and ``windows``).
 """
@@ -29,11 +36,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, fields
-from typing import Any, Container, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Container, Iterable, Mapping, NamedTuple, Sequence
 
 import tuner.windows as rule
-from tuner.knobs import Knobs, new_cudnn_shapes
+from tuner.knobs import CUDNN_SHAPE_KNOBS, Knobs, new_cudnn_shapes
 from tuner.status import Phase
+from tuner.step_fit import StepFit, every_row
 
 TRIAL_OVERHEAD_S = 1.5
 """Seconds Ray Tune adds to a trial beyond what its row records, for sizing the follow-ups to
@@ -46,6 +54,19 @@ CUDNN_AUTOTUNE_S = 10.4
 """Seconds cuDNN's benchmark mode adds to a first step at new shapes when a run's rows cannot
 tell (``cudnn_autotune_s``). Source: ddpm's first step on one H200, 12.2 s with it on against
 1.8 s off (docs/defaults.md)."""
+
+PRIOR_ONCE_S = 0.5
+"""Seconds a trial spends outside its windows and its workers' start (set-up, first step,
+what follows the windows: the breakdown's steps, the last report, the loader's shutdown)
+before any row of the run measured one (``Prior.once_s``). Source: the first reference of
+nine default runs on 2 CPU cores (ddpm, the Transformers and Lightning examples): what
+followed the windows 0.39-0.68 s on a quiet host (1.53 s at a load of 10), set-up 0.02-0.12
+s, a first step beyond its workers' start of 0.02-0.3 s."""
+
+PRIOR_WORKER_START_S = 0.25
+"""Seconds the first step of a trial before any row waits per DataLoader worker started
+(``Prior.worker_start_s``). Source: ddpm's baseline (four workers) on 2 CPU cores, first
+step 0.9-2.1 s over a step of 0.2-0.44 s at loads 1-9."""
 
 
 # ------------------------------------------------------------------------- the inputs
@@ -123,6 +144,22 @@ class RowTimes:
         return max(0.0, (self.warmup_s or 0.0) - (self.first_step_s or 0.0))
 
     @property
+    def first_step_beyond_s(self) -> float:
+        """Seconds its first step took beyond a steady step (``step_s``), >= 0: worker start,
+        the first batch's load, cuDNN's autotuning, a compile."""
+        return max(0.0, (self.first_step_s or 0.0) - self.step_s)
+
+    @property
+    def tail_s(self) -> float | None:
+        """Seconds after its windows (the breakdown's steps, its last report, the loader's
+        shutdown): its wall time less ``before_windows_s`` and ``measured_s``, >= 0; None
+        without a wall time."""
+        wall_s = self.wall_s
+        if wall_s is None:
+            return None
+        return max(0.0, wall_s - (self.measured_s or 0.0) - self.before_windows_s)
+
+    @property
     def before_windows_s(self) -> float:
         """Its set-up and warm-up (first step, probes and dropped windows included; the first
         step at least)."""
@@ -157,19 +194,21 @@ class TrialCost:
     start_s: float
     """What Ray Tune adds around the trial (``TRIAL_OVERHEAD_S``)."""
     setup_s: float
-    """Set-up and first step, as the row read measured them, less its one-off costs."""
+    """Set-up and first step: one step, and the one-offs measured beside it
+    (``CostModel.once_s``)."""
     one_off_s: float
     """cuDNN's autotuning at a shape new to the process, and a ``torch.compile``."""
     warmup_s: float
-    """Warm-up steps after the first, scaled to the batch."""
+    """Warm-up steps after the first (``warmup_steps`` - 1, none past the warm-up's cap)."""
     probes_s: float
-    """Steady-state probes beyond those of the row read."""
+    """The steady-state probes the harness runs at the least."""
     window_s: float
-    """One window: the window's length, one step at least."""
+    """One window: whole steps, up to the first past the window's length (``window_of_s``)."""
     windows_s: float
     """Every window."""
     tail_s: float = 0.0
-    """What the row read spent after its windows (the breakdown's steps, its last report)."""
+    """What follows the windows (the breakdown's steps, the last report, the loader's
+    shutdown), as measured."""
 
     @property
     def first_window_s(self) -> float:
@@ -190,23 +229,45 @@ class TrialCost:
         return self.start_s + self.trial_s
 
 
+@dataclass(frozen=True)
+class Prior:
+    """What a trial costs before any row of the run measured one (the first reference), from
+    the workload's hints where it gives them."""
+
+    once_s: float = PRIOR_ONCE_S
+    """Set-up, the first step and what follows the windows (``PRIOR_ONCE_S``)."""
+    worker_start_s: float = PRIOR_WORKER_START_S
+    """Each DataLoader worker's start (``PRIOR_WORKER_START_S``)."""
+    compile_s: float = 0.0
+    """A first ``torch.compile``: the workload's ``compile_s_hint``; 0 without one (the
+    trial's own set-up check refuses a compile without the time for it,
+    ``tuner.budget.compile_refusal``)."""
+
+    @classmethod
+    def of(cls, workload: Any) -> "Prior":
+        """From ``workload``'s hints (``Workload.compile_s_hint``; None reads as 0)."""
+        return cls(compile_s=getattr(workload, "compile_s_hint", None) or 0.0)
+
+
 class CostModel:
     """Prices trials from a run's rows (see the module docstring for the rules).
 
     Args:
         rows: leaderboard rows (or final results with their knobs), any phase, in the order
-            recorded; the search rows give step times, every row of this command the shapes
-            cuDNN has tuned.
+            recorded; the search and re-measurement rows give step times and one-off costs,
+            every row of this command the shapes cuDNN has tuned.
         reused: whether trials run in processes earlier trials of the run ran in
             (``Plan.reuses_trial_processes``): cuDNN keeps what it tuned there.
         earlier: ``trial_id`` of rows an earlier command recorded (a resumed run's,
             ``Plan.earlier_trial_ids``): their processes are gone.
+        prior: what a trial costs before any row (``Prior``; default ``Prior()``).
     """
 
     def __init__(self, rows: Iterable[Mapping[str, Any]] = (), *, reused: bool = True,
-                 earlier: Container[str] = frozenset()):
+                 earlier: Container[str] = frozenset(), prior: Prior | None = None):
         self.reused = reused
         self.earlier = earlier
+        self.prior = prior or Prior()
         self.rows: list[RowTimes] = []
         for row in rows:
             self.add(row)
@@ -220,53 +281,87 @@ class CostModel:
     def add(self, row: Mapping[str, Any]) -> None:
         """Read one more row (a trial just finished)."""
         self.rows.append(RowTimes.of(row))
+        self._fit = self._once = self._timed = None
 
     @property
     def search(self) -> list[RowTimes]:
         """The search rows with a wall time or a step time."""
         return [r for r in self.rows if r.is_search and (r.wall_s is not None or r.step_s)]
 
+    @property
+    def timed(self) -> list[RowTimes]:
+        """The rows that timed a trial as the search and the rounds run one: search and
+        re-measurement rows with knobs and a step time (not a ceiling's, whose batches are on
+        the device, nor the memory probe's)."""
+        if getattr(self, "_timed", None) is None:
+            self._timed = [r for r in self.rows if r.knobs is not None and r.step_s
+                           and Phase(r.phase or Phase.SEARCH) != Phase.CEILING
+                           and "-probe-" not in (r.trial_id or "")]
+        return self._timed
+
+    @property
+    def fit(self) -> StepFit:
+        """The lines of step time in the batch over ``timed`` (``tuner.step_fit``)."""
+        if getattr(self, "_fit", None) is None:
+            self._fit = StepFit([(r.knobs, r.step_s) for r in self.timed])
+        return self._fit
+
     def price(self, knobs: Knobs, shape: TrialShape, *,
               planned: Sequence[Knobs] = ()) -> TrialCost:
         """The cost of one more trial of ``knobs`` measured as ``shape`` says, run after the
         rows read and after ``planned`` (trials planned before it in this command's process,
         not recorded yet)."""
-        priced = self._priced_from(knobs)
-        if priced is None:
-            return TrialCost(TRIAL_OVERHEAD_S, 0.0, 0.0, 0.0, 0.0, shape.window_s,
-                             shape.windows * shape.window_s)
-        r, scale = priced
-        step_s = scale * r.step_s
+        step_s = self.step_s(knobs)
+        if step_s is None:
+            once_s = self.prior.once_s + knobs.num_workers * self.prior.worker_start_s
+            one_off_s = self._cudnn_s(knobs, planned) + self._compile_prior(knobs)
+            return TrialCost(TRIAL_OVERHEAD_S, once_s, one_off_s,
+                             0.0, 0.0, shape.window_s, shape.windows * shape.window_s)
         window_s = window_of_s(step_s, shape.window_s)
-        row_cudnn_s = autotuned_s(r, self.search)
-        setup_s = ((r.setup_s or 0.0) + (r.first_step_s or 0.0) - row_cudnn_s
-                   - r.compiled_s)
-        wall_s = r.wall_s
-        tail_s = 0.0
-        if wall_s is not None:
-            tail_s = max(0.0, wall_s - (r.measured_s or 0.0) - r.before_windows_s)
+        warmup_s = _warmup_s(step_s, shape)
         return TrialCost(
-            start_s=TRIAL_OVERHEAD_S, setup_s=max(0.0, setup_s),
-            one_off_s=self._cudnn_s(knobs, r, row_cudnn_s, planned) + self.compile_s(knobs),
-            warmup_s=scale * r.per_step_warmup_s,
-            probes_s=_probes_s(r, scale, step_s, shape), window_s=window_s,
-            windows_s=shape.windows * window_s, tail_s=tail_s)
+            start_s=TRIAL_OVERHEAD_S, setup_s=self.once_s(knobs) + step_s,
+            one_off_s=self._cudnn_s(knobs, planned) + self.compile_s(knobs),
+            warmup_s=warmup_s, probes_s=_probes_s(step_s, warmup_s, shape), window_s=window_s,
+            windows_s=shape.windows * window_s,
+            tail_s=self._as_measured(knobs, lambda row: row.tail_s))
 
     def step_s(self, knobs: Knobs) -> float | None:
-        """Seconds of one step of ``knobs`` as ``price`` reads it; None without a search row
-        to read it from."""
-        priced = self._priced_from(knobs)
-        return None if priced is None else priced[1] * priced[0].step_s
+        """Seconds of one step of ``knobs`` as ``price`` reads it (``tuner.step_fit.StepFit``:
+        its own rows' median step where it ran, else the line of its group); None without a
+        row to read it from."""
+        return self.fit.at(knobs)
 
     def compile_s(self, knobs: Knobs) -> float:
-        """Seconds a trial of ``knobs`` compiles: the longest compile measured in its mode
-        (0 eager, or none measured yet: the trial's own set-up check refuses a compile
-        without the time for it, ``tuner.budget.compile_refusal``)."""
+        """Seconds a trial of ``knobs`` compiles, once per process and shape (its mode and
+        ``tuner.knobs.CUDNN_SHAPE_KNOBS``):
+
+        * a mode and shape a row of the run compiled before: the results folder's compile
+          cache is warm, priced as measured: the median of the warm compiles measured at that
+          mode and shape (the rows after the first), else the first one's (an upper bound);
+        * a shape new to the mode: the longest compile measured in the mode (a cold compile);
+        * none measured in the mode: the prior (``Prior.compile_s``, the workload's
+          ``compile_s_hint``; 0 without one);
+        * 0 eager.
+
+        A row's compile is ``RowTimes.compiled_s``: its ``compile_s``, else its first step
+        beyond a steady one."""
         mode = knobs.compile or "off"
         if mode == "off":
             return 0.0
-        return max((r.compiled_s for r in self.rows if (r.compile or "off") == mode),
-                   default=0.0)
+        compiled = [r for r in self.rows if r.knobs is not None and r.compiled_s > 0
+                    and (r.compile or "off") == mode]
+        same = [r.compiled_s for r in compiled if _shape(r.knobs) == _shape(knobs)]
+        if same:
+            return statistics.median(same[1:]) if len(same) > 1 else same[0]
+        return max((r.compiled_s for r in compiled), default=self._compile_prior(knobs))
+
+    def compile_warm(self, knobs: Knobs) -> bool:
+        """Whether a trial of ``knobs`` compiles from a warm cache: a row of the run compiled
+        its mode and shape before (``compile_s``). False eager."""
+        return (knobs.compile or "off") != "off" and any(
+            r.knobs is not None and r.compiled_s > 0 and r.compile == knobs.compile
+            and _shape(r.knobs) == _shape(knobs) for r in self.rows)
 
     def tuned_in_process(self, knobs: Knobs, planned: Sequence[Knobs] = ()) -> bool:
         """Whether cuDNN has tuned the shape of ``knobs`` (``tuner.knobs.CUDNN_SHAPE_KNOBS``)
@@ -279,31 +374,70 @@ class CostModel:
         configs = [*here, *(k.to_dict() for k in planned), knobs.to_dict()]
         return knobs.cudnn_benchmark and not new_cudnn_shapes(configs)[-1]
 
-    def _cudnn_s(self, knobs: Knobs, r: RowTimes, row_cudnn_s: float,
-                 planned: Sequence[Knobs]) -> float:
-        """cuDNN's autotuning in a trial of ``knobs`` priced from ``r`` (which autotuned
-        ``row_cudnn_s``): none at a shape tuned in the process; else the row's own, or where
-        the row had it off the run's (``cudnn_autotune_s``). A trial with it off read from a
-        row with it on keeps the row's (its wall time holds it)."""
-        if not knobs.cudnn_benchmark:
-            return row_cudnn_s
-        if self.tuned_in_process(knobs, planned):
-            return 0.0
-        return row_cudnn_s if r.cudnn_benchmark else cudnn_autotune_s(self.search)
+    def _compile_prior(self, knobs: Knobs) -> float:
+        return 0.0 if (knobs.compile or "off") == "off" else self.prior.compile_s
 
-    def _priced_from(self, knobs: Knobs) -> tuple[RowTimes, float] | None:
-        """The search row read for ``knobs`` and the batch ratio its steps are scaled by
-        (>= 1): the last of ``knobs`` (1.0), else the nearest in batch size (log ratio) with a
-        step time; None without either."""
-        search = self.search
-        same = [r for r in search if r.knobs == knobs]
-        if same:
-            return same[-1], 1.0
-        timed = [r for r in search if r.step_s and r.batch_size]
-        if not timed:
-            return None
-        r = min(timed, key=lambda x: abs(math.log(x.batch_size / knobs.batch_size)))
-        return r, max(1.0, knobs.batch_size / r.batch_size)
+    def _cudnn_s(self, knobs: Knobs, planned: Sequence[Knobs]) -> float:
+        """cuDNN's autotuning in a trial of ``knobs``: none with it off or at a shape tuned in
+        the process, else the run's (``cudnn_autotune_s``)."""
+        if not knobs.cudnn_benchmark or self.tuned_in_process(knobs, planned):
+            return 0.0
+        return cudnn_autotune_s(self.timed)
+
+    def _first_step_once_s(self, row: RowTimes) -> float:
+        """``row``'s first step beyond a steady step, less its cuDNN autotuning and its
+        compile (priced apart, once per process and shape), >= 0."""
+        return max(0.0, row.first_step_beyond_s - autotuned_s(row, self.timed)
+                   - row.compiled_s)
+
+    def once_s(self, knobs: Knobs) -> float:
+        """Seconds of a trial of ``knobs``'s set-up and first step beyond a steady step,
+        cuDNN's autotuning and a compile left out, as the timed rows measured them: the set-up
+        the median of the latest rows of its group (``ONE_OFF_GROUPINGS``: the first trial
+        of a cache fills it, once); the first step's one-offs (worker start, the first batch's
+        load, which grows with the batch) a line in the batch over the rows of its input
+        pipeline (``StepFit`` in the groups of ``ONE_OFF_GROUPINGS`` but the last, flat for
+        one batch size), else the median of the latest rows. 0 without a row."""
+        if getattr(self, "_once", None) is None:
+            self._once = StepFit([(r.knobs, self._first_step_once_s(r)) for r in self.timed],
+                                 ONE_OFF_GROUPINGS[:-1], proportional=False)
+        first_s = self._once.at(knobs)
+        if first_s is None:        # no row of its input pipeline: the median of every row's
+            first_s = self._as_measured(knobs, self._first_step_once_s)
+        return self._as_measured(knobs, lambda row: row.setup_s) + first_s
+
+    def _as_measured(self, knobs: Knobs, value: Callable[[RowTimes], float | None]) -> float:
+        """The median ``value`` of the last ``RECENT_ROWS`` timed rows of the finest of
+        ``ONE_OFF_GROUPINGS`` that holds one with ``knobs`` (0 without any)."""
+        for key in ONE_OFF_GROUPINGS:
+            values = [v for r in self.timed if key(r.knobs) == key(knobs)
+                      and (v := value(r)) is not None]
+            if values:
+                return statistics.median(values[-RECENT_ROWS:])
+        return 0.0
+
+
+def _shape(knobs: Knobs) -> tuple:
+    return tuple(getattr(knobs, name) for name in CUDNN_SHAPE_KNOBS)
+
+
+def _input_pipeline(k: Knobs) -> tuple:
+    return (k.data_path, k.num_workers, k.persistent_workers)
+
+
+def _data_path(k: Knobs) -> tuple:
+    return (k.data_path, k.num_workers == 0)
+
+
+ONE_OFF_GROUPINGS: tuple[Callable[[Knobs], Any], ...] = (_input_pipeline, _data_path, every_row)
+"""Rows whose one-off costs (set-up, first step beyond a step, what follows the windows) price
+a trial, finest first: the same input pipeline; the same data path with or without workers;
+every row. The input pipeline is what they hold: worker start, a cache's
+fill, the first batch's load."""
+
+RECENT_ROWS = 5
+"""One-off costs are the median of this many of the latest rows of their group: the host's
+pace now, not at the start of the run."""
 
 
 def window_of_s(step_s: float, window_s: float) -> float:
@@ -315,20 +449,31 @@ def window_of_s(step_s: float, window_s: float) -> float:
     return max(1, math.ceil(window_s / step_s - 1e-9)) * step_s
 
 
-def _probes_s(row: RowTimes, scale: float, step_s: float, shape: TrialShape) -> float:
+def _cap_s(shape: TrialShape) -> float:
+    """The warm-up's cap after the first step (``TrialSettings.max_warmup_s``, default twice
+    the windows' length)."""
+    return (shape.max_warmup_s if shape.max_warmup_s is not None
+            else 2 * shape.windows * shape.window_s)
+
+
+def _warmup_s(step_s: float, shape: TrialShape) -> float:
+    """Seconds of the warm-up steps after the first (``tuner.trial.harness``): steps of
+    ``step_s`` up to ``warmup_steps`` - 1 of them, none started that would end past the cap."""
+    if step_s <= 0:
+        return 0.0
+    steps = min(shape.warmup_steps - 1, math.floor(_cap_s(shape) / step_s + 1e-9))
+    return max(0, steps) * step_s
+
+
+def _probes_s(step_s: float, warmup_s: float, shape: TrialShape) -> float:
     """Seconds of the steady-state probes a trial of ``shape`` runs at the least
-    (``tuner.windows.least_steady_probes``) beyond those of ``row``, whose wall time holds its
-    own (``steady_probes``: a window it dropped as warm-up counts as one), for steps of
-    ``step_s`` seconds. The warm-up cap is taken less ``row``'s warm-up after its first step
-    scaled by ``scale``. A trial whose first step outlasts the whole cap (full scale, compile
-    off) times no second warm-up step and runs no probes for a long first step: priced from
-    its row's median step, it is priced as probing, about one window too many."""
-    cap_s = (shape.max_warmup_s if shape.max_warmup_s is not None
-             else 2 * shape.windows * shape.window_s)
+    (``tuner.windows.least_steady_probes``, the harness's own rule) after a warm-up of
+    ``warmup_s`` seconds, for steps of ``step_s`` seconds. More probes and windows dropped as
+    warm-up happen where the windows disagree; they are not priced."""
     probes = rule.least_steady_probes(
         step_s, shape.window_s, windows=shape.windows, warmup_steps=shape.warmup_steps,
-        max_probes=shape.max_steady_probes, cap_left_s=cap_s - scale * row.per_step_warmup_s)
-    return max(0, probes - (row.steady_probes or 0)) * rule.probe_s(step_s, shape.window_s)
+        max_probes=shape.max_steady_probes, cap_left_s=_cap_s(shape) - warmup_s)
+    return probes * rule.probe_s(step_s, shape.window_s)
 
 
 # ------------------------------------------------------------------------- cuDNN's share
