@@ -27,6 +27,7 @@ from tuner.hardware import node_id
 from tuner.knobs import Knobs
 from tuner.settings import PHASES, TrialSettings, default_cache_dir
 from tuner.status import Status
+from tuner.trial import compile_artifacts
 from tuner.trial.apply import (
     build_training,
     cycle,
@@ -248,6 +249,8 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
         last_step, settle_s = _warm_up(stepper, device, settings, sofar)
+        compile_artifacts.save_trial(workload.name, knobs, settings, device.type,
+                                     0 if rank is None else rank.rank)
         if not torch.isfinite(stepper.loss):
             raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
 
