@@ -84,6 +84,16 @@ def test_the_file_is_replaced_whole_from_a_temporary_file_beside_it(monkeypatch,
     assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 
+def test_a_trial_saves_its_own_compile_not_an_earlier_trials_of_its_process(
+        monkeypatch, regression_data, one_torch_thread, tmp_path):
+    import torch._inductor.codecache  # noqa: F401  (registers the 'inductor' artifact type)
+    from torch.compiler._cache import CacheArtifactManager
+    monkeypatch.setattr(apply.torch, "compile", lambda model, mode=None: model)
+    CacheArtifactManager.record_artifact("inductor", "an-earlier-trials-graph", b"graph")
+    row, path = _trial(COMPILED, regression_data, tmp_path)  # the stand-in compiles nothing
+    assert row["status"] == "ok" and not path.exists()
+
+
 def test_nothing_to_save_writes_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: None)
     assert compile_artifacts.save(tmp_path / "a" / "w.bin") is None

@@ -52,6 +52,19 @@ def artifacts_path(cache_dir: str | Path, workload: str, scale: str | None, devi
     return Path(cache_dir) / ARTIFACTS_FOLDER / f"{safe}-{key[:16]}.bin"
 
 
+def start_trial(knobs: "Knobs") -> None:
+    """Before a compiled trial builds its model: forget the artifacts torch recorded for
+    earlier trials of this process (a Ray worker runs several), so that ``save_trial`` writes
+    this trial's alone. Nothing where this torch keeps no such record."""
+    if knobs.compile == "off":
+        return
+    import torch
+
+    manager = getattr(getattr(torch.compiler, "_cache", None), "CacheArtifactManager", None)
+    if manager is not None:
+        manager.clear()
+
+
 def save_trial(workload: str, knobs: "Knobs", settings: "TrialSettings", device: str,
                rank: int = 0) -> str | None:
     """After a compiled trial's warm-up (outside its timed steps): rank 0 ``save``s what it

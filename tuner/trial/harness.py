@@ -243,6 +243,7 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     budget stops (DeadlineReached) keeps it. Raises on any failure."""
     _check_deadline(settings, "set-up")
     _check_compile_fits(workload, knobs, settings)
+    compile_artifacts.start_trial(knobs)
     stepper, setup_s = _build(workload, knobs, settings, device, sampler, sofar, rank)
     sofar["setup_s"] = setup_s  # a fresh job fills its cache: a kept one counts in its time
     fresh_setup_s = setup_s + (sofar["cache_fill_s"] if sofar.pop("cache_kept") else 0.0)
