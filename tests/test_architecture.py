@@ -48,6 +48,7 @@ FLOORS = {
     2: {"tuner.trial", "tuner.trial.harness", "tuner.trial.result_columns", "tuner.trial.apply",
         "tuner.trial.measure",
         "tuner.trial.failures", "tuner.trial.steppers", "tuner.trial.ranks",
+        "tuner.trial.compile_artifacts",
         "tuner.trial.flops", "tuner.trial.validate", "tuner.hardware", "tuner.noise",
         "tuner.harness"},  # tuner.harness: the old path of tuner.trial.harness, for one release
     1: {"tuner.workload", "tuner.workload_calls", "tuner.workload_loader", "tuner.space",

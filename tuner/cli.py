@@ -333,7 +333,7 @@ def best(workload: str, results: str, hardware: str | None, scale: str | None,
     else:
         from tuner.trial.validate import best_code
         text = "".join(f"# {line}\n" for line in header)
-        text += best_code(workload, answer.knobs, row)  # what `validate` runs
+        text += best_code(workload, answer.knobs, row, results)  # what `validate` runs
     click.echo(text, nl=False)
 
 

@@ -115,7 +115,8 @@ def workload_lines(import_path: str, options: Mapping[str, Any] | None = None) -
 
 def python_text(knobs: Any, device: str = "cuda", *, scale: str | None = None,
                 workers: int = 0, workload: list[str] | None = None,
-                collate: bool = False, world_size: int = 1) -> str:
+                collate: bool = False, world_size: int = 1,
+                compile_artifacts: str | None = None) -> str:
     """``knobs`` as Python to paste into a training script: ``data_code`` verbatim (after
     ``workload`` on the 'cache' and 'device' paths), torch's flags (CUDA), the model, the
     optimizer and the loop. The user's names are said in
@@ -132,6 +133,9 @@ def python_text(knobs: Any, device: str = "cuda", *, scale: str | None = None,
         world_size: ranks of a data-parallel job: > 1 adds the launch lines (``torchrun``, Ray
             Train), the process group, the ``DistributedSampler`` and
             ``DistributedDataParallel`` with the knobs' DDP settings.
+        compile_artifacts: the path of the trial's saved torch.compile artifacts
+            (``tuner.trial.compile_artifacts``): with compile on, the lines that load them
+            before the first step follow ``torch.compile``. None: no such lines.
     """
     on_device = knobs.data_path == "device"
     yours = ["model", "loss_fn", "lr"]
@@ -157,7 +161,7 @@ def python_text(knobs: Any, device: str = "cuda", *, scale: str | None = None,
             f"torch.set_float32_matmul_precision({precision!r})  # TF32 matmuls: {knobs.tf32}",
             "torch.backends.cudnn.allow_tf32 = True  # torch's default",
         ]
-    lines += _model_lines(knobs, device, world_size)
+    lines += _model_lines(knobs, device, world_size, compile_artifacts)
     lines += _loop_lines(knobs, device, on_device)
     return "\n".join(lines) + "\n"
 
@@ -182,7 +186,8 @@ def _launch_lines(device: str, world_size: int) -> list[str]:
     ]
 
 
-def _model_lines(knobs: Any, device: str, world_size: int = 1) -> list[str]:
+def _model_lines(knobs: Any, device: str, world_size: int = 1,
+                 compile_artifacts: str | None = None) -> list[str]:
     fmt = ", memory_format=torch.channels_last" if knobs.channels_last else ""
     lines = [f"model = model.to({device!r}{fmt})"]
     if world_size > 1:
@@ -192,11 +197,21 @@ def _model_lines(knobs: Any, device: str, world_size: int = 1) -> list[str]:
     if knobs.compile != "off":
         mode = "" if knobs.compile == "default" else f", mode={knobs.compile!r}"
         lines.append(f"model = torch.compile(model{mode})")
+        if compile_artifacts is not None:
+            lines += _artifact_lines(compile_artifacts)
     fused = ", fused=True" if knobs.fused_optimizer else ""
     lines.append(f"optimizer = torch.optim.AdamW(model.parameters(), lr=lr{fused})")
     if knobs.amp == "fp16":
         lines.append(f"scaler = torch.amp.GradScaler({device!r})")
     return lines + [""]
+
+
+def _artifact_lines(path: str) -> list[str]:
+    """Load the tuner's compile before the first step, so that it compiles from the cache."""
+    return ["# the tuner's compile of this configuration; needs the same torch, Triton and "
+            "device",
+            f"with open({path!r}, 'rb') as f:",
+            "    torch.compiler.load_cache_artifacts(f.read())"]
 
 
 def _loop_lines(knobs: Any, device: str, on_device: bool) -> list[str]:

@@ -27,6 +27,7 @@ from tuner.hardware import node_id
 from tuner.knobs import Knobs
 from tuner.settings import PHASES, TrialSettings, default_cache_dir
 from tuner.status import Status
+from tuner.trial import compile_artifacts
 from tuner.trial.apply import (
     build_training,
     cycle,
@@ -242,12 +243,15 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
     budget stops (DeadlineReached) keeps it. Raises on any failure."""
     _check_deadline(settings, "set-up")
     _check_compile_fits(workload, knobs, settings)
+    compile_artifacts.start_trial(knobs)
     stepper, setup_s = _build(workload, knobs, settings, device, sampler, sofar, rank)
     sofar["setup_s"] = setup_s  # a fresh job fills its cache: a kept one counts in its time
     fresh_setup_s = setup_s + (sofar["cache_fill_s"] if sofar.pop("cache_kept") else 0.0)
     try:
         # Warm-up: compile, autotuning, allocator growth, worker start-up. Recorded, not measured.
         last_step, settle_s = _warm_up(stepper, device, settings, sofar)
+        compile_artifacts.save_trial(workload.name, knobs, settings, device.type,
+                                     0 if rank is None else rank.rank)
         if not torch.isfinite(stepper.loss):
             raise TrialFailure(f"loss is {stepper.loss.item()} after warm-up")
 

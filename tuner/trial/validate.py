@@ -23,7 +23,9 @@ import torch
 from tuner.codegen import data_code, fill_workers, python_text, workload_lines
 from tuner.errors import DataError, TunerError
 from tuner.knobs import Knobs
+from tuner.settings import compile_cache_path
 from tuner.trial.apply import build_training, move_batch, omp_num_threads, trial_state
+from tuner.trial.compile_artifacts import artifacts_path
 from tuner.trial.measure import synchronize
 from tuner.workload import Workload
 
@@ -375,10 +377,12 @@ def _batches(code: str, workload: Workload, knobs: Knobs, data_dir: Path, scale:
     return loader, time.perf_counter() - started
 
 
-def best_code(spec: str, knobs: Knobs, row: dict) -> str:
+def best_code(spec: str, knobs: Knobs, row: dict, results: str | None = None) -> str:
     """What ``best --format python`` prints for a leaderboard row: ``knobs`` as the row's
     device applied them (``Knobs.clamp``), its scale, the trial's CPUs as the cache's fill
     workers, and the lines that import the workload ``spec`` names (``workload_source``).
+    With ``results`` (the row's results folder), a compiled row whose trial saved its
+    compile artifacts there (``tuner.trial.compile_artifacts``) gets the lines that load them.
 
     Raises:
         TunerError: a 'cache' or 'device' path for a workload without ``sample_path``.
@@ -391,7 +395,18 @@ def best_code(spec: str, knobs: Knobs, row: dict) -> str:
     return python_text(applied, device, scale=row.get("scale"),
                        workers=fill_workers(row.get("trial_cpus")), workload=lines,
                        collate=workload is not None and workload.collate_fn() is not None,
-                       world_size=int(row.get("world_size") or 1))
+                       world_size=int(row.get("world_size") or 1),
+                       compile_artifacts=_saved_artifacts(results, applied, row))
+
+
+def _saved_artifacts(results: str | None, knobs: Knobs, row: dict) -> str | None:
+    """The compiled row's artifact file in ``results``' compile cache, if it exists."""
+    if results is None or knobs.compile == "off":
+        return None
+    path = artifacts_path(compile_cache_path(results), row.get("workload") or "",
+                          row.get("scale"), row.get("device") or "cuda",
+                          int(row.get("world_size") or 1), knobs.to_dict())
+    return str(path) if path.is_file() else None
 
 
 def workload_source(spec: str) -> tuple[Workload | None, list[str] | None]:
