@@ -337,39 +337,61 @@ def test_a_configuration_that_fits_at_the_windows_the_rounds_get_is_not_left_out
 
 def test_no_finalist_is_left_out_for_a_ceiling_the_rounds_leave_no_time_for():
     """A slow host's default run: the first-ranked's and the references' rounds fitted only
-    at one window and without the compute-only ceiling's time, yet two finalists were left
-    out "so that the time left holds more rounds (and the compute-only ceiling)", and no
-    ceiling ran. Where the rounds go first, a finalist whose rounds fit beside them stays,
-    and the line names the ceiling only where its time is kept."""
-    window_s = 3.0
-    rows = long_step_rows([   # steps of 1.6 s, long for the windows: one window, no probes
+    without the compute-only ceiling's time, yet two finalists were left out "so that the time
+    left holds more rounds (and the compute-only ceiling)", and no ceiling ran. Where the
+    required rounds leave the ceiling no time, the rounds go first: the finalists kept and
+    the rounds' windows are those of the same run without a ceiling, and the line names the
+    ceiling only where its time is kept."""
+    rows = long_step_rows([   # steps of 1.6 s, long for the windows: no probes
         make_row(0, BASE, reference="baseline", sps=50.0),
         make_row(1, BUSY, reference="recommended", sps=60.0, seconds=10.0),
         make_row(2, FAST, sps=56.4, seconds=1.0), make_row(3, Knobs(batch_size=4), sps=4.8)],
         step_ms=1600.0)
     configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
-    plan = fake_plan(warmup_steps=10)
-    plan.settings.window_s = window_s
 
-    def cost(knobs: Knobs, windows: int) -> float:
-        return followups.cost_s(plan, rows, knobs, windows)
+    def first_round(ceiling: bool, left: float) -> tuple[dict, int, dict]:
+        plan = fake_plan(warmup_steps=2, windows=8, ceiling=ceiling)  # an 8-window ceiling
+        plan.settings.window_s = 3.0
+        plan.time_left_s = lambda: left
+        events: list[dict] = []
+        batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
+        return batch.settings, len(batch.configs), events[0]
 
+    plan = fake_plan(warmup_steps=2, windows=8)
+    plan.settings.window_s = 3.0
     ceiling_s = followups.ceiling_reserve_s(plan, rows, configs)
-    required_s = {w: REMEASURE_ROUNDS * (cost(BUSY, w) + cost(BASE, w)) for w in (1, 2)}
-    left = required_s[1] + REMEASURE_ROUNDS * cost(FAST, 1) + 0.1
-    assert left < required_s[1] + ceiling_s and left < required_s[2]
-    plan.time_left_s = lambda: left
-    events: list[dict] = []
-    batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
-    assert batch.settings == {"windows": 1} and len(batch.configs) == 3 * REMEASURE_ROUNDS
-    assert (events[0]["dropped"], events[0]["ceiling_kept"]) == (0, False)
+    required_1_s = REMEASURE_ROUNDS * (followups.cost_s(plan, rows, BUSY, 1)
+                                       + followups.cost_s(plan, rows, BASE, 1))
+    fast_1_s = REMEASURE_ROUNDS * followups.cost_s(plan, rows, FAST, 1)
+    for left in (required_1_s + fast_1_s + 0.1, required_1_s + 0.5 * ceiling_s):
+        assert left < required_1_s + ceiling_s   # the ceiling never fits beside the rounds
+        with_ceiling = first_round(True, left)
+        without = first_round(False, left)
+        assert with_ceiling[:2] == without[:2]
+        assert with_ceiling[2]["dropped"] == without[2]["dropped"]
+        assert with_ceiling[2]["ceiling_kept"] is False
     # the line names the ceiling only where the rounds keep its time
-    event = {**events[0], "dropped": 1}
+    event = {**with_ceiling[2], "dropped": 1}
     assert _phase_text(event).endswith(
         "1 lower-ranked searched configuration(s) left out: the time left holds more rounds "
         "without them")
     assert _phase_text({**event, "ceiling_kept": True}).endswith(
         "the time left holds more rounds (and the compute-only ceiling) without them")
+
+
+def test_a_finalist_stays_where_the_required_rounds_leave_the_ceiling_no_time(monkeypatch):
+    """On a price of 10 s a window for the first-ranked and the baseline and 2 s for a
+    finalist: the time left holds the three's rounds of one window (66 s) but not the
+    required rounds beside an 8-window ceiling (60 + 80 s), so the ceiling's time is not kept
+    and the finalist is not left out for it."""
+    per_window_s = {BUSY: 10.0, BASE: 10.0, FAST: 2.0}
+    monkeypatch.setattr(followups, "cost_s",
+                        lambda plan, rows, knobs, windows, **_: per_window_s[knobs] * windows)
+    rows = search_rows()
+    configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
+    plan = fake_plan(windows=8, left=REMEASURE_ROUNDS * (10.0 + 10.0 + 2.0) + 0.1)
+    assert followups.ceiling_reserve_s(plan, rows, configs) == 80.0
+    assert followups.fitting_configs(plan, rows, configs, 1) == (configs, 0)
 
 
 def test_a_resumed_run_sizes_the_windows_of_its_next_round_not_of_a_recorded_one():
