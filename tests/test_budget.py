@@ -6,6 +6,7 @@ recorded."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -570,35 +571,26 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
         ray_session, regression_data, paced_space, tmp_path):
     """Two runs on one Ray (started by the fixture, outside the budget).
 
-    1. ``--time-budget 20`` over a workload whose trials take 15 s and more (a 15 s first
-       step, as a long compile): the run ends within 20 s + the grace, the trial the deadline
-       caught recorded ``timeout``, not lost.
-    2. No budget, 3 trials of a steeply paced workload: the references (batch 20, then 4: 25x
+    1. No budget, 3 trials of a steeply paced workload: the references (batch 20, then 4: 25x
        slower) run whole; the random sampler (seed 5) then proposes batch 5, 16x slower than
        the best: pruned after a window, its partial measurement kept, while the slower
        reference ran all its windows. (Steps start at fixed periods: a busy machine's
-       per-step cost narrows neither gap.)"""
+       per-step cost narrows neither gap.) Its first trial also measures the start-up (the
+       run's call to that trial's first step) on this machine now.
+    2. A time budget of twice that start-up (at least 20 s) over a workload whose trials
+       spend 600 s in their first step (a compile longer than the budget): the deadline
+       catches the first trial inside that step, which is killed; the run ends within the
+       budget + the grace, the trial recorded ``timeout``, not lost. (A fixed 20-s budget
+       and a 15-s first step measured the start-up instead: 5 s on 2 quiet cores, over 17 s
+       beside another suite, when the deadline came while the trial process was still
+       starting, Ray Tune's stop waited 10 s more for it, and no row was written.)"""
     from tuner.driver import run
     common = dict(space_file=paced_space, data=str(regression_data), device="cpu",
                   sampler="random", seed=5, windows=3, window_s=0.6, warmup_steps=2, confirm=0,
                   ceiling=False)
-    started = time.monotonic()
-    budget = run(RunOptions(workload="tests.fake_workloads:paced_long", time_budget_s=20,
-                            results=str(tmp_path / "budget"), **common))
-    assert time.monotonic() - started < 20 + BUDGET_GRACE_S
-    assert budget.rows, "the trial the deadline caught is recorded"
-    last = budget.rows[-1]
-    assert last["status"] == "timeout" and "time budget" in last["error"]
-    assert all(r["status"] in ("ok", "timeout") for r in budget.rows)
-
-    pruning = run(
-        RunOptions(
-            workload="tests.fake_workloads:steep_paced",
-            trials=3,
-            results=str(tmp_path / "prune"),
-            **common,
-        )
-    )
+    called_unix_s = time.time()
+    pruning = run(RunOptions(workload="tests.fake_workloads:steep_paced", trials=3,
+                             results=str(tmp_path / "prune"), **common))
     rows = {r["batch_size"]: r for r in pruning.rows}
     assert rows[20]["status"] == "ok" and rows[20]["reference"] == "baseline"
     slow_ref = rows[4]
@@ -612,6 +604,18 @@ def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
     assert slow_ref["reference"] == "recommended" and slow_ref["status"] == "ok"
     assert slow_ref["windows"] == 3
     assert slow_ref["samples_per_sec"] < rows[20]["samples_per_sec"] / 4
+
+    first = min(pruning.rows, key=lambda r: r["started_at"])
+    start_up_s = first["started_at"].timestamp() - called_unix_s + (first["setup_s"] or 0.0)
+    budget_s = max(20, math.ceil(2 * start_up_s))
+    started = time.monotonic()
+    budget = run(RunOptions(workload="tests.fake_workloads:paced_long", time_budget_s=budget_s,
+                            results=str(tmp_path / "budget"), **common))
+    assert time.monotonic() - started < budget_s + BUDGET_GRACE_S, (start_up_s, budget_s)
+    assert budget.rows, "the trial the deadline caught is recorded"
+    last = budget.rows[-1]
+    assert last["status"] == "timeout" and "time budget" in last["error"]
+    assert all(r["status"] in ("ok", "timeout") for r in budget.rows)
 
 
 @pytest.mark.slow
