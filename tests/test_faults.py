@@ -13,7 +13,6 @@ import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests import fault_workloads
@@ -21,11 +20,13 @@ from tests.fault_runs import (
     REGRESSION,
     SHORT,
     SLOW,
+    _stop,
     announced,
     descends_from,
     finish,
     rows_of,
     start,
+    stop_setup,
     wait_for,
 )
 from tuner.plan import REMEASURE_ROUNDS
@@ -142,50 +143,6 @@ def test_trial_process_killed_while_measuring(tmp_path, env, space, monkeypatch)
 STOPPED_TRIALS = 5
 """Search trials of the run the driver-stop tests share; enough that two stops in the search
 leave some of it to the resume."""
-
-
-def _stop(args: list[str], env: dict, results: Path, until, what: str, sig: int,
-          hold_from: int) -> dict:
-    """Start ``args``, send ``sig`` to its driver once ``until(rows)`` holds; what it left.
-    The run's ``hold_from``-th trial (of its trial process) waits until then
-    (tests/fault_workloads.py): the rows left at each stop are the same in every suite, and a
-    signal the driver does not act on shows as a run held until ``finish`` times out, not as a
-    run that ended before its stop."""
-    kwargs = {"start_new_session": True} if sig == signal.SIGKILL else {}
-    hold = Path(env[fault_workloads.PID_DIR_ENV]).parent / "hold"
-    hold.touch()
-    proc = start(args, {**env, fault_workloads.HOLD_FILE_ENV: str(hold),
-                        fault_workloads.HOLD_FROM_ENV: str(hold_from)}, **kwargs)
-    try:
-        # reading the leaderboard 20 times a second took CPU from the run on 2 cores
-        wait_for(lambda: until(rows_of(results)), 240, what, proc, every_s=0.5)
-        tree = psutil.Process(proc.pid).children(recursive=True)  # Ray started by this run
-        os.kill(proc.pid, sig)
-    finally:
-        out, err = finish(proc)
-        hold.unlink()
-    alive = []
-    if sig == signal.SIGKILL:
-        # The killed driver's Ray processes go with it: GCS, raylet and workers share its
-        # fate; its RuntimeEnvAgent and DashboardAgent (which outlive it by 62 s) are ended by
-        # the reaper ray_init starts (tuner/ray_runtime.py). Any left are ended here, by PID.
-        _, left = psutil.wait_procs(tree, timeout=30)
-        alive = [p.name() for p in left if p.is_running()]
-        for p in left:
-            p.kill()
-    return {"returncode": proc.returncode, "out": out, "err": err, "alive": alive,
-            "before": {r["trial_id"]: r for r in rows_of(results)}}
-
-
-def stop_setup(tmp: Path, step_sleep_s: float) -> tuple[Path, dict]:
-    """For a run ``_stop`` stops: a search space without DataLoader workers, and the
-    environment (a private cache, wide output, a PID directory, steps of ``step_sleep_s``)."""
-    (tmp / "pids").mkdir()
-    space = tmp / "no-workers.yaml"
-    space.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
-    return space, {**os.environ, "TUNER_CACHE": str(tmp / "cache"), "COLUMNS": "200",
-                   "TUNER_TEST_PID_DIR": str(tmp / "pids"),
-                   "TUNER_TEST_STEP_SLEEP": str(step_sleep_s)}
 
 
 @pytest.fixture(scope="module")
