@@ -87,7 +87,7 @@ def _ray_start_key() -> tuple:
 
 def stop_shared_ray() -> None:
     """Shut down the Ray ``ray_session`` shares, if it is up: for a test that starts a cluster
-    of its own (tests/test_faults.py), which must find Ray uninitialised."""
+    of its own (tests/test_faults_cluster.py), which must find Ray uninitialised."""
     import ray
     if _SHARED_RAY["key"] is not None and ray.is_initialized():
         ray.shutdown()

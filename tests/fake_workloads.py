@@ -250,11 +250,14 @@ class ClockedPaced(Paced):
 
 
 class PacedLong(Paced):
-    """``Paced`` whose every trial spends 15 s in its first step (a compile longer than a
-    20-second time budget leaves room for)."""
+    """``Paced`` whose every trial spends 600 s in its first step: a compile longer than the
+    budget test's budget (twice the start-up measured just before it, at least 20 s), so the
+    deadline finds its trial inside that step however long the trial process took to start
+    (with a 15-s step, a trial that started in 5 s ended its step at a 20-s deadline)."""
 
     name = "fake-paced-long"
     LONG_FROM = 0
+    LONG_FIRST_STEP_S = 600.0
 
 
 class SteepPaced(Paced):

@@ -1,8 +1,7 @@
 """The hard time budget and early stopping: a trial stops at its deadline keeping
 the windows it finished, warm-up is capped in time, the early-stopping rule stops clearly
-slower searched trials and never a reference, the sampler learns from a stopped trial, and
-one run under ``--time-budget 20`` with a 15-second trial ends in time with every trial
-recorded."""
+slower searched trials and never a reference, and the sampler learns from a stopped trial.
+(Whole runs under a budget on Ray: tests/test_budget_runs.py.)"""
 
 from __future__ import annotations
 
@@ -565,84 +564,6 @@ def test_a_compile_mode_the_search_cannot_hold_three_times_is_not_searched(regre
                           Resources("cpu", 0, 16))                      # --trials on CPU
     assert unbounded.time_budget_s is None
     assert "max-autotune" in unbounded.device_space.domains["compile"].values
-
-
-# ----------------------------------------------------------------------- one Ray run
-
-@pytest.mark.slow
-def test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials(
-        ray_session, regression_data, paced_space, tmp_path):
-    """Two runs on one Ray (started by the fixture, outside the budget).
-
-    1. ``--time-budget 20`` over a workload whose trials take 15 s and more (a 15 s first
-       step, as a long compile): the run ends within 20 s + the grace, the trial the deadline
-       caught recorded ``timeout``, not lost.
-    2. No budget, 3 trials of a steeply paced workload: the references (batch 20, then 4: 25x
-       slower) run whole; the random sampler (seed 5) then proposes batch 5, 16x slower than
-       the best: pruned after a window, its partial measurement kept, while the slower
-       reference ran all its windows. (Steps start at fixed periods: a busy machine's
-       per-step cost narrows neither gap.)"""
-    from tuner.driver import run
-    common = dict(space_file=paced_space, data=str(regression_data), device="cpu",
-                  sampler="random", seed=5, windows=3, window_s=0.6, warmup_steps=2, confirm=0,
-                  ceiling=False)
-    started = time.monotonic()
-    budget = run(RunOptions(workload="tests.fake_workloads:paced_long", time_budget_s=20,
-                            results=str(tmp_path / "budget"), **common))
-    assert time.monotonic() - started < 20 + BUDGET_GRACE_S
-    assert budget.rows, "the trial the deadline caught is recorded"
-    last = budget.rows[-1]
-    assert last["status"] == "timeout" and "time budget" in last["error"]
-    assert all(r["status"] in ("ok", "timeout") for r in budget.rows)
-
-    pruning = run(
-        RunOptions(
-            workload="tests.fake_workloads:steep_paced",
-            trials=3,
-            results=str(tmp_path / "prune"),
-            **common,
-        )
-    )
-    rows = {r["batch_size"]: r for r in pruning.rows}
-    assert rows[20]["status"] == "ok" and rows[20]["reference"] == "baseline"
-    slow_ref = rows[4]
-    # pruned after a window, or (steps stretched past half a window on a busy machine) after
-    # its warm-up's report of a long step, with no window
-    assert rows[5]["status"] == "pruned" and (rows[5]["windows"] or 0) < 3, [
-        (r["batch_size"], r["status"], r["windows"], r["samples_per_sec"]) for r in pruning.rows]
-    assert rows[5]["samples_per_sec"] > 0                   # its partial measurement kept
-    # The recommended reference runs whole though it is far behind the baseline (25x, far
-    # past the pruning margin's floor of 10 %): a reference is never pruned.
-    assert slow_ref["reference"] == "recommended" and slow_ref["status"] == "ok"
-    assert slow_ref["windows"] == 3
-    assert slow_ref["samples_per_sec"] < rows[20]["samples_per_sec"] / 4
-
-
-@pytest.mark.slow
-def test_a_measurement_the_budget_stopped_after_a_window_is_the_runs_answer(
-        ray_session, regression_data, paced_space, tmp_path):
-    """A 60-s budget over a baseline planned for 1,000 windows of 0.5 s (more than the
-    budget): the budget stops it after the windows it had time for, however long its trial
-    process took to start (6 s on 2 quiet cores, 10-15 s beside another suite; at a load
-    average of 20-25 on 2 cores Ray's start and the trial process took over 90 s, and no run
-    measured anything; its steps are sleeps). Its row says how many of the 1,000 it
-    measured, and it is the run's answer, said so in one line, never 'no trial succeeded'.
-    (That a run ends in its budget is the test above's.)"""
-    from tuner import leaderboard, winner
-    from tuner.driver import run
-    summary = run(RunOptions(workload=PACED, space_file=paced_space, data=str(regression_data),
-                             device="cpu", windows=1000, window_s=0.5, confirm=0, ceiling=False,
-                             time_budget_s=60, results=str(tmp_path / "r")))
-    (baseline,) = [r for r in summary.rows if r["reference"] == "baseline"]
-    assert baseline["status"] == "timeout" and baseline["windows_planned"] == 1000
-    assert 1 <= baseline["windows"] < 1000 and baseline["samples_per_sec"] > 0
-    answer = winner.best(leaderboard.read(tmp_path / "r"))
-    assert answer is not None and answer.budget_stopped
-    assert answer.row["trial_id"] == baseline["trial_id"] and answer.baseline.is_best
-    assert winner.budget_stopped_text(answer) == (
-        f"best: {baseline['samples_per_sec']:,.1f} samples/sec (baseline; "
-        f"{baseline['windows']} of 1000 windows, the time budget stopped the "
-        f"{winner._ordinal(baseline['windows'] + 1)})")
 
 
 def test_a_budget_is_printed_to_the_second_under_ten_minutes():

@@ -337,7 +337,7 @@ def test_a_cache_fill_interrupted_by_sigterm_leaves_no_row_and_the_resume_fills_
     """Three trials: the two references (the loader path, as written), then a searched one
     on the cache path, whose slow fill SIGTERM stops: the run exits 130 with the references'
     rows, none for the trial it stopped; the resume runs that trial whole, fill included."""
-    from tests.test_faults import finish, rows_of, start, wait_for
+    from tests.fault_runs import finish, rows_of, start, wait_for
     space = tmp_path / "cache.yaml"
     space.write_text("knobs:\n  batch_size: {choices: [4, 16]}\n  num_workers: 0\n"
                      "  data_path: cache\n")

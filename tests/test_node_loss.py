@@ -1,7 +1,7 @@
 """How a lost Ray node is read, without a cluster: which rank of a data-parallel trial was lost
 (``tuner.trial.distributed``), how long a rank's death waits for Ray's verdict on its node, and
 where Ray's messages about the node go (``tuner.ray_runtime``). The runs that lose a real local node
-are in tests/test_faults.py."""
+are in tests/test_faults_cluster.py."""
 
 from __future__ import annotations
 

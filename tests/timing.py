@@ -16,7 +16,7 @@ TIMING_TESTS: dict[str, tuple[str, ...]] = {
         "test_a_warm_up_step_that_would_end_past_the_cap_is_not_started",
         "test_no_window_begins_past_the_deadline",
     ),
-    "test_budget.py": (
+    "test_budget_runs.py": (
         "test_a_budget_run_ends_in_time_and_early_stopping_prunes_slow_trials",
     ),
     "test_limits.py": (
