@@ -46,6 +46,7 @@ from tuner.trial.measure import (
     summarise,
     synchronize,
 )
+from tuner.trial.prefetch import QueueWatch
 from tuner.trial.ranks import Rank, RankFigures, follow
 from tuner.trial.result_columns import (
     WINDOW_REPORT_KEYS,
@@ -474,7 +475,10 @@ def _timed_window(stepper: "Stepper | LoaderStepper", device: torch.device,
                   settings: TrialSettings, index: int,
                   phases: dict[str, float] | None = None) -> Window:
     """One timed window (``index`` counts from 0): steps until ``window_s`` has passed, then a
-    device synchronisation. Steps the fp16 GradScaler skipped are not counted as measured ones
+    device synchronisation; where DataLoader workers prefetch, only what they sustain is
+    counted (``tuner.trial.prefetch.QueueWatch``: the window may run on past ``window_s``
+    until the batches queued before it are used up). Steps the fp16 GradScaler skipped are not
+    counted as measured ones
     (``counted_window``): its scale is read at the synchronised ends, outside the timed span.
     With ``phases`` (CPU only: nothing to synchronise, so timing costs two clock reads a
     phase), each phase's seconds over the window's steps are added to it, with ``"steps"``.
@@ -485,19 +489,24 @@ def _timed_window(stepper: "Stepper | LoaderStepper", device: torch.device,
     _check_deadline(settings, f"window {index + 1}")
     synchronize(device)
     scale_before = stepper.loss_scale()
+    queue = QueueWatch.begin(stepper, settings.window_s)  # batches prefetched before it
     t0 = time.perf_counter()
     timer = None if phases is None else phase_timer(phases, t0)
     steps = samples = 0
     while True:
+        queue.before_step()
         samples += stepper.step(timer)
         steps += 1
         if phases is not None:
             phases["steps"] += 1
-        if time.perf_counter() - t0 >= settings.window_s:
+        elapsed_s = time.perf_counter() - t0
+        queue.after_step(steps, samples, elapsed_s)
+        if elapsed_s >= settings.window_s and queue.done(elapsed_s):
             break
         _check_deadline(settings, f"window {index + 1}")
     synchronize(device)  # the window ends when the device has finished its work
-    seconds = time.perf_counter() - t0
+    steps, samples, seconds = queue.counted(steps, samples, time.perf_counter() - t0,
+                                            stepper.knobs.grad_accum)
     try:
         return counted_window(steps, samples, seconds, scale_before, stepper.loss_scale())
     except ValueError as exc:
