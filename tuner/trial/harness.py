@@ -283,7 +283,8 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         if settle_s > 0 and (dropped or not _long_windows(windows, settings)):
             sofar.update(steady_state=not rule.unsteady([w.samples_per_sec for w in windows],
                                                         settings.steady_tolerance))
-        out = {**sofar, **summarise(windows), **load.as_columns()}
+        summary = summarise(windows)
+        out = {**sofar, **summary, **load.as_columns(summary["samples_per_sec"])}
         out.update(peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
                    final_loss=None if settings.loader_only
@@ -505,8 +506,7 @@ def _timed_window(stepper: "Stepper | LoaderStepper", device: torch.device,
             break
         _check_deadline(settings, f"window {index + 1}")
     synchronize(device)  # the window ends when the device has finished its work
-    steps, samples, seconds = queue.counted(steps, samples, time.perf_counter() - t0,
-                                            stepper.knobs.grad_accum)
+    steps, samples, seconds = queue.counted(steps, samples, time.perf_counter() - t0)
     try:
         return counted_window(steps, samples, seconds, scale_before, stepper.loss_scale())
     except ValueError as exc:

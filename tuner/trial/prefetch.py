@@ -68,6 +68,8 @@ class QueueWatch:
     start: int | None
     slack: int
     window_s: float
+    batches_per_step: int = 1
+    """Batches each step takes (``grad_accum``)."""
     since: Mark | None = None
     last: Mark | None = None
     _waiting: bool = False
@@ -75,11 +77,12 @@ class QueueWatch:
     @classmethod
     def begin(cls, stepper: Any, window_s: float) -> "QueueWatch":
         """The watch of a window of ``window_s`` seconds starting now over ``stepper``'s
-        batches (its knobs' ``num_workers`` is the slack)."""
+        batches (its knobs' ``num_workers`` is the slack; without knobs, nothing to watch)."""
         batches = getattr(stepper, "batches", None)
         knobs = getattr(stepper, "knobs", None)
         workers = int(getattr(knobs, "num_workers", 0) or 0)
-        return cls(batches, ready_batches(batches) if workers else None, workers, window_s)
+        return cls(batches, ready_batches(batches) if workers else None, workers, window_s,
+                   int(getattr(knobs, "grad_accum", 1) or 1))
 
     def before_step(self) -> None:
         """Called before each step of the window: whether it finds the queue empty."""
@@ -118,8 +121,7 @@ class QueueWatch:
                     and self.last[2] - self.since[2] >= SINCE_EMPTY_SHARE * self.window_s)
         return self._lost(None) == 0
 
-    def counted(self, steps: int, samples: int, seconds: float,
-                batches_per_step: int = 1) -> tuple[int, int, float]:
+    def counted(self, steps: int, samples: int, seconds: float) -> tuple[int, int, float]:
         """(steps, samples, seconds) the window counts: between the first and the latest step
         that found the queue empty (both end as a batch arrives: what the workers delivered in
         between); else from the first, or from the start, less the batches the queue lost over
@@ -129,7 +131,7 @@ class QueueWatch:
         if self.since is not None and steps > self.since[0]:
             at_steps, at_samples, at_s, _ = self.since
             steps, samples, seconds = steps - at_steps, samples - at_samples, seconds - at_s
-        lost_steps = math.ceil(self._lost(self.since) / max(1, batches_per_step))
+        lost_steps = math.ceil(self._lost(self.since) / self.batches_per_step)
         if not lost_steps:
             return steps, samples, seconds
         kept = max(1, steps - lost_steps)
