@@ -384,16 +384,16 @@ class IoBound(Landscape):
     """A dataset read from network storage, too large to cache: each sample waits 10 ms for
     its bytes (no core busy) and takes 0.2 ms of host augmentation, so every DataLoader worker
     adds about 100 samples/sec: 196 with two workers (the cores), 741 with eight (ddpm's
-    space's most) from batch 89 up to the memory limit at 192. Compute is fast beside it (120
-    ms of overhead, then 0.5 ms a sample), and the first step pays 2 s once (autotuning at a
-    new shape) while the workers fill their prefetch queue: a short window after it can read
-    the queue, not the workers. 16,384 samples: an epoch's end, where the workers start the
-    next epoch's batches, costs under 3 %."""
+    space's most) from batch 89 up to the memory limit at 128. Compute is fast beside it (120
+    ms of overhead, then 0.5 ms a sample), and the first step pays 2 s once (an H200's first
+    step without cuDNN autotuning) while the workers fill their prefetch queue: a short window
+    after it can read the queue, not the workers. 16,384 samples: an epoch's end, where the
+    workers start the next epoch's batches, costs under 3 %."""
 
     name = "landscape-io-bound"
     shape = Shape(overhead_s=0.120, per_sample_s=0.0005, decode_s=0.010, augment_s=0.0002,
                   augment_batch_s=0.004, samples=16384, memory_base_mb=500.0,
-                  memory_per_sample_mb=40.0, memory_limit_mb=8192.0, decode_waits=True,
+                  memory_per_sample_mb=40.0, memory_limit_mb=5620.0, decode_waits=True,
                   first_step_s=2.0)
 
     def sample_path(self, data_dir: Path, scale: str) -> SamplePath | None:
