@@ -268,3 +268,19 @@ def test_a_run_answers_workers_past_the_cores_at_what_a_full_trial_sustains(tmp_
         window_s=1.0, breakdown_steps=0), cpus=2)
     assert full["status"] == Status.OK, full["error"]
     assert abs(answer.samples_per_sec / full["samples_per_sec"] - 1) <= 0.25
+
+
+def test_a_queue_that_ran_empty_once_and_then_holds_counts_from_there():
+    """Workers starting an epoch leave the queue empty for one step; a compute-bound pipeline
+    then fills it again: the window ends half a window after that step, not at
+    ``MAX_DRAIN_WINDOWS``, and counts from it."""
+    watch, queue = _watched(0)
+    watch.before_step()                               # empty: the workers are starting
+    queue.ready = 1
+    watch.after_step(1, 8, 0.3)
+    for step in range(2, 11):
+        watch.before_step()
+        queue.ready = min(16, step)
+        watch.after_step(step, 8 * step, 0.3 + 0.1 * (step - 1))
+    assert watch.done(1.2)
+    assert watch.counted(10, 80, 1.2) == pytest.approx((9, 72, 0.9))

@@ -111,14 +111,18 @@ class QueueWatch:
 
     def done(self, elapsed_s: float) -> bool:
         """Whether the window, ``elapsed_s`` seconds in (at least its length), counts what the
-        pipeline sustains: no queue to watch, a queue that never ran empty and held, or
+        pipeline sustains: no queue to watch, a queue that never ran empty and held,
         ``SINCE_EMPTY_SHARE`` of a window between the first and the latest step that found it
-        empty; past ``MAX_DRAIN_WINDOWS`` windows, always."""
+        empty, or as long since the first where the queue then held (its workers keep up);
+        past ``MAX_DRAIN_WINDOWS`` windows, always."""
         if self.start is None or elapsed_s >= MAX_DRAIN_WINDOWS * self.window_s:
             return True
         if self.since is not None:
-            return (self.last is not None
-                    and self.last[2] - self.since[2] >= SINCE_EMPTY_SHARE * self.window_s)
+            span = (self.last if self.last is not None else (0, 0, elapsed_s))[2] - self.since[2]
+            # a queue that ran empty once (workers starting an epoch) and then held: the
+            # workers keep up from there
+            holds = self.last is not None or self._lost(self.since) == 0
+            return holds and span >= SINCE_EMPTY_SHARE * self.window_s
         return self._lost(None) == 0
 
     def counted(self, steps: int, samples: int, seconds: float) -> tuple[int, int, float]:
