@@ -52,28 +52,29 @@ class _Queue:
         return self.ready
 
 
-def _watched(ready: int, workers: int = 2):
-    """A ``QueueWatch`` over a stand-in iterator whose queue holds ``ready`` batches, and
-    that queue."""
+def _watched(ready: int, workers: int = 2, prefetch: int = 8):
+    """A ``QueueWatch`` over a stand-in iterator whose queue holds ``ready`` batches (of at
+    most ``workers`` x ``prefetch``), and that queue."""
     from types import SimpleNamespace
 
     from tuner.trial.prefetch import QueueWatch
     queue = _Queue(ready)
     iterator = SimpleNamespace(_worker_result_queue=queue, _data_queue=queue, _task_info={})
     stepper = SimpleNamespace(batches=SimpleNamespace(iterator=iterator),
-                              knobs=Knobs(batch_size=8, num_workers=workers))
+                              knobs=Knobs(batch_size=8, num_workers=workers,
+                                          prefetch_factor=prefetch if workers else None))
     return QueueWatch.begin(stepper, window_s=1.0), queue
 
 
 def test_a_queue_that_holds_changes_nothing():
-    """A compute-bound pipeline: its workers keep the queue full, less the batches being made
-    (one per worker): the window ends at its length and counts all its steps."""
+    """A compute-bound pipeline: its workers keep the queue full, less the batch being made:
+    the window ends at its length and counts all its steps."""
     watch, queue = _watched(16)
     for step in range(1, 11):
         watch.before_step()
-        queue.ready = 14 + step % 2
+        queue.ready = 15 + step % 2
         watch.after_step(step, 8 * step, 0.1 * step)
-    assert watch.done(1.0)
+    assert watch.done(10, 1.0)
     assert watch.counted(10, 80, 1.0) == (10, 80, 1.0)
 
 
@@ -85,33 +86,47 @@ def test_a_draining_queue_is_counted_between_the_steps_that_found_it_empty():
         watch.before_step()
         queue.ready = ready
         watch.after_step(step, 8 * step, elapsed)
-    assert not watch.done(1.0)                       # drained by 6: not what the workers make
+    assert not watch.done(3, 1.0)                    # drained by 6: not what the workers make
     watch.before_step()                               # finds it empty: waits for a batch
     queue.ready = 1
     watch.after_step(4, 32, 0.9)
-    assert not watch.done(1.0)                        # one step that waited: no span yet
+    assert not watch.done(4, 1.0)                     # one step that waited: no span yet
     for step, elapsed in ((5, 1.0), (6, 1.7)):
         watch.before_step()
         queue.ready = 0 if step == 5 else 1
         watch.after_step(step, 8 * step, elapsed)
-    assert watch.done(1.7)
+    assert watch.done(6, 1.7)
     assert watch.counted(6, 48, 1.7) == pytest.approx((2, 16, 0.8))
 
 
 def test_a_queue_that_never_runs_empty_stops_the_window_and_counts_what_it_lost():
-    """Past ``MAX_DRAIN_WINDOWS`` windows the window ends, less the batches the queue lost
-    beyond one per worker."""
+    """Past ``MAX_DRAIN_WINDOWS`` windows the window ends, less the batches the queue lost."""
     from tuner.trial.prefetch import MAX_DRAIN_WINDOWS
     watch, queue = _watched(20)
     queue.ready = 8
-    assert not watch.done(1.0)
-    assert watch.done(MAX_DRAIN_WINDOWS * 1.0)
-    assert watch.counted(40, 320, 4.0) == (30, 240, 4.0)   # 20 - 8 - 2 lost
+    assert not watch.done(40, 1.0)
+    assert watch.done(40, MAX_DRAIN_WINDOWS * 1.0)
+    assert watch.counted(40, 320, 4.0) == (28, 224, 4.0)   # 20 - 8 lost
+
+
+def test_a_queue_drained_by_less_than_a_batch_per_worker_is_not_taken_to_hold():
+    """Eight workers, two batches each: a window that took 10 batches and the queue from 11
+    ready to 7 drained it (a 240-s run read screens of 8 workers at 1.68x what they sustain
+    when a batch per worker was allowed as slack); a queue holds that lost at most a tenth of
+    the batches taken, or is full but for the batch being made."""
+    watch, queue = _watched(11, workers=8, prefetch=2)
+    for ready in (7, 8):                              # 3 or 4 of the 10 taken were queued
+        queue.ready = ready
+        assert not watch.done(10, 1.0)
+    queue.ready = 10                                  # 1 of 10: the workers made the rest
+    assert watch.done(10, 1.0)
+    queue.ready = 15                                  # 16 outstanding, 1 being made: full
+    assert watch.done(2, 1.0)
 
 
 def test_no_workers_no_queue():
     watch, _ = _watched(0, workers=0)
-    assert watch.start is None and watch.done(1.0)
+    assert watch.start is None and watch.done(3, 1.0)
     assert watch.counted(3, 24, 1.0) == (3, 24, 1.0)
 
 
@@ -282,5 +297,5 @@ def test_a_queue_that_ran_empty_once_and_then_holds_counts_from_there():
         watch.before_step()
         queue.ready = min(16, step)
         watch.after_step(step, 8 * step, 0.3 + 0.1 * (step - 1))
-    assert watch.done(1.2)
+    assert watch.done(10, 1.2)
     assert watch.counted(10, 80, 1.2) == pytest.approx((9, 72, 0.9))

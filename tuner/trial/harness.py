@@ -502,7 +502,7 @@ def _timed_window(stepper: "Stepper | LoaderStepper", device: torch.device,
             phases["steps"] += 1
         elapsed_s = time.perf_counter() - t0
         queue.after_step(steps, samples, elapsed_s)
-        if elapsed_s >= settings.window_s and queue.done(elapsed_s):
+        if elapsed_s >= settings.window_s and queue.done(steps, elapsed_s):
             break
         _check_deadline(settings, f"window {index + 1}")
     synchronize(device)  # the window ends when the device has finished its work

@@ -8,13 +8,15 @@ knobs sustain 794-877). A window here counts only what the pipeline sustains:
   pin-memory thread's queue and the batches that arrived out of order), read from the
   DataLoader's multi-process iterator; None without workers, or where the queue cannot be read.
 * ``QueueWatch``: through one window, the queue at its start and whether a step found it
-  empty. A queue that holds (a compute-bound pipeline: its workers keep up; it may lack a batch
-  per worker, the ones being made) changes nothing. One that shrinks more makes the window go
-  on until a step finds it empty; the window then counts from the end of that step (a batch
-  has just arrived: from there on each batch waits for a worker), for at least
-  ``SINCE_EMPTY_SHARE`` of a window, less the batches the queue lost over that span. A queue
-  that never runs empty stops the window at ``MAX_DRAIN_WINDOWS`` windows, which then counts
-  its batches less those the queue lost beyond the slack (``QueueWatch.counted``).
+  empty. A queue that holds (it lost at most ``HOLD_SHARE`` of the batches taken, or it is full
+  but for the batch being made: a compute-bound pipeline, its workers keep up) changes nothing.
+  One that shrinks more makes the window go on until steps find it empty: the window then
+  counts from the end of the first such step to the end of the latest (each ends as a batch
+  has just arrived, so the span holds whole deliveries of the workers, however bursty), at
+  least ``SINCE_EMPTY_SHARE`` of a window apart. A queue that ran empty once (the workers
+  starting an epoch) and then holds counts from that step. A queue that drains without running
+  empty twice stops the window at ``MAX_DRAIN_WINDOWS`` windows, which then counts its batches
+  less those the queue lost (``QueueWatch.counted``).
 
 Torch-free: the iterator's attributes are read by name (torch's
 ``_MultiProcessingDataLoaderIter``: ``_worker_result_queue``, ``_data_queue``, ``_task_info``).
@@ -29,6 +31,11 @@ from typing import Any
 MAX_DRAIN_WINDOWS = 4
 """A window whose prefetch queue drains without running empty goes on for at most this many
 times its length; past it, the batches drained are left out of its count instead."""
+
+HOLD_SHARE = 0.1
+"""A queue holds through a window that lost at most this share of the batches taken from it
+(the workers made the rest): the window then reads at most about 1 / (1 - HOLD_SHARE) of what
+they sustain."""
 
 SINCE_EMPTY_SHARE = 0.5
 """A window whose queue ran empty holds at least this share of its length after that point."""
@@ -59,17 +66,18 @@ Mark = tuple[int, int, float, int]
 @dataclass
 class QueueWatch:
     """The prefetch queue through one timed window (see the module docstring). ``start``: ready
-    batches when the window began (None: nothing to watch); ``slack``: batches the queue may
-    lack at the window's end without draining (one per worker: each may be making the
-    replacement of the batch just taken); ``since`` and ``last``: the ends of the first and of
-    the latest step that found the queue empty (each ends when a batch has just arrived)."""
+    batches when the window began (None: nothing to watch); ``since`` and ``last``: the ends
+    of the first and of the latest step that found the queue empty (each ends when a batch has
+    just arrived)."""
 
     batches: Any
     start: int | None
-    slack: int
     window_s: float
     batches_per_step: int = 1
     """Batches each step takes (``grad_accum``)."""
+    capacity: int = 0
+    """Batches the workers may have outstanding (``num_workers`` x ``prefetch_factor``): a
+    queue with all but one of them ready is full, its workers keeping up."""
     since: Mark | None = None
     last: Mark | None = None
     _waiting: bool = False
@@ -77,12 +85,13 @@ class QueueWatch:
     @classmethod
     def begin(cls, stepper: Any, window_s: float) -> "QueueWatch":
         """The watch of a window of ``window_s`` seconds starting now over ``stepper``'s
-        batches (its knobs' ``num_workers`` is the slack; without knobs, nothing to watch)."""
+        batches (without knobs, nothing to watch)."""
         batches = getattr(stepper, "batches", None)
         knobs = getattr(stepper, "knobs", None)
         workers = int(getattr(knobs, "num_workers", 0) or 0)
-        return cls(batches, ready_batches(batches) if workers else None, workers, window_s,
-                   int(getattr(knobs, "grad_accum", 1) or 1))
+        prefetch = int(getattr(knobs, "prefetch_factor", None) or 2)  # torch's default
+        return cls(batches, ready_batches(batches) if workers else None, window_s,
+                   int(getattr(knobs, "grad_accum", 1) or 1), workers * prefetch)
 
     def before_step(self) -> None:
         """Called before each step of the window: whether it finds the queue empty."""
@@ -100,41 +109,50 @@ class QueueWatch:
             self.last = mark
 
     def _lost(self, since: Mark | None) -> int:
-        """Batches the queue lost from ``since`` (None: from the window's start, beyond
-        ``slack``) to now; 0 when it held or cannot be read."""
+        """Batches the queue lost from ``since`` (None: from the window's start) to now; 0
+        when it held or cannot be read."""
         now = None if self.start is None else ready_batches(self.batches)
         if now is None:
             return 0
-        if since is not None:
-            return max(0, since[3] - now)
-        return max(0, self.start - now - self.slack)
+        return max(0, (self.start if since is None else since[3]) - now)
 
-    def done(self, elapsed_s: float) -> bool:
-        """Whether the window, ``elapsed_s`` seconds in (at least its length), counts what the
-        pipeline sustains: no queue to watch, a queue that never ran empty and held,
-        ``SINCE_EMPTY_SHARE`` of a window between the first and the latest step that found it
-        empty, or as long since the first where the queue then held (its workers keep up);
-        past ``MAX_DRAIN_WINDOWS`` windows, always."""
+    def _holds(self, ready_then: int, batches_since: int) -> bool:
+        """Whether the queue held since it had ``ready_then`` batches, ``batches_since`` ago:
+        it lost at most ``HOLD_SHARE`` of them (the workers made the rest), or it is full but
+        for the one batch being made (its workers keep up)."""
+        now = ready_batches(self.batches)
+        return (now is None or ready_then - now <= HOLD_SHARE * batches_since
+                or now >= self.capacity - 1)
+
+    def done(self, steps: int, elapsed_s: float) -> bool:
+        """Whether the window, ``elapsed_s`` seconds and ``steps`` steps in (at least its
+        length), counts what the pipeline sustains: no queue to watch, a queue that never ran
+        empty and held (``_holds``), ``SINCE_EMPTY_SHARE`` of a window between the first and
+        the latest step that found it empty, or as long since the first where the queue then
+        held (its workers keep up); past ``MAX_DRAIN_WINDOWS`` windows, always."""
         if self.start is None or elapsed_s >= MAX_DRAIN_WINDOWS * self.window_s:
             return True
         if self.since is not None:
-            span = (self.last if self.last is not None else (0, 0, elapsed_s))[2] - self.since[2]
-            # a queue that ran empty once (workers starting an epoch) and then held: the
-            # workers keep up from there
-            holds = self.last is not None or self._lost(self.since) == 0
+            at_steps, _, at_s, ready = self.since
+            span = (self.last[2] if self.last is not None else elapsed_s) - at_s
+            holds = self.last is not None or self._holds(
+                ready, (steps - at_steps) * self.batches_per_step)
             return holds and span >= SINCE_EMPTY_SHARE * self.window_s
-        return self._lost(None) == 0
+        return self._holds(self.start, steps * self.batches_per_step)
 
     def counted(self, steps: int, samples: int, seconds: float) -> tuple[int, int, float]:
         """(steps, samples, seconds) the window counts: between the first and the latest step
         that found the queue empty (both end as a batch arrives: what the workers delivered in
-        between); else from the first, or from the start, less the batches the queue lost over
-        that span (made before it), at least one step."""
+        between); else from the first, or from the start, and where the queue did not hold
+        over that span, less the batches it lost (made before it), at least one step."""
         if self.since is not None and self.last is not None:
             return tuple(b - a for a, b in zip(self.since[:3], self.last[:3]))
         if self.since is not None and steps > self.since[0]:
             at_steps, at_samples, at_s, _ = self.since
             steps, samples, seconds = steps - at_steps, samples - at_samples, seconds - at_s
+        ready_then = self.start if self.since is None else self.since[3]
+        if ready_then is None or self._holds(ready_then, steps * self.batches_per_step):
+            return steps, samples, seconds
         lost_steps = math.ceil(self._lost(self.since) / self.batches_per_step)
         if not lost_steps:
             return steps, samples, seconds
