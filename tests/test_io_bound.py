@@ -80,7 +80,8 @@ def test_a_queue_that_holds_changes_nothing():
 
 def test_a_draining_queue_is_counted_between_the_steps_that_found_it_empty():
     """The window goes on while the queue drains; once steps find it empty it counts from the
-    end of the first such step to the end of the latest, at least half a window apart."""
+    end of the first such step to the end of the latest, at least half a window and four
+    batches per worker apart."""
     watch, queue = _watched(6)
     for step, (ready, elapsed) in enumerate([(4, 0.1), (2, 0.2), (0, 0.3)], start=1):
         watch.before_step()
@@ -91,12 +92,16 @@ def test_a_draining_queue_is_counted_between_the_steps_that_found_it_empty():
     queue.ready = 1
     watch.after_step(4, 32, 0.9)
     assert not watch.done(4, 1.0)                     # one step that waited: no span yet
-    for step, elapsed in ((5, 1.0), (6, 1.7)):
+    for step in range(5, 12):                         # the workers' batches, as they come
         watch.before_step()
-        queue.ready = 0 if step == 5 else 1
-        watch.after_step(step, 8 * step, elapsed)
-    assert watch.done(6, 1.7)
-    assert watch.counted(6, 48, 1.7) == pytest.approx((2, 16, 0.8))
+        queue.ready = step % 2
+        watch.after_step(step, 8 * step, 0.9 + 0.1 * (step - 4))
+        assert not watch.done(step, 0.9 + 0.1 * (step - 4))  # under 4 batches per worker
+    queue.ready = 0
+    watch.before_step()                               # waits: 8 batches since the first
+    watch.after_step(12, 96, 1.7)
+    assert watch.done(12, 1.7)
+    assert watch.counted(12, 96, 1.7) == pytest.approx((8, 64, 0.8))
 
 
 def test_a_queue_that_never_runs_empty_stops_the_window_and_counts_what_it_lost():
