@@ -24,14 +24,19 @@ The model of one configuration (``Landscape.samples_per_sec``), all times in sec
   batch after it. ``f = FUSED_OVERHEAD`` with ``fused_optimizer`` (fewer launches), ``c =
   CHANNELS_LAST_COMPUTE`` with ``channels_last`` (faster convolutions), else 1.
 * host work per sample: ``decode_s`` (the deterministic part, cached by ``data_path=cache`` and
-  ``device``) and ``augment_s`` (the random part, on the host for ``loader`` and ``cache``);
+  ``device``; with ``decode_waits`` a wait, as a read from network storage is, not CPU work)
+  and ``augment_s`` (the random part, on the host for ``loader`` and ``cache``);
   ``augment_batch_s`` per batch on the ``device`` path. The host has ``HOST_CORES`` cores: in a
   DataLoader worker each sample's sleep is stretched by ``max(1, num_workers / HOST_CORES)``,
-  so workers beyond the cores add nothing, on any machine.
+  so workers beyond the cores add nothing, on any machine; a decode that waits is not
+  stretched, so there each worker adds its own ``1 / decode_s``.
 * rate: ``b / (T + b x host)`` without workers (``host`` = decode + augment for ``loader``,
   augment for ``cache``), ``min(b / T, min(nw, HOST_CORES) / host)`` with ``nw`` workers
   (persistent ones: a worker restart per epoch is a cost the model leaves out), ``b / (T +
-  augment_batch_s)`` on the ``device`` path.
+  augment_batch_s)`` on the ``device`` path. With ``decode_waits`` the workers deliver ``nw /
+  (decode_s + augment_s x max(1, nw / HOST_CORES))`` instead.
+* ``first_step_s``: a one-off cost of a trial's first step (cuDNN autotuning at a new shape),
+  during which the DataLoader workers fill their prefetch queue.
 * memory ``memory_base_mb + memory_per_sample_mb x b``; a batch over ``memory_limit_mb`` raises
   ``torch.OutOfMemoryError`` in its first step (the trial ends ``oom``): the fake device's limit.
 
@@ -68,6 +73,9 @@ from tuner.workloads._data import write_once
 
 HOST_CORES = 2
 """Cores of the landscapes' modelled host: decoding scales with DataLoader workers up to this."""
+MAX_WORKERS = 8
+MAX_BATCH = 256
+"""The most DataLoader workers and the largest batch ddpm's space allows."""
 FUSED_OVERHEAD = 0.85
 """Per-step overhead with ``fused_optimizer`` relative to without (one kernel per group)."""
 CHANNELS_LAST_COMPUTE = 0.8
@@ -111,6 +119,10 @@ class Shape:
     memory_per_sample_mb: float
     memory_limit_mb: float
     """The fake device's memory: a batch whose modelled memory is above the limit is OOM."""
+    decode_waits: bool = False
+    """The decode waits (remote storage) rather than computes: workers past the cores add."""
+    first_step_s: float = 0.0
+    """One-off seconds of a trial's first training step (autotuning at a new shape)."""
 
 
 @dataclass(frozen=True)
@@ -122,15 +134,16 @@ class Optimum:
     knobs: Knobs
 
 
-def _slept(seconds: float) -> None:
+def _slept(seconds: float, waits: bool = False) -> None:
     """Spend ``seconds`` of host work on this process's host-work clock (``QUANTUM_S``,
-    ``CATCH_UP_S``): in a DataLoader worker stretched by the workers beyond ``HOST_CORES``; in
-    the training process also added to the next training step's period."""
+    ``CATCH_UP_S``): in a DataLoader worker stretched by the workers beyond ``HOST_CORES``
+    (not where the work ``waits``: a wait takes no core); in the training process also added
+    to the next training step's period."""
     global _host_s
     info = get_worker_info()
     if info is None:
         _host_s += seconds
-    else:
+    elif not waits:
         seconds *= max(1.0, info.num_workers / HOST_CORES)
     now = time.perf_counter()
     if _clock["pid"] != os.getpid():  # a new process (a forked worker): its clock starts now
@@ -145,7 +158,7 @@ class _Decoded(Dataset):
     image and a float32 target, after ``decode_s`` of host time (views of the file's arrays:
     a few microseconds of real work, so that the sleeps are the cost)."""
 
-    def __init__(self, data_dir: Path, decode_s: float):
+    def __init__(self, data_dir: Path, decode_s: float, waits: bool = False):
         path = Path(data_dir) / "samples.npy"
         if not path.is_file():
             raise DataError(f"data directory {data_dir} holds no samples.npy")
@@ -154,12 +167,13 @@ class _Decoded(Dataset):
             np.ascontiguousarray(rows[:, :-1]).reshape(len(rows), CHANNELS, SIDE, SIDE))
         self.targets = torch.from_numpy(rows[:, -1].astype(np.float32) / 255)
         self.decode_s = decode_s
+        self.waits = waits
 
     def __len__(self) -> int:
         return len(self.images)
 
     def __getitem__(self, i: int):
-        _slept(self.decode_s)
+        _slept(self.decode_s, self.waits)
         return self.images[i], self.targets[i]
 
 
@@ -199,7 +213,8 @@ class Landscape(Workload):
         return nn.Conv2d(CHANNELS, 1, 3, padding=1, bias=False)
 
     def build_dataset(self, data_dir: Path, scale: str) -> Dataset:
-        return _Augmented(_Decoded(data_dir, self.shape.decode_s), _Augment(self.shape.augment_s))
+        return _Augmented(_Decoded(data_dir, self.shape.decode_s, self.shape.decode_waits),
+                          _Augment(self.shape.augment_s))
 
     def sample_path(self, data_dir: Path, scale: str) -> SamplePath:
         return SamplePath(decoded=_Decoded(data_dir, self.shape.decode_s),
@@ -240,7 +255,7 @@ class Landscape(Workload):
         last = getattr(model, "landscape_step_end", None)  # a new model per trial
         now = time.perf_counter()
         if last is None:  # the first step: nothing before it to pace from
-            time.sleep(step_s)
+            time.sleep(step_s + self.shape.first_step_s)
             end = time.perf_counter()
         else:
             # A late wake-up is made up in the next step; a step that starts late (waiting
@@ -286,18 +301,25 @@ class Landscape(Workload):
         if knobs.data_path == "device":
             return b / (step + s.augment_batch_s)
         host = s.augment_s + (s.decode_s if knobs.data_path == "loader" else 0.0)
-        if knobs.num_workers == 0:
+        nw = knobs.num_workers
+        if nw == 0:
             return b / (step + b * host)
-        return min(b / step, min(knobs.num_workers, HOST_CORES) / host)
+        if s.decode_waits and knobs.data_path == "loader":
+            return min(b / step, nw / (s.decode_s + s.augment_s * max(1.0, nw / HOST_CORES)))
+        return min(b / step, min(nw, HOST_CORES) / host)
+
+    def data_paths(self) -> tuple[str, ...]:
+        """The data paths a run of it searches: the three, or 'loader' alone without a
+        sample path (``sample_path`` None)."""
+        return ("device", "cache", "loader")
 
     def optimum(self) -> Optimum:
-        """The best modelled configuration over every batch that fits, the three data paths,
-        0..HOST_CORES workers (persistent), fused_optimizer and channels_last."""
+        """The best modelled configuration over every batch that fits, its data paths, 0..
+        ``MAX_WORKERS`` workers (persistent), fused_optimizer and channels_last."""
         best: Optimum | None = None
-        top = min(self.max_batch(), self.shape.samples)
+        top = min(self.max_batch(), self.shape.samples, MAX_BATCH)
         for path, workers, fused, cl in itertools.product(
-                ("device", "cache", "loader"), range(HOST_CORES + 1), (False, True),
-                (False, True)):
+                self.data_paths(), range(MAX_WORKERS + 1), (False, True), (False, True)):
             if path == "device" and workers:
                 continue
             extra = {"persistent_workers": True} if workers else {}
@@ -358,12 +380,36 @@ class MemoryCapped(Landscape):
                   memory_per_sample_mb=180.0, memory_limit_mb=12000.0)
 
 
+class IoBound(Landscape):
+    """A dataset read from network storage, too large to cache: each sample waits 10 ms for
+    its bytes (no core busy) and takes 0.2 ms of host augmentation, so every DataLoader worker
+    adds about 100 samples/sec: 196 with two workers (the cores), 741 with eight (ddpm's
+    space's most) from batch 89 up to the memory limit at 128. Compute is fast beside it (120
+    ms of overhead, then 0.5 ms a sample), and the first step pays 2 s once (an H200's first
+    step without cuDNN autotuning) while the workers fill their prefetch queue: a short window
+    after it can read the queue, not the workers. 16,384 samples: an epoch's end, where the
+    workers start the next epoch's batches, costs under 3 %."""
+
+    name = "landscape-io-bound"
+    shape = Shape(overhead_s=0.120, per_sample_s=0.0005, decode_s=0.010, augment_s=0.0002,
+                  augment_batch_s=0.004, samples=16384, memory_base_mb=500.0,
+                  memory_per_sample_mb=40.0, memory_limit_mb=5620.0, decode_waits=True,
+                  first_step_s=2.0)
+
+    def sample_path(self, data_dir: Path, scale: str) -> SamplePath | None:
+        return None  # too large to cache: the DataLoader path only
+
+    def data_paths(self) -> tuple[str, ...]:
+        return ("loader",)
+
+
 launch_bound = LaunchBound()
 decode_bound = DecodeBound()
 memory_capped = MemoryCapped()
+io_bound = IoBound()
 
 LANDSCAPES = {"launch-bound": launch_bound, "decode-bound": decode_bound,
-              "memory-capped": memory_capped}
+              "memory-capped": memory_capped, "io-bound": io_bound}
 """The landscapes by short name; ``tests.landscapes:<name with _>`` is each one's import path."""
 
 

@@ -46,7 +46,7 @@ FLOORS = {
         "tuner.workloads.segmentation3d", "tuner.workloads.datasets",
         "tuner.workloads._patches", "tuner.workloads._augment"},
     2: {"tuner.trial", "tuner.trial.harness", "tuner.trial.result_columns", "tuner.trial.apply",
-        "tuner.trial.measure",
+        "tuner.trial.measure", "tuner.trial.prefetch",
         "tuner.trial.failures", "tuner.trial.steppers", "tuner.trial.ranks",
         "tuner.trial.compile_artifacts",
         "tuner.trial.flops", "tuner.trial.validate", "tuner.hardware", "tuner.noise",

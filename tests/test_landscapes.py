@@ -56,7 +56,7 @@ def test_each_landscape_has_the_optimum_its_docstring_gives():
     """The figures the classes' docstrings and the bench's reading rest on; the references
     and the doubling answer lie below the 0.9 target, so each landscape tests the search."""
     expected = {"launch-bound": (625.0, 192), "decode-bound": (760.0, 224),
-                "memory-capped": (418.3, 64)}
+                "memory-capped": (418.3, 64), "io-bound": (740.7, 128)}
     for name, w in LANDSCAPES.items():
         best = w.optimum()
         rate, max_batch = expected[name]
@@ -70,9 +70,11 @@ def test_each_landscape_has_the_optimum_its_docstring_gives():
 @pytest.mark.parametrize("name", NAMES)
 def test_the_optimum_lies_in_the_searched_space(name, data_dirs):
     """Every knob of the optimum is a value of ddpm's space as a CPU run of the landscape
-    searches it (2 CPUs, batch capped at the dataset)."""
+    searches it (2 CPUs, batch capped at the dataset; where decoding waits, workers up to the
+    space's own bound, past the cores: ``tuner.search_policy``)."""
     w = LANDSCAPES[name]
-    space = load_space(w.space_name).for_device("cpu", max_workers=landscapes.HOST_CORES,
+    workers = landscapes.MAX_WORKERS if w.shape.decode_waits else landscapes.HOST_CORES
+    space = load_space(w.space_name).for_device("cpu", max_workers=workers,
                                                 max_batch=w.check_data(data_dirs[name], "tiny"))
     knobs = w.optimum().knobs.to_dict()
     for knob, domain in space.domains.items():
@@ -88,7 +90,8 @@ def _no_worker_cases(w: Landscape) -> list[Knobs]:
     """Configurations whose host work all runs in the training process: the best one, one
     with a quarter of its batch, and the loader path (decoding and augmenting per sample)."""
     best = max((Knobs(batch_size=b, data_path=path, fused_optimizer=fused, channels_last=cl)
-                for b in range(4, w.max_batch() + 1) for path in ("device", "cache", "loader")
+                for b in range(4, min(w.max_batch(), landscapes.MAX_BATCH) + 1)
+                for path in w.data_paths()
                 for fused in (False, True) for cl in (False, True)),
                key=w.samples_per_sec)
     return [best, best.replace(batch_size=best.batch_size // 4),
@@ -99,14 +102,16 @@ def _no_worker_cases(w: Landscape) -> list[Knobs]:
 def test_steps_without_workers_measure_the_model(name, data_dirs, slept_clock):
     """On the step clock the harness measures each no-worker configuration at its modelled
     samples/sec, and the best of them is within 3 % of the landscape's optimum (whose
-    configuration may use workers)."""
+    configuration may use workers) except where decoding waits: there only workers overlap
+    the waits, and the best without them is under a fifth of the optimum."""
     w = LANDSCAPES[name]
     cases = _no_worker_cases(w)
     for knobs in cases:
         result = run_trial(w, knobs, _settings(data_dirs[name]))
         assert result["status"] == Status.OK, result["error"]
         assert result["samples_per_sec"] == pytest.approx(w.samples_per_sec(knobs), rel=1e-6)
-    assert w.samples_per_sec(cases[0]) >= 0.97 * w.optimum().samples_per_sec
+    share = w.samples_per_sec(cases[0]) / w.optimum().samples_per_sec
+    assert share < 0.2 if w.shape.decode_waits else share >= 0.97
 
 
 @pytest.mark.parametrize("name", NAMES)

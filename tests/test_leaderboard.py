@@ -29,7 +29,8 @@ COLUMNS = [
     "data_wait_ms", "data_wait_pct", "h2d_ms", "h2d_pct", "forward_ms", "forward_pct",
     "backward_ms", "backward_pct", "optimizer_ms", "optimizer_pct",
     "model_flops_per_sample", "achieved_tflops", "mfu_pct", "mfu_impossible",
-    "load_avg_1m", "cpu_steal_pct", "other_cpu_pct", "gpu_other_processes", "other_runs",
+    "load_avg_1m", "cpu_steal_pct", "other_cpu_pct", "cpu_s_per_sample", "gpu_other_processes",
+    "other_runs",
     "compile_s", "recompiles", "compile_fallback",
     "gpu_util_pct", "gpu_power_w", "max_memory_mb", "max_host_memory_mb", "global_batch_size",
     "accelerator_type", "world_size", "backend", "rank_samples_per_sec", "slowest_rank",
@@ -48,7 +49,7 @@ COLUMNS = [
 
 def test_schema_columns_are_pinned():
     assert leaderboard.SCHEMA.names == COLUMNS
-    assert leaderboard.SCHEMA_VERSION == 9
+    assert leaderboard.SCHEMA_VERSION == 10
 
 
 def test_schema_has_every_knob_as_a_column():

@@ -30,8 +30,9 @@ import, even at run time, reaches a higher floor):
   ``lightning_args``, torch-free);
 * the trial, torch side (runs in a Ray worker), the package ``trial/``: ``harness``,
   ``result_columns`` (the columns the loop does not measure), ``apply`` (knobs onto the
-  model), ``steppers``, ``measure``, ``flops``, ``failures``, ``compile_artifacts`` (a
-  compiled trial's torch.compile artifacts, kept for the user's job),
+  model), ``steppers``, ``measure``, ``prefetch`` (what a window counts when DataLoader
+  workers prefetch), ``flops``, ``failures``, ``compile_artifacts`` (a compiled trial's
+  torch.compile artifacts, kept for the user's job),
   ``ranks`` and ``distributed`` (data-parallel trials), ``validate`` (the plain loop); beside
   it ``hardware`` (the device's key and peak); ``harness`` at the top is the old path of
   ``trial/harness``, kept for one release;

@@ -19,14 +19,17 @@ The attainable rate is min(the compute limit, the best input-pipeline rate over 
 where the compute runs on a GPU. On the CPU device the DataLoader workers and the model share
 the cores, so both cannot run at their every-core rates at once: the attainable rate is then
 ``cores / (core-seconds per sample of the compute + of the input pipeline)``, never above that
-minimum (``Attainable.model`` 'shared cores').
+minimum (``Attainable.model`` 'shared cores'). The input pipeline's core-seconds are the CPU
+seconds its one-core ceiling used per sample (``cpu_s_per_sample``), not its wall seconds: a
+pipeline that waits (a read from network storage) holds no core while it waits, and its
+workers past the cores then deliver more (``pipeline_kind``).
 
 Torch-free; ``tuner.winner`` re-exports ``Ceilings`` and ``Attainable``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
 from tuner.knobs import COMPUTE_SWITCHES, KNOB_INFO, Knobs, knob_text
@@ -384,7 +387,23 @@ def ceilings(top: Mapping, same_run: list[dict]) -> tuple[Ceilings, Attainable]:
         best_sps, compute, input_limits(highest),
         cores=_cores(same_run) if core_compute else None,
         compute_core_s=1 / core_compute if core_compute else None,
-        input_core_s={p: 1 / r for (kind, p), r in highest.items() if kind == "core-loader" and r})
+        input_core_s=input_core_seconds(same_run))
+
+
+def input_core_seconds(rows: list[dict]) -> dict[str, float]:
+    """Data path -> core-seconds its input pipeline takes per sample: of its fastest one-core
+    ceiling ('core-loader'), the CPU seconds it used per sample (``cpu_s_per_sample``), or
+    where the row has none (files before the column) its wall seconds (1 / its rate)."""
+    out: dict[str, tuple[float, float]] = {}
+    for r in rows:
+        rate = r.get("samples_per_sec")
+        if (phase_of(r) != Phase.CEILING or r["status"] != Status.OK or not rate
+                or (r.get("ceiling") or "").partition(" ")[0] != "core-loader"):
+            continue
+        path = r.get("data_path") or "loader"
+        if path not in out or rate > out[path][0]:
+            out[path] = (rate, r.get("cpu_s_per_sample") or 1 / rate)
+    return {path: core_s for path, (_, core_s) in out.items()}
 
 
 def input_limits(highest: Mapping[tuple[str, str], float]) -> dict[str, float]:
@@ -435,3 +454,69 @@ def attainable(best_sps: float, compute: float | None, inputs: Mapping[str, floa
     rate, input_rate, bound_by = bounds[path]
     return Attainable(rate, bound_by, best_sps / rate if best_sps <= rate else None,
                       **base, data_path=path, input_samples_per_sec=input_rate)
+
+
+WAIT_SHARE = 0.5
+"""An input pipeline waits (on storage, a network) rather than computes when its workers keep
+less than this share of the cores they could use busy (CPU seconds per sample x samples/sec <
+``WAIT_SHARE`` x min(workers, cores)). Source: a pipeline bound by its decoding keeps its
+workers' cores near 100 % busy; one whose decode sleeps 20 ms a sample (tests/landscapes.py,
+io-bound) kept eight workers on two cores about 5 % busy."""
+
+
+@dataclass(frozen=True)
+class PipelineKind:
+    """Whether an input pipeline computes or waits, from a loader-only ceiling row (its
+    pipeline alone, no model) that measured its CPU seconds (``pipeline_kind``)."""
+
+    waits: bool
+    """Its workers kept under ``WAIT_SHARE`` of the cores they could use busy: more workers
+    than cores deliver more (bounded by what the workers deliver, not by the cores)."""
+    workers: int
+    cores: int
+    samples_per_sec: float
+    cpu_s_per_sample: float
+
+    @property
+    def busy_cores(self) -> float:
+        """Cores its workers kept busy: CPU seconds per sample x samples/sec."""
+        return self.cpu_s_per_sample * self.samples_per_sec
+
+    def text(self) -> str:
+        """'input pipeline: waits on I/O (8 DataLoader workers delivered 385.2 samples/sec
+        keeping 0.1 of 2 cores busy: 0.25 core-ms per sample against 20.8 ms of wall time per
+        worker); workers past the cores pay' or 'input pipeline: compute-bound (...)'."""
+        kind = "waits on I/O" if self.waits else "compute-bound"
+        wall_ms = 1e3 * max(1, self.workers) / self.samples_per_sec
+        tail = ("; workers past the cores pay" if self.waits
+                else "; workers past the cores add nothing")
+        return (f"input pipeline: {kind} ({self.workers} DataLoader workers delivered "
+                f"{self.samples_per_sec:,.1f} samples/sec keeping {self.busy_cores:.1f} of "
+                f"{self.cores} cores busy: {1e3 * self.cpu_s_per_sample:.2f} core-ms per sample "
+                f"against {wall_ms:.1f} ms of wall time per worker){tail}")
+
+
+def pipeline_kind(rows: list[dict], data_path: str = "loader") -> PipelineKind | None:
+    """The kind of the ``data_path`` input pipeline of one run's ``rows``: from its loader-only
+    ceiling with the most DataLoader workers (the fastest of those) that recorded its CPU
+    seconds (``cpu_s_per_sample``); None without one (no workers, the 'device' path, files
+    before the column) or without the machine's core count."""
+    cores = _cores(rows)
+    measured = [r for r in rows if phase_of(r) == Phase.CEILING and r["status"] == Status.OK
+                and (r.get("ceiling") or "").partition(" ")[0] in LOADER_LABELS
+                and (r.get("data_path") or "loader") == data_path and r.get("num_workers")
+                and r.get("cpu_s_per_sample") and r.get("samples_per_sec")]
+    if not measured or not cores:
+        return None
+    top = max(measured, key=lambda r: (r["num_workers"], r["samples_per_sec"]))
+    kind = PipelineKind(False, int(top["num_workers"]), cores, float(top["samples_per_sec"]),
+                        float(top["cpu_s_per_sample"]))
+    usable = min(kind.workers, cores)
+    return replace(kind, waits=kind.busy_cores < WAIT_SHARE * usable)
+
+
+def pipeline_summary(rows: list[dict], data_path: str = "loader") -> str | None:
+    """``PipelineKind.text`` of the ``data_path`` input pipeline of one run's ``rows``
+    (``pipeline_kind``); None where none measured its CPU seconds."""
+    kind = pipeline_kind(rows, data_path)
+    return None if kind is None else kind.text()

@@ -486,8 +486,11 @@ def machine_compute_knobs(plan: Any, knobs: Knobs) -> Knobs:
 
 
 def every_cpu_a_worker(plan: Any, knobs: Knobs) -> Knobs:
-    """``knobs`` with every CPU a trial may have as a DataLoader worker, kept across epochs."""
-    return knobs.replace(num_workers=plan.node_cpus, persistent_workers=True,
+    """``knobs`` with every CPU a trial may have as a DataLoader worker, kept across epochs; or
+    the most workers the search allows where that is more (an input pipeline that waits:
+    ``tuner.search_policy.workers_past_the_cores``)."""
+    high = getattr(plan.device_space.domains.get("num_workers"), "high", 0)
+    return knobs.replace(num_workers=max(plan.node_cpus, high), persistent_workers=True,
                          prefetch_factor=max(knobs.prefetch_factor or 2, 4))
 
 

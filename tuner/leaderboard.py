@@ -39,8 +39,11 @@ from tuner.knobs import KNOB_INFO
 from tuner.settings import OLD_SCALES, scale_word
 from tuner.status import MEASURED, Phase, Status, phase_of
 
-SCHEMA_VERSION = 9
-"""9: ``priced_s`` (the seconds the planner priced a trial at when it decided to run it,
+SCHEMA_VERSION = 10
+"""10: ``cpu_s_per_sample`` (CPU seconds the trial's process and its DataLoader workers spent per
+sample while it measured: beside the wall seconds per sample, whether an input pipeline
+computes or waits; null in earlier files).
+9: ``priced_s`` (the seconds the planner priced a trial at when it decided to run it,
 ``tuner.costs.TrialCost.trial_s``, Ray's overhead around a trial left out; its wall time is
 ``finished_at`` - ``started_at``; null for a trial run outside the planner's pricing, the memory
 probe's, and in earlier files), ``recompiles`` (torch._dynamo's recompilations in a compiled
@@ -123,6 +126,7 @@ SCHEMA = pa.schema(
         ("load_avg_1m", pa.float64()),      # the machine's 1-min load average while measuring
         ("cpu_steal_pct", pa.float64()),    # CPU time the hypervisor stole while measuring, %
         ("other_cpu_pct", pa.float64()),    # machine CPU time used by other processes, %
+        ("cpu_s_per_sample", pa.float64()),  # s: CPU of the trial + its workers per sample
         ("gpu_other_processes", pa.int32()),  # other processes on the trial's GPU (NVML)
         ("other_runs", pa.int32()),         # other tuner runs active on the machine (tuner.runlock)
         ("compile_s", pa.float64()),        # s: the first step beyond a steady one, with compile on

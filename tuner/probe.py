@@ -32,7 +32,9 @@ DataLoader worker and with the most workers the space allows, at the knee batch 
 that feeds the knee's compute rate with room to spare (``FEED_MARGIN``). Each reads the
 samples the probes decoded already (``TrialSettings.sample_limit``), so no cache is filled.
 The machine's structured point takes the cheapest path and worker count that feeds the knee,
-or the fastest measured when none does (``feeding``).
+or the fastest measured when none does (``feeding``). Each rate records the CPU seconds its
+workers spent per sample: a pipeline whose workers kept their cores mostly idle waits on I/O
+(``input_waits``), and its worker range goes past the cores.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from functools import partial
 from itertools import groupby
 from typing import Callable, Sequence
 
+from tuner.ceilings import WAIT_SHARE
 from tuner.errors import ProbeOutOfTime
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
@@ -109,6 +112,17 @@ class InputRate:
     batch_size: int
     samples_per_sec: float | None
     error: str | None = None
+    cpu_s_per_sample: float | None = None
+    """CPU seconds its process and workers spent per sample (None: not read)."""
+
+    def waits(self, cores: int) -> bool:
+        """Whether its DataLoader workers waited rather than computed: they kept under
+        ``tuner.ceilings.WAIT_SHARE`` of the ``cores`` they could use busy (False without
+        workers or a CPU reading)."""
+        if not self.num_workers or not self.samples_per_sec or not self.cpu_s_per_sample:
+            return False
+        busy = self.cpu_s_per_sample * self.samples_per_sec
+        return busy < WAIT_SHARE * min(self.num_workers, max(1, cores))
 
 
 @dataclass(frozen=True)
@@ -339,10 +353,20 @@ def measure_input(space: Space, knobs: Knobs, settings: TrialSettings,
             ok = result["status"] == Status.OK and result.get("samples_per_sec")
             rates.append(InputRate(path, config.num_workers, config.batch_size,
                                    float(result["samples_per_sec"]) if ok else None,
-                                   None if ok else str(result.get("error") or result["status"])))
+                                   None if ok else str(result.get("error") or result["status"]),
+                                   result.get("cpu_s_per_sample") if ok else None))
         if feeding(rates, target_samples_per_sec, strict=True) is not None:
             break
     return rates
+
+
+def input_waits(rates: Sequence[InputRate], cores: int) -> bool:
+    """Whether the input pipeline waits rather than computes: the measured rate with the most
+    DataLoader workers kept its cores mostly idle (``InputRate.waits``); then workers past the
+    ``cores`` deliver more, and the search's worker range goes past them
+    (``tuner.search_policy.with_compute_curve``)."""
+    measured = [r for r in rates if r.samples_per_sec and r.num_workers]
+    return bool(measured) and max(measured, key=lambda r: r.num_workers).waits(cores)
 
 
 def feeding(rates: Sequence[InputRate], target_samples_per_sec: float,

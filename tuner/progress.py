@@ -160,8 +160,8 @@ class Progress:
         shown = " · ".join(f"{name} {bounds[name]}" for name in ("batch_size", "num_workers")
                            if name in bounds)
         if shown:
-            c.print(f"  searched: {shown} (workers up to this node's {plan.node_cpus} CPUs; batch "
-                    "up to the dataset's size or the memory probe's bound)")
+            c.print(f"  searched: {shown} ({_workers_text(plan)}; batch up to the dataset's "
+                    "size or the memory probe's bound)")
         # without --trials, the trial count is a cap the time budget normally ends the run before
         budget = ("no trial limit" if not plan.trials else
                   f"{plan.trials} search trials (references included)" if plan.options.trials
@@ -297,6 +297,16 @@ def _parameters_text(workload, scale: str) -> str:
     text = f"{workload.parameter_count(scale):,} parameters at {scale} scale"
     full = None if scale == "full" else meta_parameter_count(workload, "full")
     return text if full is None else f"{text} ({full:,} at full)"
+
+
+def _workers_text(plan) -> str:
+    """How far the searched ``num_workers`` range goes: the node's CPUs, or past them where
+    the input pipeline waits on I/O (``tuner.search_policy.workers_past_the_cores``)."""
+    workers = getattr(plan.device_space.domains.get("num_workers"), "high", 0)
+    if workers > plan.node_cpus:
+        return (f"workers up to {workers}, past this node's {plan.node_cpus} CPUs: the input "
+                "pipeline waits on I/O")
+    return f"workers up to this node's {plan.node_cpus} CPUs"
 
 
 def _phase_text(data: dict) -> str:

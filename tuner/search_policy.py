@@ -6,7 +6,8 @@ where the search starts.
   screens), ``torch.compile`` decided at the finalists under a time budget (else the modes
   the budget can hold); each value left out is said once in the plan's notes.
 * ``with_compute_curve``, once the memory probe has timed its steps: the batch range from
-  ``KNEE_LOW_FRACTION`` of the knee, and the machine's structured points (``anchor_points``)
+  ``KNEE_LOW_FRACTION`` of the knee, the worker range past the cores where the input pipeline
+  waits (``workers_past_the_cores``), and the machine's structured points (``anchor_points``)
   the search starts from after the references.
 * ``SCREENED_TRIALS_FACTOR``: the trials of a screened run without ``--trials``.
 """
@@ -22,9 +23,9 @@ from tuner.compile_finalists import finalist_mode
 from tuner.errors import TunerError
 from tuner.knobs import COMPUTE_SWITCHES, Knobs
 from tuner.plan import Plan
-from tuner.probe import ComputeCurve, InputRate, feeding, offered_paths
+from tuner.probe import ComputeCurve, InputRate, feeding, input_waits, offered_paths
 from tuner.settings import MemoryLimit, device_limit_mb
-from tuner.space import Choices, Space
+from tuner.space import Choices, IntRange, Space
 
 SCREENED_TRIALS_FACTOR = 3
 """A run without ``--trials`` whose searched trials are screened (``RunOptions.screen_windows``)
@@ -59,7 +60,29 @@ def with_compute_curve(plan: Plan, curve: ComputeCurve | None, probe_knobs: Knob
     low = max(1, int(curve.knee_batch * KNEE_LOW_FRACTION))
     plan = replace(plan, compute_curve=curve, input_rates=tuple(input_rates),
                    device_space=plan.device_space.with_batch_low(low))
+    plan = workers_past_the_cores(plan)
     return replace(plan, anchors=anchor_points(plan, curve, probe_knobs))
+
+
+def workers_past_the_cores(plan: Plan) -> Plan:
+    """The plan whose ``num_workers`` range ends at the space file's own bound rather than the
+    node's CPUs where the input pipeline waits (``tuner.probe.input_waits`` of
+    ``Plan.input_rates``: its workers kept their cores mostly idle, as a read from network
+    storage does), said in ``Plan.notes``; unchanged otherwise, or where that bound is not
+    above the range's high."""
+    dom = plan.device_space.domains.get("num_workers")
+    bound = plan.space.workers_bound(plan.device)
+    if (not isinstance(dom, IntRange) or bound is None or bound <= dom.high
+            or not input_waits(plan.input_rates, plan.node_cpus)):
+        return plan
+    widest = max((r for r in plan.input_rates if r.samples_per_sec and r.num_workers),
+                 key=lambda r: r.num_workers)
+    note = (f"num_workers searched up to {bound}, past this node's {plan.node_cpus} CPUs: the "
+            f"input pipeline waits on I/O ({widest.num_workers} workers kept "
+            f"{widest.cpu_s_per_sample * widest.samples_per_sec:.2f} of their cores busy), "
+            "so more workers than cores deliver more")
+    return replace(plan, device_space=plan.device_space.with_workers_high(bound),
+                   notes=(*plan.notes, note))
 
 
 def anchor_points(plan: Plan, curve: ComputeCurve,
@@ -70,8 +93,9 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
     * 'machine': at the knee batch, in the precision the probe ran (the fastest the space
       searches), on the cheapest data path and worker count whose input pipeline alone feeds
       the knee's compute rate (``tuner.probe.feeding`` of ``Plan.input_rates``; none does: the
-      fastest measured); without input rates, on the cheapest data path the space allows
-      (``tuner.probe.offered_paths``; 'device' without DataLoader workers) and the
+      fastest measured, or where the worker range goes past the node's CPUs, a pipeline that
+      waits, its most workers); without input rates, on the cheapest data path the space
+      allows (``tuner.probe.offered_paths``; 'device' without DataLoader workers) and the
       reference's workers;
     * 'machine+<switch>': the machine point with one of ``COMPUTE_SWITCHES`` turned on, for
       each the space searches and the machine point has off: the probe ran the model with the
@@ -95,9 +119,10 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
         base = base.replace(compile="off")
     space = plan.device_space
     amp = probe_knobs.amp if probe_knobs is not None else base.amp
-    machine = base.replace(batch_size=curve.knee_batch, amp=amp).updated(
+    machine = _waiting_workers(plan, base.replace(batch_size=curve.knee_batch, amp=amp).updated(
         _machine_input(space, base, feeding(plan.input_rates,
-                                            curve.samples_per_sec(curve.knee_batch))))[0]
+                                            curve.samples_per_sec(curve.knee_batch))))[0],
+        curve.samples_per_sec(curve.knee_batch))
     doubled = base.batch_size
     while doubled * 2 <= curve.max_batch:
         doubled *= 2
@@ -119,6 +144,17 @@ def anchor_points(plan: Plan, curve: ComputeCurve,
             seen.add(knobs)
             out.append((name, knobs))
     return tuple(out)
+
+
+def _waiting_workers(plan: Plan, machine: Knobs, knee_samples_per_sec: float) -> Knobs:
+    """The machine point ``machine`` with the most workers the search allows where its range
+    goes past the node's CPUs (an input pipeline that waits: ``workers_past_the_cores``) and
+    no measured input rate feeds the knee's ``knee_samples_per_sec``; else unchanged."""
+    workers = plan.device_space.domains.get("num_workers")
+    if (isinstance(workers, IntRange) and workers.high > plan.node_cpus and machine.num_workers
+            and feeding(plan.input_rates, knee_samples_per_sec, strict=True) is None):
+        return machine.replace(num_workers=workers.high, persistent_workers=True)
+    return machine
 
 
 def _machine_input(space: Space, base: Knobs, fed: InputRate | None) -> dict[str, Any]:

@@ -113,6 +113,27 @@ class Space:
                 constants.pop(name, None)
         return Space(self.source, domains, constants, {}, self.global_batch)
 
+    def workers_bound(self, device_type: str) -> int | None:
+        """The space file's own bound on ``num_workers`` on ``device_type`` (its range's high,
+        or its largest choice), before ``for_device`` fits a range to the node's CPUs; None
+        where the knob is not searched."""
+        dom = self.overrides.get(device_type, ({}, {}))[0].get("num_workers",
+                                                               self.domains.get("num_workers"))
+        if isinstance(dom, IntRange):
+            return dom.high
+        return max(dom.values) if isinstance(dom, Choices) else None
+
+    def with_workers_high(self, high: int) -> "Space":
+        """The space with an integer ``num_workers`` range ending at ``high`` (raised past the
+        node's CPUs for an input pipeline that waits: ``tuner.probe.input_waits``); a choice
+        list, or a space that does not search the knob, is unchanged."""
+        dom = self.domains.get("num_workers")
+        if not isinstance(dom, IntRange):
+            return self
+        dom = IntRange(dom.low, max(dom.low, high), dom.log, dom.step)
+        return Space(self.source, {**self.domains, "num_workers": dom}, self.constants,
+                     self.overrides, self.global_batch)
+
     def for_world_size(self, world_size: int, node_cpus: int) -> "Space":
         """The space of data-parallel trials of ``world_size`` ranks: DDP's knobs sampled
         (``DDP_DOMAINS``; a space that gives them keeps its own), and ``num_workers`` per rank

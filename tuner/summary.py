@@ -19,6 +19,7 @@ from tuner.ceilings import (
     lever_text,
     machine_limit_hidden,
     machine_summary,
+    pipeline_summary,
 )
 from tuner.compile_finalists import budget_to_measure_s
 from tuner.compile_payback import decide
@@ -76,7 +77,9 @@ def print_best(console: Console, rows: list[dict], summary, plan=None) -> None:
     for col in ("configuration", "samples/sec", "best is", "knobs"):
         t.add_column(col, justify="right" if col in ("samples/sec", "best is") else "left")
     chosen = (f"re-measured, mean of {best.rounds} rounds" if best.rounds > 1 else
-              "re-measured" if best.phase == Phase.REMEASURE else "measured")
+              "re-measured" if best.phase == Phase.REMEASURE else
+              "screened only: a first reading, not re-measured" if _screened(row, rows)
+              else "measured")
     t.add_row(f"[bold]best[/] ({chosen})", f"{best.samples_per_sec:,.1f}", "", knob_text(row))
     _reference_rows(t, best, rows)
     compute = ceilings.compute_verdict(best.samples_per_sec)
@@ -94,12 +97,20 @@ def print_best(console: Console, rows: list[dict], summary, plan=None) -> None:
     _attainable_row(t, best.attainable)
     console.print(t)
     for line in filter(None, [winner.budget_stopped_text(best), drift_gap_line(best, compute, rows),
-                              *verdict_lines(best), compile_line(best, plan, rows)]):
+                              *verdict_lines(best), compile_line(best, plan, rows),
+                              pipeline_summary(rows, ceilings.data_path)]):
         console.print(line, highlight=False)
     console.print(_compute_line(row), highlight=False)
     if row.get("time_to_train_s") is not None:
         console.print(f"predicted time for {row['train_steps']:,} steps: "
                            f"{row['time_to_train_s']:,.1f} s (setup, warm-up and compile included)")
+
+
+def _screened(row: Mapping, rows: list[dict]) -> bool:
+    """Whether the best ``row`` is a screening trial's (fewer windows planned than the
+    references of its run): its rate is one short reading, no re-measurement confirmed it."""
+    full = max((r.get("windows_planned") or 0 for r in rows if r.get("reference")), default=0)
+    return phase_of(row) == Phase.SEARCH and 0 < (row.get("windows_planned") or full) < full
 
 
 def _reference_rows(t: Table, best: winner.Answer, rows: list[dict]) -> None:

@@ -149,17 +149,38 @@ def build_training(workload: Workload, knobs: Knobs, scale: str, device: torch.d
     return Training(workload, knobs, model, step_model, optimizer, scaler, autocast, ddp)
 
 
-def cycle(loader: DataLoader) -> Iterator:
+class Cycle:
     """Batches forever, epoch after epoch, as a training loop sees them: without persistent
-    workers each epoch starts its workers again. Closing the generator shuts workers down."""
-    iterator = None
-    try:
-        while True:
-            iterator = iter(loader)  # with persistent_workers, the same iterator reset
-            yield from iterator
-    finally:
-        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
+    workers each epoch starts its workers again. ``iterator`` is the epoch's DataLoader
+    iterator (its prefetch queue: ``tuner.trial.prefetch``). Closing it shuts workers down."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader = loader
+        self.iterator: Iterator | None = None
+        self._batches = self._epochs()
+
+    def _epochs(self) -> Iterator:
+        try:
+            while True:
+                self.iterator = iter(self.loader)  # with persistent_workers, the same one reset
+                yield from self.iterator
+        finally:
+            if self.iterator is not None and hasattr(self.iterator, "_shutdown_workers"):
+                self.iterator._shutdown_workers()
+
+    def __iter__(self) -> "Cycle":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._batches)
+
+    def close(self) -> None:
+        self._batches.close()
+
+
+def cycle(loader: DataLoader) -> Cycle:
+    """The DataLoader's batches forever (``Cycle``)."""
+    return Cycle(loader)
 
 
 def to_channels_last(t: torch.Tensor) -> torch.Tensor:

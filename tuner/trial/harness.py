@@ -47,6 +47,7 @@ from tuner.trial.measure import (
     summarise,
     synchronize,
 )
+from tuner.trial.prefetch import QueueWatch
 from tuner.trial.ranks import Rank, RankFigures, follow
 from tuner.trial.result_columns import (
     WINDOW_REPORT_KEYS,
@@ -286,7 +287,8 @@ def _measure(workload: Workload, knobs: Knobs, settings: TrialSettings, device: 
         if settle_s > 0 and (dropped or not _long_windows(windows, settings)):
             sofar.update(steady_state=not rule.unsteady([w.samples_per_sec for w in windows],
                                                         settings.steady_tolerance))
-        out = {**sofar, **summarise(windows), **load.as_columns()}
+        summary = summarise(windows)
+        out = {**sofar, **summary, **load.as_columns(summary["samples_per_sec"])}
         out.update(peak_device_memory_mb=peak_device_memory_mb(device),
                    gpu_util_pct=telemetry.util_pct, gpu_power_w=telemetry.power_w,
                    final_loss=None if settings.loader_only
@@ -478,7 +480,10 @@ def _timed_window(stepper: "Stepper | LoaderStepper", device: torch.device,
                   settings: TrialSettings, index: int,
                   phases: dict[str, float] | None = None) -> Window:
     """One timed window (``index`` counts from 0): steps until ``window_s`` has passed, then a
-    device synchronisation. Steps the fp16 GradScaler skipped are not counted as measured ones
+    device synchronisation; where DataLoader workers prefetch, only what they sustain is
+    counted (``tuner.trial.prefetch.QueueWatch``: the window may run on past ``window_s``
+    until the batches queued before it are used up). Steps the fp16 GradScaler skipped are not
+    counted as measured ones
     (``counted_window``): its scale is read at the synchronised ends, outside the timed span.
     With ``phases`` (CPU only: nothing to synchronise, so timing costs two clock reads a
     phase), each phase's seconds over the window's steps are added to it, with ``"steps"``.
@@ -489,19 +494,23 @@ def _timed_window(stepper: "Stepper | LoaderStepper", device: torch.device,
     _check_deadline(settings, f"window {index + 1}")
     synchronize(device)
     scale_before = stepper.loss_scale()
+    queue = QueueWatch.begin(stepper, settings.window_s)  # batches prefetched before it
     t0 = time.perf_counter()
     timer = None if phases is None else phase_timer(phases, t0)
     steps = samples = 0
     while True:
+        queue.before_step()
         samples += stepper.step(timer)
         steps += 1
         if phases is not None:
             phases["steps"] += 1
-        if time.perf_counter() - t0 >= settings.window_s:
+        elapsed_s = time.perf_counter() - t0
+        queue.after_step(steps, samples, elapsed_s)
+        if elapsed_s >= settings.window_s and queue.done(steps, elapsed_s):
             break
         _check_deadline(settings, f"window {index + 1}")
     synchronize(device)  # the window ends when the device has finished its work
-    seconds = time.perf_counter() - t0
+    steps, samples, seconds = queue.counted(steps, samples, time.perf_counter() - t0)
     try:
         return counted_window(steps, samples, seconds, scale_before, stepper.loss_scale())
     except ValueError as exc:

@@ -315,16 +315,25 @@ class LoadMonitor:
         self.cpu_steal_pct: float | None = None
         self.other_cpu_pct: float | None = None
         self.gpu_other_processes: int | None = None
+        self.own_cpu_s: float | None = None
+        """CPU seconds (user + system) the trial's own processes (it and its DataLoader
+        workers, ``own_cpu_s``) used while it measured; None where psutil cannot read them."""
+        self.wall_s: float | None = None
+        """Wall seconds it measured."""
 
     def __enter__(self) -> "LoadMonitor":
         self._times = psutil.cpu_times()
         self._own_s = own_cpu_s()
         self._load = os.getloadavg()[0]
+        self._started = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         after = psutil.cpu_times()
         own_s = own_cpu_s()
+        self.wall_s = time.perf_counter() - self._started
+        if own_s is not None and self._own_s is not None:
+            self.own_cpu_s = max(0.0, own_s - self._own_s)
         total = sum(after) - sum(self._times)
         steal = getattr(after, "steal", 0.0) - getattr(self._times, "steal", 0.0)
         idle = sum(getattr(after, n, 0.0) - getattr(self._times, n, 0.0)
@@ -336,10 +345,24 @@ class LoadMonitor:
         self.load_avg_1m = max(self._load, os.getloadavg()[0])
         self.gpu_other_processes = _other_gpu_processes(self.device)
 
-    def as_columns(self) -> dict:
+    def as_columns(self, samples_per_sec: float | None = None) -> dict:
+        """The load columns, and ``cpu_s_per_sample`` (``cpu_s_per_sample``) for a trial that
+        measured ``samples_per_sec``."""
         return {"load_avg_1m": self.load_avg_1m, "cpu_steal_pct": self.cpu_steal_pct,
                 "other_cpu_pct": self.other_cpu_pct,
-                "gpu_other_processes": self.gpu_other_processes}
+                "gpu_other_processes": self.gpu_other_processes,
+                "cpu_s_per_sample": self.cpu_s_per_sample(samples_per_sec)}
+
+    def cpu_s_per_sample(self, samples_per_sec: float | None) -> float | None:
+        """CPU seconds the trial's own processes (it and its DataLoader workers) spent per
+        sample while it measured at ``samples_per_sec``: ``own_cpu_s`` / (``samples_per_sec``
+        x ``wall_s``), the samples its pipeline delivered over that time (a window's count
+        leaves out batches prefetched before it, ``tuner.trial.prefetch``, not the work done
+        in it). Beside the wall seconds per sample it tells a pipeline that computes from one
+        that waits (``tuner.ceilings.pipeline_kind``). None without a rate or a reading."""
+        if not samples_per_sec or self.own_cpu_s is None or not self.wall_s:
+            return None
+        return self.own_cpu_s / (samples_per_sec * self.wall_s)
 
 
 def own_cpu_s() -> float | None:
