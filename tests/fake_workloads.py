@@ -266,9 +266,13 @@ class SteepPaced(Paced):
     itself cost), so samples/sec goes as batch_size squared, batch 5 16x slower than batch 20
     and batch 4 25x, however busy the machine is while a step costs less than its period (a
     sleep per step instead lets a loaded machine's per-step cost narrow a 16x gap to ~6x and
-    widen the window-to-window noise, and with it the early-stopping margin, past it)."""
+    widen the window-to-window noise, and with it the early-stopping margin, past it).
+    ``STEP_S`` is 0.2 s, four times ``Paced``'s: beside another suite (load 8-14 on 2 cores)
+    a step of batch 20 cost more than a 0.05-s period, its windows scattered and the margin
+    passed the 16x gap in 3 of 14 runs; a step costs far less than 0.2 s at any such load."""
 
     name = "fake-steep-paced"
+    STEP_S = 0.2
 
     def training_step(self, model, batch):
         import time
