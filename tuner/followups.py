@@ -7,11 +7,10 @@ them), each sized to the time left (``tuner.budget``).
 Pure functions of ``(plan, rows)``: ``rows`` are leaderboard rows (dicts, the columns of
 ``tuner.leaderboard``), ``plan`` a ``tuner.plan.Plan`` of which they read ``metric``, ``mode``,
 ``options.confirm``, ``options.ceiling``, ``cudnn_at_finalists``, ``compile_at_finalists``
-(where present), ``references``,
-``settings.windows``, ``settings.window_s``, ``settings.warmup_steps``,
-``settings.max_steady_probes``, ``settings.max_warmup_s``, ``round_windows``, ``accelerator_type``,
-``node_cpus``, ``device``, ``device_space``, ``reuses_trial_processes``,
-``earlier_trial_ids`` and ``time_left_s()``.
+(where present), ``references``, ``settings.windows``, ``settings.window_s``,
+``settings.warmup_steps``, ``settings.max_steady_probes``, ``settings.max_warmup_s``,
+``round_windows``, ``accelerator_type``, ``node_cpus``, ``device``, ``device_space``,
+``reuses_trial_processes``, ``earlier_trial_ids`` and ``time_left_s()``.
 No Ray, no torch: the driver (``tuner.driver``) runs the batches as trials of its Ray Tune
 experiment, and ``followups`` asks for the next batch only once the last one's rows are
 recorded, so a resumed run measures only what its rows lack.
@@ -486,9 +485,8 @@ def machine_compute_knobs(plan: Any, knobs: Knobs) -> Knobs:
 
 
 def every_cpu_a_worker(plan: Any, knobs: Knobs) -> Knobs:
-    """``knobs`` with every CPU a trial may have as a DataLoader worker, kept across epochs; or
-    the most workers the search allows where that is more (an input pipeline that waits:
-    ``tuner.search_policy.workers_past_the_cores``)."""
+    """``knobs`` with a DataLoader worker per CPU, or the search's most where more (a pipeline
+    that waits: ``search_policy.workers_past_the_cores``), kept across epochs."""
     high = getattr(plan.device_space.domains.get("num_workers"), "high", 0)
     return knobs.replace(num_workers=max(plan.node_cpus, high), persistent_workers=True,
                          prefetch_factor=max(knobs.prefetch_factor or 2, 4))
