@@ -629,8 +629,9 @@ def test_a_compute_ceiling_is_measured_again_only_when_it_is_below_the_best_beyo
 
 def test_a_ceiling_the_time_left_cannot_hold_is_left_out_and_said():
     """The default CPU run started the machine's compute limit (batch 256: a 7.6-s step on 2
-    cores) with 12.6 s left: it measured nothing. Its cost counts each window as at least one
-    of its steps (9.4 s + 3 x 7.6 s + 1.5 s = 33.7 s), the others 4.6 s + 3 x 1 s + 1.5 s."""
+    cores) with 12.6 s left: it measured nothing. Its price counts each window as at least one
+    of its steps: 1.5 s start + its first step 7.6 s + 3 x 7.6 s + 6.9 s after the windows (as
+    its row took) = 38.8 s; the others 1.5 + 0.05 + 3 x 1 s + 4.5 s = 9.05 s."""
     big = Knobs(batch_size=256)
     rows = search_rows() + [row(9, knobs=big, sps=33.7, measured_s=7.6,
                                 step_time_ms_p50=7600.0,
@@ -641,7 +642,7 @@ def test_a_ceiling_the_time_left_cannot_hold_is_left_out_and_said():
     kept, left_out = followups.fitting_ceilings(plan_for(left=35.0), rows, todo)
     assert [label for label, _, _ in kept] == ["compute", "loader"]
     assert left_out == ["machine-compute"]
-    assert followups.fitting_ceilings(plan_for(left=52.0), rows, todo) == (todo, [])
+    assert followups.fitting_ceilings(plan_for(left=57.0), rows, todo) == (todo, [])
     assert followups.fitting_ceilings(plan_for(left=None), rows, todo) == (todo, [])
     from tuner.progress import _phase_text
     text = _phase_text({"phase": "ceiling", "ceilings": ["compute", "loader"],
@@ -655,7 +656,7 @@ def test_a_ceiling_the_time_left_cannot_hold_is_left_out_and_said():
 def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
     """A resumed run with every ceiling but one measured and no time for the machine's compute
     limit said nothing: the phase event came only with a ceiling to measure."""
-    big = Knobs(batch_size=256)
+    big = BUSY.replace(batch_size=256)   # the machine's compute limit: the winner's knobs
     rows = search_rows() + [
         row(9, knobs=big, sps=33.7, measured_s=7.6, step_time_ms_p50=7600.0),
         row(10, knobs=BUSY, sps=59.0, phase="ceiling", ceiling="compute"),
@@ -678,19 +679,20 @@ def test_ceilings_all_left_out_are_said_and_none_is_started(fits):
 
 def test_the_machines_compute_limit_never_searched_is_costed_from_the_nearest_batch():
     """The machine's compute limit runs the winner's knobs at the largest batch, which no
-    search trial matches: costed at the windows alone (7.5 s) it would start with 12.6 s
-    left and measure nothing. The nearest searched batch (64: a 2-s step, 1 s of warm-up, a
-    0.05-s first step of it paid once) scaled to 256: 8-s steps, set-up 4.6 s + 3 x 0.95 s, so
-    7.45 + 3 x 8 + 1.5 = 32.95 s."""
-    near = Knobs(batch_size=64)
+    search trial matches: costed at the windows alone it would start with 12.6 s left and
+    measure nothing. Its step is read from the line of its input pipeline's rows (one worker:
+    batch 64 at a 2-s step, 8 and 32 at 2.5 ms): 5.29 s at 256, every window one such step,
+    1.5 s start + the first step + 3 windows + 3.6 s after them = 26.2 s."""
+    near = Knobs(batch_size=64, num_workers=1)
     rows = search_rows() + [row(9, knobs=near, sps=32.0, measured_s=0.4, warmup_s=1.0,
                                 step_time_ms_p50=2000.0)]
     big = Knobs(batch_size=256, num_workers=1)
-    assert costs.trial_cost_s(rows, big, 3, 1.0) == pytest.approx(32.95)
+    assert costs.trial_cost_s(rows, big, 3, 1.0) == pytest.approx(26.24, abs=0.01)
     todo = [("compute", FAST, "compute_only"), ("machine-compute", big, "compute_only")]
     kept, left_out = followups.fitting_ceilings(plan_for(left=20.0), rows, todo)
     assert [label for label, _, _ in kept] == ["compute"] and left_out == ["machine-compute"]
-    assert costs.trial_cost_s([], big, 3, 1.0) == pytest.approx(4.5)   # nothing timed yet
+    # nothing timed yet: 1.5 s start + the prior's 0.5 s + 0.25 s a worker + 3 windows of 1 s
+    assert costs.trial_cost_s([], big, 3, 1.0) == pytest.approx(5.25)
 
 
 @pytest.mark.parametrize("error, status, retried", [
