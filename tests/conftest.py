@@ -166,3 +166,12 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def space(tmp_path) -> str:
+    """The fault tests' space without DataLoader workers (no worker processes to start per trial on
+    a loaded 2-core machine)."""
+    path = tmp_path / "no-workers.yaml"
+    path.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
+    return str(path)

@@ -28,15 +28,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def space(tmp_path) -> str:
-    """The test space without DataLoader workers (no worker processes to start per trial on
-    a loaded 2-core machine)."""
-    path = tmp_path / "no-workers.yaml"
-    path.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
-    return str(path)
-
-
-@pytest.fixture
 def typed_cluster(tmp_path, monkeypatch):
     """Two 1-CPU nodes carrying the fake accelerator types A and B (Ray resources
     ``accelerator_type:A`` / ``accelerator_type:B``), not connected."""
