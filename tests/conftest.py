@@ -39,6 +39,21 @@ def pytest_configure(config) -> None:
         os.environ.pop("LINES", None)
 
 
+def run_landscape(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """``python -m tuner run`` of the landscape ``tests.landscapes:<name>`` on the CPU, seed 0:
+    the references and the trials of a 3-trial budget, 2 windows of 1 s, no follow-ups; its
+    process and results folder. Trials, not a time budget: a loaded machine slows the run but
+    does not change what it measures."""
+    results = tmp_path / "results"
+    env = {**os.environ, "TUNER_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--workload", f"tests.landscapes:{name}",
+         "--device", "cpu", "--trials", "3", "--seed", "0", "--windows", "2",
+         "--window-s", "1", "--confirm", "0", "--no-ceiling", "--results", str(results)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return proc, results
+
+
 def tuner_in_process(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``tuner(*args)`` through ``tuner.cli.main`` in this process (click's CliRunner, 200
     columns; ``env["TUNER_CACHE"]`` when given), as a completed process: exit code, stdout,

@@ -265,19 +265,9 @@ def test_a_run_answers_workers_past_the_cores_at_what_a_full_trial_sustains(tmp_
     trial's 2 CPUs, the answer has more workers than cores, and its reported rate is within
     25 % of what a full trial of the same knobs (three windows) sustains. Trials, not a time
     budget: a loaded machine then slows the run but does not change what it measures."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO_ROOT
+    from tests.conftest import run_landscape
     from tuner import leaderboard, winner
-    results = tmp_path / "results"
-    env = {**os.environ, "TUNER_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tuner", "run", "--workload", "tests.landscapes:io_bound",
-         "--device", "cpu", "--trials", "3", "--seed", "0", "--windows", "2",
-         "--window-s", "1", "--confirm", "0", "--no-ceiling", "--results", str(results)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc, results = run_landscape(tmp_path, "io_bound")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "past this node's" in proc.stdout and "waits on I/O" in proc.stdout
     answer = winner.best(leaderboard.read(results, workload=io_bound.name).to_pylist())

@@ -7,16 +7,13 @@ the tuner on one of them answers within what the landscape allows. The search-qu
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import tests.landscapes as landscapes
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_landscape
 from tests.landscapes import LANDSCAPES, Landscape
 from tuner import leaderboard, winner
 from tuner.knobs import Knobs
@@ -143,13 +140,7 @@ def test_a_run_answers_within_what_the_landscape_allows(tmp_path):
     search trial over the memory limit, and only those, ended oom. Trials, not a time budget:
     a loaded machine then slows the run but does not change what it measures."""
     w = landscapes.memory_capped
-    results = tmp_path / "results"
-    env = {**os.environ, "TUNER_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tuner", "run", "--workload", "tests.landscapes:memory_capped",
-         "--device", "cpu", "--trials", "3", "--seed", "0", "--windows", "2",
-         "--window-s", "1", "--confirm", "0", "--no-ceiling", "--results", str(results)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc, results = run_landscape(tmp_path, "memory_capped")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = leaderboard.read(results, workload=w.name).to_pylist()
     search = [r for r in rows if phase_of(r) == Phase.SEARCH]
