@@ -62,22 +62,31 @@ TARGET = 0.9
 """The answer's share of the optimum each landscape and seed should reach."""
 
 
-def run_once(name: str, seed: int, args, logs: Path) -> dict:
-    """One ``tuner run`` of landscape ``name`` with ``seed``; its figures (see the module)."""
-    results = Path(tempfile.mkdtemp(prefix=f"landscape-{name}-{seed}-"))
-    command = [sys.executable, "-m", "tuner", "run", "--workload", import_path(name),
-               "--time-budget", str(args.time_budget), "--seed", str(seed),
-               "--results", str(results), *args.run_arg]
-    env = {**os.environ, "COLUMNS": "200",
+def run_logged(command: list[str], env: dict[str, str], log: Path
+               ) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Runs ``command`` from the repository root (its environment with ``env``, the checkout
+    on ``PYTHONPATH``, 200 columns), writes its command, exit code, wall time and output to
+    ``log``; returns the process, its wall seconds and the 1-minute load average before it."""
+    env = {**os.environ, **env, "COLUMNS": "200",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
                                                      os.environ.get("PYTHONPATH")) if p)}
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     wall_s = time.perf_counter() - started
-    log = logs / f"{name}-seed{seed}.log"
     log.write_text(f"$ {shlex.join(command)}\n# exit {proc.returncode}, {wall_s:.1f} s\n"
                    f"{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+    return proc, wall_s, load_before
+
+
+def run_once(name: str, seed: int, args, logs: Path) -> dict:
+    """One ``tuner run`` of landscape ``name`` with ``seed``; its figures (see the module)."""
+    results = Path(tempfile.mkdtemp(prefix=f"landscape-{name}-{seed}-"))
+    command = [sys.executable, "-m", "tuner", "run", "--workload", import_path(name),
+               "--time-budget", str(args.time_budget), "--seed", str(seed),
+               "--results", str(results), *args.run_arg]
+    log = logs / f"{name}-seed{seed}.log"
+    proc, wall_s, load_before = run_logged(command, {}, log)
     workload = LANDSCAPES[name]
     rows = leaderboard.read(results, workload=workload.name).to_pylist()
     search = [r for r in rows if phase_of(r) == Phase.SEARCH]

@@ -35,17 +35,16 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
+from landscapes import run_logged  # noqa: E402
 from price_error import table as price_table  # noqa: E402
 
 from tests import simulated_gpu  # noqa: E402
@@ -69,16 +68,8 @@ def run_once(label: str, extra: list[str], budget_s: int, logs: Path) -> dict:
     command = [sys.executable, "-m", "tuner", "run", "--workload", "tests.simulated_h200:ddpm",
                "--device", "cuda", "--time-budget", str(budget_s), "--results", str(results),
                *extra]
-    env = {**os.environ, **simulated_gpu.hook_environment(), "COLUMNS": "200",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
-                                                     os.environ.get("PYTHONPATH")) if p)}
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-    wall_s = time.perf_counter() - started
     log = logs / f"simulated-h200-{label}.log"
-    log.write_text(f"$ {shlex.join(command)}\n# exit {proc.returncode}, {wall_s:.1f} s\n"
-                   f"{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+    proc, wall_s, load_before = run_logged(command, simulated_gpu.hook_environment(), log)
     rows = leaderboard.read(results, workload=ddpm.name).to_pylist() if \
         (results / "leaderboard").exists() else []
     search = [r for r in rows if phase_of(r) == Phase.SEARCH]
