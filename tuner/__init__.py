@@ -43,7 +43,7 @@ import, even at run time, reaches a higher floor):
   the loader wraps; ``integrations/lightning``, which nothing below imports, sits with the
   results);
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
-  ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``step_fit``
+  ``history`` (leaderboard rows typed, and the questions asked of them), ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``step_fit``
   (step time as a line in the batch), ``compile_finalists`` (compile measured at the
   finalists: mode, place, price), ``windows``,
   ``codegen``, ``_deprecated`` (moved names), ``integrations/transformers_args`` (knobs as

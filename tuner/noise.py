@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from tuner._deprecated import moved
+from tuner.history import impossible  # noqa: F401  (the rule lives with the rows)
 from tuner.status import Phase, Status, phase_of
 
 CONFIDENCE = 0.95
@@ -304,22 +305,6 @@ def simplicity(knobs: Mapping, baseline: Mapping | None) -> tuple[int, int, int]
         knobs.get(name) != baseline.get(name) for name in Knobs.names())
     return (0 if knobs.get("compile") in (None, "off") else 1,
             knobs.get("num_workers") or 0, differing)
-
-
-def impossible(row: Mapping) -> str | None:
-    """Why a measured row's figures cannot be true, or None: a non-positive samples/sec or
-    step time, or a model FLOPs utilisation above 100 % of the card's peak (``mfu_pct``). Such
-    a row is a disturbed measurement (or a wrong ``--peak-tflops``), never a result."""
-    sps, step = row.get("samples_per_sec"), row.get("step_time_ms_p50")
-    if sps is not None and sps <= 0:
-        return f"non-positive samples/sec ({sps:g})"
-    if step is not None and step <= 0:
-        return f"non-positive step time ({step:g} ms)"
-    mfu = row.get("mfu_pct")
-    if row.get("mfu_impossible") or (mfu is not None and mfu > 100):
-        return f"MFU {mfu:.0f} % is above 100 % of the card's peak" if mfu is not None else \
-            "MFU above 100 % of the card's peak"
-    return None
 
 
 DRIFT_NOTE_CV = 0.05
