@@ -55,6 +55,7 @@ FLOORS = {
         "tuner.cluster", "tuner.data",
         "tuner.integrations.transformers"},  # the loader wraps a transformers.Trainer with it
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.history", "tuner.errors",
+        "tuner.followup_policy",
         "tuner.budget", "tuner.costs", "tuner.step_fit", "tuner.compile_finalists",
         "tuner.price_errors", "tuner.windows", "tuner._deprecated", "tuner.codegen",
         "tuner.integrations.transformers_args"},
@@ -62,7 +63,8 @@ FLOORS = {
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
 
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
-              "tuner.status", "tuner.history", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
+              "tuner.status", "tuner.history", "tuner.followup_policy", "tuner.errors",
+              "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
               "tuner.step_fit", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",

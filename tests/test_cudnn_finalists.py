@@ -14,7 +14,7 @@ import pytest
 import tuner.costs as costs
 import tuner.followups as followups
 import tuner.winner as winner_rule
-from tests.test_followups import BASE, BUSY, fake_plan, make_row
+from tests.test_followups import BASE, BUSY, fake_plan, make_row, rounds_todo
 from tuner.knobs import Knobs
 from tuner.option_checks import make_plan
 from tuner.plan import REMEASURE_ROUNDS, Resources
@@ -197,11 +197,11 @@ def test_the_rounds_price_the_autotuning_once_not_in_every_round():
     assert followups.cost_s(fake_plan(), rows, on, 2) == pytest.approx(screen + 10.35)
     assert followups.cost_s(fake_plan(), rows, on, 2, tuned=True) == pytest.approx(screen)
     plan = fake_plan(left=2 * REMEASURE_ROUNDS * screen + 10.35 + 0.1)
-    todo = followups.rounds_todo(plan, rows, configs, range(1, REMEASURE_ROUNDS + 1), 2)
+    todo = rounds_todo(plan, rows, configs, range(1, REMEASURE_ROUNDS + 1), 2)
     assert [r for r, _ in todo] == [1, 1, 2, 2, 3, 3]
     # where processes are not reused, every round pays it
     plan = fake_plan(left=plan.time_left_s(), reused=False)
-    todo = followups.rounds_todo(plan, rows, configs, range(1, REMEASURE_ROUNDS + 1), 2)
+    todo = rounds_todo(plan, rows, configs, range(1, REMEASURE_ROUNDS + 1), 2)
     assert [r for r, _ in todo] == [1, 1, 2, 2]
 
 
@@ -231,7 +231,7 @@ def test_only_trials_run_one_after_another_on_one_device_keep_their_process(opti
 
 
 def test_a_short_re_measurement_leaves_out_the_lower_ranked_on_variants_first():
-    """``fitting_configs`` drops from the end of the searched finalists: the third's
+    """The follow-up policy drops from the end of the searched finalists: the third's
     on-variant, then the second's, and keeps the first-ranked as screened."""
     rows = screened_rows()
     on = [k.replace(cudnn_benchmark=True) for k in (A, B, C)]
@@ -239,7 +239,8 @@ def test_a_short_re_measurement_leaves_out_the_lower_ranked_on_variants_first():
     for left in range(60, 400, 10):
         plan = fake_plan(left=float(left), ceiling=False, cudnn_at_finalists=True)
         _, configs = followups.remeasure_configs(plan, rows)
-        kept, dropped = followups.fitting_configs(plan, rows, configs, plan.round_windows)
+        decided = followups.round_plan(plan, rows, configs)
+        kept, dropped = decided.configs, decided.dropped
         searched = [k for k, ref in kept if ref is None]
         assert searched == [A, *on][:len(searched)]
         assert len(kept) + dropped == len(configs)

@@ -210,7 +210,18 @@ def test_every_name_the_helper_serves_has_a_test_above():
     tested = {f"{old}.{name}" for old, name, _ in MOVED}
     tested |= {f"tuner.leaderboard.{name}" for name, _, _ in REPLACED}
     tested |= {"tuner.workload.BUILTIN_DIR", "tuner.workload.BUILTIN_PACKAGE"}  # tests above
+    tested |= {"tuner.plan.CEILING_TRIALS"}  # test below
     assert set(deprecation.DEPRECATIONS) == tested
+
+
+def test_the_ceiling_trials_of_the_split_still_read_with_a_warning_naming_the_policy():
+    """The split asks the follow-up policy what the follow-ups measure; the old constant still
+    reads as the winner's own ceilings it counts."""
+    from tuner.followup_policy import OWN_CEILINGS
+    value, message = _read_old("tuner.plan", "CEILING_TRIALS")
+    assert value == len(OWN_CEILINGS) == 4
+    assert re.match(rf"tuner\.plan\.CEILING_TRIALS {_VERSIONS}use tuner\.followup_policy\."
+                    r"FollowupPolicy\.need", message), message
 
 
 def test_no_deprecated_name_outlives_its_removal_version():

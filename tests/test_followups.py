@@ -12,6 +12,8 @@ import tuner.budget as budget
 import tuner.costs as costs
 import tuner.followups as followups
 import tuner.winner as winner_rule
+from tuner.followup_policy import FollowupPolicy
+from tuner.history import History
 from tuner.knobs import Knobs
 from tuner.plan import REMEASURE_ROUNDS, Plan
 from tuner.progress import _phase_text
@@ -71,6 +73,26 @@ def fake_plan(*, left: float | None = None, confirm: int = 3, ceiling: bool = Tr
         device_space=space or Space("test", {"batch_size": Choices((8, 32, 256))}, {}))
 
 
+def policy_for(plan, rows: list[dict]) -> tuple:
+    """The follow-up policy of ``plan``, the run's typed rows and their prices."""
+    history = followups.history_of(plan, rows)
+    return FollowupPolicy.of(plan), history, followups.Pricer(plan, history)
+
+
+def rounds_todo(plan, rows: list[dict], configs: list, rounds: range, windows: int,
+                timed: bool = True) -> list:
+    """``FollowupPolicy.rounds_todo`` in ``plan``'s time left (``timed``; else unlimited)."""
+    policy, history, prices = policy_for(plan, rows)
+    return policy.rounds_todo(history, configs, rounds, windows, prices,
+                              plan.time_left_s() if timed else None)
+
+
+def reserve_s(plan, rows: list[dict], configs: list) -> float:
+    """``FollowupPolicy.reserve_s``: the compute-only ceiling's time beside the rounds."""
+    policy, history, prices = policy_for(plan, rows)
+    return policy.reserve_s(history, configs, prices)
+
+
 def run_all(plan, rows: list[dict], sps: float = 100.0) -> tuple[list, list]:
     """Drive ``followups.followups`` as the driver does: each batch's trials append one ok row
     each before the next batch is asked for. Returns (batches, events)."""
@@ -96,7 +118,7 @@ def test_a_run_with_time_plans_rounds_then_the_ceilings_each_from_the_rows_befor
     assert [change["ceiling"] for change in ceilings.per_trial] == [
         "compute", "loader", "machine-loader", "machine-compute", "core-compute", "core-loader"]
     assert [kind for kind, _ in events] == ["phase", "phase"]
-    assert events[0][1] == remeasure.event and events[1][1] == ceilings.event
+    assert events[0][1] == remeasure.event.data() and events[1][1] == ceilings.event.data()
     # done: a second pass over the same rows (a resumed run) plans nothing more
     assert run_all(fake_plan(), rows) == ([], [])
 
@@ -136,8 +158,8 @@ def test_without_a_remeasurement_the_ceilings_are_the_search_bests():
 
 def test_rows_of_another_accelerator_type_are_not_this_types():
     rows = search_rows() + [make_row(9, FAST, phase="remeasure", accelerator_type="A10G")]
-    assert followups.type_rows(fake_plan(), rows) == search_rows()
-    assert len(followups.type_rows(fake_plan(accelerator="A10G"), rows)) == 1
+    assert followups.history_of(fake_plan(), rows).dicts() == search_rows()
+    assert len(followups.history_of(fake_plan(accelerator="A10G"), rows)) == 1
 
 
 def test_the_remeasured_configurations_can_win_and_compare_with_a_reference():
@@ -154,10 +176,12 @@ def test_the_remeasured_configurations_can_win_and_compare_with_a_reference():
 def test_round_batch_runs_the_rounds_from_the_first_one_missing():
     configs = [(FAST, None), (BASE, "baseline")]
     rows = search_rows() + [make_row(9, FAST, phase="remeasure")]
-    batch = followups.round_batch(fake_plan(), rows, configs, first=1)
+    decided = followups.round_plan(fake_plan(), rows, configs)
+    assert (decided.configs, decided.windows, decided.fits) == (tuple(configs), 2, True)
+    batch = followups.round_batch(fake_plan(), rows, decided, first=1)
     assert batch.configs == [(BASE, "baseline")] + configs * (REMEASURE_ROUNDS - 1)
-    assert (batch.event["round"], batch.event["last_round"]) == (1, REMEASURE_ROUNDS)
-    assert followups.round_batch(fake_plan(), rows, configs, first=REMEASURE_ROUNDS + 1) is None
+    assert (batch.event.round, batch.event.last_round) == (1, REMEASURE_ROUNDS)
+    assert followups.round_batch(fake_plan(), rows, decided, first=REMEASURE_ROUNDS + 1) is None
 
 
 def test_rounds_todo_stops_at_the_first_round_the_time_left_cannot_hold():
@@ -165,9 +189,9 @@ def test_rounds_todo_stops_at_the_first_round_the_time_left_cannot_hold():
     rows = search_rows()
     one_round_s = sum(costs.trial_cost_s(rows, k, 2, 1.0) for k, _ in configs)
     plan = fake_plan(left=2.5 * one_round_s)
-    todo = followups.rounds_todo(plan, rows, configs, range(1, 4), 2)
+    todo = rounds_todo(plan, rows, configs, range(1, 4), 2)
     assert [r for r, _ in todo] == [1, 1, 2, 2]
-    assert len(followups.rounds_todo(plan, rows, configs, range(1, 4), 2, timed=False)) == 6
+    assert len(rounds_todo(plan, rows, configs, range(1, 4), 2, timed=False)) == 6
 
 
 def test_the_rounds_leave_the_compute_only_ceiling_its_time_when_they_fit_beside_it():
@@ -178,24 +202,26 @@ def test_the_rounds_leave_the_compute_only_ceiling_its_time_when_they_fit_beside
     rows = search_rows()
     configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
     round_s = {k: costs.trial_cost_s(rows, k, 2, 1.0) for k, _ in configs}
-    ceiling_s = followups.ceiling_reserve_s(fake_plan(), rows, configs)
+    ceiling_s = reserve_s(fake_plan(), rows, configs)
     assert ceiling_s == costs.trial_cost_s(rows, BUSY, 3, 1.0) > 0
     every_round_s = REMEASURE_ROUNDS * sum(round_s.values())
     plan = fake_plan(left=every_round_s + ceiling_s / 2)   # all rounds, or rounds less FAST
-    kept, dropped = followups.fitting_configs(plan, rows, configs, 2)
-    assert (kept, dropped) == ([(BUSY, "recommended"), (BASE, "baseline")], 1)
-    batch = followups.round_batch(plan, rows, kept, first=1, dropped=dropped)
-    assert len(batch.configs) == 2 * REMEASURE_ROUNDS
+    decided = followups.round_plan(plan, rows, configs)
+    assert (decided.configs, decided.dropped, decided.windows) == (
+        ((BUSY, "recommended"), (BASE, "baseline")), 1, 2)
+    assert decided.reserve_s == ceiling_s and decided.fits
+    batch = followups.round_batch(plan, rows, decided, first=1)
+    assert len(batch.configs) == 2 * REMEASURE_ROUNDS and batch.event.ceiling_kept
     assert plan.time_left_s() - sum(round_s[k] for k, _ in batch.configs) >= ceiling_s
     # without --ceiling, or with the ceiling measured, nothing is kept back
-    assert followups.fitting_configs(fake_plan(left=plan.time_left_s(), ceiling=False), rows,
-                                     configs, 2) == (configs, 0)
+    roomy = followups.round_plan(fake_plan(left=plan.time_left_s(), ceiling=False), rows, configs)
+    assert (roomy.configs, roomy.dropped, roomy.windows) == (tuple(configs), 0, 2)
     measured = rows + [make_row(9, BUSY, phase="ceiling", ceiling="compute")]
-    assert followups.ceiling_reserve_s(plan, measured, configs) == 0.0
+    assert reserve_s(plan, measured, configs) == 0.0
     # the references' and the winner's rounds alone do not fit beside it: they run first
     tight = fake_plan(left=REMEASURE_ROUNDS * (round_s[BUSY] + round_s[BASE]) + ceiling_s / 2)
-    batch = followups.round_batch(tight, rows, kept, first=1)
-    assert len(batch.configs) == 2 * REMEASURE_ROUNDS
+    batch = followups.round_batch(tight, rows, decided, first=1)
+    assert len(batch.configs) == 2 * REMEASURE_ROUNDS and not batch.event.ceiling_kept
 
 
 def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
@@ -212,12 +238,11 @@ def test_three_rounds_of_fewer_windows_come_before_two_rounds_of_more():
         return sum(followups.cost_s(fake_plan(warmup_steps=2), rows, k, windows)
                    for k, _ in configs)
 
-    ceiling_s = followups.ceiling_reserve_s(fake_plan(warmup_steps=2), rows, configs)
+    ceiling_s = reserve_s(fake_plan(warmup_steps=2), rows, configs)
     assert round_s(1) < round_s(2) and ceiling_s > 0
 
     def windows_for(left: float) -> int:
-        return followups.fitting_round_windows(fake_plan(left=left, warmup_steps=2), rows,
-                                               configs)
+        return followups.round_plan(fake_plan(left=left, warmup_steps=2), rows, configs).windows
 
     assert fake_plan().round_windows == 2
     assert windows_for(REMEASURE_ROUNDS * round_s(2) + ceiling_s) == 2
@@ -251,7 +276,7 @@ def test_a_round_of_one_window_is_priced_with_its_steady_state_probes():
     rows = search_rows()                          # steps of 2.5 ms, windows of 1 s
     plan = fake_plan()
     for knobs, _ in configs:
-        assert followups.round_trial_settings(plan, rows, knobs, 1) == {}
+        assert followups.Pricer(plan, rows).round_changes(knobs, 1) == {}
         screen_priced = costs.trial_cost_s(rows, knobs, 1, 1.0)   # no probes
         assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(screen_priced + 2 * 0.5)
         assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(
@@ -264,7 +289,7 @@ def test_a_round_of_one_window_is_priced_with_its_steady_state_probes():
     one_round_s = sum(followups.cost_s(plan, rows, k, 1) for k, _ in configs)
     for left in (0.5, 1.0, 2.0, 3.0, 3.5, 5.0):
         plan.time_left_s = lambda: left * one_round_s
-        assert followups.fitting_round_windows(plan, rows, configs) == 2
+        assert followups.round_plan(plan, rows, configs).windows == 2
 
 
 def test_a_round_of_one_window_of_long_steps_runs_no_probes():
@@ -279,9 +304,10 @@ def test_a_round_of_one_window_of_long_steps_runs_no_probes():
     plan = fake_plan(ceiling=False)
     plan.settings.window_s = window_s
     for knobs, _ in configs:
-        assert followups.round_trial_settings(plan, rows, knobs, 1) == {"max_steady_probes": 0}
-        assert followups.round_trial_settings(plan, rows, knobs, 2) == {}
-        unprobed = followups.round_trial_settings(plan, rows, knobs, 1)
+        pricer = followups.Pricer(plan, rows)
+        assert pricer.round_changes(knobs, 1) == {"max_steady_probes": 0}
+        assert pricer.round_changes(knobs, 2) == {}
+        unprobed = pricer.round_changes(knobs, 1)
         assert followups.cost_s(plan, rows, knobs, 1, changes=unprobed) == (
             costs.trial_cost_s(rows, knobs, 1, window_s))
         assert followups.cost_s(plan, rows, knobs, 1) == pytest.approx(   # were they run
@@ -318,7 +344,7 @@ def test_a_configuration_that_fits_at_the_windows_the_rounds_get_is_not_left_out
                                       for k, _ in which)
 
     required = [configs[0], configs[2]]
-    assert followups.required_configs(rows, configs) == required
+    assert FollowupPolicy.required(History.of(rows), configs) == required
     # every round of all three fits at one window, not the two's at two windows
     left = rounds_s(1, configs) + 0.1
     assert left < rounds_s(2, required)
@@ -359,7 +385,7 @@ def test_no_finalist_is_left_out_for_a_ceiling_the_rounds_leave_no_time_for():
 
     plan = fake_plan(warmup_steps=2, windows=8)
     plan.settings.window_s = 3.0
-    ceiling_s = followups.ceiling_reserve_s(plan, rows, configs)
+    ceiling_s = reserve_s(plan, rows, configs)
     required_1_s = REMEASURE_ROUNDS * (followups.cost_s(plan, rows, BUSY, 1)
                                        + followups.cost_s(plan, rows, BASE, 1))
     fast_1_s = REMEASURE_ROUNDS * followups.cost_s(plan, rows, FAST, 1)
@@ -385,13 +411,17 @@ def test_a_finalist_stays_where_the_required_rounds_leave_the_ceiling_no_time(mo
     required rounds beside an 8-window ceiling (60 + 80 s), so the ceiling's time is not kept
     and the finalist is not left out for it."""
     per_window_s = {BUSY: 10.0, BASE: 10.0, FAST: 2.0}
-    monkeypatch.setattr(followups, "cost_s",
-                        lambda plan, rows, knobs, windows, **_: per_window_s[knobs] * windows)
+    monkeypatch.setattr(followups.Pricer, "round_s",
+                        lambda self, knobs, windows, tuned: per_window_s[knobs] * windows)
+    monkeypatch.setattr(followups.Pricer, "trial_s",
+                        lambda self, knobs: per_window_s[knobs] * self.plan.settings.windows)
     rows = search_rows()
     configs = [(BUSY, "recommended"), (FAST, None), (BASE, "baseline")]
     plan = fake_plan(windows=8, left=REMEASURE_ROUNDS * (10.0 + 10.0 + 2.0) + 0.1)
-    assert followups.ceiling_reserve_s(plan, rows, configs) == 80.0
-    assert followups.fitting_configs(plan, rows, configs, 1) == (configs, 0)
+    assert reserve_s(plan, rows, configs) == 80.0
+    decided = followups.round_plan(plan, rows, configs)
+    assert (decided.configs, decided.dropped, decided.windows) == (tuple(configs), 0, 1)
+    assert decided.reserve_s == 0.0
 
 
 def test_a_resumed_run_sizes_the_windows_of_its_next_round_not_of_a_recorded_one():
@@ -408,7 +438,7 @@ def test_a_resumed_run_sizes_the_windows_of_its_next_round_not_of_a_recorded_one
     left = one_round_s[1] + 0.1
     assert left < one_round_s[2] and left < 2 * one_round_s[1]
     plan = fake_plan(left=left, ceiling=False, warmup_steps=10)
-    assert followups.fitting_round_windows(plan, rows, configs) == 1
+    assert followups.round_plan(plan, rows, configs).windows == 1
     events: list[dict] = []
     batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
     assert batch.settings == {"windows": 1} and events[0]["round"] == 2
@@ -424,14 +454,15 @@ def test_a_resumed_run_sizes_the_windows_of_the_round_an_impossible_figure_added
     rows = long_step_rows(search_rows() + [
         make_row(10 + 2 * r + i, k, reference=ref, phase="remeasure")
         for r in range(REMEASURE_ROUNDS) for i, (k, ref) in enumerate(configs)])
-    assert followups.rounds_total(rows) == REMEASURE_ROUNDS
+    policy = FollowupPolicy.of(fake_plan())
+    assert policy.rounds_total(History.of(rows)) == REMEASURE_ROUNDS
     rows[-1]["mfu_pct"] = 140.0      # above the card's peak: a disturbed measurement
-    assert followups.rounds_total(rows) == REMEASURE_ROUNDS + 1
+    assert policy.rounds_total(History.of(rows)) == REMEASURE_ROUNDS + 1
     one_round_s = {w: sum(followups.cost_s(fake_plan(warmup_steps=10), rows, k, w)
                           for k, _ in configs) for w in (1, 2)}
     plan = fake_plan(left=one_round_s[1] + 0.1, ceiling=False, warmup_steps=10)
     assert plan.time_left_s() < one_round_s[2]
-    assert followups.fitting_round_windows(plan, rows, configs) == 1
+    assert followups.round_plan(plan, rows, configs).windows == 1
     events: list[dict] = []
     batch = next(followups.rounds(plan, rows, configs, lambda _, data: events.append(data)))
     assert batch.settings == {"windows": 1} and events[0]["round"] == REMEASURE_ROUNDS + 1

@@ -21,7 +21,8 @@ def row(knobs: Knobs = A, **columns) -> dict:
 def test_a_row_is_read_once_into_typed_fields():
     r = TrialRow.of(row(B, reference="baseline", trial_id="t1", accelerator_type="H200",
                         data_path="cache", error=None, extra_column="kept raw"))
-    assert r.knobs == B.replace(data_path="cache") and r.status is Status.OK and r.phase is Phase.SEARCH
+    assert r.knobs == B.replace(data_path="cache") and r.status is Status.OK
+    assert r.phase is Phase.SEARCH
     assert (r.reference, r.trial_id, r.accelerator_type, r.data_path) == (
         "baseline", "t1", "H200", "cache")
     assert r.raw["extra_column"] == "kept raw" and r.ok and r.ceiling is None

@@ -16,9 +16,9 @@ import, even at run time, reaches a higher floor):
   (the run's plan and its budget terms), ``option_checks`` (the options checked and made a
   plan), ``search_policy`` (what the space keeps, where the search starts; above ``plan``),
   ``searcher`` (the Optuna search), ``staging`` (the run's phases as one Ray Tune
-  experiment), ``probe`` (memory), ``followups`` (re-measurement,
-  ceilings), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``; beside them ``checks``
-  (``validate`` and ``profile`` of one configuration, as values);
+  experiment), ``probe`` (memory), ``followups`` (re-measurement, ceilings: the follow-up
+  policy's plan run as batches), ``pruning``, ``recorder``, ``ray_runtime``, ``runlock``;
+  beside them ``checks`` (``validate`` and ``profile`` of one configuration, as values);
 * results, torch-free: ``leaderboard`` (Parquet rows), ``winner`` (the answer),
   ``compile_payback`` (whether ``torch.compile`` pays for it), ``ceilings``
   (what bounds it, and the verdict of each ceiling), ``scaling`` (world sizes), ``noise``,
@@ -43,7 +43,9 @@ import, even at run time, reaches a higher floor):
   the loader wraps; ``integrations/lightning``, which nothing below imports, sits with the
   results);
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
-  ``history`` (leaderboard rows typed, and the questions asked of them), ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``step_fit``
+  ``history`` (leaderboard rows typed, and the questions asked of them), ``errors``,
+  ``budget`` (the run's time), ``followup_policy`` (what the re-measurement keeps in the time
+  left, as one plan value), ``costs`` (one price per trial), ``step_fit``
   (step time as a line in the batch), ``compile_finalists`` (compile measured at the
   finalists: mode, place, price), ``windows``,
   ``codegen``, ``_deprecated`` (moved names), ``integrations/transformers_args`` (knobs as

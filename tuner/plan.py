@@ -16,7 +16,8 @@ from pathlib import Path
 
 import tuner.budget as budget
 import tuner.leaderboard as leaderboard
-from tuner._deprecated import moved
+from tuner._deprecated import Replacement, moved
+from tuner.followup_policy import OWN_CEILINGS, REMEASURE_ROUNDS, FollowupPolicy
 from tuner.knobs import Knobs
 from tuner.probe import ComputeCurve, InputRate
 from tuner.searcher import MemoryLimits, SearchSpec
@@ -25,15 +26,9 @@ from tuner.space import Space
 from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
 from tuner.workload import Workload
 
-REMEASURE_ROUNDS = 3
-"""Interleaved re-measurement rounds (A B C, A B C, A B C). Each round gives one paired ratio
-per configuration; three give a t-interval with 2 degrees of freedom (quantile 4.3, where two
-rounds have 12.7: ``tuner.noise``)."""
-
-
-CEILING_TRIALS = 4
-"""Ceiling trials after the re-measurement: the winner's compute-only and loader-only rates,
-the machine's loader and compute limits (``tuner.followups.ceilings``)."""
+_CEILING_TRIALS = len(OWN_CEILINGS)
+"""``CEILING_TRIALS``'s value while it is deprecated: the split now asks the follow-up policy
+(``FollowupPolicy.need``)."""
 
 
 SCREEN_WINDOW_SHARE = 0.5
@@ -315,20 +310,16 @@ class Plan:
         return max(2, math.ceil(2 * self.settings.windows / REMEASURE_ROUNDS))
 
     def followup_share(self) -> float:
-        """Share of the time left kept for the follow-ups (``tuner.budget.followup_share``):
-        0 without them; with a trial count, the ``--confirm`` best and the references re-measured
-        in ``REMEASURE_ROUNDS`` rounds and the ``CEILING_TRIALS`` ceilings, weighed against the
-        search's trials, at most ``budget.max_followup_share`` of this run's budget; without
-        one ``budget.FOLLOWUP_SHARE``."""
-        confirm = self.options.confirm > 0
-        return budget.followup_share(  # a screened search trial measures its screening windows
+        """Share of the time left kept for the follow-ups (``tuner.budget.followup_share``) of
+        what the follow-up policy says they measure (``FollowupPolicy.need``: the finalists
+        and the references in its rounds, the winner's own ceilings), weighed against the
+        search's trials (a screened trial measures its screening windows), at most
+        ``budget.max_followup_share`` of this run's budget; 0 without follow-ups."""
+        need = FollowupPolicy.of(self).need(len(self.references))
+        return budget.followup_share(
             trials=self.trials, windows=self.screen_windows or self.settings.windows,
-            round_windows=self.round_windows,
-            remeasured=(self.options.confirm + len(self.references)
-                        + (1 if self.cudnn_at_finalists else 0)
-                        + (1 if self.compile_at_finalists else 0)) if confirm else 0,
-            rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0,
-            budget_s=self.time_budget_s)
+            round_windows=need.round_windows, remeasured=need.configs, rounds=need.rounds,
+            ceilings=need.ceilings, budget_s=self.time_budget_s)
 
     def for_accelerator(self, accelerator: str | None, *, type_slots: int,
                         node_cpus: int) -> "Plan":
@@ -345,5 +336,7 @@ def is_earlier_row(row: dict, run_id: str, scale: str) -> bool:
             and row["status"] in TELLS_MEMORY and phase_of(row) in (Phase.SEARCH, Phase.REMEASURE))
 
 
-__getattr__ = moved(__name__, {name: "tuner.budget" for name in (
-    "FOLLOWUP_SHARE", "MAX_FOLLOWUP_SHARE", "PLAN_AGE_S")})
+__getattr__ = moved(__name__, {
+    **{name: "tuner.budget" for name in ("FOLLOWUP_SHARE", "MAX_FOLLOWUP_SHARE", "PLAN_AGE_S")},
+    "CEILING_TRIALS": Replacement("tuner.plan:_CEILING_TRIALS",
+                                  "use tuner.followup_policy.FollowupPolicy.need(...).ceilings")})
