@@ -79,7 +79,8 @@ sys.path.insert(0, str(ROOT))
 
 import tuner  # noqa: E402
 from tuner.driver import RunInterrupted  # noqa: E402
-from tuner.knobs import Knobs, knob_text, new_cudnn_shapes  # noqa: E402
+from tuner.history import History  # noqa: E402
+from tuner.knobs import knob_text, new_cudnn_shapes  # noqa: E402
 from tuner.option_checks import make_plan  # noqa: E402
 from tuner.probe import candidates  # noqa: E402
 from tuner.settings import SCALES, RunOptions, default_scale  # noqa: E402
@@ -447,11 +448,10 @@ def _mark_partial(out: dict, column: str, row: dict) -> None:
 
 
 def budget_stopped_best(rows: list[dict]) -> dict | None:
-    """The fastest measured row the time budget stopped (``timeout`` with at least one
-    finished window) among the run's search and re-measurement rows; None without one."""
-    stopped = [r for r in rows if r.get("status") == Status.TIMEOUT
-               and r.get("phase") != "ceiling" and figure_of(r) is not None]
-    return max(stopped, key=figure_of, default=None)
+    """The fastest measured row the time budget stopped among the run's search and
+    re-measurement rows (``tuner.history.History.budget_stopped_best``); None without one."""
+    best = History.of(rows).budget_stopped_best()
+    return None if best is None else best.raw
 
 
 def _fill_answer(row: dict, result, device: str) -> dict | None:
@@ -494,14 +494,10 @@ def cudnn_decision(rows: list[dict]) -> str | None:
     means of its ok re-measurement rounds each way and their ratio, with the on-variant's
     longest first step (cuDNN's autotuning at its shape); None where no configuration was
     re-measured both ways."""
-    rounds: dict[Knobs, dict[bool, list[dict]]] = {}
-    for r in rows:
-        if r.get("phase") == "remeasure" and r.get("status", "ok") == "ok" and figure_of(r):
-            key = Knobs.from_dict(r, strict=False).replace(cudnn_benchmark=False)
-            rounds.setdefault(key, {}).setdefault(bool(r.get("cudnn_benchmark")), []).append(r)
-    both = next((ways for ways in rounds.values() if len(ways) == 2), None)
-    if both is None:
+    pair = History.of(rows).cudnn_both_ways()   # (without, with): the run's own decision
+    if pair is None:
         return None
+    both = {way: [r.raw for r in typed] for way, typed in zip((False, True), pair)}
     on, off = (statistics.geometric_mean([figure_of(r) for r in both[way]])
                for way in (True, False))
     first = max((r.get("first_step_s") or 0.0 for r in both[True]), default=0.0)
@@ -514,19 +510,13 @@ def cudnn_decision(rows: list[dict]) -> str | None:
 def search_counts(rows: list[dict]) -> list[int]:
     """[search trials, those screened]: the run's search-phase rows (references and structured
     points included), and the screening trials among them (``screens``)."""
-    return [sum(1 for r in rows if _is_search(r)), len(screens(rows))]
-
-
-def _is_search(row: dict) -> bool:
-    return (row.get("phase") or "search") == "search"
+    history = History.of(rows)
+    return [len(history.search()), len(history.screens())]
 
 
 def screens(rows: list[dict]) -> list[dict]:
-    """The screening trials among ``rows``: search-phase rows planned to measure fewer windows
-    than the most any search row planned (a reference's full measurement)."""
-    search = [r for r in rows if _is_search(r)]
-    full = max((r.get("windows_planned") or 0 for r in search), default=0)
-    return [r for r in search if 0 < (r.get("windows_planned") or 0) < full]
+    """The screening trials among ``rows`` (``tuner.history.History.screens``), as given."""
+    return [r.raw for r in History.of(rows).screens()]
 
 
 def screening_costs(rows: list[dict]) -> str | None:

@@ -528,3 +528,36 @@ def test_the_compute_ceiling_is_measured_again_only_when_far_below_the_winner():
     assert followups.ceiling_again_batch(fake_plan(), far_below).event["again"]
     rows.append(make_row(9, FAST, phase="ceiling", ceiling="compute", sps=61.0))
     assert followups.ceiling_again_batch(fake_plan(), rows) is None      # at the winner: stands
+
+
+def test_the_policy_checks_its_parameters_when_made():
+    policy = FollowupPolicy.of(fake_plan())
+    assert (policy.rounds, policy.round_windows, policy.least_windows) == (REMEASURE_ROUNDS, 2, 1)
+    for bad in ({"mode": "fastest"}, {"confirm": -1}, {"rounds": 0}, {"can_win_fraction": 0.0},
+                {"least_windows": 3}):
+        with pytest.raises(ValueError, match=f"bad follow-up policy {next(iter(bad))}="):
+            FollowupPolicy(**{"metric": "samples_per_sec", "mode": "max", "confirm": 3,
+                              "ceiling": True, "round_windows": 2, **bad})
+
+
+def test_the_candidates_come_in_one_declared_order():
+    """The ceiling's time kept before not; the most windows before fewer; every configuration
+    before fewer, the lowest-ranked searched one left out first, never a required one."""
+    configs = [(BUSY, "recommended"), (FAST, None), (Knobs(batch_size=4), None),
+               (BASE, "baseline")]
+    policy = FollowupPolicy.of(fake_plan())
+    got = [(len(kept), windows, ceiling) for kept, windows, ceiling
+           in policy.candidates(History.of(search_rows()), configs)]
+    assert got == [(n, w, c) for c in (True, False) for w in (2, 1) for n in (4, 3, 2)]
+    kept = [k for k, _, _ in policy.candidates(History.of(search_rows()), configs)][:3]
+    assert kept[1] == [configs[0], configs[1], configs[3]] and kept[2] == [configs[0], configs[3]]
+
+
+def test_the_split_counts_what_the_policy_measures():
+    """The budget's split (``Plan.followup_share``) asks the policy: the finalists, their
+    variants and the references in its rounds, and the winner's own ceilings."""
+    need = FollowupPolicy.of(fake_plan(cudnn_at_finalists=True)).need(references=2)
+    assert (need.configs, need.rounds, need.round_windows, need.ceilings) == (
+        3 + 2 + 1, REMEASURE_ROUNDS, 2, 4)
+    assert FollowupPolicy.of(fake_plan(confirm=0, ceiling=False)).need(2).configs == 0
+    assert FollowupPolicy.of(fake_plan(ceiling=False)).need(2).ceilings == 0

@@ -84,9 +84,11 @@ class FollowupPlan:
 @dataclass(frozen=True)
 class RoundsTodo:
     """The rounds one batch runs (``FollowupPolicy.next_rounds``): (round, configuration) in
-    order, and whether they leave the compute-only ceiling its time."""
+    order, whether they leave the compute-only ceiling its time, and the rounds in all now
+    (``FollowupPolicy.rounds_total``: a figure that cannot be true adds one)."""
     todo: tuple[tuple[int, Config], ...]
     ceiling_kept: bool
+    rounds: int
 
 
 @dataclass(frozen=True)
@@ -257,19 +259,21 @@ class FollowupPolicy:
                     cold: bool = False) -> RoundsTodo:
         """The rounds from ``first`` on (only ``first`` when ``cold``: a cold compile's round
         alone, the next planned from its row) of ``configs`` at ``plan.windows``, as many as
-        ``time_left_s`` holds: beside the ceiling's reserve where all of them fit beside it,
-        else without it (a speed-up matters more than what bounds it)."""
-        wanted = range(first, (first if cold else plan.rounds) + 1)
+        ``time_left_s`` holds (the rounds in all read anew: ``rounds_total``): beside the
+        ceiling's reserve where all of them fit beside it, else without it (a speed-up
+        matters more than what bounds it)."""
+        total = self.rounds_total(history)
+        wanted = range(first, (first if cold else total) + 1)
         reserve_s = self.reserve_s(history, configs, prices)
         every = self.rounds_todo(history, configs, wanted, plan.windows, prices)
         if time_left_s is None:
-            return RoundsTodo(tuple(every), reserve_s > 0)
+            return RoundsTodo(tuple(every), reserve_s > 0, total)
         todo = self.rounds_todo(history, configs, wanted, plan.windows, prices,
                                 time_left_s - reserve_s)
         if len(todo) == len(every):
-            return RoundsTodo(tuple(todo), reserve_s > 0)
+            return RoundsTodo(tuple(todo), reserve_s > 0, total)
         return RoundsTodo(tuple(self.rounds_todo(history, configs, wanted, plan.windows,
-                                                 prices, time_left_s)), False)
+                                                 prices, time_left_s)), False, total)
 
     # ------------------------------------------------------------------ the ceilings
 

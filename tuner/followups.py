@@ -314,7 +314,7 @@ def round_batch(plan: Plan, rows: Rows, decided: FollowupPlan, first: int) -> Ba
     return Batch(trials, Phase.REMEASURE, {"windows": decided.windows},
                  per_trial=per_trial if any(per_trial) else None,
                  event=RoundsEvent(len(trials), todo.todo[0][0], todo.todo[-1][0],
-                                   decided.rounds, decided.windows, plan.round_windows,
+                                   todo.rounds, decided.windows, plan.round_windows,
                                    decided.dropped if first == 1 else 0, todo.ceiling_kept,
                                    cold))
 

@@ -61,6 +61,8 @@ class TrialRow:
     data_path: str = "loader"
     accelerator_type: str | None = None
     trial_id: str | None = None
+    run_id: str | None = None
+    scale: str | None = None
     error: str | None = None
     samples_per_sec: float | None = None
     time_to_train_s: float | None = None
@@ -85,6 +87,7 @@ class TrialRow:
                    reference=get("reference"), ceiling=ceiling,
                    data_path=get("data_path") or "loader",
                    accelerator_type=get("accelerator_type"), trial_id=get("trial_id"),
+                   run_id=get("run_id"), scale=get("scale"),
                    error=get("error"), samples_per_sec=get("samples_per_sec"),
                    time_to_train_s=get("time_to_train_s"), windows=get("windows"),
                    windows_planned=get("windows_planned"), impossible=impossible(row),

@@ -9,6 +9,7 @@ values the device space keeps, where the search starts) is ``tuner.search_policy
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, replace
@@ -18,12 +19,13 @@ import tuner.budget as budget
 import tuner.leaderboard as leaderboard
 from tuner._deprecated import Replacement, moved
 from tuner.followup_policy import OWN_CEILINGS, REMEASURE_ROUNDS, FollowupPolicy
+from tuner.history import History, TrialRow
 from tuner.knobs import Knobs
 from tuner.probe import ComputeCurve, InputRate
 from tuner.searcher import MemoryLimits, SearchSpec
 from tuner.settings import RunOptions, TrialSettings
 from tuner.space import Space
-from tuner.status import TELLS_MEMORY, Phase, Status, phase_of
+from tuner.status import TELLS_MEMORY, Phase, Status
 from tuner.workload import Workload
 
 _CEILING_TRIALS = len(OWN_CEILINGS)
@@ -128,11 +130,15 @@ class Plan:
     def mode(self) -> str:
         return self.options.mode
 
+    @functools.cached_property
+    def prior_history(self) -> History:
+        """The resumed run's rows, typed, for the accelerator type being tuned."""
+        return History.of(self.prior_rows).on_type(self.accelerator_type)
+
     @property
     def prior_search_rows(self) -> list[dict]:
         """The resumed run's search rows for the accelerator type being tuned."""
-        return [r for r in self.prior_rows if phase_of(r) == Phase.SEARCH
-                and r.get("accelerator_type") == self.accelerator_type]
+        return [r.raw for r in self.prior_history.search()]
 
     @property
     def remaining_trials(self) -> int | None:
@@ -144,8 +150,7 @@ class Plan:
     @property
     def reference_params(self) -> list[tuple[str, dict, Knobs]]:
         """References still to measure: (name, their parameters in the device space, knobs)."""
-        done = {r["reference"] for r in self.prior_rows if r.get("reference")
-                and r.get("accelerator_type") == self.accelerator_type}
+        done = {r.reference for r in self.prior_history if r.reference}
         return [(name, self.device_space.project(knobs), knobs)
                 for name, knobs in self.references if name not in done]
 
@@ -207,8 +212,8 @@ class Plan:
         from it instead of measured: the resumed run's own rows (always), and with --warm-start
         earlier rows of this workload, scale and hardware (unless --remeasure)."""
         # A stopped trial's partial measurement too, as the searcher was told it when it ran.
-        seeds = [(r, True) for r in self.prior_search_rows if r["status"] in TELLS_MEMORY
-                 or (r["status"] in (Status.PRUNED, Status.TIMEOUT) and r[self.metric])]
+        seeds = [(r.raw, True) for r in self.prior_history.search() if r.status in TELLS_MEMORY
+                 or (r.status in (Status.PRUNED, Status.TIMEOUT) and r.figure(self.metric))]
         if self.options.warm_start:
             table = leaderboard.read(self.options.results, workload=self.workload.name,
                                      hardware_key=self.hardware_key)
@@ -290,12 +295,12 @@ class Plan:
         cluster a trial may run on another node: never assumed."""
         return self.options.address is None and self.trials_at_once() == 1
 
-    @property
+    @functools.cached_property
     def earlier_trial_ids(self) -> frozenset[str]:
         """The ``trial_id`` of the rows an earlier command of this run recorded (``--resume``):
         their trial processes are gone, and what they kept (cuDNN's autotuning at their
         shapes) with them."""
-        return frozenset(r["trial_id"] for r in self.prior_rows if r.get("trial_id"))
+        return frozenset(r.trial_id for r in History.of(self.prior_rows) if r.trial_id)
 
     @property
     def remeasure_rounds(self) -> int:
@@ -332,8 +337,9 @@ class Plan:
 def is_earlier_row(row: dict, run_id: str, scale: str) -> bool:
     """A row ``--warm-start`` seeds the search with: another run's measured search or
     re-measure row at this scale."""
-    return (row["run_id"] != run_id and row["scale"] == scale
-            and row["status"] in TELLS_MEMORY and phase_of(row) in (Phase.SEARCH, Phase.REMEASURE))
+    typed = TrialRow.of(row)
+    return (typed.run_id != run_id and typed.scale == scale and typed.status in TELLS_MEMORY
+            and typed.phase in (Phase.SEARCH, Phase.REMEASURE))
 
 
 __getattr__ = moved(__name__, {
