@@ -64,6 +64,8 @@ class TrialRow:
     run_id: str | None = None
     scale: str | None = None
     error: str | None = None
+    memory_exceeded: str | None = None
+    """What ran out ('device' or 'host') in an ``oom`` or ``over_limit`` row."""
     samples_per_sec: float | None = None
     time_to_train_s: float | None = None
     windows: int | None = None
@@ -88,7 +90,8 @@ class TrialRow:
                    data_path=get("data_path") or "loader",
                    accelerator_type=get("accelerator_type"), trial_id=get("trial_id"),
                    run_id=get("run_id"), scale=get("scale"),
-                   error=get("error"), samples_per_sec=get("samples_per_sec"),
+                   error=get("error"), memory_exceeded=get("memory_exceeded"),
+                   samples_per_sec=get("samples_per_sec"),
                    time_to_train_s=get("time_to_train_s"), windows=get("windows"),
                    windows_planned=get("windows_planned"), impossible=impossible(row),
                    budget_stopped=budget_stopped(row), raw=row)

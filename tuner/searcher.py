@@ -62,6 +62,7 @@ from tuner._deprecated import moved
 from tuner.budget import split_deadline_unix_s
 from tuner.costs import CostModel, TrialCost, TrialShape
 from tuner.errors import TunerError
+from tuner.history import TrialRow
 from tuner.knobs import COMPUTE_SWITCHES, HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
 from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
 from tuner.space import Space
@@ -539,15 +540,15 @@ class ConstrainedSearch(Searcher):
             violation = self.spec.limits.constraint(row)
             if violation is None:
                 continue
-            infeasible = violation > 0
-            value = self.spec.worst if infeasible else row[self.spec.metric]
+            infeasible, typed = violation > 0, TrialRow.of(row)
+            value = self.spec.worst if infeasible else typed.figure(self.spec.metric)
             if value is None:
                 continue
             self.study.add_trial(optuna.trial.create_trial(
                 params=params, distributions={k: distributions[k] for k in params}, value=value,
                 constraints={"memory": violation}))
-            if infeasible and row["status"] != Status.OK:
-                self.infeasible.add(params, row.get("memory_exceeded"))
+            if infeasible and typed.status != Status.OK:
+                self.infeasible.add(params, typed.memory_exceeded)
             if dedupe:
                 self.measured[_params_key(params)] = (value, violation)
 
