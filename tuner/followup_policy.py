@@ -42,6 +42,18 @@ Config = tuple[Knobs, "str | None"]
 """A configuration to measure: its knobs and the reference it is (None: a searched one)."""
 
 
+class PlanTerms(Protocol):
+    """What the policy reads of a ``tuner.plan.Plan`` (``FollowupPolicy.of``)."""
+    metric: str
+    mode: str
+    options: Any
+    """``confirm`` and ``ceiling`` (``tuner.settings.RunOptions``)."""
+    round_windows: int
+    cudnn_at_finalists: bool
+    compile_at_finalists: str | None
+    """(A plan without it reads as None.)"""
+
+
 class Prices(Protocol):
     """What a trial costs, in seconds of the run's time (``tuner.costs.TrialCost.total_s``)."""
 
@@ -123,7 +135,7 @@ class FollowupPolicy:
                              "(0, 1], 1 <= least_windows <= round_windows")
 
     @classmethod
-    def of(cls, plan: Any) -> "FollowupPolicy":
+    def of(cls, plan: PlanTerms) -> "FollowupPolicy":
         """The policy of a ``tuner.plan.Plan`` (its options, ``round_windows`` and finalist
         variants)."""
         return cls(metric=plan.metric, mode=plan.mode, confirm=plan.options.confirm,
