@@ -1,12 +1,13 @@
 """The follow-up policy: what the re-measurement measures and how, decided once as a value.
 
-``FollowupPolicy`` holds the parameters (checked when made: rounds, the can-win fraction, the
-least windows of a round, the ceilings the winner gets in order) and one decision,
+``FollowupPolicy`` holds the parameters (checked when made: the objective, ``--confirm``,
+rounds, the can-win fraction, the most and least windows of a round) and one decision,
 ``plan(history, time_left_s, prices) -> FollowupPlan``: it tries the candidates (configurations
 kept, windows per round, the compute-only ceiling's time kept) in one declared order
 (``candidates``) and returns the first whose priced rounds fit the time left. The budget's
 split asks the same policy what the follow-ups need (``need``), so the split and the schedule
-count the same trials. Shaped like Optuna's ``SuccessiveHalvingPruner`` (parameters checked in
+count the same trials; the ceilings after the rounds fit in their order
+(``fitting_ceilings``). Shaped like Optuna's ``SuccessiveHalvingPruner`` (parameters checked in
 ``__init__``, one decision, private helpers); ``tuner.followups`` executes the plan.
 
 Pure and torch-free: prices come from a ``Prices`` (``tuner.followups.Pricer`` prices with
