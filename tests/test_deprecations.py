@@ -211,6 +211,7 @@ def test_every_name_the_helper_serves_has_a_test_above():
     tested |= {f"tuner.leaderboard.{name}" for name, _, _ in REPLACED}
     tested |= {"tuner.workload.BUILTIN_DIR", "tuner.workload.BUILTIN_PACKAGE"}  # tests above
     tested |= {"tuner.plan.CEILING_TRIALS"}  # test below
+    tested |= {f"tuner.followups.{name}" for name in FOLLOWUPS_V02}  # tests below
     assert set(deprecation.DEPRECATIONS) == tested
 
 
@@ -222,6 +223,31 @@ def test_the_ceiling_trials_of_the_split_still_read_with_a_warning_naming_the_po
     assert value == len(OWN_CEILINGS) == 4
     assert re.match(rf"tuner\.plan\.CEILING_TRIALS {_VERSIONS}use tuner\.followup_policy\."
                     r"FollowupPolicy\.need", message), message
+
+
+FOLLOWUPS_V02 = ["type_rows", "fits", "round_trial_settings", "rounds_todo", "ceiling_reserve_s",
+                 "required_configs", "rounds_total", "all_rounds_fit", "fitting_configs",
+                 "fitting_round_windows"]
+"""The follow-up planning functions the follow-up policy replaced (``tuner.followup_policy``)."""
+
+
+@pytest.mark.parametrize("name", FOLLOWUPS_V02)
+def test_the_planning_functions_the_policy_replaced_still_read_with_a_warning(name):
+    value, message = _read_old("tuner.followups", name)
+    assert callable(value)
+    assert re.match(rf"tuner\.followups\.{name} {_VERSIONS}use tuner\.followup", message), message
+
+
+def test_the_replaced_planning_functions_still_answer_as_they_did():
+    import tuner.followups as followups
+    from tests.test_followups import BASE, FAST, fake_plan, search_rows
+    configs = [(FAST, None), (BASE, "baseline")]
+    with pytest.warns(TunerDeprecationWarning):
+        assert len(followups.rounds_todo(fake_plan(), search_rows(), configs, range(1, 4), 2)) == 6
+    with pytest.warns(TunerDeprecationWarning):
+        assert followups.fitting_configs(fake_plan(), search_rows(), configs, 2) == (configs, 0)
+    with pytest.warns(TunerDeprecationWarning):
+        assert followups.rounds_total(search_rows()) == 3
 
 
 def test_no_deprecated_name_outlives_its_removal_version():

@@ -89,3 +89,8 @@ def test_the_budget_stopped_best_and_the_cudnn_decision():
     assert [r.samples_per_sec for r in without] == [11.0]
     assert [r.samples_per_sec for r in with_] == [12.0]
     assert History.of([row(A, phase="remeasure")]).cudnn_both_ways() is None
+
+
+def test_a_history_reads_as_itself():
+    h = history()
+    assert History.of(h) is h

@@ -23,6 +23,7 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence, Union
 import tuner.budget as budget
 import tuner.compile_finalists as compiling
 import tuner.windows as rule
+from tuner._deprecated import Replacement, moved
 from tuner.costs import CostModel, TrialCost, TrialShape
 from tuner.followup_policy import (
     CAN_WIN_FRACTION,  # noqa: F401  (its name here since 0.2)
@@ -142,8 +143,7 @@ class Batch:
 
 def history_of(plan: Plan, rows: Rows) -> History:
     """The typed rows of the accelerator type being tuned (all of them on one type)."""
-    return (rows if isinstance(rows, History) else History.of(rows)).on_type(
-        plan.accelerator_type)
+    return History.of(rows).on_type(plan.accelerator_type)
 
 
 def followups(plan: Plan, rows: Sequence[Mapping[str, Any]], on_event: OnEvent
@@ -294,11 +294,16 @@ def round_plan(plan: Plan, rows: Rows, configs: list[Config]) -> FollowupPlan:
                                         configs)
 
 
-def round_batch(plan: Plan, rows: Rows, decided: FollowupPlan, first: int) -> Batch | None:
+def round_batch(plan: Plan, rows: Rows, decided: FollowupPlan | list[Config], first: int,
+                dropped: int = 0, windows: int | None = None) -> Batch | None:
     """The rounds of ``decided`` from ``first`` on, as one batch (A B C A B C ...), as many as
     the time left holds (``FollowupPolicy.next_rounds``); None when none is left to run. A
     compiled finalist whose trial measured nothing is not measured again; a cold searched
-    compile's round runs alone (the next ones are planned from its row)."""
+    compile's round runs alone (the next ones are planned from its row). (tuner 0.2's
+    arguments, configurations with ``dropped`` and ``windows``, still read.)"""
+    if not isinstance(decided, FollowupPlan):
+        decided = FollowupPlan(tuple(decided), dropped, windows or plan.round_windows, 0, 0.0,
+                               True)
     history = history_of(plan, rows)
     dicts = history.dicts()
     configs = [c for c in decided.configs
@@ -414,8 +419,7 @@ def has_machine_compute(rows: Rows) -> bool:
     """Whether ``rows`` hold a successful 'machine-compute' ceiling (whatever its data path:
     a compute-only trial reads no data): the run's memory probe records one from its timed
     steps before the search (``tuner.driver.record_machine_limit``)."""
-    history = rows if isinstance(rows, History) else History.of(rows)
-    return any(r.ok for r in history.ceilings("machine-compute"))
+    return any(r.ok for r in History.of(rows).ceilings("machine-compute"))
 
 
 def planned_ceilings(plan: Plan, rows: Rows, knobs: Knobs) -> list[Ceiling]:
@@ -511,3 +515,82 @@ def ceiling_again(plan: Plan, rows: Rows, on_event: OnEvent) -> Iterator[Batch]:
         if batch is None:
             return
         yield from _announced(batch, on_event)
+
+
+# ----------------------------------------- tuner 0.2's planning functions, for one release
+
+def _parts(plan: Plan, rows: Rows) -> tuple[FollowupPolicy, History, Pricer]:
+    history = history_of(plan, rows)
+    return FollowupPolicy.of(plan), history, Pricer(plan, history)
+
+
+def _v02_type_rows(plan: Plan, rows: Rows) -> list[Mapping[str, Any]]:
+    return history_of(plan, rows).dicts()
+
+
+def _v02_fits(plan: Plan, rows: Rows, knobs: list[Knobs]) -> bool:
+    return Pricer(plan, rows).fits(knobs)
+
+
+def _v02_round_trial_settings(plan: Plan, rows: Rows, knobs: Knobs, windows: int) -> dict:
+    return Pricer(plan, rows).round_changes(knobs, windows)
+
+
+def _v02_rounds_todo(plan: Plan, rows: Rows, configs: list[Config], rounds: range,
+                     windows: int, timed: bool = True, reserve_s: float = 0.0) -> list:
+    policy, history, prices = _parts(plan, rows)
+    left = plan.time_left_s() if timed else None
+    return policy.rounds_todo(history, configs, rounds, windows, prices,
+                              None if left is None else left - reserve_s)
+
+
+def _v02_ceiling_reserve_s(plan: Plan, rows: Rows, configs: list[Config]) -> float:
+    policy, history, prices = _parts(plan, rows)
+    return policy.reserve_s(history, configs, prices)
+
+
+def _v02_required_configs(rows: Rows, configs: list[Config]) -> list[Config]:
+    return FollowupPolicy.required(History.of(rows), configs)
+
+
+def _v02_rounds_total(rows: Rows) -> int:
+    return FollowupPolicy("samples_per_sec", "max", 0, False, 1).rounds_total(History.of(rows))
+
+
+def _v02_all_rounds_fit(plan: Plan, rows: Rows, configs: list[Config], windows: int,
+                        reserve_s: float = 0.0) -> bool:
+    every = range(1, _v02_rounds_total(history_of(plan, rows)) + 1)
+    return (len(_v02_rounds_todo(plan, rows, configs, every, windows, reserve_s=reserve_s))
+            == len(_v02_rounds_todo(plan, rows, configs, every, windows, timed=False)))
+
+
+def _v02_fitting_configs(plan: Plan, rows: Rows, configs: list[Config], windows: int
+                         ) -> tuple[list[Config], int]:
+    policy, history, prices = _parts(plan, rows)
+    reserve_s = policy.reserve_s(history, configs, prices)
+    kept = next((k for k, w, c in policy.candidates(history, configs) if w == windows
+                 and _v02_all_rounds_fit(plan, rows, k, w, reserve_s if c else 0.0)),
+                policy.required(history, configs))
+    return kept, len(configs) - len(kept)
+
+
+def _v02_fitting_round_windows(plan: Plan, rows: Rows, configs: list[Config]) -> int:
+    return round_plan(plan, rows, configs).windows
+
+
+_V02_INSTEAD = {
+    "type_rows": "tuner.followups.history_of(plan, rows)",
+    "fits": "tuner.followups.Pricer(plan, rows).fits",
+    "round_trial_settings": "tuner.followups.Pricer(plan, rows).round_changes",
+    "rounds_todo": "tuner.followup_policy.FollowupPolicy.rounds_todo",
+    "ceiling_reserve_s": "tuner.followup_policy.FollowupPolicy.reserve_s",
+    "required_configs": "tuner.followup_policy.FollowupPolicy.required",
+    "rounds_total": "tuner.followup_policy.FollowupPolicy.rounds_total",
+    "all_rounds_fit": "tuner.followups.round_plan(plan, rows, configs).fits",
+    "fitting_configs": "tuner.followups.round_plan(plan, rows, configs)",
+    "fitting_round_windows": "tuner.followups.round_plan(plan, rows, configs).windows",
+}
+"""The planning functions of tuner 0.2 that the follow-up policy replaced, and what to use."""
+
+__getattr__ = moved(__name__, {name: Replacement(f"tuner.followups:_v02_{name}", f"use {use}")
+                               for name, use in _V02_INSTEAD.items()})

@@ -118,7 +118,10 @@ class History:
 
     @classmethod
     def of(cls, rows: Iterable[Mapping[str, Any]]) -> "History":
-        """The history of leaderboard rows (dicts), each read once (``TrialRow.of``)."""
+        """The history of leaderboard rows (dicts), each read once (``TrialRow.of``); a
+        ``History`` as it is."""
+        if isinstance(rows, History):
+            return rows
         return cls(tuple(TrialRow.of(r) for r in rows))
 
     def __iter__(self) -> Iterator[TrialRow]:
