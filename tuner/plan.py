@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tuner.budget as budget
+import tuner.compile_finalists as compiling
 import tuner.leaderboard as leaderboard
 from tuner._deprecated import moved
 from tuner.knobs import Knobs
@@ -319,16 +320,18 @@ class Plan:
         0 without them; with a trial count, the ``--confirm`` best and the references re-measured
         in ``REMEASURE_ROUNDS`` rounds and the ``CEILING_TRIALS`` ceilings, weighed against the
         search's trials, at most ``budget.max_followup_share`` of this run's budget; without
-        one ``budget.FOLLOWUP_SHARE``."""
+        one ``budget.FOLLOWUP_SHARE``; and the compiled finalist's compiles on top
+        (``tuner.compile_finalists.followup_share``)."""
         confirm = self.options.confirm > 0
-        return budget.followup_share(  # a screened search trial measures its screening windows
+        # a screened search trial measures its screening windows
+        return compiling.followup_share(self, budget.followup_share(
             trials=self.trials, windows=self.screen_windows or self.settings.windows,
             round_windows=self.round_windows,
             remeasured=(self.options.confirm + len(self.references)
                         + (1 if self.cudnn_at_finalists else 0)
                         + (1 if self.compile_at_finalists else 0)) if confirm else 0,
             rounds=REMEASURE_ROUNDS, ceilings=CEILING_TRIALS if self.options.ceiling else 0,
-            budget_s=self.time_budget_s)
+            budget_s=self.time_budget_s))
 
     def for_accelerator(self, accelerator: str | None, *, type_slots: int,
                         node_cpus: int) -> "Plan":
