@@ -22,12 +22,11 @@ from tuner.costs import TRIAL_OVERHEAD_S, CostModel, RowTimes, TrialCost, TrialS
 from tuner.knobs import CUDNN_SHAPE_KNOBS, Knobs
 from tuner.status import Phase, answers, phase_of
 
-WARM_COMPILE_SHARE = 0.3
+WARM_COMPILE_SHARE = budget.COMPILE_WARM_SHARE
 """A compile whose FX-graph and AOTAutograd caches an earlier trial of the run filled (the
 run's one compile cache, ``TrialSettings.compile_cache_dir``) is priced at this share of the
-cold compile until a warm one is measured. Source: on 2 CPU cores the warm first step took
-3.5 % of the cold one for ddpm and 8-20 % for chargpt (bench/results/compile-cache-2026-12-02.txt);
-30 % leaves room for dynamo's tracing, which no cache skips."""
+cold compile until the run measures a warm one (``warm_share``): 0.3, the trial's own set-up
+check's (``tuner.budget.COMPILE_WARM_SHARE``, where its source is)."""
 
 
 def finalist_mode(modes: Iterable[str], device: str) -> str | None:
