@@ -3,7 +3,8 @@ part by part (``tuner.compile_finalists.budget_need``), from the run's stored ro
 
     python bench/compile_budget_breakdown.py --workload chargpt --results R --time-budget 900
 
-The plan is rebuilt from the same options (``--device cpu``); the compiled configuration is
+The plan is rebuilt from the same options (``--device cpu``), the follow-ups' time taken to
+end at the run's last row (its deadline is not stored); the compiled configuration is
 the winner's knobs compiled in the plan's finalist mode, as ``tuner.summary.compile_line``
 prices it (with the winner's and the references' rounds where no round ran).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from dataclasses import replace
 
 import tuner.compile_finalists as compiling
 import tuner.leaderboard as leaderboard
@@ -31,6 +33,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         plan = make_plan(RunOptions(workload=args.workload, device="cpu", results=scratch,
                                     time_budget_s=args.time_budget))
+    # the run's deadline is not stored: the follow-ups' time ends at its last row's end
+    plan = replace(plan, settings=replace(plan.settings, deadline_unix_s=None))
     rows = sorted(leaderboard.read(args.results, workload=plan.workload.name).to_pylist(),
                   key=lambda r: r["started_at"])
     mode = plan.compile_at_finalists

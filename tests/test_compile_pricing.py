@@ -13,6 +13,7 @@ the cold compile (104 s each) instead."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -26,7 +27,7 @@ from tuner.compile_finalists import (
     compile_price_s,
     with_compiled,
 )
-from tuner.costs import CostModel, TrialShape
+from tuner.costs import TRIAL_OVERHEAD_S, CostModel, TrialShape
 from tuner.knobs import Knobs
 from tuner.option_checks import make_plan
 from tuner.settings import RunOptions
@@ -140,19 +141,28 @@ def drive(plan, rows: list[dict], configs) -> list:
 
 def test_the_budget_named_prices_the_compile_once_and_warm_as_measured(tmp_path,
                                                                        regression_data):
-    """The budget that would hold the compiled first-ranked's rounds: the run's, plus the
-    rounds' price (one cold compile, two warm at the measured share, three round trials) less
-    what the plan held for the compiled finalist, over the share each second more of budget
-    gives the follow-ups (``FOLLOWUP_SHARE`` with ``--time-budget`` alone)."""
+    """The budget that would hold the compiled first-ranked's rounds: the run's, plus what
+    the follow-ups lacked (the rounds that ran, as timed, and the compiled one's: one cold
+    compile, two warm at the measured share, three round trials, less the 100 s from the
+    search's end to the deadline), over the share each second more of budget gives the
+    follow-ups (``FOLLOWUP_SHARE`` with ``--time-budget`` alone: the compiles' reserve is the
+    same in a larger budget). Where the follow-ups had the time, the compiled rounds' whole
+    price."""
     plan = cpu_plan(tmp_path, regression_data)
     rows = chargpt_like_rows()
+    search_end = max(r["finished_at"] for r in rows if r["phase"] == "search").timestamp()
+    plan = replace(plan, settings=replace(plan.settings, deadline_unix_s=search_end + 100.0))
     model = CostModel(rows)
     shape = TrialShape.of(plan.settings, {"windows": plan.round_windows})
     trial_s = model.price(TWIN, shape).total_s - model.compile_s(TWIN)
-    held_s = (plan.followup_share() - budget.FOLLOWUP_SHARE) * 900
-    price_s = COLD_S + 2 * min(WARM_S) + 3 * trial_s
-    expected = 900 + (price_s - held_s) / budget.FOLLOWUP_SHARE
+    rounds_s = sum((r["finished_at"] - r["started_at"]).total_seconds() + TRIAL_OVERHEAD_S
+                   for r in rows if r["phase"] == "remeasure")
+    compiled_s = COLD_S + 2 * min(WARM_S) + 3 * trial_s
     need_s = budget_to_measure_s(plan, rows, TWIN)
-    assert need_s == math.ceil(expected / 10) * 10
+    assert need_s == math.ceil((900 + (rounds_s + compiled_s - 100.0)
+                                / budget.FOLLOWUP_SHARE) / 10) * 10
     today_s = 900 + (COLD_S * (1 + 2 * WARM_COMPILE_SHARE) + 3 * trial_s) / budget.FOLLOWUP_SHARE
-    assert need_s < today_s - 1500      # the warm rounds at 30 % of cold, nothing held
+    assert need_s < today_s - 800       # the warm rounds at 30 % of cold: 969 s more
+    roomy = replace(plan, settings=replace(plan.settings, deadline_unix_s=search_end + 1e4))
+    assert budget_to_measure_s(roomy, rows, TWIN) == math.ceil(
+        (900 + compiled_s / budget.FOLLOWUP_SHARE) / 10) * 10

@@ -126,29 +126,34 @@ def followup_share(plan: Any, share: float) -> float:
 
 @dataclass(frozen=True)
 class BudgetNeed:
-    """What ``budget_to_measure_s`` priced, seconds: the rounds the run lacked, and the
-    follow-ups' share of a larger budget that would hold them."""
+    """What ``budget_to_measure_s`` priced, seconds: what the follow-ups had, what the rounds
+    took, what the compiled finalist's rounds would have cost, and the follow-ups' share of
+    each second more of budget."""
 
     budget_s: float
     """The run's ``--time-budget``."""
+    followup_s: float
+    """The time the follow-ups had: from the search's last trial to the run's deadline."""
+    rounds_s: float
+    """The rounds that ran, as planned (each row's ``priced_s``, else its wall time, and
+    ``TRIAL_OVERHEAD_S``), and those of configurations whose rounds did not run either."""
     cold_compile_s: float
     """The compiled configuration's first compile (cold: ``compile_price_s``)."""
     warm_compiles_s: float
     """Its compiles in the later rounds, warm from the run's compile cache."""
     trials_s: float
-    """Its round trials without their compile, and the rounds of ``also``."""
-    held_s: float
-    """What the run's follow-ups kept for the compiled finalist beyond their share
-    (``compile_reserve_s``, as far as the share's cap let it)."""
+    """Its round trials without their compile."""
     share: float
-    """The follow-ups' share of each second more of budget (the share without the reserve)."""
+    """The follow-ups' share of each second more of budget (their share less the compiled
+    finalist's reserve, ``compile_reserve_s``, which a larger budget keeps the same)."""
 
     @property
     def missing_s(self) -> float:
-        """Seconds the follow-ups lacked: the rounds' price less what was held for them; the
-        whole price where what was held would have covered it (the eager rounds took it)."""
-        price_s = self.cold_compile_s + self.warm_compiles_s + self.trials_s
-        return price_s - self.held_s if price_s > self.held_s else price_s
+        """Seconds the follow-ups lacked for the rounds and the compiled finalist's; its
+        whole price where they had the time (the rounds were priced dearer than they ran)."""
+        compiled_s = self.cold_compile_s + self.warm_compiles_s + self.trials_s
+        missing_s = self.rounds_s + compiled_s - self.followup_s
+        return missing_s if missing_s > 0 else compiled_s
 
     @property
     def need_s(self) -> float:
@@ -158,10 +163,26 @@ class BudgetNeed:
 
     def text(self) -> str:
         """One line: each part, seconds."""
-        return (f"--time-budget {self.need_s:,.0f} = {self.budget_s:,.0f} + ("
-                f"cold compile {self.cold_compile_s:,.1f} + warm compiles "
-                f"{self.warm_compiles_s:,.1f} + round trials {self.trials_s:,.1f} - held "
-                f"{self.held_s:,.1f}) / follow-up share {self.share:.2f}")
+        return (f"--time-budget {self.need_s:,.0f} = {self.budget_s:,.0f} + (rounds "
+                f"{self.rounds_s:,.1f} + cold compile {self.cold_compile_s:,.1f} + warm "
+                f"compiles {self.warm_compiles_s:,.1f} + its round trials {self.trials_s:,.1f}"
+                f" - follow-ups' time {self.followup_s:,.1f}) / follow-up share "
+                f"{self.share:.2f}")
+
+
+def _followups_had_s(plan: Any, rows: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """(the follow-ups' time: the search's last trial's end to the run's deadline,
+    ``plan.settings.deadline_unix_s``, else the last row's end; the rounds that ran, as
+    planned)."""
+    times = [RowTimes.of(r) for r in rows]
+    ends = [t.finished_at.timestamp() for t in times if t.finished_at is not None]
+    search_ends = [t.finished_at.timestamp() for t, r in zip(times, rows)
+                   if t.finished_at is not None and phase_of(r) == Phase.SEARCH]
+    deadline = getattr(plan.settings, "deadline_unix_s", None) or max(ends, default=0.0)
+    followup_s = max(0.0, deadline - max(search_ends, default=deadline))
+    rounds_s = sum((t.priced_s or t.wall_s or 0.0) + TRIAL_OVERHEAD_S
+                   for t, r in zip(times, rows) if phase_of(r) == Phase.REMEASURE)
+    return followup_s, rounds_s
 
 
 def budget_need(plan: Any, rows: Sequence[Mapping[str, Any]], knobs: Knobs,
@@ -174,29 +195,30 @@ def budget_need(plan: Any, rows: Sequence[Mapping[str, Any]], knobs: Knobs,
     model = CostModel(rows)
     shape = TrialShape.of(plan.settings, {"windows": plan.round_windows})
     prior_s = budget.compile_needs_s(knobs.compile, getattr(plan, "workload", None), plan.device)
-    trials_s = sum(model.price(k, shape).total_s for k in dict.fromkeys(also)) * rounds
-    trials_s += rounds * (model.price(knobs, shape).total_s - model.compile_s(knobs))
+    followup_s, rounds_s = _followups_had_s(plan, rows)
+    rounds_s += sum(model.price(k, shape).total_s for k in dict.fromkeys(also)) * rounds
     budget_s = plan.time_budget_s
-    reserve_s = compile_reserve_s(plan)
-    share = max(budget.FOLLOWUP_SHARE, plan.followup_share() - reserve_s / budget_s)
     return BudgetNeed(
-        budget_s=budget_s, cold_compile_s=compile_price_s(rows, knobs, prior_s, warm=False),
+        budget_s=budget_s, followup_s=followup_s, rounds_s=rounds_s,
+        cold_compile_s=compile_price_s(rows, knobs, prior_s, warm=False),
         warm_compiles_s=(rounds - 1) * compile_price_s(rows, knobs, prior_s, warm=True),
-        trials_s=trials_s, held_s=max(0.0, plan.followup_share() - share) * budget_s,
-        share=share)
+        trials_s=rounds * (model.price(knobs, shape).total_s - model.compile_s(knobs)),
+        share=max(budget.FOLLOWUP_SHARE,
+                  plan.followup_share() - compile_reserve_s(plan) / budget_s))
 
 
 def budget_to_measure_s(plan: Any, rows: Sequence[Mapping[str, Any]], knobs: Knobs,
                         also: Iterable[Knobs] = ()) -> float | None:
     """The ``--time-budget`` (seconds, whole tens) whose follow-ups would also hold the
     re-measurement's rounds (``plan.remeasure_rounds``) of the compiled ``knobs``, and of
-    each of ``also`` (configurations whose rounds did not run either): their price
+    each of ``also`` (configurations whose rounds did not run either): the rounds that ran
+    as planned (their rows' ``priced_s``), those of ``also`` and the compiled ``knobs``'
     (``CostModel.price`` of a round trial; the compile once cold, then warm as the run
-    measured it, ``compile_price_s``) less what the run held for the compiled finalist
-    (``compile_reserve_s``), over the share of each second more of budget the follow-ups
-    keep (``plan.followup_share()`` without the reserve, at least
-    ``tuner.budget.FOLLOWUP_SHARE``); ``budget_need`` gives the parts. None without a time
-    budget. ``plan``: a ``tuner.plan.Plan`` (reads ``time_budget_s``, ``followup_share``,
+    measured it, ``compile_price_s``) less the time the follow-ups had (the search's end to the
+    run's deadline), over the share of each second more of budget the follow-ups keep
+    (``plan.followup_share()`` less the compiled finalist's reserve, ``compile_reserve_s``,
+    at least ``tuner.budget.FOLLOWUP_SHARE``); ``budget_need`` gives the parts. None without
+    a time budget. ``plan``: a ``tuner.plan.Plan`` (reads ``time_budget_s``, ``followup_share``,
     ``settings``, ``round_windows``, ``remeasure_rounds``, ``workload``, ``device``,
     ``compile_at_finalists``)."""
     need = budget_need(plan, rows, knobs, also)
