@@ -350,3 +350,24 @@ def test_the_summary_prints_the_pay_back_under_the_table():
     printed = out.getvalue()
     assert winner.best(FAST_ROUNDS).compile.text() in printed
     assert "-> compiled answer" in printed
+
+
+def test_a_compiled_answer_no_round_weighed_is_never_called_eager():
+    """chargpt's compiled recommended reference won the search and no round ran (a 507-s cold
+    compile on a loaded host): the line says what budget would weigh it and that the answer
+    compiles as measured, never '-> eager answer' beside a compiled answer."""
+    plan = SimpleNamespace(compile_at_finalists="default", time_budget_s=900.0,
+                           followup_share=lambda: 0.2, device="cpu", workload=None,
+                           round_windows=2, remeasure_rounds=3, settings=SimpleNamespace(
+                               windows=3, window_s=2.0, warmup_steps=1, max_steady_probes=0,
+                               max_warmup_s=None, deadline_unix_s=None))
+    rows = [{**row(0, Knobs(batch_size=8), 80.0, reference="baseline"), "phase": "search"},
+            {**row(1, COMPILED, 120.0, compile_s=500.0, reference="recommended"),
+             "phase": "search"}]
+    answer = winner.best(rows)
+    assert answer.knobs == COMPILED and answer.compile is None
+    line = summary.compile_line(answer, plan, rows)
+    assert line.startswith("compile (default): not measured: the time left held no compiled "
+                           "finalist; --time-budget ")
+    assert line.endswith("-> the answer compiles as measured, its pay-back not weighed "
+                         "against its eager self") and "eager answer" not in line
