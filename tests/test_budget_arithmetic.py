@@ -133,7 +133,7 @@ def test_a_first_window_needs_the_one_offs_once_the_scaled_steps_and_one_window(
 def test_a_compile_is_refused_without_the_time_it_needs():
     hinted = SimpleNamespace(compile_s_hint=20.0)
     assert budget.compile_needs_s("default", hinted, "cuda") == 20.0 * budget.COMPILE_MARGIN
-    assert budget.compile_needs_s("default", hinted, "cpu") == budget.COMPILE_NEEDS_S["default"]
+    assert budget.compile_needs_s("default", hinted, "cpu") == budget.COMPILE_NEEDS_CPU_S["default"]
     assert budget.compile_needs_s("max-autotune", hinted, "cuda") == 600.0
     assert budget.compile_refusal("off", hinted, "cuda", 0.0) is None
     assert budget.compile_refusal("default", hinted, "cuda", None) is None

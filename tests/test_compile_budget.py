@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from tests.fake_workloads import ClockedPaced, StepClock, regression
-from tuner.budget import COMPILE_MARGIN, COMPILE_NEEDS_S, compile_needs_s
+from tuner.budget import COMPILE_MARGIN, COMPILE_NEEDS_CPU_S, COMPILE_NEEDS_S, compile_needs_s
 from tuner.knobs import Knobs
 from tuner.settings import TrialSettings
 from tuner.trial.harness import DeadlineReached, _check_compile_fits, run_trial
@@ -61,7 +61,8 @@ def test_the_loader_only_ceiling_of_a_compiled_configuration_is_not_held_back(re
     ("chargpt", "default", "cuda", 14.0 * COMPILE_MARGIN),
     ("chargpt", "reduce-overhead", "cuda", 14.0 * COMPILE_MARGIN + 30.0),
     ("chargpt", "max-autotune", "cuda", COMPILE_NEEDS_S["max-autotune"]),  # never timed
-    ("chargpt", "default", "cpu", COMPILE_NEEDS_S["default"]),  # the hint is a GPU machine's
+    ("chargpt", "default", "cpu", COMPILE_NEEDS_CPU_S["default"]),  # the hints are GPUs'
+    ("ddpm", "default", "cpu", COMPILE_NEEDS_CPU_S["default"]),
     ("ddpm", "default", "cuda", 80.0 * COMPILE_MARGIN),
     ("headpose", "default", "cuda", COMPILE_NEEDS_S["default"]),  # not measured: no hint
 ])
@@ -82,5 +83,30 @@ def test_on_cuda_a_small_models_compile_starts_with_a_minute_left(regression_dat
     _check_compile_fits(chargpt, knobs, cuda)                    # started: no exception
     with pytest.raises(DeadlineReached, match="needs about 18 s; 9 s were left"):
         _check_compile_fits(chargpt, knobs, replace(cuda, deadline_unix_s=time.time() + 9.5))
-    with pytest.raises(DeadlineReached, match="needs about 90 s"):
+    with pytest.raises(DeadlineReached, match="needs about 150 s"):  # COMPILE_NEEDS_CPU_S
         _check_compile_fits(chargpt, knobs, replace(cuda, device="cpu"))
+
+
+def test_a_compile_the_runs_cache_holds_starts_with_the_warm_compiles_time_left(
+        regression_data, tmp_path):
+    """On CPU a cold compile needs 150 s (``COMPILE_NEEDS_CPU_S``); once a trial of the same
+    knobs saved its compile to the run's cache (``compile_artifacts.save_trial``), the next
+    one needs ``COMPILE_WARM_SHARE`` of it: with 60 s left it starts, a new shape does not."""
+    from tuner.budget import COMPILE_WARM_SHARE
+    from tuner.trial.compile_artifacts import artifacts_path
+    knobs = Knobs(batch_size=8, compile="default")
+    cpu = settings(regression_data, compile_cache_dir=str(tmp_path / "cc"),
+                   deadline_unix_s=time.time() + 60)
+    with pytest.raises(DeadlineReached, match=r"needs about 150 s; (59|60) s were left"):
+        _check_compile_fits(regression, knobs, cpu)
+    saved = artifacts_path(cpu.compile_cache_dir, regression.name, cpu.scale, "cpu",
+                           cpu.world_size, knobs.to_dict())
+    saved.parent.mkdir(parents=True)
+    saved.write_bytes(b"compiled")
+    _check_compile_fits(regression, knobs, cpu)                  # warm: started
+    warm_s = COMPILE_NEEDS_CPU_S["default"] * COMPILE_WARM_SHARE
+    with pytest.raises(DeadlineReached, match=f"needs about {warm_s:.0f} s from the run's "
+                                              r"compile cache; (29|30) s were left"):
+        _check_compile_fits(regression, knobs, replace(cpu, deadline_unix_s=time.time() + 29.5))
+    with pytest.raises(DeadlineReached, match="needs about 150 s"):
+        _check_compile_fits(regression, knobs.replace(batch_size=16), cpu)   # a new shape

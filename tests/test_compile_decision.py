@@ -21,7 +21,7 @@ import tuner.followups as followups
 import tuner.summary as summary
 import tuner.winner as winner
 from tests.test_followups import BASE, BUSY, FAST, fake_plan, make_row, search_rows
-from tuner.budget import COMPILE_NEEDS_S
+from tuner.budget import COMPILE_NEEDS_CPU_S
 from tuner.compile_finalists import (
     COMPILE_OVERRUN,
     WARM_COMPILE_SHARE,
@@ -250,7 +250,7 @@ def drive(plan, rows: list[dict], configs, compiled: dict) -> list:
 
 
 def test_the_finalists_include_the_compiled_one_when_the_time_left_holds_its_rounds():
-    """The compiled twin of the first-ranked is priced cold (COMPILE_NEEDS_S: no compile
+    """The compiled twin of the first-ranked is priced cold (COMPILE_NEEDS_CPU_S: no compile
     measured yet) in a first round of its own, then, from its row, warm from the run's compile
     cache (WARM_COMPILE_SHARE of the measured cold one) in the next; without the time for it
     the rounds leave it out and measure the eager ones."""
@@ -267,11 +267,11 @@ def test_the_finalists_include_the_compiled_one_when_the_time_left_holds_its_rou
     assert sum(b.configs.count((twin, None)) for b in batches) == 3
     cold = [p for p, c in zip(followups.batch_prices_s(plan, search_rows(), first),
                               first.configs) if c == (twin, None)]
-    assert cold[0] > COMPILE_NEEDS_S["default"]
+    assert cold[0] > COMPILE_NEEDS_CPU_S["default"]
     measured = rows[:len(search_rows()) + len(first.configs)]
     warm = [p for p, c in zip(followups.batch_prices_s(plan, measured, later[0]),
                               later[0].configs) if c == (twin, None)]
-    assert warm[0] == pytest.approx(cold[0] - COMPILE_NEEDS_S["default"]
+    assert warm[0] == pytest.approx(cold[0] - COMPILE_NEEDS_CPU_S["default"]
                                     + WARM_COMPILE_SHARE * 40.0, rel=0.05)
     short = drive(compile_plan(100.0), search_rows(), configs, {"compile_s": 40.0})
     assert short and all(config != (twin, None) for b in short for config in b.configs)
@@ -309,7 +309,9 @@ def test_a_compiled_trial_stops_at_its_own_deadline_the_others_at_the_runs():
     plan = compile_plan(500.0)
     plan.settings.deadline_unix_s = 2000.0
     changes = with_deadlines(plan, knobs, [{}, {}, {"max_steady_probes": 0}], [8.5, 98.5, 8.5])
-    assert changes == [{}, {"deadline_unix_s": 1500.0 + 10.0 + COMPILE_OVERRUN * 100.0},
+    cpu_needs_s = COMPILE_NEEDS_CPU_S["default"]      # the plan's CPU: its compile's prior
+    assert changes == [{}, {"deadline_unix_s": 1500.0 + 10.0 + max(COMPILE_OVERRUN * 100.0,
+                                                                   cpu_needs_s + 100.0)},
                        {"max_steady_probes": 0}]
 
 
@@ -323,7 +325,7 @@ def test_the_summary_says_what_budget_would_measure_a_compiled_finalist_it_left_
     answer = winner.best(rows)
     assert answer.compile is None and answer.to_dict()["compile"] is None
     need_s = budget_to_measure_s(plan, rows, COMPILED)
-    assert need_s >= 900 + (1 + 2 * WARM_COMPILE_SHARE) * COMPILE_NEEDS_S["default"] / 0.5
+    assert need_s >= 900 + (1 + 2 * WARM_COMPILE_SHARE) * COMPILE_NEEDS_CPU_S["default"] / 0.5
     line = summary.compile_line(answer, plan, rows)
     assert line == (f"compile (default): not measured: the time left held no compiled "
                     f"finalist; --time-budget {need_s:,.0f} would measure it -> eager answer")
@@ -348,3 +350,24 @@ def test_the_summary_prints_the_pay_back_under_the_table():
     printed = out.getvalue()
     assert winner.best(FAST_ROUNDS).compile.text() in printed
     assert "-> compiled answer" in printed
+
+
+def test_a_compiled_answer_no_round_weighed_is_never_called_eager():
+    """chargpt's compiled recommended reference won the search and no round ran (a 507-s cold
+    compile on a loaded host): the line says what budget would weigh it and that the answer
+    compiles as measured, never '-> eager answer' beside a compiled answer."""
+    plan = SimpleNamespace(compile_at_finalists="default", time_budget_s=900.0,
+                           followup_share=lambda: 0.2, device="cpu", workload=None,
+                           round_windows=2, remeasure_rounds=3, settings=SimpleNamespace(
+                               windows=3, window_s=2.0, warmup_steps=1, max_steady_probes=0,
+                               max_warmup_s=None, deadline_unix_s=None))
+    rows = [{**row(0, Knobs(batch_size=8), 80.0, reference="baseline"), "phase": "search"},
+            {**row(1, COMPILED, 120.0, compile_s=500.0, reference="recommended"),
+             "phase": "search"}]
+    answer = winner.best(rows)
+    assert answer.knobs == COMPILED and answer.compile is None
+    line = summary.compile_line(answer, plan, rows)
+    assert line.startswith("compile (default): not measured: the time left held no compiled "
+                           "finalist; --time-budget ")
+    assert line.endswith("-> the answer compiles as measured, its pay-back not weighed "
+                         "against its eager self") and "eager answer" not in line

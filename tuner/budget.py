@@ -173,6 +173,22 @@ start one with less time left. Source: the ddpm U-Net's first default-mode compi
 (~80 s, docs/benchmarks.md); reduce-overhead adds CUDA-graph capture; max-autotune benchmarks
 kernel choices for minutes."""
 
+COMPILE_NEEDS_CPU_S = {"default": 150.0, "reduce-overhead": 150.0, "max-autotune": 600.0}
+"""``COMPILE_NEEDS_S`` on a CPU (Inductor's C++ kernels, built by the host's compiler). Source:
+chargpt's first default-mode compile at the tiny scale took 112-126 s on 2 CPU cores at load
+3.7-7.7 and 347 s at load 15 (bench/results/compile-cache-2026-12-02.txt,
+bench/results/compile-finalists-2026-12-02-chargpt.txt); ddpm's U-Net took 878 s, a workload
+this prior cannot hold, whose measured compile then prices its rounds
+(``tuner.costs.CostModel.compile_s``). CUDA graphs do not exist on a CPU: reduce-overhead
+compiles as default."""
+
+COMPILE_WARM_SHARE = 0.3
+"""A compile whose FX-graph and AOTAutograd caches an earlier trial filled (the run's one
+compile cache, ``TrialSettings.compile_cache_dir``) is assumed to need this share of the cold
+one until a warm one is measured. Source: on 2 CPU cores the warm first step took 3.5 % of the
+cold one for ddpm and 8-20 % for chargpt (bench/results/compile-cache-2026-12-02.txt); 30 %
+leaves room for dynamo's tracing, which no cache skips."""
+
 COMPILE_MARGIN = 1.25
 """Factor on a workload's ``compile_s_hint``: the machine the hint was measured on is not this
 one (the ddpm hint, 80 s, becomes 100 s)."""
@@ -196,8 +212,11 @@ def compile_needs_s(mode: str, workload: Any, device_type: str) -> float:
     assumed to need before its first step ends. ``workload``: anything with a
     ``compile_s_hint`` (seconds or None; ``Workload.compile_s_hint``). On CUDA with a hint:
     the hint x ``COMPILE_MARGIN``, plus the CUDA-graph capture ``COMPILE_NEEDS_S`` adds for
-    reduce-overhead. Otherwise, and for max-autotune, ``COMPILE_NEEDS_S[mode]``. Raises
-    KeyError for another mode."""
+    reduce-overhead. On a CPU ``COMPILE_NEEDS_CPU_S[mode]`` (the hints are GPU machines').
+    Otherwise, and for max-autotune, ``COMPILE_NEEDS_S[mode]``. Raises KeyError for another
+    mode."""
+    if device_type == "cpu":
+        return COMPILE_NEEDS_CPU_S[mode]
     hint = getattr(workload, "compile_s_hint", None) if device_type == "cuda" else None
     if hint is None or mode not in ("default", "reduce-overhead"):
         return COMPILE_NEEDS_S[mode]
@@ -206,17 +225,20 @@ def compile_needs_s(mode: str, workload: Any, device_type: str) -> float:
 
 
 def compile_refusal(mode: str, workload: Any, device_type: str,
-                    left_s: float | None) -> str | None:
+                    left_s: float | None, warm: bool = False) -> str | None:
     """Why a trial must not start a ``torch.compile`` ``mode`` with ``left_s`` seconds left
     (None: no deadline), or None when it may: 'off' always may; otherwise the compile needs
-    ``compile_needs_s``. The reason is one line, for the trial's ``timeout`` row."""
+    ``compile_needs_s``, ``COMPILE_WARM_SHARE`` of it where ``warm`` (the run's compile cache
+    holds the configuration's compile). The reason is one line, for the trial's ``timeout``
+    row."""
     if mode == "off" or left_s is None:
         return None
-    needs_s = compile_needs_s(mode, workload, device_type)
+    needs_s = compile_needs_s(mode, workload, device_type) * (COMPILE_WARM_SHARE if warm else 1)
     if left_s >= needs_s:
         return None
+    cache = " from the run's compile cache" if warm else ""
     return (f"set-up: torch.compile mode={mode} was not started "
-            f"(it needs about {needs_s:.0f} s; {max(left_s, 0):.0f} s were left)")
+            f"(it needs about {needs_s:.0f} s{cache}; {max(left_s, 0):.0f} s were left)")
 
 
 # ---------------------------------------------------------------- past a trial's deadline

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tuner.budget as budget
+import tuner.compile_finalists as compiling
 import tuner.leaderboard as leaderboard
 from tuner._deprecated import Replacement, moved
 from tuner.followup_policy import OWN_CEILINGS, REMEASURE_ROUNDS, FollowupPolicy
@@ -319,12 +320,13 @@ class Plan:
         what the follow-up policy says they measure (``FollowupPolicy.need``: the finalists
         and the references in its rounds, the winner's own ceilings), weighed against the
         search's trials (a screened trial measures its screening windows), at most
-        ``budget.max_followup_share`` of this run's budget; 0 without follow-ups."""
+        ``budget.max_followup_share`` of this run's budget; 0 without follow-ups; and the
+        compiled finalist's compiles on top (``tuner.compile_finalists.followup_share``)."""
         need = FollowupPolicy.of(self).need(len(self.references))
-        return budget.followup_share(
+        return compiling.followup_share(self, budget.followup_share(
             trials=self.trials, windows=self.screen_windows or self.settings.windows,
             round_windows=need.round_windows, remeasured=need.configs, rounds=need.rounds,
-            ceilings=need.ceilings, budget_s=self.time_budget_s)
+            ceilings=need.ceilings, budget_s=self.time_budget_s))
 
     def for_accelerator(self, accelerator: str | None, *, type_slots: int,
                         node_cpus: int) -> "Plan":

@@ -188,7 +188,11 @@ def compile_line(best: winner.Answer, plan, rows: list[dict]) -> str | None:
     also = [] if remeasured else [best.knobs, *(Knobs.from_dict(r, strict=False)
                                                 for r in rows if r.get("reference"))]
     need_s = budget_to_measure_s(plan, rows, best.knobs.replace(compile=mode), also)
-    return decide([], [], mode=mode, budget_needed_s=need_s).text()
+    line = decide([], [], mode=mode, budget_needed_s=need_s).text()
+    if (best.knobs.compile or "off") == "off":
+        return line
+    return line.replace("-> eager answer", "-> the answer compiles as measured, its pay-back "
+                        "not weighed against its eager self")
 
 
 def paste_commands(plan, summary, hardware_key: str | None = None) -> list[str]:

@@ -52,6 +52,18 @@ def artifacts_path(cache_dir: str | Path, workload: str, scale: str | None, devi
     return Path(cache_dir) / ARTIFACTS_FOLDER / f"{safe}-{key[:16]}.bin"
 
 
+def compiled_before(workload: str, knobs: "Knobs", settings: "TrialSettings",
+                    device: str) -> bool:
+    """Whether an earlier trial saved the compile of ``knobs`` (as applied) to
+    ``settings.compile_cache_dir`` (``save_trial``: after its warm-up), so that the cache holds
+    its graphs and this trial compiles warm. False for knobs that do not compile or without a
+    cache directory. ``workload``: ``Workload.name``; ``device``: the device type."""
+    if knobs.compile == "off" or settings.compile_cache_dir is None:
+        return False
+    return artifacts_path(settings.compile_cache_dir, workload, settings.scale, device,
+                          settings.world_size, knobs.to_dict()).exists()
+
+
 def start_trial(knobs: "Knobs") -> None:
     """Before a compiled trial builds its model: forget the artifacts torch recorded for
     earlier trials of this process (a Ray worker runs several), so that ``save_trial`` writes

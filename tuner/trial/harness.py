@@ -82,13 +82,16 @@ def _check_deadline(settings: TrialSettings, where: str) -> None:
 
 def _check_compile_fits(workload: Workload, knobs: Knobs, settings: TrialSettings) -> None:
     """Raise DeadlineReached before a compile that cannot finish in the run's time left
-    (``tuner.budget.compile_refusal``): the trial is recorded as ``timeout`` without starting
-    it. A loader-only trial (a ceiling: the configuration's DataLoader, no model) compiles
-    nothing, whatever its knobs say."""
+    (``tuner.budget.compile_refusal``; warm where the run's compile cache holds it,
+    ``tuner.trial.compile_artifacts.compiled_before``): the trial is recorded as ``timeout``
+    without starting it. A loader-only trial (a ceiling: the configuration's DataLoader, no
+    model) compiles nothing, whatever its knobs say."""
     if settings.loader_only or settings.deadline_unix_s is None:
         return
-    refusal = budget.compile_refusal(knobs.compile, workload, torch.device(settings.device).type,
-                                     settings.deadline_unix_s - time.time())
+    device = torch.device(settings.device).type
+    refusal = budget.compile_refusal(
+        knobs.compile, workload, device, settings.deadline_unix_s - time.time(),
+        warm=compile_artifacts.compiled_before(workload.name, knobs, settings, device))
     if refusal is not None:
         raise DeadlineReached(refusal)
 
