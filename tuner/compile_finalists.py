@@ -45,8 +45,8 @@ def finalist_mode(modes: Iterable[str], device: str) -> str | None:
 def with_compiled(top: Sequence[Knobs], mode: str) -> list[Knobs]:
     """The finalists ``top`` (rank order) with the first-ranked also compiled in ``mode``,
     right after it: where the time left cannot hold every round, the lowest-ranked finalists
-    are left out first (``tuner.followup_policy.FollowupPolicy.plan``), and the compiled twin goes only
-    after every other searched finalist. Unchanged for an empty ``top`` or a first-ranked that
+    are left out first (``tuner.followup_policy.FollowupPolicy.plan``), and the compiled twin
+    goes only after every other searched finalist. Unchanged for an empty ``top`` or a first-ranked that
     is compiled already."""
     if not top or (top[0].compile or "off") != "off":
         return list(top)
