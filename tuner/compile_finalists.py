@@ -46,8 +46,8 @@ def with_compiled(top: Sequence[Knobs], mode: str) -> list[Knobs]:
     """The finalists ``top`` (rank order) with the first-ranked also compiled in ``mode``,
     right after it: where the time left cannot hold every round, the lowest-ranked finalists
     are left out first (``tuner.followup_policy.FollowupPolicy.plan``), and the compiled twin
-    goes only after every other searched finalist. Unchanged for an empty ``top`` or a first-ranked that
-    is compiled already."""
+    goes only after every other searched finalist. Unchanged for an empty ``top`` or a
+    first-ranked that is compiled already."""
     if not top or (top[0].compile or "off") != "off":
         return list(top)
     twin = top[0].replace(compile=mode)
