@@ -228,7 +228,23 @@ def test_the_first_ranked_compiled_comes_right_after_it():
                                                       BUSY]
     assert with_compiled([], "default") == []
     compiled = FAST.replace(compile="default")
-    assert with_compiled([compiled, BUSY], "default") == [compiled, BUSY]
+    assert with_compiled([compiled, BUSY], "default") == [compiled, compiled.replace(compile="off"),
+                                                           BUSY]
+
+
+def test_a_compiled_reference_that_won_is_weighed_against_its_eager_self():
+    """The finalists of a search a compiled reference won take its eager twin, and the answer
+    is the compiled reference only where the pair says compile pays back."""
+    top = with_compiled([COMPILED, Knobs(batch_size=8)], "default")
+    assert top[:2] == [COMPILED, EAGER]
+    slow = [dict(r, reference="recommended") if r["compile"] == "default" else r
+            for r in SLOW_PAYBACK]
+    answer = winner.best(slow)
+    assert answer.knobs == EAGER and answer.compile.outcome == "eager"
+    assert answer.compile.reason == "pay-back beyond the horizon"
+    fast = [dict(r, reference="recommended") if r["compile"] == "default" else r
+            for r in FAST_ROUNDS]
+    assert winner.best(fast).knobs == COMPILED
 
 
 def compile_plan(left: float | None) -> SimpleNamespace:

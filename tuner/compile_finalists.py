@@ -43,15 +43,17 @@ def finalist_mode(modes: Iterable[str], device: str) -> str | None:
 
 
 def with_compiled(top: Sequence[Knobs], mode: str) -> list[Knobs]:
-    """The finalists ``top`` (rank order) with the first-ranked also compiled in ``mode``,
-    right after it: where the time left cannot hold every round, the lowest-ranked finalists
-    are left out first (``tuner.followup_policy.FollowupPolicy.plan``), and the compiled twin
-    goes only after every other searched finalist. Unchanged for an empty ``top`` or a
-    first-ranked that is compiled already."""
-    if not top or (top[0].compile or "off") != "off":
-        return list(top)
-    twin = top[0].replace(compile=mode)
-    return [top[0], twin, *(k for k in top[1:] if k != twin)]
+    """The finalists ``top`` (rank order) with the first-ranked's twin right after it: the
+    same knobs compiled in ``mode`` where it ran eager, eager where it ran compiled (a
+    compiled reference that won the search is weighed against its eager self as any compiled
+    configuration is). Where the time left cannot hold every round, the lowest-ranked
+    finalists are left out first (``tuner.followup_policy.FollowupPolicy.plan``), and the twin
+    goes only after every other searched finalist. Unchanged for an empty ``top``."""
+    if not top:
+        return []
+    first = top[0]
+    twin = first.replace(compile=mode if (first.compile or "off") == "off" else "off")
+    return [first, twin, *(k for k in top[1:] if k != twin)]
 
 
 def warm_share(rows: Sequence[Mapping[str, Any]], mode: str) -> float | None:
