@@ -172,12 +172,13 @@ def test_searcher_survives_a_space_with_fewer_points_than_trials(tmp_path, modul
 
 @pytest.mark.slow
 def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_workers_space):
-    """The references (batch 4 and 16) fit; the GP's start-up trial (seed 0) is batch 17, which
-    does not; the fourth trial is the GP's."""
-    summary = run(short_options(tmp_path / "results", OOM, trials=4, probe="off",
+    """The references (batch 4 and 16) fit; the GP's start-up trial (seed 0), the third, is
+    batch 17, which does not: three trials hold both kinds of row (a trial costs seconds of
+    set-up and windows on a loaded machine)."""
+    summary = run(short_options(tmp_path / "results", OOM, trials=3, probe="off",
                                 space_file=no_workers_space))
     rows = leaderboard.read(summary.results_dir).to_pylist()
-    assert len(rows) == 4
+    assert len(rows) == 3
     oom = [r for r in rows if r["status"] == "oom"]
     assert oom, [(r["batch_size"], r["status"]) for r in rows]
     for r in oom:
@@ -192,11 +193,12 @@ def test_oom_rows_have_no_throughput_and_never_win(tmp_path, ray_local, no_worke
 @pytest.mark.slow
 def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
     """The space file stops at batch 8; the probe searches up to the dataset's 64 samples and
-    the search is bounded by what fits (16 on this fake device), not by the file."""
+    the search is bounded by what fits (16 on this fake device), not by the file. Three
+    trials: the references and one searched trial, which the bound holds."""
     space = tmp_path / "small-high.yaml"
     space.write_text("knobs:\n  batch_size: {low: 4, high: 8, log: true}\n  num_workers: 0\n")
     events = []
-    summary = run(short_options(tmp_path / "results", OOM, trials=4, probe="on",
+    summary = run(short_options(tmp_path / "results", OOM, trials=3, probe="on",
                                 space_file=str(space)),
                   on_event=lambda kind, data: events.append((kind, data)))
     plan = next(data["plan"] for kind, data in events if kind == "start")
@@ -213,7 +215,7 @@ def test_memory_probe_bounds_the_searched_batch(tmp_path, ray_local):
     limit = [r for r in summary.rows if r["phase"] == "ceiling"]
     assert [(r["ceiling"], r["batch_size"], r["status"]) for r in limit] == [
         ("machine-compute", OOM_ABOVE, "ok")]
-    assert len([r for r in summary.rows if r["phase"] == "search"]) == 4
+    assert len([r for r in summary.rows if r["phase"] == "search"]) == 3
     searched = [r for r in summary.rows if r["reference"] is None and r["phase"] == "search"]
     assert searched
     for r in searched:
@@ -243,10 +245,12 @@ def test_an_injected_ceiling_below_the_pipeline_is_measured_again_and_flagged(tm
 
 @pytest.mark.slow
 def test_fixed_global_batch_holds_in_every_row(tmp_path, ray_local, no_workers_space):
-    summary = run(short_options(tmp_path / "results", REGRESSION, trials=5, global_batch_size=32,
+    """The references and one searched trial (its micro-batch the sampler's), each row
+    accumulating to the global batch."""
+    summary = run(short_options(tmp_path / "results", REGRESSION, trials=3, global_batch_size=32,
                                 space_file=no_workers_space))
     rows = leaderboard.read(summary.results_dir).to_pylist()
-    assert len(rows) == 5
+    assert len(rows) == 3
     for r in rows:
         assert r["status"] == "ok", r["error"]
         assert r["batch_size"] * r["grad_accum"] == 32
@@ -259,10 +263,11 @@ def test_fixed_global_batch_holds_in_every_row(tmp_path, ray_local, no_workers_s
 
 @pytest.fixture(scope="module")
 def followup_run(tmp_path_factory, ray_local, no_workers_space):
-    """A regression run with its follow-up phases: 4 search trials, the 2 best re-measured
-    beside the references, the winner's compute-only ceiling."""
+    """A regression run with its follow-up phases: 3 search trials (the references and one
+    searched), the 2 best re-measured beside the references, the winner's compute-only
+    ceiling."""
     results = tmp_path_factory.mktemp("followups") / "results"
-    options = short_options(results, REGRESSION, trials=4, confirm=2, ceiling=True,
+    options = short_options(results, REGRESSION, trials=3, confirm=2, ceiling=True,
                             space_file=no_workers_space)
     return run(options)
 
@@ -290,7 +295,7 @@ def test_remeasure_and_ceiling_phases(followup_run):
     ceilings = [r for r in rows if r["phase"] == "ceiling"]
     labels = [r["ceiling"] for r in ceilings]
     core = [r for r in ceilings if r["ceiling"].startswith("core-")]   # CPU: one core each
-    assert len(search) == 4 and sorted(set(labels) - {"core-compute", "core-loader"}) == [
+    assert len(search) == 3 and sorted(set(labels) - {"core-compute", "core-loader"}) == [
         "compute", "loader", "machine-compute", "machine-loader"]
     assert labels.count("compute") in (1, 2)
     assert len(labels) == labels.count("compute") + 3 + len(core) and len(core) <= 2
