@@ -183,10 +183,15 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture
-def space(tmp_path) -> str:
+def no_workers_space(directory: Path) -> str:
     """The fault tests' space without DataLoader workers (no worker processes to start per trial on
-    a loaded 2-core machine)."""
-    path = tmp_path / "no-workers.yaml"
+    a loaded 2-core machine), written to ``directory``; its path."""
+    path = directory / "no-workers.yaml"
     path.write_text("knobs:\n  batch_size: {low: 4, high: 64, log: true}\n  num_workers: 0\n")
     return str(path)
+
+
+@pytest.fixture
+def space(tmp_path) -> str:
+    """``no_workers_space`` in the test's temporary directory."""
+    return no_workers_space(tmp_path)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import fault_workloads
-from tests.conftest import stop_shared_ray
+from tests.conftest import no_workers_space, stop_shared_ray
 from tests.fault_runs import REGRESSION, SHORT, SLOW, announced, finish, rows_of, start, wait_for
 from tuner import leaderboard
 from tuner.winner import best as answer_of
@@ -115,8 +115,7 @@ def two_nodes(tmp_path_factory):
         monkeypatch.undo()
 
 
-@pytest.fixture
-def cluster(two_nodes):
+def _ready(two_nodes):
     """The module's two nodes, a worker node added again where a test removed it, and no trial
     announced yet in $TUNER_TEST_PID_DIR."""
     import ray
@@ -127,6 +126,12 @@ def cluster(two_nodes):
     for p in Path(os.environ["TUNER_TEST_PID_DIR"]).iterdir():
         p.unlink()
     return two_nodes
+
+
+@pytest.fixture
+def cluster(two_nodes):
+    """``_ready``: the module's two nodes for a test's own run."""
+    return _ready(two_nodes)
 
 
 def _hold_file() -> Path:
@@ -165,7 +170,8 @@ def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
     from tuner.driver import run
     from tuner.settings import RunOptions
     pid_dir = Path(os.environ["TUNER_TEST_PID_DIR"])
-    options = RunOptions(workload=SLOW, trials=6, results=str(tmp_path / "results"),
+    # Four trials: the two held first ones (one per node) and one more each.
+    options = RunOptions(workload=SLOW, trials=4, results=str(tmp_path / "results"),
                          address=cluster.address, space_file=space, device="cpu",
                          windows=2, window_s=1.0, warmup_steps=1, confirm=0, ceiling=False,
                          early_stop=False)
@@ -180,7 +186,7 @@ def test_trials_spread_over_two_nodes(tmp_path, cluster, space):
     assert "error" not in outcome, repr(outcome.get("error"))
     summary = outcome["summary"]
     rows = rows_of(tmp_path / "results")
-    assert len(rows) == 6 and len(summary.rows) == 6
+    assert len(rows) == 4 and len(summary.rows) == 4
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
     nodes = {r["node_id"] for r in rows}
     assert nodes == {cluster.head_node.node_id, cluster.worker.node_id}
@@ -192,7 +198,7 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
     from tuner.driver import run
     from tuner.settings import RunOptions
     pid_dir = Path(os.environ["TUNER_TEST_PID_DIR"])
-    trials = 6
+    trials = 4                  # the worker's held one, and three for the head during and after
     options = RunOptions(workload=SLOW, trials=trials, results=str(tmp_path / "results"),
                          address=cluster.address, space_file=space, device="cpu", windows=2,
                          window_s=0.5, warmup_steps=1, confirm=0, ceiling=False,
@@ -232,66 +238,78 @@ def test_worker_node_removed_mid_run(tmp_path, cluster, space):
             assert r["node_id"] == cluster.head_node.node_id
 
 
-def test_a_two_rank_trial_runs_across_both_nodes(tmp_path, cluster, space):
-    """Two ranks of one CPU each on two 1-CPU nodes: Ray Train places one on each, and the
-    trial is one row with the global figure."""
-    from tuner.driver import run
-    from tuner.settings import RunOptions
-    pid_dir = Path(os.environ["TUNER_TEST_PID_DIR"])
-    run(RunOptions(workload=SLOW, trials=1, results=str(tmp_path / "results"),
-                   address=cluster.address, space_file=space, device="cpu", windows=2,
-                   window_s=0.5, warmup_steps=1, confirm=0, ceiling=False, world_size=2))
-    (row,) = rows_of(tmp_path / "results")
-    assert row["status"] == "ok", row["error"]
-    assert row["world_size"] == 2 and row["backend"] == "gloo"
-    assert row["samples_per_sec"] == pytest.approx(2 * row["rank_samples_per_sec"])
-    # each rank's model announced itself with its node
-    assert {node for _, node in announced(pid_dir)} == {cluster.head_node.node_id,
-                                                         cluster.worker.node_id}
-
-
-
-def test_a_lost_node_ends_a_two_rank_trial_on_both_ranks(tmp_path, cluster, space):
+@pytest.fixture(scope="module")
+def lost_node_run(two_nodes, tmp_path_factory) -> dict:
     """``run --world-size 2`` on the two nodes (one rank on each); the worker node goes away
     while both ranks wait in their first step, and the rank left then waits in DDP's first
-    all-reduce for a rank that is gone: Ray Train ends it, the run records the trial once,
-    ``node_lost`` naming the node, and keeps Ray's node-loss dumps off the console. A new node
-    takes the lost one's place (as an autoscaler's would): the lost reference (the run's one
-    search trial, the baseline) runs again on it, and the run exits 0."""
+    all-reduce for a rank that is gone. A new node takes the lost one's place (as an
+    autoscaler's would): the lost reference (the run's one search trial, the baseline) runs
+    again on it and the head. One run for the two tests below (each 2-rank trial starts 8
+    actor processes, ~30 s on 2 cores): what it printed, the rows it left, the ranks it
+    announced (the first trial's, then all) and the nodes, and the seconds it took to end
+    after the node went away."""
+    cluster = _ready(two_nodes)
+    tmp = tmp_path_factory.mktemp("lost-node")
     pid_dir = Path(os.environ["TUNER_TEST_PID_DIR"])
     hold = Path(os.environ[fault_workloads.HOLD_FILE_ENV])
-    results = tmp_path / "results"
+    results = tmp / "results"
     # The driver keeps the nodes' loopback address (as `two_nodes` does in this process).
     env = {**os.environ, "COLUMNS": "100", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     hold.touch()
     try:
         # one search trial: each 2-rank trial starts 8 actor processes (~30 s on 2 cores)
-        proc = start(["run", "--workload", SLOW, "--space", space, "--trials", "1",
-                      "--world-size", "2", "--address", cluster.address,
+        proc = start(["run", "--workload", SLOW, "--space", no_workers_space(tmp), "--trials",
+                      "1", "--world-size", "2", "--address", cluster.address,
                       "--results", str(results), *SHORT], env)
         try:
             ranks = wait_for(lambda: len(announced(pid_dir)) >= 2 and announced(pid_dir), 240,
                              "both ranks' first step", proc)
-            worker_id = cluster.worker.node_id
-            assert {node for _, node in ranks} == {cluster.head_node.node_id, worker_id}
+            lost_id = cluster.worker.node_id
             started = time.monotonic()
             # The machine goes away: its raylet, the rank it ran, then the node's other
             # processes, each SIGKILLed (a raylet killed alone leaves its workers running).
             from ray._private.ray_constants import PROCESS_TYPE_RAYLET
             (raylet,) = cluster.worker.all_processes[PROCESS_TYPE_RAYLET]
             raylet.process.kill()
-            (rank_pid,) = [pid for pid, node in ranks if node == worker_id]
+            (rank_pid,) = [pid for pid, node in ranks if node == lost_id]
             os.kill(rank_pid, signal.SIGKILL)
             cluster.remove_node(cluster.worker, allow_graceful=False)
         finally:
             hold.unlink()
         cluster.worker = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
         out, err = finish(proc, timeout=300)
+        ended_s = time.monotonic() - started
     finally:
         hold.unlink(missing_ok=True)
-    ended_s = time.monotonic() - started
-    assert proc.returncode == 0, err[-3000:]
-    rows = rows_of(results)
+    return {"returncode": proc.returncode, "out": out, "err": err, "rows": rows_of(results),
+            "ranks": ranks, "announced": announced(pid_dir), "ended_s": ended_s,
+            "head_id": cluster.head_node.node_id, "lost_id": lost_id,
+            "new_id": cluster.worker.node_id}
+
+
+def test_a_two_rank_trial_runs_across_both_nodes(lost_node_run):
+    """Two ranks of one CPU each on two 1-CPU nodes: Ray Train places one on each (the lost
+    trial's ranks on the head and the node that went away, its measured retry's on the head and
+    the node that took its place), and the measured trial is one row with the global figure."""
+    run = lost_node_run
+    assert run["returncode"] == 0, run["err"][-3000:]
+    (row,) = [r for r in run["rows"] if r["status"] == "ok"]
+    assert row["world_size"] == 2 and row["backend"] == "gloo"
+    assert row["samples_per_sec"] == pytest.approx(2 * row["rank_samples_per_sec"])
+    # each rank's model announced itself with its node
+    assert {node for _, node in run["ranks"]} == {run["head_id"], run["lost_id"]}
+    retry = run["announced"][len(run["ranks"]):]
+    assert len(retry) == 2 and {node for _, node in retry} == {run["head_id"], run["new_id"]}
+
+
+def test_a_lost_node_ends_a_two_rank_trial_on_both_ranks(lost_node_run):
+    """The run of ``lost_node_run``: Ray Train ends the trial whose node went away, the run
+    records the trial once, ``node_lost`` naming the node, and keeps Ray's node-loss dumps off
+    the console; the lost reference runs again on the new node, and the run exits 0."""
+    run = lost_node_run
+    out, err, lost_id = run["out"], run["err"], run["lost_id"]
+    assert run["returncode"] == 0, err[-3000:]
+    rows = run["rows"]
     (lost,) = [r for r in rows if r["status"] != "ok"]
     # the trial once; the reference lost with the node is measured once more (on the new node)
     assert lost["reference"] == "baseline"
@@ -300,11 +318,12 @@ def test_a_lost_node_ends_a_two_rank_trial_on_both_ranks(tmp_path, cluster, spac
     assert again["reference"] == "baseline" and again["world_size"] == 2
     assert lost["status"] == "node_lost", lost["error"]
     assert lost["world_size"] == 2
-    assert f"lost with Ray node {worker_id} (127.0.0.1)" in lost["error"]
+    assert f"lost with Ray node {lost_id} (127.0.0.1)" in lost["error"]
     assert lost["error"].startswith("rank "), lost["error"]
     assert lost["traceback"]                              # Ray's own text, kept
+    ended_s = run["ended_s"]
     assert ended_s < 400, f"the run took {ended_s:.0f} s to end after the node went away"
-    assert cluster.worker.node_id in {node for _, node in announced(pid_dir)}  # the new node
+    assert run["new_id"] in {node for _, node in run["announced"]}  # the new node
     # Ray's messages about the node (a raylet's last 20 log lines, twice) go to a file; the
     # console has one line naming it.
     console = (out + err).splitlines()
