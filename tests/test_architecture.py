@@ -56,7 +56,8 @@ FLOORS = {
         "tuner.integrations.transformers"},  # the loader wraps a transformers.Trainer with it
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.errors",
         "tuner.budget", "tuner.costs", "tuner.step_fit", "tuner.compile_finalists",
-        "tuner.price_errors", "tuner.windows", "tuner._deprecated", "tuner.codegen",
+        "tuner.price_errors", "tuner.windows", "tuner.screening", "tuner._deprecated",
+        "tuner.codegen",
         "tuner.integrations.transformers_args"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
@@ -64,6 +65,7 @@ FLOOR = {module: floor for floor, modules in FLOORS.items() for module in module
 TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.settings",
               "tuner.status", "tuner.errors", "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
+              "tuner.screening",
               "tuner.step_fit", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
               "tuner.compile_finalists", "tuner.compile_payback",

@@ -45,7 +45,8 @@ import, even at run time, reaches a higher floor):
 * base, torch-free: ``knobs`` (every knob fact as field metadata), ``settings``, ``status``,
   ``errors``, ``budget`` (the run's time), ``costs`` (one price per trial), ``step_fit``
   (step time as a line in the batch), ``compile_finalists`` (compile measured at the
-  finalists: mode, place, price), ``windows``,
+  finalists: mode, place, price), ``windows``, ``screening`` (how long a screening trial
+  measures),
   ``codegen``, ``_deprecated`` (moved names), ``integrations/transformers_args`` (knobs as
   ``TrainingArguments``).
 """
