@@ -231,3 +231,53 @@ def test_the_planner_on_the_card_plans_for_a_cuda_machine(card, tmp_path, tuner_
     assert plan.screen_windows and plan.cudnn_at_finalists
     assert plan.device_space.constants["cudnn_benchmark"] is False
     assert "compile" not in plan.device_space.domains
+
+
+# ------------------------------------------------------------------ the other built-ins
+
+def test_the_simulated_builtins_follow_their_measured_figures():
+    """Each built-in's references and machine limit by its cost model, against the H200's
+    acceptance rows (2026-11-27) and the H100's compute-only figures (2026-11-23): chargpt's
+    fp32 baseline 2,210.4, classifier299's 199.7, classifier's 994.2 samples/sec; compute-only
+    limits 8,926 (chargpt), ~3,987 (headpose), ~2,220 (classifier299), 52.6 (segmentation3d)."""
+    from tests.simulated_builtins import BUILTINS
+
+    def baseline(name: str) -> float:
+        w = BUILTINS[name]
+        return w.samples_per_sec(w.references["baseline"].clamp("cuda")[0])
+
+    assert baseline("chargpt") == pytest.approx(2210.4, rel=0.05)
+    assert baseline("classifier299") == pytest.approx(199.7, rel=0.05)
+    assert baseline("classifier") == pytest.approx(994.2, rel=0.05)
+    for name, limit in (("chargpt", 8926), ("headpose", 3987), ("classifier299", 2220),
+                        ("segmentation3d", 52.6)):
+        assert BUILTINS[name].machine_limit().samples_per_sec == pytest.approx(limit, rel=0.05)
+    assert {w.space for w in BUILTINS.values()} == {
+        "chargpt", "headpose", "classifier299", "segmentation3d", "classifier"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["chargpt", "headpose", "classifier299", "segmentation3d",
+                                  "classifier"])
+def test_a_simulated_builtin_answers_within_its_acceptance_budget(name, tmp_path):
+    """``tuner run`` of the simulated built-in as ``bench/gpu_acceptance.py --quick`` runs the
+    built-in on a card (its ``QUICK_BUDGETS_S`` budget, 3 trials, no re-measurement, no
+    memory probe), one-off costs slept at 10 %: it exits 0 with an answer, and no trial
+    finished past the budget and its grace."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from simulated_builtins import QUICK_BUDGETS_S, command
+
+    from tests.simulated_builtins import BUILTINS
+    from tuner import leaderboard, winner
+    from tuner.budget import BUDGET_GRACE_S
+    results = tmp_path / "results"
+    env = {**os.environ, **simulated_gpu.hook_environment(), simulated_gpu.SCALE_ENV: "0.1",
+           "PYTHONPATH": str(ROOT), "TUNER_CACHE": str(tmp_path / "cache")}
+    started = time.time()
+    proc = subprocess.run(command(name, results), cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = leaderboard.read(results, workload=BUILTINS[name].name).to_pylist()
+    assert winner.best(rows) is not None, proc.stdout[-3000:]
+    ends = [r["finished_at"].timestamp() for r in rows if r["finished_at"] is not None]
+    assert max(ends) <= started + QUICK_BUDGETS_S[name] + BUDGET_GRACE_S

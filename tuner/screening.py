@@ -6,9 +6,10 @@ many steps as a rate needs to stand, and no more.
   step time for the configuration (``tuner.costs.CostModel.step_s``), longer where the window
   noise measured on its input pipeline (``pipeline_noise``) calls for it to read within
   ``SCREEN_NOISE``, and never longer than the run's screening window (``tuner.plan``'s
-  ``SCREEN_WINDOW_SHARE`` of its window). The warm-up's cap follows it (the harness's default,
-  twice the windows' length): a 45-ms step screens over ~0.4 s, not over the 1 s a run of 2-s
-  windows planned for any step.
+  ``SCREEN_WINDOW_SHARE`` of its window); its warm-up after the first step is no longer than
+  its window (``TrialSettings.max_warmup_s``): a 45-ms step screens over ~0.3 s after as
+  much warm-up, not over the 1 s (and up to 2 s of warm-up) a run of 2-s windows planned for
+  any step.
 * ``screening_settings``: the trial settings changes of one screening trial;
   ``reference_settings``: of a reference in a screened run, ``REFERENCE_WINDOWS`` windows
   (the finalists' interleaved rounds measure the references again beside them).
@@ -26,10 +27,11 @@ from typing import Mapping, Sequence
 
 import tuner.windows as rule
 
-SCREEN_STEPS = 8
-"""Steps a screen's window holds at the least: with one window a first step past the
-window's end is one step of ``SCREEN_STEPS``, and a step of half a window or more would be a
-``tuner.windows.long_step``, whose spread is a single step's."""
+SCREEN_STEPS = 6
+"""Steps a screen's window holds at the least: three times the two steps of a
+``tuner.windows.long_step`` window (whose spread is a single step's). On a card the steps of
+a window queue back to back between two synchronisations, so a window's rate is its samples
+over its span: six steps of a step whose own spread is 1-3 % read within ``SCREEN_NOISE``."""
 
 SCREEN_NOISE = 0.03
 """The window CV a screen may read with: a third of the ±10 % band within which one
@@ -83,13 +85,14 @@ def screen_window_s(step_s: float | None, noise: float | None, window_s: float,
 
 def screening_settings(windows: int, window_s: float | None = None) -> dict:
     """Trial settings changes of a screening trial: ``windows`` windows of ``window_s``
-    seconds (None: the run's), and no half-window probes of the steady state before a single
-    window (``TrialSettings.max_steady_probes``: up to six of them, which would cost a
-    screening trial what the windows it saves did). Its rate is a first reading; the
-    finalists' re-measurement judges the steady state."""
+    seconds (None: the run's), a warm-up after the first step no longer than one of them
+    (``TrialSettings.max_warmup_s``; the default is twice all of them), and no half-window
+    probes of the steady state before a single window (``TrialSettings.max_steady_probes``:
+    up to six of them, which would cost a screening trial what the windows it saves did). Its
+    rate is a first reading; the finalists' re-measurement judges the steady state."""
     out = {"windows": windows, "max_steady_probes": 0}
     if window_s:
-        out["window_s"] = window_s
+        out.update(window_s=window_s, max_warmup_s=window_s)
     return out
 
 
