@@ -11,6 +11,7 @@ from tuner.screening import (
     REFERENCE_WINDOWS,
     SCREEN_NOISE,
     SCREEN_STEPS,
+    SCREEN_WARMUP_STEPS,
     pipeline_noise,
     reference_settings,
     screen_window_s,
@@ -86,6 +87,9 @@ def test_the_searcher_screens_a_proposal_over_its_measured_step_time(tmp_path):
     screen = search.suggest("s")
     assert screen["tuner"]["windows"] == 1
     assert screen["tuner"]["window_s"] == pytest.approx(SCREEN_STEPS * 0.045, abs=0.002)
+    # the warm-up: the cap a screen of the plan's 1-s window has, 4 of the run's 10 steps
+    assert screen["tuner"]["max_warmup_s"] == 2.0
+    assert screen["tuner"]["warmup_steps"] == SCREEN_WARMUP_STEPS
     shape = TrialShape.of(settings, screen["tuner"])
     assert search.price(Knobs.from_dict(screen, strict=False), screen["tuner"]).window_s == \
         pytest.approx(shape.window_s, abs=0.05)

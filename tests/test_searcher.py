@@ -343,8 +343,7 @@ def test_the_machine_s_points_follow_the_references_and_proposals_are_screened(t
     assert [(c.get("anchor"), c["batch_size"]) for c in configs[2:4]] == [("machine", 48),
                                                                         ("doubling", 64)]
     assert all("tuner" not in c for c in configs[:2])            # the references in full
-    assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0, "window_s": 1.0,
-                              "max_warmup_s": 1.0}
+    assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0, "window_s": 1.0}
                for c in configs[2:])                            # half the run's 2-s window
     assert all(c.get("anchor") is None for c in configs[4:])
     assert all(12 <= c["batch_size"] <= 64 for c in configs[4:])
@@ -414,8 +413,7 @@ def test_a_run_with_a_time_budget_still_screens_its_proposals(tmp_path, tuner_ca
     deadline = plan.settings.deadline_unix_s
     assert all(c["tuner"] == {"deadline_unix_s": deadline} for c in configs[:2])
     assert all(c["tuner"] == {"windows": 1, "max_steady_probes": 0, "window_s": 1.0,
-                              "max_warmup_s": 1.0, "deadline_unix_s": deadline}
-               for c in configs[2:])
+                              "deadline_unix_s": deadline} for c in configs[2:])
 
 
 def test_without_finalists_or_a_curve_nothing_is_screened_or_anchored(tmp_path, tuner_cache):

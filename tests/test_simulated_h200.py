@@ -281,3 +281,35 @@ def test_a_simulated_builtin_answers_within_its_acceptance_budget(name, tmp_path
     assert winner.best(rows) is not None, proc.stdout[-3000:]
     ends = [r["finished_at"].timestamp() for r in rows if r["finished_at"] is not None]
     assert max(ends) <= started + QUICK_BUDGETS_S[name] + BUDGET_GRACE_S
+
+
+@pytest.mark.slow
+def test_a_short_run_on_the_card_screens_its_short_steps_over_short_windows(tmp_path):
+    """``tuner run`` of the simulated ddpm under a 60-s budget (no memory probe, one-off costs
+    slept at 10 %): every searched configuration after the references is screened over one
+    window; where its step is short (the batches below the knee's 45 ms) the window is a few
+    steps (``tuner.screening.SCREEN_STEPS``), not the plan's 1 s; and the search screens
+    several configurations for each reference (``bench/simulated_h200.py`` counts a 300-s
+    run's)."""
+    from tests.simulated_h200 import ddpm
+    from tuner import leaderboard
+    from tuner.screening import SCREEN_STEPS
+    from tuner.status import Phase, phase_of
+    results = tmp_path / "results"
+    env = {**os.environ, **simulated_gpu.hook_environment(), simulated_gpu.SCALE_ENV: "0.1",
+           "PYTHONPATH": str(ROOT), "TUNER_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--workload", "tests.simulated_h200:ddpm",
+         "--device", "cuda", "--time-budget", "60", "--probe", "off", "--no-ceiling",
+         "--results", str(results)], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [r for r in leaderboard.read(results, workload=ddpm.name).to_pylist()
+            if phase_of(r) == Phase.SEARCH and r["status"] in ("ok", "pruned")]
+    screens = [r for r in rows if not r["reference"]]
+    assert len(screens) >= 2 * sum(1 for r in rows if r["reference"]), proc.stdout[-3000:]
+    assert all(r["windows_planned"] == 1 for r in screens)
+    short = [r for r in screens if r["step_time_ms_p50"] < 60 and r["measured_s"]]
+    assert all(r["measured_s"] < 1.0 for r in short)
+    assert all(r["measured_s"] < (SCREEN_STEPS + 3) * r["step_time_ms_p50"] / 1000 + 0.1
+               for r in short)

@@ -6,10 +6,9 @@ many steps as a rate needs to stand, and no more.
   step time for the configuration (``tuner.costs.CostModel.step_s``), longer where the window
   noise measured on its input pipeline (``pipeline_noise``) calls for it to read within
   ``SCREEN_NOISE``, and never longer than the run's screening window (``tuner.plan``'s
-  ``SCREEN_WINDOW_SHARE`` of its window); its warm-up after the first step is no longer than
-  its window (``TrialSettings.max_warmup_s``): a 45-ms step screens over ~0.3 s after as
-  much warm-up, not over the 1 s (and up to 2 s of warm-up) a run of 2-s windows planned for
-  any step.
+  ``SCREEN_WINDOW_SHARE`` of its window); its warm-up is ``SCREEN_WARMUP_STEPS`` steps
+  under the cap a screen of the run's screening window has: a 45-ms step screens over ~0.3 s
+  after 4 steps, not over the 1 s after 10 steps a run of 2-s windows planned for any step.
 * ``screening_settings``: the trial settings changes of one screening trial;
   ``reference_settings``: of a reference in a screened run, ``REFERENCE_WINDOWS`` windows
   (the finalists' interleaved rounds measure the references again beside them).
@@ -32,6 +31,12 @@ SCREEN_STEPS = 6
 ``tuner.windows.long_step`` window (whose spread is a single step's). On a card the steps of
 a window queue back to back between two synchronisations, so a window's rate is its samples
 over its span: six steps of a step whose own spread is 1-3 % read within ``SCREEN_NOISE``."""
+
+SCREEN_WARMUP_STEPS = 4
+"""Warm-up steps of a screen, the first included (the run's ``warmup_steps`` where fewer): a
+screen compiles nothing and autotunes nothing (compile and ``cudnn_benchmark`` are decided at
+the finalists), so its warm-up is the first step's one-off costs (workers' start, the first
+batch) and the allocator's growth over the next steps."""
 
 SCREEN_NOISE = 0.03
 """The window CV a screen may read with: a third of the ±10 % band within which one
@@ -83,16 +88,23 @@ def screen_window_s(step_s: float | None, noise: float | None, window_s: float,
     return min(longest_s, math.ceil(need_s * 1000) / 1000)
 
 
-def screening_settings(windows: int, window_s: float | None = None) -> dict:
+def screening_settings(windows: int, window_s: float | None = None, *,
+                       longest_s: float | None = None, warmup_steps: int | None = None) -> dict:
     """Trial settings changes of a screening trial: ``windows`` windows of ``window_s``
-    seconds (None: the run's), a warm-up after the first step no longer than one of them
-    (``TrialSettings.max_warmup_s``; the default is twice all of them), and no half-window
+    seconds (None: the run's); with ``longest_s`` (the run's screening window) the warm-up's
+    cap a screen of it has (``TrialSettings.max_warmup_s``, twice its windows: a shorter
+    window must not cut the warm-up, whose first step holds the one-off costs); with
+    ``warmup_steps`` (the run's) at most ``SCREEN_WARMUP_STEPS`` of them; and no half-window
     probes of the steady state before a single window (``TrialSettings.max_steady_probes``:
     up to six of them, which would cost a screening trial what the windows it saves did). Its
     rate is a first reading; the finalists' re-measurement judges the steady state."""
-    out = {"windows": windows, "max_steady_probes": 0}
+    out: dict = {"windows": windows, "max_steady_probes": 0}
     if window_s:
-        out.update(window_s=window_s, max_warmup_s=window_s)
+        out["window_s"] = window_s
+    if longest_s and window_s and window_s < longest_s:
+        out["max_warmup_s"] = 2 * windows * longest_s
+    if warmup_steps is not None and warmup_steps > SCREEN_WARMUP_STEPS:
+        out["warmup_steps"] = SCREEN_WARMUP_STEPS
     return out
 
 

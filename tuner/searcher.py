@@ -329,8 +329,7 @@ class ConstrainedSearch(Searcher):
         """Ray trial id -> its configuration (knobs and settings changes)."""
         self.costs = CostModel(reused=spec.reused)
         self._finished: list[dict] = []
-        """The finished trials' final results with their configurations (the window noise
-        of each input pipeline, ``tuner.screening.pipeline_noise``)."""
+        """Finished trials' results with their configurations (``pipeline_noise`` reads)."""
         """The prices of proposals (``price``), read from the finished trials' results."""
         self._out_of_time = False
         """A proposal's first window would have ended past the deadline: nothing more starts."""
@@ -420,7 +419,9 @@ class ConstrainedSearch(Searcher):
         noise = pipeline_noise(self._finished, knobs.data_path, self.spec.window_s)
         window_s = screen_window_s(self.costs.step_s(knobs), noise, self.spec.window_s,
                                    self.spec.screen_window_s)
-        config["tuner"] = screening_settings(self.spec.screen_windows, window_s)
+        config["tuner"] = screening_settings(
+            self.spec.screen_windows, window_s, longest_s=self.spec.screen_window_s,
+            warmup_steps=getattr(self.spec.settings, "warmup_steps", None))
 
     def _next_anchor(self) -> tuple[str, dict, Knobs] | None:
         """The next anchor still to measure (one whose parameters the study has measured, or
