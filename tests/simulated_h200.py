@@ -89,6 +89,14 @@ class SimulatedH200(Landscape):
     description = "sleeps costed as ddpm on one H200 (tests: the simulated card)"
     source = "tests: the H200 ddpm measurements of 2026-11-27"
     shape = H200_DDPM
+    first_step_s = FIRST_STEP_S
+    compile_s = COMPILE_S
+    """Seconds of a first compiled step by compile mode."""
+    compiled_compute = COMPILED_COMPUTE
+    channels_last_compute = landscapes.CHANNELS_LAST_COMPUTE
+    fp32_compute, tf32_compute, fp32_memory = FP32_COMPUTE, FP32_TF32_COMPUTE, FP32_MEMORY
+    """Per-sample compute (and memory) in fp32 relative to AMP, and in fp32 with the tf32
+    knob: one workload's costs (``tests.simulated_builtins`` sets the others')."""
 
     def __init__(self, memory_limit_mb: float = simulated_gpu.TOTAL_MB):
         self.memory_limit_mb = memory_limit_mb
@@ -121,7 +129,7 @@ class SimulatedH200(Landscape):
         seconds = 0.0
         if not getattr(model, "sim_started", False):
             model.sim_started = True
-            seconds += FIRST_STEP_S + COMPILE_S.get(mode, 0.0)
+            seconds += self.first_step_s + self.compile_s.get(mode, 0.0)
         shape = (b, precision, channels_last)
         if torch.backends.cudnn.benchmark and shape not in simulated_gpu.STATE.cudnn_shapes:
             simulated_gpu.STATE.cudnn_shapes.add(shape)
@@ -157,17 +165,17 @@ class SimulatedH200(Landscape):
         """Modelled steady step time ``T(b)``, s."""
         s = self.shape
         overhead = s.overhead_s * (landscapes.FUSED_OVERHEAD if fused else 1.0)
-        per_sample = s.per_sample_s * (landscapes.CHANNELS_LAST_COMPUTE if channels_last else 1)
-        per_sample *= {"fp32": FP32_COMPUTE, "tf32": FP32_TF32_COMPUTE}.get(precision, 1.0)
+        per_sample = s.per_sample_s * (self.channels_last_compute if channels_last else 1)
+        per_sample *= {"fp32": self.fp32_compute, "tf32": self.tf32_compute}.get(precision, 1.0)
         if mode != "off":
-            per_sample *= COMPILED_COMPUTE
+            per_sample *= self.compiled_compute
             overhead *= REDUCE_OVERHEAD if mode == "reduce-overhead" else 1.0
         return max(overhead, per_sample * b)
 
     def memory_mb_at(self, b: int, precision: str) -> float:
         """Modelled device memory of a step at batch ``b``, MiB."""
         per_sample = self.shape.memory_per_sample_mb * (
-            FP32_MEMORY if precision in ("fp32", "tf32") else 1.0)
+            self.fp32_memory if precision in ("fp32", "tf32") else 1.0)
         return self.shape.memory_base_mb + per_sample * b
 
     def max_batch_at(self, precision: str) -> int:

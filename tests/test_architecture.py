@@ -57,7 +57,8 @@ FLOORS = {
     0: {"tuner.knobs", "tuner.settings", "tuner.status", "tuner.history", "tuner.errors",
         "tuner.followup_policy",
         "tuner.budget", "tuner.costs", "tuner.step_fit", "tuner.compile_finalists",
-        "tuner.price_errors", "tuner.windows", "tuner._deprecated", "tuner.codegen",
+        "tuner.price_errors", "tuner.windows", "tuner.screening", "tuner._deprecated",
+        "tuner.codegen",
         "tuner.integrations.transformers_args"},
 }
 FLOOR = {module: floor for floor, modules in FLOORS.items() for module in modules}
@@ -66,6 +67,7 @@ TORCH_FREE = {"tuner", "tuner.cli", "tuner.cli_options", "tuner.knobs", "tuner.s
               "tuner.status", "tuner.history", "tuner.followup_policy", "tuner.errors",
               "tuner.leaderboard", "tuner.progress", "tuner.noise",
               "tuner.budget", "tuner.costs", "tuner.price_errors", "tuner.windows",
+              "tuner.screening",
               "tuner.step_fit", "tuner._deprecated",
               "tuner.winner", "tuner.ceilings", "tuner._best_row", "tuner.codegen",
               "tuner.compile_finalists", "tuner.compile_payback",

@@ -47,7 +47,8 @@ import, even at run time, reaches a higher floor):
   ``budget`` (the run's time), ``followup_policy`` (what the re-measurement keeps in the time
   left, as one plan value), ``costs`` (one price per trial), ``step_fit``
   (step time as a line in the batch), ``compile_finalists`` (compile measured at the
-  finalists: mode, place, price), ``windows``,
+  finalists: mode, place, price), ``windows``, ``screening`` (how long a screening trial
+  measures),
   ``codegen``, ``_deprecated`` (moved names), ``integrations/transformers_args`` (knobs as
   ``TrainingArguments``).
 """

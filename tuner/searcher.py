@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 import pickle
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -64,6 +65,12 @@ from tuner.costs import CostModel, TrialCost, TrialShape
 from tuner.errors import TunerError
 from tuner.history import TrialRow
 from tuner.knobs import COMPUTE_SWITCHES, HOST_MEMORY_KNOBS, NO_MEMORY_KNOBS, Knobs
+from tuner.screening import (
+    pipeline_noise,
+    reference_settings,
+    screen_window_s,
+    screening_settings,
+)
 from tuner.settings import SAMPLERS, MemoryLimit, device_limit_mb
 from tuner.space import Space
 from tuner.status import Status
@@ -83,16 +90,21 @@ before the best configuration is measured again instead."""
 
 
 
-def screening_settings(windows: int, window_s: float | None = None) -> dict:
-    """Trial settings changes of a screening trial: ``windows`` windows of ``window_s``
-    seconds (None: the run's), and no half-window probes of the steady state before a single
-    window (``TrialSettings.max_steady_probes``: up to six of them, which would cost a
-    screening trial what the windows it saves did). Its rate is a first reading; the
-    finalists' re-measurement judges the steady state."""
-    out = {"windows": windows, "max_steady_probes": 0}
-    if window_s:
-        out["window_s"] = window_s
-    return out
+@contextmanager
+def sampler_threads(sampler: str):
+    """Torch on one thread while the 'gp' sampler proposes (Optuna's ``GPSampler`` fits and
+    optimises with torch), put back afterwards: its tensors hold a few dozen trials, and on 2
+    busy cores 25 proposals took 28 s on one thread, 71 s on two (optuna 5.0, load 10-18)."""
+    if sampler != "gp":
+        yield
+        return
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 HELD_COMPUTE_KNOBS = (*COMPUTE_SWITCHES, "amp", "compile")
@@ -270,8 +282,9 @@ class SearchSpec:
     """Windows of a screening trial (the structured points and the sampler's proposals); 0:
     every trial measures the run's full windows."""
     screen_window_s: float = 0.0
-    """Seconds of a screening trial's window, 0 without screening (a screening trial's
-    settings, ``screening_settings``, carry it)."""
+    """The longest a screening trial's window is, seconds (each is as long as its step time
+    and its pipeline's noise need: ``tuner.screening.screen_window_s``); 0 without
+    screening."""
     settings: Any = None
     """The run's ``TrialSettings``, which a proposal's price reads with its own changes over
     them (None: one window of ``window_s``, no steady-state probes)."""
@@ -316,6 +329,8 @@ class ConstrainedSearch(Searcher):
         self._configs: dict[str, dict] = {}
         """Ray trial id -> its configuration (knobs and settings changes)."""
         self.costs = CostModel(reused=spec.reused)
+        self._finished: list[dict] = []
+        """Finished trials' results with their configurations (``pipeline_noise`` reads)."""
         """The prices of proposals (``price``), read from the finished trials' results."""
         self._out_of_time = False
         """A proposal's first window would have ended past the deadline: nothing more starts."""
@@ -362,6 +377,9 @@ class ConstrainedSearch(Searcher):
             self.study.enqueue_trial(params)
             trial = self.study.ask()
             config = {**self._config(trial), **knobs.to_dict(), "reference": name}
+            changes = (reference_settings(self.spec.settings.windows)  # rounds re-measure it
+                       if self.spec.screen_windows and self.spec.settings is not None else {})
+            config.update({"tuner": changes} if changes else {})
         elif self._next_anchor() is not None:
             name, params, knobs = self._anchors.pop(0)
             self.study.enqueue_trial(params)
@@ -373,7 +391,8 @@ class ConstrainedSearch(Searcher):
             deadline = self.deadline_unix_s()
             if deadline is not None and time.time() >= deadline:
                 return Searcher.FINISHED  # the search's time is up: start nothing more
-            trial, config = self._propose()
+            with sampler_threads(self.spec.sampler):
+                trial, config = self._propose()
             config["reference"] = None
             self._screened(config)  # the finalists are measured in full later
             if not self._first_window_fits(Knobs.from_dict(config, strict=False),
@@ -392,10 +411,18 @@ class ConstrainedSearch(Searcher):
         return config
 
     def _screened(self, config: dict) -> None:
-        """With screening (``SearchSpec.screen_windows``), ``config``'s trial screens."""
-        if self.spec.screen_windows:
-            config["tuner"] = screening_settings(self.spec.screen_windows,
-                                                   self.spec.screen_window_s)
+        """With screening (``SearchSpec.screen_windows``), ``config``'s trial screens over
+        windows as long as its step time and its input pipeline's noise need
+        (``tuner.screening.screen_window_s``), ``screen_window_s`` at most."""
+        if not self.spec.screen_windows:
+            return
+        knobs = Knobs.from_dict(config, strict=False)
+        noise = pipeline_noise(self._finished, knobs.data_path, self.spec.window_s)
+        window_s = screen_window_s(self.costs.step_s(knobs), noise, self.spec.window_s,
+                                   self.spec.screen_window_s)
+        config["tuner"] = screening_settings(
+            self.spec.screen_windows, window_s, longest_s=self.spec.screen_window_s,
+            warmup_steps=getattr(self.spec.settings, "warmup_steps", None))
 
     def _next_anchor(self) -> tuple[str, dict, Knobs] | None:
         """The next anchor still to measure (one whose parameters the study has measured, or
@@ -499,6 +526,7 @@ class ConstrainedSearch(Searcher):
         config = self._configs.pop(trial_id, None)
         if config is not None and result.get("step_time_ms_p50"):
             self.costs.add({**config, **result, "phase": "search"})
+            self._finished.append({**config, **result})
         status, value = result.get("status"), result.get(self.metric)
         key = _params_key(trial.params)
         if status in (Status.OOM, Status.OVER_LIMIT):

@@ -23,7 +23,7 @@ from tuner.ceilings import (
 )
 from tuner.compile_finalists import budget_to_measure_s
 from tuner.compile_payback import decide
-from tuner.knobs import Knobs, knob_text
+from tuner.knobs import COMPUTE_SWITCHES, Knobs, knob_text
 from tuner.machine_load import busy_note, drift_note
 from tuner.price_errors import mispriced_lines
 from tuner.status import STATUSES, Phase, Status, answers, phase_of
@@ -89,7 +89,7 @@ def print_best(console: Console, rows: list[dict], summary, plan=None) -> None:
     if ceilings.machine_compute is not None:
         t.add_row("machine's compute limit",
                   f"{ceilings.machine_compute.samples_per_sec:,.1f}",
-                  *_machine_cells(ceilings.machine_compute))
+                  *_machine_cells(ceilings.machine_compute, row))
     loader = ceilings.loader_verdict(best.samples_per_sec)
     if loader is not None:
         t.add_row("loader-only ceiling", f"{ceilings.loader_samples_per_sec:,.1f}",
@@ -231,18 +231,40 @@ def leaderboard_statuses(rows: list[dict]) -> list[str]:
 
 def _compute_line(best: Mapping) -> str:
     """How far the winner (its row) is from the card's peak: FLOP per sample, achieved
-    TFLOP/s, MFU."""
+    FLOP/s, MFU, each in the unit that shows it (``flop_text``); FLOPs that are unknown or
+    counted as 0 say so, never '0.00 GFLOP/sample · 0.00 TFLOP/s · MFU 0.0%'."""
     flops = best.get("model_flops_per_sample")
-    if flops is None:
-        return "compute: the model's FLOPs could not be counted"
-    text = (f"compute: {flops / 1e9:,.2f} GFLOP/sample (forward + backward) · "
-            f"{best['achieved_tflops']:,.2f} TFLOP/s achieved")
+    if not flops or flops <= 0:
+        return ("compute: FLOPs per sample unknown (the model's could not be counted): no "
+                "FLOP/s or MFU")
+    text = f"compute: {flop_text(flops)}/sample (forward + backward)"
+    achieved = best.get("achieved_tflops")
+    if not achieved:
+        return text
+    text += f" · {flop_text(achieved * 1e12, 'TFLOP')}/s achieved"
+    mfu = best.get("mfu_pct")
     if best.get("mfu_impossible"):
-        return text + (f" · MFU {best['mfu_pct']:.0f}% is impossible: the measurement was "
+        return text + (f" · MFU {mfu:.0f}% is impossible: the measurement was "
                        "disturbed or the card's peak is wrong (--peak-tflops)")
-    if best.get("mfu_pct") is None:
+    if mfu is None:
         return text + " · MFU: no peak known for this device (CPU, or --peak-tflops)"
-    return text + f" · MFU {best['mfu_pct']:.1f}% of the card's dense peak"
+    if mfu < 0.05:
+        return text + " · MFU below 0.1% of the card's dense peak"
+    return text + f" · MFU {mfu:.1f}% of the card's dense peak"
+
+
+FLOP_UNITS = ((1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"), (1.0, "FLOP"))
+
+
+def flop_text(flop: float, unit: str = "GFLOP") -> str:
+    """``flop`` (> 0) with two decimals in ``unit`` (one of ``FLOP_UNITS``), or in the
+    first smaller unit where that would read below 0.01: ``flop_text(1.53e10)`` is
+    '15.30 GFLOP', ``flop_text(216)`` '0.22 kFLOP', never '0.00 GFLOP'."""
+    names = [name for _, name in FLOP_UNITS]
+    for size, name in FLOP_UNITS[names.index(unit):]:
+        if flop / size >= 0.01 or name == "FLOP":
+            return f"{flop / size:,.2f} {name}"
+    raise AssertionError("unreachable: FLOP_UNITS ends at 1 FLOP")
 
 
 def _attainable_row(t: Table, attainable: winner.Attainable) -> None:
@@ -311,11 +333,13 @@ def _loader_cells(judged: Verdict, data_path: str) -> tuple[str, str]:
                          "busy; run again on a quiet one)")
 
 
-def _machine_cells(limit: MachineCompute) -> tuple[str, str]:
+def _machine_cells(limit: MachineCompute, best: Mapping) -> tuple[str, str]:
     """The 'best is' and 'knobs' cells of this machine's compute limit (the fastest
     compute-only rate measured: its largest batch in the fastest precision, or a
-    configuration's own): the best's share of it and how many times the best's rate it is;
-    where the best ran faster, within the noise 'at it', further 'not a bound'."""
+    configuration's own) against the winner's row ``best``: the best's share of it and how
+    many times the best's rate it is; where the best ran faster, within the noise 'at it',
+    further 'not a bound', and why: the compute switches the best ran with that the limit
+    did not (``without_best_switches``), else a disturbed measurement or a smaller batch."""
     knobs = f"{limit.knobs_text}, {limit.data_path}"
     judged = limit.verdict
     if judged.judgement == "bound":
@@ -326,5 +350,21 @@ def _machine_cells(limit: MachineCompute) -> tuple[str, str]:
     if judged.judgement == "at it":
         return "at it", (f"{knobs}: {100 * judged.below:.0f} % below the best, within the "
                          "noise: the best computes at this machine's limit")
+    missing = without_best_switches(limit, best)
+    if missing:
+        return "not a bound", (f"{knobs}: measured without the best's {', '.join(missing)}, "
+                               "which the best ran faster with: no limit for its knobs")
     return "not a bound", (f"{knobs}: the best ran faster, so this is no limit (a disturbed "
                            "measurement, or a smaller batch computes faster here)")
+
+
+def without_best_switches(limit: MachineCompute, best: Mapping) -> list[str]:
+    """The compute switches (``tuner.knobs.COMPUTE_SWITCHES``: channels_last, tf32, ...) on in
+    the winner's row ``best`` and off in the limit's measurement, and 'amp=<the best's>' where
+    the precisions differ: a limit measured otherwise than the best computes is not the
+    best's."""
+    missing = [name for name in COMPUTE_SWITCHES
+               if best.get(name) is True and name not in limit.switches]
+    if (best.get("amp") or "off") != limit.amp:
+        missing.append(f"amp={best.get('amp') or 'off'}")
+    return missing
