@@ -19,6 +19,12 @@ re-measures each configuration with tuner's own harness in this process beside e
 run (after it in odd rounds, before it in even ones), with the trial's measurement settings,
 so that the trainer is compared with the trial's loop in the same process under the same
 machine load; each line also gives the process's CPU cores busy while it measured.
+
+``--step-cpu N`` (Lightning) compares the work of one step instead of wall-clock rates: the
+answer's knobs on one torch thread, N optimizer steps of the harness's step
+(``tuner.trial.steppers.Stepper``) then N of ``Trainer.fit()``, ``--rounds`` times, each step's
+CPU seconds (``getrusage``) and minor page faults. On one thread CPU time counts the step's work
+and not OpenMP threads spin-waiting for a core, so the figure holds on a loaded machine.
 """
 
 from __future__ import annotations
@@ -125,9 +131,16 @@ def main() -> None:
     parser.add_argument("--harness", action="store_true",
                         help="also re-measure each configuration with tuner's harness here, "
                         "right after its trainer run (the ratio then compares like with like)")
+    parser.add_argument("--step-cpu", type=int, default=0, metavar="N",
+                        help="Lightning: CPU time per step of the harness and of Trainer.fit(), "
+                        "N steps each per round, on one thread (see above)")
     opts = parser.parse_args()
     workload = resolve(opts.workload)
     trial = run_rows(workload, opts.results)
+    if opts.step_cpu:
+        from step_cpu import compare_step_cpu
+        compare_step_cpu(workload, trial["answer"], opts.step_cpu, opts.rounds)
+        return
     name = getattr(workload, "trainer_name", "Trainer.train()")
     print(f"{workload.name}: run {trial['answer']['run_id']}, device {opts.device}, "
           f"{name}; load {os.getloadavg()[0]:.2f}")
