@@ -59,3 +59,14 @@ def test_a_limit_with_the_best_s_switches_that_reads_below_it_is_a_disturbed_mea
     assert judged == "not a bound" and "disturbed" in text
     judged, text = _machine_cells(_limit(5500.0, 5000.0, []), best)
     assert judged == "91% of it"  # above the best: a bound, whatever its switches
+
+
+def test_a_run_that_recorded_no_trial_says_so_without_an_empty_tally():
+    from rich.console import Console
+
+    from tuner.driver import RunSummary
+    from tuner.summary import print_summary
+    console = Console(record=True, width=200)
+    print_summary(console, None, RunSummary("run-a", "fake", "cpu", "tiny", [], 13.0,
+                                            "/tmp/results"))
+    assert "0 trials in 13 s; leaderboard: /tmp/results/leaderboard" in console.export_text()

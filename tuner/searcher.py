@@ -89,7 +89,6 @@ RANDOM_ATTEMPTS = 32
 before the best configuration is measured again instead."""
 
 
-
 @contextmanager
 def sampler_threads(sampler: str):
     """Torch on one thread while the 'gp' sampler proposes (Optuna's ``GPSampler`` fits and
@@ -329,9 +328,9 @@ class ConstrainedSearch(Searcher):
         self._configs: dict[str, dict] = {}
         """Ray trial id -> its configuration (knobs and settings changes)."""
         self.costs = CostModel(reused=spec.reused)
+        """The prices of proposals (``price``), read from the finished trials' results."""
         self._finished: list[dict] = []
         """Finished trials' results with their configurations (``pipeline_noise`` reads)."""
-        """The prices of proposals (``price``), read from the finished trials' results."""
         self._out_of_time = False
         """A proposal's first window would have ended past the deadline: nothing more starts."""
         self._split_unix_s: float | None = None

@@ -41,8 +41,9 @@ def print_summary(console: Console, plan, summary) -> None:
                        for n in [sum(r["status"] == s for r in rows)])
     phases = ", ".join(f"{n} {p.value}" for p in Phase
                        for n in [sum(phase_of(r) == p for r in rows)] if n)
-    console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s ({phases}; {counts}); "
-                       f"leaderboard: {summary.results_dir}/leaderboard")
+    tally = f" ({phases}; {counts})" if rows else ""
+    console.print(f"\n{len(rows)} trials in {summary.wall_s:.0f} s{tally}; "
+                  f"leaderboard: {summary.results_dir}/leaderboard")
     keys = sorted({r["hardware_key"] for r in ok})
     for key in keys:
         print_best(console, [r for r in rows if r["hardware_key"] == key], summary, plan)
