@@ -138,6 +138,21 @@ def test_the_machine_compute_ceiling_is_not_planned_when_the_probe_recorded_it()
     assert followups.has_machine_compute(search_rows() + [probe_row])
 
 
+def test_a_machine_compute_limit_without_the_winners_switches_is_measured_again():
+    """A probe row that ran without a compute switch the winner has on (its channels_last)
+    is no limit for the winner: the ceilings measure the machine's limit at its knobs."""
+    probe_row = make_row(9, Knobs(batch_size=256, data_path="loader"), phase="ceiling",
+                         sps=900.0, ceiling="machine-compute")
+    winner = Knobs(batch_size=256, channels_last=True)
+    assert not followups.has_machine_compute([probe_row], winner)
+    assert followups.has_machine_compute([probe_row], Knobs(batch_size=256))
+    with_cl = {**probe_row, "channels_last": True}
+    assert followups.has_machine_compute([with_cl], winner)
+    plan = fake_plan()
+    planned = followups.planned_ceilings(plan, search_rows() + [probe_row], winner)
+    assert "machine-compute" in [name for name, _, _ in planned]
+
+
 def test_nothing_is_planned_with_less_time_left_than_a_phase_needs():
     rows = search_rows()
     assert run_all(fake_plan(left=budget.MIN_PHASE_S - 0.1), rows) == ([], [])

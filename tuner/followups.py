@@ -33,7 +33,7 @@ from tuner.followup_policy import (
     with_cudnn_benchmark,  # noqa: F401  (its name here since 0.2)
 )
 from tuner.history import History, TrialRow
-from tuner.knobs import Knobs
+from tuner.knobs import COMPUTE_SWITCHES, Knobs
 from tuner.plan import Plan
 from tuner.space import candidates
 from tuner.status import Phase, Status
@@ -415,11 +415,15 @@ def every_cpu_a_worker(plan: Plan, knobs: Knobs) -> Knobs:
                          prefetch_factor=max(knobs.prefetch_factor or 2, 4))
 
 
-def has_machine_compute(rows: Rows) -> bool:
+def has_machine_compute(rows: Rows, knobs: Knobs | None = None) -> bool:
     """Whether ``rows`` hold a successful 'machine-compute' ceiling (whatever its data path:
-    a compute-only trial reads no data): the run's memory probe records one from its timed
-    steps before the search (``tuner.driver.record_machine_limit``)."""
-    return any(r.ok for r in History.of(rows).ceilings("machine-compute"))
+    a compute-only trial reads no data) with every compute switch ``knobs`` has on
+    (``tuner.knobs.COMPUTE_SWITCHES``; None: any): one measured without the winner's
+    ``channels_last``, say, is no limit for it. The run's memory probe records one from its
+    timed steps before the search (``tuner.driver.record_machine_limit``)."""
+    on = [name for name in COMPUTE_SWITCHES if knobs is not None and getattr(knobs, name)]
+    return any(r.ok and r.knobs is not None and all(getattr(r.knobs, name) for name in on)
+               for r in History.of(rows).ceilings("machine-compute"))
 
 
 def planned_ceilings(plan: Plan, rows: Rows, knobs: Knobs) -> list[Ceiling]:
@@ -436,7 +440,7 @@ def planned_ceilings(plan: Plan, rows: Rows, knobs: Knobs) -> list[Ceiling]:
     todo: list[Ceiling] = [("compute", knobs, "compute_only"), ("loader", knobs, "loader_only")]
     if path != "device":
         todo.append(("machine-loader", every_cpu_a_worker(plan, knobs), "loader_only"))
-    if not has_machine_compute(rows):  # the memory probe's timed steps may have measured it
+    if not has_machine_compute(rows, knobs.clamp(plan.device)[0]):  # the probe's may hold it
         todo.append(("machine-compute", machine_compute_knobs(plan, knobs), "compute_only"))
     for other, best in list(bests.items())[1:]:
         suffix = f" (data_path={other})"
