@@ -106,11 +106,16 @@ headpose = SimulatedBuiltin(
 ``tuner.workloads.headpose``'s. Memory: 7,486 MiB at 64 in fp32, ~108 MiB a sample past a
 600-MiB base, half with AMP."""
 
+CLASSIFIER_REFERENCES = {
+    "baseline": Knobs(batch_size=16, num_workers=0),
+    "recommended": Knobs(batch_size=16, num_workers=4, prefetch_factor=2, pin_memory=True,
+                         persistent_workers=True, cudnn_benchmark=True)}
+"""The references of ``tuner.workloads.classifier`` (both image sizes): batch 16, the guide's
+loader."""
+
 classifier299 = SimulatedBuiltin(
     "classifier299", _shape(60.7, 0.45, 1.2, 320, 600.0, 76.0),
-    {"baseline": Knobs(batch_size=16, num_workers=0),
-     "recommended": Knobs(batch_size=16, num_workers=4, prefetch_factor=2, pin_memory=True,
-                          persistent_workers=True, cudnn_benchmark=True)},
+    CLASSIFIER_REFERENCES,
     first_step_s=0.79, compile_s=60.0, compiled_speedup=1.2)
 """``tests.simulated_builtins:classifier299``: the 299-px classifier on 320 samples; references
 as ``tuner.workloads.classifier``'s (batch 16; the guide's loader). Memory: 3,036 MiB at 16 in
@@ -128,9 +133,7 @@ references are ``tuner.workloads.segmentation3d``'s."""
 
 classifier = SimulatedBuiltin(
     "classifier", _shape(6.9, 0.0242, 0.58, 800, 1000.0, 5.0),
-    {"baseline": Knobs(batch_size=16, num_workers=0),
-     "recommended": Knobs(batch_size=16, num_workers=4, prefetch_factor=2, pin_memory=True,
-                          persistent_workers=True, cudnn_benchmark=True)},
+    CLASSIFIER_REFERENCES,
     first_step_s=0.48, compile_s=21.0, compiled_speedup=1.36)
 """``tests.simulated_builtins:classifier``: the 800-sample classifier; 1,150 MiB at 16 in fp32
 (~10 MiB a sample past a 1,000-MiB base, a guess: half with AMP)."""
