@@ -79,6 +79,19 @@ def run_logged(command: list[str], env: dict[str, str], log: Path
     return proc, wall_s, load_before
 
 
+def bench_start(title: str, logs: Path | None, details: str = "") -> tuple[Path, list[str]]:
+    """The runs' logs directory (``logs``, or a new temporary one named after ``title``) and the
+    output's first line (``title``, UTC time, commit, ``details``, CPUs), printed."""
+    logs = logs or Path(tempfile.mkdtemp(prefix=title.replace(" ", "-") + "-logs-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    line = (f"{title} bench, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+            f"commit {commit}, {details}{os.cpu_count()} CPUs")
+    print(line, flush=True)
+    return logs, [line]
+
+
 def run_once(name: str, seed: int, args, logs: Path) -> dict:
     """One ``tuner run`` of landscape ``name`` with ``seed``; its figures (see the module)."""
     results = Path(tempfile.mkdtemp(prefix=f"landscape-{name}-{seed}-"))

@@ -23,9 +23,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -35,7 +33,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from gpu_acceptance import QUICK_BUDGETS_S, QUICK_CONFIRM  # noqa: E402
-from landscapes import run_logged  # noqa: E402
+from landscapes import bench_start, run_logged  # noqa: E402
 
 from tests import simulated_gpu  # noqa: E402
 from tests.simulated_builtins import BUILTINS  # noqa: E402
@@ -86,13 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--logs", type=Path, default=None,
                         help="where the runs' logs go (default: a temporary directory)")
     args = parser.parse_args(argv)
-    logs = args.logs or Path(tempfile.mkdtemp(prefix="simulated-builtins-logs-"))
-    logs.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    lines = [f"simulated built-ins bench, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} "
-             f"UTC, commit {commit}, {os.cpu_count()} CPUs"]
-    print(lines[0], flush=True)
+    logs, lines = bench_start("simulated built-ins", args.logs)
     for name in args.workloads:
         block = run_one(name, logs)
         lines += block

@@ -33,9 +33,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -44,7 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from landscapes import run_logged  # noqa: E402
+from landscapes import bench_start, run_logged  # noqa: E402
 from price_error import table as price_table  # noqa: E402
 
 from tests import simulated_gpu  # noqa: E402
@@ -123,13 +121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logs = args.logs or Path(tempfile.mkdtemp(prefix="simulated-h200-logs-"))
-    logs.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    lines = [f"simulated H200 bench, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-             f"commit {commit}, --time-budget {args.time_budget}, {os.cpu_count()} CPUs"]
-    print(lines[0], flush=True)
+    logs, lines = bench_start("simulated H200", args.logs,
+                              f"--time-budget {args.time_budget}, ")
     cap_mb = MemoryLimit.parse(CAP).resolve_mib(simulated_gpu.TOTAL_MB)
     for label, extra, card in (("uncapped", [], SimulatedH200()),
                                ("max-memory-12GB", ["--max-memory", CAP],
